@@ -1,0 +1,21 @@
+"""Command-line options of the sharding-IR equivalence suite (registered by the project plugin)."""
+
+DIST_CONFIGS = ("tp-only", "ep-only", "tep")
+
+
+def add_options(group) -> None:
+    group.addoption(
+        "--sharding-ir-model-id",
+        action="append",
+        default=[],
+        metavar="HF_ID|all",
+        help="HF model id to check (repeatable), or 'all' for every registered id; "
+        "absent: the equivalence tests skip.",
+    )
+    group.addoption(
+        "--sharding-ir-dist-config",
+        action="append",
+        default=[],
+        choices=DIST_CONFIGS,
+        help="distributed config to check (repeatable; default: tep).",
+    )

@@ -1,0 +1,311 @@
+"""The `/bot` command language: find the one command in a PR comment and parse it.
+
+Only a line whose first word is exactly ``/bot`` counts; fenced code blocks and ``>`` quotes are
+dropped first, so quoted or pasted commands do nothing. Each subcommand's usage, who may use it,
+examples and flags are declared here, beside its parser, and the help text is rendered from these
+declarations (templates/bot_help.md.j2): one source of truth.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import shlex
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from stagebot.bot.command import TEST_BACKENDS, Command, RunOptions
+from stagebot.bot.errors import CommandError
+
+BOT_LINE = re.compile(r"^[ \t]*/bot(?:[ \t]+(?P<args>.*?))?[ \t]*$")
+FENCE = re.compile(r"^[ \t]{0,3}(?P<fence>`{3,}|~{3,})")
+QUOTE = re.compile(r"^[ \t]*>")
+PIPELINE_ID = re.compile(r"^#?(?P<id>[0-9]+)$")
+TYPOGRAPHIC_QUOTES = str.maketrans({"\u201c": '"', "\u201d": '"', "\u2018": "'", "\u2019": "'"})
+HELP_FLAGS = ("-h", "--help")
+
+
+@dataclass(frozen=True)
+class Flag:
+    """One `/bot run` flag. ``kind``: "bool", "list" (comma-separated) or "pipeline" (optional id)."""
+
+    name: str
+    kind: str
+    doc: str
+    metavar: str = ""
+    partly_tested: bool = False  # a run with this flag cannot set the PR's gating status
+
+    @property
+    def field(self) -> str:
+        return self.name.removeprefix("--").replace("-", "_")
+
+
+@dataclass(frozen=True)
+class Subcommand:
+    name: str
+    usage: str
+    summary: str
+    who_can_use: str
+    examples: tuple[str, ...]
+    parse: Callable[[list[str]], Command]
+    flags: tuple[Flag, ...] = ()
+    dangerous: bool = False
+
+
+RUN_FLAGS = (
+    Flag("--reuse-test", "pipeline", "Reuse tests that passed on this commit in pipeline N, or in "
+         "the latest pipeline when N is left out. This is the default.", "[N]"),
+    Flag("--disable-reuse-test", "bool", "Run every test, even those that passed before."),
+    Flag("--disable-fail-fast", "bool", "Keep running the other stages after one fails."),
+    Flag("--skip-test", "bool", "Run only the build and sanity stages.", partly_tested=True),
+    Flag("--stage-list", "list", "Run exactly these stages (`*` wildcards allowed).",
+         '"A10-PyTorch-1, …"', partly_tested=True),
+    Flag("--gpu-type", "list", "Keep only stages on these GPU types.", '"A30, H100_PCIe"',
+         partly_tested=True),
+    Flag("--test-backend", "list", "Keep only stages of these backends "
+         f"({', '.join(TEST_BACKENDS)}).", '"pytorch, cpp"', partly_tested=True),
+    Flag("--add-multi-gpu-test", "bool", "Add every multi-GPU pre-merge stage (needs approval)."),
+    Flag("--only-multi-gpu-test", "bool", "Keep only multi-GPU stages (needs approval).",
+         partly_tested=True),
+    Flag("--disable-multi-gpu-test", "bool", "Drop the multi-GPU stages.", partly_tested=True),
+    Flag("--post-merge", "bool", "Run the post-merge pipeline as well as pre-merge (needs "
+         "approval)."),
+    Flag("--extra-stage", "list", "Run the default selection plus these stages.",
+         '"H100_PCIe-PyTorch-Post-Merge-1, …"'),
+    Flag("--detailed-log", "bool", "Stream every stage's full log."),
+    Flag("--debug", "bool", "Keep the one stage named in --stage-list for debugging and print "
+         "how to re-run it.", partly_tested=True),
+)
+RUN_FLAGS_BY_NAME = {flag.name: flag for flag in RUN_FLAGS}
+CONTRADICTIONS = (
+    ("--reuse-test", "--disable-reuse-test"),
+    ("--only-multi-gpu-test", "--disable-multi-gpu-test"),
+    ("--only-multi-gpu-test", "--add-multi-gpu-test"),
+    ("--stage-list", "--extra-stage"),
+)
+
+
+def _parse_run(args: list[str]) -> Command:
+    given: dict[str, object] = {}
+    i = 0
+    while i < len(args):
+        name, _, inline = args[i].partition("=")
+        flag = RUN_FLAGS_BY_NAME.get(name)
+        if flag is None:
+            raise CommandError(_unknown("run flag", args[i], RUN_FLAGS_BY_NAME) + _usage_hint("run"))
+        if flag.name in given:
+            raise CommandError(f"{flag.name} is given twice; give it once")
+        value: object
+        if flag.kind == "bool":
+            if inline:
+                raise CommandError(f"{flag.name} takes no value (got {inline!r})")
+            value = True
+        elif flag.kind == "list":
+            if inline:
+                raw = inline
+            elif i + 1 < len(args) and not args[i + 1].startswith("--"):
+                i += 1
+                raw = args[i]
+            else:
+                raise CommandError(f"{flag.name} needs a value, e.g. {flag.name} {flag.metavar}")
+            value = _split_list(flag, raw)
+        else:  # optional pipeline id
+            raw = inline or (args[i + 1] if i + 1 < len(args) and PIPELINE_ID.match(args[i + 1])
+                             else "")
+            if raw and not inline:
+                i += 1
+            value = _pipeline_id(flag.name, raw) if raw else "latest"
+        given[flag.name] = value
+        i += 1
+    _check_contradictions(given)
+    options = RunOptions(**{RUN_FLAGS_BY_NAME[name].field: value for name, value in given.items()})
+    if options.debug and (len(options.stage_list) != 1 or "*" in options.stage_list[0]):
+        raise CommandError(
+            "--debug needs exactly one stage in --stage-list, e.g. "
+            '--debug --stage-list "DGX_H200-4_GPUs-AutoDeploy-1"'
+        )
+    return Command("run", run=options)
+
+
+def _split_list(flag: Flag, raw: str) -> tuple[str, ...]:
+    items = tuple(item.strip() for item in raw.split(","))
+    if not all(items):
+        raise CommandError(f"{flag.name} has an empty item in {raw!r}; write {flag.metavar}")
+    if flag.name == "--test-backend":
+        items = tuple(item.lower() for item in items)
+        for item in items:
+            if item not in TEST_BACKENDS:
+                raise CommandError(_unknown("test backend", item, TEST_BACKENDS))
+    return items
+
+
+def _check_contradictions(given: dict[str, object]) -> None:
+    for first, second in CONTRADICTIONS:
+        if first in given and second in given:
+            raise CommandError(f"{first} and {second} contradict each other; give only one")
+
+
+def _pipeline_id(where: str, raw: str) -> int:
+    match = PIPELINE_ID.match(raw)
+    if not match:
+        raise CommandError(f"{where} takes a pipeline id such as 47634 or #47634, not {raw!r}")
+    return int(match["id"])
+
+
+def _parse_kill(args: list[str]) -> Command:
+    if args:
+        raise CommandError(f"kill takes no arguments (got {' '.join(args)!r}); write /bot kill")
+    return Command("kill")
+
+
+def _parse_skip(args: list[str]) -> Command:
+    if len(args) == 2 and args[0] == "--comment" or len(args) == 1 and args[0].startswith(
+        "--comment="
+    ):
+        reason = args[1] if len(args) == 2 else args[0].partition("=")[2]
+        if reason.strip():
+            return Command("skip", comment=reason.strip())
+    raise CommandError('skip needs a reason: /bot skip --comment "why testing can be skipped"')
+
+
+def _parse_reuse_pipeline(args: list[str]) -> Command:
+    if len(args) > 1:
+        raise CommandError(
+            f"reuse-pipeline takes at most one pipeline id (got {' '.join(args)!r}); "
+            "write /bot reuse-pipeline [#N]"
+        )
+    return Command(
+        "reuse-pipeline", pipeline_id=_pipeline_id("reuse-pipeline", args[0]) if args else None
+    )
+
+
+def _parse_help(args: list[str]) -> Command:
+    return Command("help")
+
+
+SUBCOMMANDS: dict[str, Subcommand] = {
+    spec.name: spec
+    for spec in (
+        Subcommand(
+            "run",
+            "/bot run [flags]",
+            "Plan and run the stages for the PR's head commit, then post one report. By default "
+            "it reuses tests that already passed on this commit.",
+            "anyone with write permission; --post-merge, --add-multi-gpu-test and "
+            "--only-multi-gpu-test also need the approval label",
+            ("/bot run", "/bot run --disable-fail-fast",
+             '/bot run --stage-list "DGX_H200-4_GPUs-AutoDeploy-1"',
+             '/bot run --extra-stage "DGX_B200-4_GPUs-AutoDeploy-1"'),
+            _parse_run,
+            RUN_FLAGS,
+        ),
+        Subcommand("kill", "/bot kill", "Stop every running pipeline of this PR.",
+                   "anyone with write permission", ("/bot kill",), _parse_kill),
+        Subcommand(
+            "skip",
+            '/bot skip --comment "REASON"',
+            "Mark the PR's head commit as passing without testing it.",
+            "maintainers and admins",
+            ('/bot skip --comment "docs-only change"',),
+            _parse_skip,
+            dangerous=True,
+        ),
+        Subcommand(
+            "reuse-pipeline",
+            "/bot reuse-pipeline [#N]",
+            "Validate the head commit with the result of pipeline N (default: the latest), "
+            "and stop running pipelines.",
+            "maintainers and admins",
+            ("/bot reuse-pipeline", "/bot reuse-pipeline #47634"),
+            _parse_reuse_pipeline,
+            dangerous=True,
+        ),
+        Subcommand("help", "/bot help", "Show this help.", "anyone",
+                   ("/bot help", "/bot --help"), _parse_help),
+    )
+}
+
+
+def find_command_line(comment: str) -> tuple[int, str] | None:
+    """Return (1-based line number, arguments) of the comment's one `/bot` line, or None."""
+    found: list[tuple[int, str]] = []
+    fence: str | None = None
+    for number, line in enumerate(comment.splitlines(), start=1):
+        opening = FENCE.match(line)
+        if fence is not None:
+            if opening and opening["fence"][0] == fence[0] and len(opening["fence"]) >= len(fence):
+                fence = None
+            continue
+        if opening:
+            fence = opening["fence"]
+            continue
+        if QUOTE.match(line):
+            continue
+        match = BOT_LINE.match(line)
+        if match:
+            found.append((number, match["args"] or ""))
+    if len(found) > 1:
+        lines = " and ".join(str(number) for number, _ in found)
+        raise CommandError(
+            f"found {len(found)} /bot commands (lines {lines}); put one command per comment"
+        )
+    return found[0] if found else None
+
+
+def parse_comment(comment: str) -> Command:
+    """Parse a whole PR comment; a comment without a `/bot` line gives ``Command(None)``."""
+    located = find_command_line(comment)
+    if located is None:
+        return Command(None)
+    number, raw = located
+    try:
+        args = shlex.split(raw.translate(TYPOGRAPHIC_QUOTES))
+    except ValueError as error:
+        raise CommandError(f"cannot split the /bot line on line {number}: {error}") from None
+    if not args:
+        raise CommandError("the /bot line names no command\n\n" + help_text())
+    name, rest = args[0], args[1:]
+    if name in HELP_FLAGS or any(arg in HELP_FLAGS for arg in rest):
+        name, rest = "help", []
+    spec = SUBCOMMANDS.get(name)
+    if spec is None:
+        raise CommandError(_unknown("command", name, SUBCOMMANDS) + "\n\n" + help_text())
+    return replace(spec.parse(rest), line=number)
+
+
+def render(command: Command) -> str:
+    """Write a Command back as a `/bot` line that parses to the same Command."""
+    if command.name is None:
+        return ""
+    words = ["/bot", command.name]
+    if command.name == "run":
+        assert command.run is not None
+        for flag in RUN_FLAGS:
+            value = getattr(command.run, flag.field)
+            if value is True or value == "latest":
+                words.append(flag.name)
+            elif flag.kind == "list" and value:
+                words += [flag.name, shlex.quote(", ".join(value))]
+            elif flag.kind == "pipeline" and isinstance(value, int):
+                words += [flag.name, str(value)]
+    elif command.name == "skip":
+        words += ["--comment", shlex.quote(command.comment or "")]
+    elif command.name == "reuse-pipeline" and command.pipeline_id is not None:
+        words.append(f"#{command.pipeline_id}")
+    return " ".join(words)
+
+
+def help_text() -> str:
+    from stagebot.templates import render_template
+
+    return render_template("bot_help.md.j2", subcommands=list(SUBCOMMANDS.values()))
+
+
+def _unknown(what: str, given: str, choices) -> str:
+    close = difflib.get_close_matches(given, list(choices), n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    return f"unknown {what} {given!r}{hint} (valid: {', '.join(choices)})"
+
+
+def _usage_hint(name: str) -> str:
+    return f"\nusage: {SUBCOMMANDS[name].usage}; see /bot help"

@@ -1,0 +1,62 @@
+"""The reply marker: a hidden ``<!-- stagebot:{json} -->`` payload in the bot's PR reply.
+
+It lets the bot find its own reply again (to edit it in place), handle each triggering comment
+once, and read a compact pipeline summary back (schema: bot/schemas/reply_marker.v1.json).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from stagebot.bot.errors import StagebotError
+
+MARKER_VERSION = 1
+PIPELINE_STATES = ("RUNNING", "SUCCESS", "FAILURE", "ABORTED")
+MARKER = re.compile(r"<!-- stagebot:(?P<payload>\{.*?\}) -->", re.DOTALL)
+
+
+class MarkerError(StagebotError):
+    """A marker whose payload is not a valid reply marker."""
+
+
+@dataclass(frozen=True)
+class ReplyMarker:
+    pipeline: int
+    commit: str
+    comment_id: int  # the triggering comment
+    state: str  # RUNNING | SUCCESS | FAILURE | ABORTED
+    stages: dict[str, str] = field(default_factory=dict)  # stage -> StageResult state
+
+    def render(self) -> str:
+        payload = json.dumps({"version": MARKER_VERSION, **asdict(self)}, sort_keys=True,
+                             separators=(",", ":"))  # fmt: skip
+        # ">" never appears raw, so the payload cannot close the HTML comment early.
+        return "<!-- stagebot:" + payload.replace(">", "\\u003e") + " -->"
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ReplyMarker:
+        if data.get("version") != MARKER_VERSION:
+            raise MarkerError(f"unsupported reply marker version {data.get('version')!r}")
+        try:
+            marker = cls(data["pipeline"], data["commit"], data["comment_id"], data["state"],
+                         dict(data.get("stages", {})))  # fmt: skip
+        except (KeyError, TypeError) as error:
+            raise MarkerError(f"reply marker lacks or mistypes {error}") from None
+        if marker.state not in PIPELINE_STATES:
+            raise MarkerError(f"reply marker state {marker.state!r} is not one of {PIPELINE_STATES}")
+        return marker
+
+
+def find_marker(body: str) -> ReplyMarker | None:
+    """The marker in a comment body, or None; a malformed marker raises MarkerError."""
+    match = MARKER.search(body)
+    if match is None:
+        return None
+    try:
+        data = json.loads(match["payload"])
+    except json.JSONDecodeError as error:
+        raise MarkerError(f"reply marker payload is not JSON: {error}") from None
+    return ReplyMarker.from_json(data)

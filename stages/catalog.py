@@ -1,0 +1,410 @@
+"""The stage catalog: GPU types, stage families, suite attachments and waives, validated at load.
+
+A catalog is a folder of fragments (``*.yaml``, merged in name order, one per suite or area, so
+parallel work never edits one file) plus ``waives*.txt`` files, or a single YAML file. Loading
+follows one path: parse with line numbers, validate each section, merge, then cross-check; every
+error names the file, line, item and the valid choices.
+
+Fragment keys: ``gpu_types`` (name -> arch, device_names, runner_labels), ``families`` (a list of
+stage families) and ``attach`` (suites added to the families whose names match).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from stagebot.stages.errors import CatalogError
+from stagebot.stages.names import BACKENDS, parse_test_stage_name, test_stage_name
+from stagebot.stages.patterns import compile_path_pattern, name_matches
+
+DEFAULT_CATALOG = Path(__file__).parent / "catalog"
+KINDS = ("test", "build", "sanity")
+PHASES = ("pre_merge", "post_merge")
+FRAGMENT_KEYS = ("gpu_types", "families", "attach")
+GPU_TYPE_KEYS = ("arch", "device_names", "runner_labels")
+FAMILY_KEYS = (
+    "name", "kind", "gpu_type", "gpu_count", "nodes", "backend", "tags", "phase", "shards",
+    "timeout_minutes", "suites", "command", "run_if_changed", "skip_if_only_changed",
+)  # fmt: skip
+SUITE_KEYS = ("path", "marks", "keyword", "args")
+ATTACH_KEYS = ("families", "suites")
+WAIVE_LINE = re.compile(
+    r"^(?:full:(?P<gpu>[A-Za-z0-9_]+)/)?(?P<test>\S+)\s+SKIP\s+\((?P<reason>.*\S.*)\)\s*$"
+)
+
+
+@dataclass(frozen=True)
+class GpuType:
+    name: str
+    arch: str | None
+    device_names: tuple[str, ...]
+    runner_labels: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class SuiteRef:
+    """A pytest path or node id, with optional ``-m`` / ``-k`` and extra arguments."""
+
+    path: str
+    marks: str | None = None
+    keyword: str | None = None
+    args: tuple[str, ...] = ()
+
+    def pytest_args(self) -> list[str]:
+        args = [self.path]
+        if self.marks:
+            args += ["-m", self.marks]
+        if self.keyword:
+            args += ["-k", self.keyword]
+        return args + list(self.args)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"path": self.path, "marks": self.marks, "keyword": self.keyword,
+                "args": list(self.args)}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    kind: str
+    gpu_type: str
+    gpu_count: int
+    nodes: int
+    backend: str | None
+    tags: tuple[str, ...]
+    phase: str
+    shards: int
+    timeout_minutes: int
+    suites: tuple[SuiteRef, ...]
+    command: str | None
+    run_if_changed: tuple[str, ...]
+    skip_if_only_changed: tuple[str, ...]
+    source: str  # "file:line"
+
+    @property
+    def multi_gpu(self) -> bool:
+        return self.gpu_count > 1 or self.nodes > 1
+
+    def stage_names(self) -> list[str]:
+        if self.kind != "test":
+            return [self.name]
+        return [test_stage_name(self.name, k) for k in range(1, self.shards + 1)]
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    family: Family
+    shard: int  # 1-based shard index
+
+    def __getattr__(self, attribute: str):  # the family's attributes, read through the stage
+        return getattr(self.family, attribute)
+
+
+@dataclass(frozen=True)
+class Waive:
+    test_id: str
+    reason: str
+    gpu_type: str | None
+    source: str
+
+    def applies_to(self, gpu_type: str) -> bool:
+        return self.gpu_type is None or self.gpu_type == gpu_type
+
+
+@dataclass
+class Catalog:
+    gpu_types: dict[str, GpuType]
+    families: tuple[Family, ...]
+    waives: tuple[Waive, ...]
+    digest: str  # changes whenever any catalog or waives file changes
+    stages: tuple[Stage, ...] = field(init=False)
+    _by_name: dict[str, Stage] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.stages = tuple(
+            Stage(name, family, k)
+            for family in self.families
+            for k, name in enumerate(family.stage_names(), start=1)
+        )
+        self._by_name = {stage.name: stage for stage in self.stages}
+
+    def stage(self, name: str) -> Stage | None:
+        return self._by_name.get(name)
+
+    def waives_for(self, gpu_type: str) -> list[Waive]:
+        return [waive for waive in self.waives if waive.applies_to(gpu_type)]
+
+
+class _LineLoader(yaml.SafeLoader):
+    """A YAML loader whose mappings remember their 1-based line (``_Mapping.line``)."""
+
+
+class _Mapping(dict):
+    line = 0
+
+
+def _construct_mapping(loader: _LineLoader, node: yaml.MappingNode) -> _Mapping:
+    mapping = _Mapping(loader.construct_mapping(node, deep=True))
+    mapping.line = node.start_mark.line + 1
+    return mapping
+
+
+_LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+class _Reader:
+    """Validates one file's items; ``fail`` raises a CatalogError located in that file."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def fail(self, line: int, item: str, message: str) -> None:
+        raise CatalogError(f"{self.path}:{line}: {item}: {message}")
+
+    def keys(self, data: _Mapping, valid: tuple[str, ...], item: str) -> None:
+        for key in data:
+            if key not in valid:
+                self.fail(data.line, item, f"unknown key {key!r} (valid: {', '.join(valid)})")
+
+    def typed(self, data: _Mapping, key: str, kind: type | tuple[type, ...], item: str,
+              default: Any = None, required: bool = False) -> Any:  # fmt: skip
+        if key not in data or data[key] is None:
+            if required:
+                self.fail(data.line, item, f"missing required key {key!r}")
+            return default
+        value = data[key]
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            names = " or ".join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))
+            self.fail(data.line, item, f"{key!r} must be {names}, not {value!r}")
+        return value
+
+    def strings(self, data: _Mapping, key: str, item: str) -> tuple[str, ...]:
+        values = self.typed(data, key, list, item, default=[])
+        if not all(isinstance(value, str) and value for value in values):
+            self.fail(data.line, item, f"{key!r} must be a list of non-empty strings")
+        return tuple(values)
+
+    def choice(self, data: _Mapping, key: str, choices, item: str, default=None) -> Any:
+        value = data.get(key, default)
+        if value not in choices:
+            self.fail(data.line, item, f"{key} {value!r} is not one of {', '.join(map(str, choices))}")
+        return value
+
+
+def load_catalog(path: str | Path | None = None) -> Catalog:
+    """Load a catalog folder (fragments + waives) or one YAML file; the default is the shipped one."""
+    root = Path(path) if path is not None else DEFAULT_CATALOG
+    if root.is_dir():
+        fragments = sorted([*root.glob("*.yaml"), *root.glob("*.yml")])
+        waive_files = sorted(root.glob("waives*.txt"))
+        if not fragments:
+            raise CatalogError(f"{root}: no *.yaml catalog fragments in this folder")
+    elif root.is_file():
+        fragments, waive_files = [root], []
+    else:
+        raise CatalogError(f"{root}: no such catalog file or folder")
+    digest = hashlib.sha256()
+    gpu_types: dict[str, GpuType] = {}
+    family_data: list[tuple[_Reader, _Mapping]] = []
+    attachments: list[tuple[_Reader, _Mapping]] = []
+    for fragment in fragments:
+        text = fragment.read_text(encoding="utf-8")
+        digest.update(fragment.name.encode() + b"\0" + text.encode())
+        reader = _Reader(fragment)
+        data = _parse_yaml(fragment, text)
+        reader.keys(data, FRAGMENT_KEYS, "fragment")
+        for name, spec in reader.typed(data, "gpu_types", dict, "fragment", default={}).items():
+            if name in gpu_types:
+                reader.fail(spec.line, f"gpu type {name!r}", "defined twice")
+            gpu_types[name] = _gpu_type(reader, name, spec)
+        family_data += [(reader, f) for f in _mappings(reader, data, "families")]
+        attachments += [(reader, a) for a in _mappings(reader, data, "attach")]
+    families = [_family(reader, spec, gpu_types) for reader, spec in family_data]
+    _check_unique(families)
+    families = _attach(attachments, families)
+    for family in families:
+        if family.kind == "test" and not family.suites and family.command is None:
+            raise CatalogError(
+                f"{family.source}: family {family.name!r}: a test family needs suites (attach "
+                "them in a suite fragment) or a command"
+            )
+    waives: list[Waive] = []
+    for waive_file in waive_files:
+        text = waive_file.read_text(encoding="utf-8")
+        digest.update(waive_file.name.encode() + b"\0" + text.encode())
+        waives += _waives(waive_file, text, gpu_types)
+    return Catalog(gpu_types, tuple(families), tuple(waives), digest.hexdigest()[:16])
+
+
+def _parse_yaml(path: Path, text: str) -> _Mapping:
+    try:
+        data = yaml.load(text, Loader=_LineLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark else str(path)
+        raise CatalogError(f"{where}: not valid YAML: {getattr(error, 'problem', error)}") from None
+    if data is None:
+        return _Mapping()
+    if not isinstance(data, _Mapping):
+        raise CatalogError(f"{path}:1: a catalog fragment must be a mapping of {FRAGMENT_KEYS}")
+    return data
+
+
+def _mappings(reader: _Reader, data: _Mapping, key: str) -> list[_Mapping]:
+    items = reader.typed(data, key, list, "fragment", default=[])
+    for index, item in enumerate(items):
+        if not isinstance(item, _Mapping):
+            reader.fail(data.line, f"{key}[{index}]", "must be a mapping")
+    return items
+
+
+def _gpu_type(reader: _Reader, name: str, spec: Any) -> GpuType:
+    item = f"gpu type {name!r}"
+    if not isinstance(spec, _Mapping):
+        reader.fail(1, item, f"must be a mapping of {', '.join(GPU_TYPE_KEYS)}")
+    reader.keys(spec, GPU_TYPE_KEYS, item)
+    return GpuType(
+        name,
+        reader.typed(spec, "arch", str, item),
+        reader.strings(spec, "device_names", item),
+        reader.strings(spec, "runner_labels", item),
+    )
+
+
+def _family(reader: _Reader, spec: _Mapping, gpu_types: dict[str, GpuType]) -> Family:
+    name = reader.typed(spec, "name", str, "family", required=True)
+    item = f"family {name!r}"
+    reader.keys(spec, FAMILY_KEYS, item)
+    kind = reader.choice(spec, "kind", KINDS, item)
+    declared = {key: spec[key] for key in ("gpu_type", "gpu_count", "nodes", "backend", "phase")
+                if key in spec}  # fmt: skip
+    if kind == "test":
+        try:
+            parsed = parse_test_stage_name(name, with_shard=False)
+        except ValueError as error:
+            reader.fail(spec.line, item, f"{error}; test families are named "
+                        "<GPU>[-<N>_GPUs][-<M>_Nodes]-<Backend>[-<Tag>…][-Post-Merge]")  # fmt: skip
+        from_name = {
+            "gpu_type": parsed.gpu_type, "gpu_count": parsed.gpu_count, "nodes": parsed.nodes,
+            "backend": parsed.backend, "phase": "post_merge" if parsed.post_merge else "pre_merge",
+        }  # fmt: skip
+        if "tags" in spec and tuple(reader.strings(spec, "tags", item)) != parsed.tags:
+            reader.fail(spec.line, item, f"tags {spec['tags']} disagree with the name "
+                        f"(which says {list(parsed.tags)})")  # fmt: skip
+        tags = parsed.tags
+    else:
+        first = name.split("-")[0]
+        from_name = {"gpu_type": first, "gpu_count": 0 if first == "CPU" else 1, "nodes": 1,
+                     "backend": None, "phase": "pre_merge"}  # fmt: skip
+        from_name.update({k: v for k, v in declared.items() if k in ("gpu_count", "phase")})
+        tags = reader.strings(spec, "tags", item)
+    for key, value in declared.items():
+        if value != from_name[key]:
+            reader.fail(spec.line, item, f"{key} {value!r} disagrees with the name, which says "
+                        f"{from_name[key]!r}")  # fmt: skip
+    gpu_type = from_name["gpu_type"]
+    if gpu_type not in gpu_types:
+        reader.fail(spec.line, item, f"unknown GPU type {gpu_type!r} (valid: "
+                    f"{', '.join(gpu_types)}); declare it under gpu_types")  # fmt: skip
+    gpu_count = reader.typed(spec, "gpu_count", int, item, default=from_name["gpu_count"])
+    if (gpu_type == "CPU") != (gpu_count == 0):
+        reader.fail(spec.line, item, "GPU type CPU means 0 GPUs, and only CPU does")
+    reader.choice(spec, "phase", PHASES, item, default=from_name["phase"])
+    if from_name["backend"] is not None and from_name["backend"] not in BACKENDS.values():
+        reader.fail(spec.line, item, f"unknown backend {from_name['backend']!r}")
+    shards = reader.typed(spec, "shards", int, item, default=1)
+    if shards < 1 or (kind != "test" and shards != 1):
+        reader.fail(spec.line, item, "shards must be ≥ 1, and exactly 1 for build/sanity stages")
+    timeout = reader.typed(spec, "timeout_minutes", int, item, required=True)
+    if timeout < 1:
+        reader.fail(spec.line, item, "timeout_minutes must be at least 1")
+    suites = tuple(_suite(reader, s, item) for s in reader.typed(spec, "suites", list, item, []))
+    command = reader.typed(spec, "command", str, item)
+    if suites and command is not None:
+        reader.fail(spec.line, item, "give either suites or a command, not both")
+    if kind != "test" and command is None:
+        reader.fail(spec.line, item, f"a {kind} stage needs a command (a real check to run)")
+    run_if = reader.strings(spec, "run_if_changed", item)
+    skip_if = reader.strings(spec, "skip_if_only_changed", item)
+    if run_if and skip_if:
+        reader.fail(spec.line, item, "run_if_changed and skip_if_only_changed are mutually "
+                    "exclusive; keep one")  # fmt: skip
+    for pattern in run_if + skip_if:
+        try:
+            compile_path_pattern(pattern)
+        except ValueError as error:
+            reader.fail(spec.line, item, str(error))
+    return Family(name, kind, gpu_type, gpu_count, from_name["nodes"], from_name["backend"], tags,
+                  spec.get("phase", from_name["phase"]), shards, timeout, suites, command, run_if,
+                  skip_if, f"{reader.path}:{spec.line}")  # fmt: skip
+
+
+def _suite(reader: _Reader, spec: Any, item: str) -> SuiteRef:
+    if not isinstance(spec, _Mapping):
+        reader.fail(1, item, f"each suite must be a mapping of {', '.join(SUITE_KEYS)}")
+    reader.keys(spec, SUITE_KEYS, f"{item} suite")
+    path = reader.typed(spec, "path", str, f"{item} suite", required=True)
+    if path.startswith("/") or ".." in Path(path.split("::")[0]).parts:
+        reader.fail(spec.line, f"{item} suite", f"path {path!r} must be repository-relative")
+    args = reader.typed(spec, "args", list, f"{item} suite", default=[])
+    if not all(isinstance(arg, str) for arg in args):
+        reader.fail(spec.line, f"{item} suite", "args must be a list of strings")
+    return SuiteRef(path, reader.typed(spec, "marks", str, item),
+                    reader.typed(spec, "keyword", str, item), tuple(args))  # fmt: skip
+
+
+def _check_unique(families: list[Family]) -> None:
+    seen: dict[str, Family] = {}
+    for family in families:
+        for name in family.stage_names():
+            if name in seen:
+                raise CatalogError(f"{family.source}: stage {name!r} is also defined at "
+                                   f"{seen[name].source}; stage names must be unique")  # fmt: skip
+            seen[name] = family
+
+
+def _attach(attachments: list[tuple[_Reader, _Mapping]], families: list[Family]) -> list[Family]:
+    from dataclasses import replace
+
+    by_name = {family.name: family for family in families}
+    for reader, spec in attachments:
+        reader.keys(spec, ATTACH_KEYS, "attach")
+        patterns = reader.strings(spec, "families", "attach")
+        suites = tuple(_suite(reader, s, "attach") for s in reader.typed(spec, "suites", list,
+                                                                         "attach", required=True))
+        for pattern in patterns:
+            matched = [name for name in by_name if name_matches(name, pattern)]
+            if not matched:
+                reader.fail(spec.line, "attach", f"family pattern {pattern!r} matches no family "
+                            f"(families: {', '.join(by_name)})")  # fmt: skip
+            for name in matched:
+                family = by_name[name]
+                if family.kind != "test" or family.command is not None:
+                    reader.fail(spec.line, "attach", f"suites can only be attached to test families "
+                                f"without a command; {name!r} is not one")  # fmt: skip
+                by_name[name] = replace(family, suites=family.suites + suites)
+    return [by_name[family.name] for family in families]
+
+
+def _waives(path: Path, text: str, gpu_types: dict[str, GpuType]) -> list[Waive]:
+    waives = []
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        match = WAIVE_LINE.match(line)
+        if not match:
+            raise CatalogError(f"{path}:{number}: waive {line!r}: expected "
+                               "'[full:<GPU>/]<test id> SKIP (<reason>)'")  # fmt: skip
+        if match["gpu"] and match["gpu"] not in gpu_types:
+            raise CatalogError(f"{path}:{number}: waive {match['test']!r}: unknown GPU type "
+                               f"{match['gpu']!r} (valid: {', '.join(gpu_types)})")  # fmt: skip
+        waives.append(Waive(match["test"], match["reason"], match["gpu"], f"{path}:{number}"))
+    return waives

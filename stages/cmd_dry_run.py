@@ -1,0 +1,71 @@
+"""`bot dry-run`: show exactly what `bot run` would do for a comment, without running anything."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from stagebot.bot.cli_options import (
+    catalog_option,
+    changed_files_option,
+    comment_argument,
+    commit_option,
+    json_option,
+    pr_option,
+    read_changed_files,
+    read_comment,
+)
+from stagebot.bot.grammar import parse_comment
+from stagebot.stages.catalog import load_catalog
+from stagebot.stages.plan import Plan
+from stagebot.stages.planner import plan_run
+
+
+@click.command("dry-run")
+@json_option
+@catalog_option
+@changed_files_option
+@commit_option
+@pr_option
+@comment_argument
+def dry_run(as_json, catalog, changed_files, commit, pr, comment) -> None:
+    """Plan COMMENT (or '-' for stdin) against the catalog and print the plan."""
+    command = parse_comment(read_comment(comment))
+    if command.name != "run":
+        what = "no /bot command" if command.name is None else f"`/bot {command.name}`"
+        click.echo(f"{what}: nothing to plan (only `/bot run` runs stages)")
+        return
+    plan = plan_run(command, load_catalog(catalog), changed_files=read_changed_files(changed_files),
+                    commit=commit, pr=pr)  # fmt: skip
+    if as_json:
+        click.echo(json.dumps(plan.to_json(), indent=2))
+    else:
+        click.echo(format_plan(plan))
+
+
+def format_plan(plan: Plan) -> str:
+    """A readable plan: one row per shard, then the steps, gating and approval."""
+    rows = [("STAGE", "ACTION", "GPU", "GPUS", "SELECTED BY", "REASON")]
+    for shard in plan.shards:
+        selected = shard.selected_by + (" (named explicitly)" if shard.explicit else "")
+        rows.append((shard.stage, shard.action, shard.gpu_type, str(shard.gpu_count), selected,
+                     shard.reason))  # fmt: skip
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  " + row[-1]
+             for row in rows]  # fmt: skip
+    counts = {action: len(plan.shards_to(action)) for action in ("run", "reuse", "skip")}
+    lines.append(f"\n{len(plan.shards)} shard(s): {counts['run']} run, {counts['reuse']} reused, "
+                 f"{counts['skip']} skipped")  # fmt: skip
+    lines.append("steps:")
+    for step in plan.steps:
+        change = "".join(
+            f" {sign}{len(names)}" for sign, names in (("+", step.added), ("-", step.removed)) if names
+        )
+        lines.append(f"  {step.step}:{change or ' no change'} — {step.reason}")
+    lines.append("status: " + ("this run sets the PR's gating status" if plan.gating else
+                               f"Partly Tested — {plan.partly_tested_reason}"))  # fmt: skip
+    if plan.needs_approval:
+        lines.append("approval needed: " + "; ".join(plan.approval_reasons))
+    lines += [f"note: {note}" for note in plan.notes]
+    return "\n".join(lines)

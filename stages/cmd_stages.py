@@ -1,0 +1,94 @@
+"""`bot stages`: list the catalog, describe one stage, or map a test id to the stages that run it.
+
+The test -> stage mapping works on path / node-id prefixes (no pytest collection), so it is fast.
+"""
+
+from __future__ import annotations
+
+import difflib
+
+import click
+
+from stagebot.bot.cli_options import catalog_option
+from stagebot.stages.catalog import Catalog, Stage, load_catalog
+from stagebot.stages.errors import PlanError
+
+
+@click.command()
+@catalog_option
+@click.option("--list", "list_all", is_flag=True, help="List every stage.")
+@click.option("--stage", "stage_name", metavar="NAME", help="Describe one stage.")
+@click.option("--test", "test_id", metavar="ID", help="Which stages run this test id or path.")
+def stages(catalog, list_all: bool, stage_name: str | None, test_id: str | None) -> None:
+    """Show the stage catalog (give exactly one of --list, --stage, --test)."""
+    given = [flag for flag, value in (("--list", list_all), ("--stage", stage_name),
+                                      ("--test", test_id)) if value]  # fmt: skip
+    if len(given) != 1:
+        raise click.UsageError("give exactly one of --list, --stage NAME, --test ID")
+    loaded = load_catalog(catalog)
+    if list_all:
+        click.echo(_table(loaded.stages))
+    elif stage_name:
+        click.echo(_describe(loaded, _find_stage(loaded, stage_name)))
+    else:
+        click.echo(_stages_for_test(loaded, test_id))
+
+
+def _table(stages: tuple[Stage, ...]) -> str:
+    rows = [("STAGE", "KIND", "GPU", "GPUS", "NODES", "BACKEND", "PHASE", "TIMEOUT")]
+    rows += [(s.name, s.kind, s.gpu_type, str(s.gpu_count), str(s.nodes), s.backend or "-",
+              s.phase, f"{s.timeout_minutes}m") for s in stages]  # fmt: skip
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows)
+
+
+def _find_stage(catalog: Catalog, name: str) -> Stage:
+    stage = catalog.stage(name)
+    if stage is None:
+        names = [s.name for s in catalog.stages]
+        close = difflib.get_close_matches(name, names, n=3, cutoff=0.6)
+        hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
+        raise PlanError(f"unknown stage {name!r}{hint} (see `bot stages --list`)")
+    return stage
+
+
+def _describe(catalog: Catalog, stage: Stage) -> str:
+    family = stage.family
+    lines = [
+        f"{stage.name}  (shard {stage.shard} of {family.shards} of {family.name}, {family.source})",
+        f"  kind: {family.kind}   phase: {family.phase}   timeout: {family.timeout_minutes} min",
+        f"  GPUs: {family.gpu_count} x {family.gpu_type} on {family.nodes} node(s)"
+        f"   runner labels: {', '.join(catalog.gpu_types[family.gpu_type].runner_labels)}",
+    ]
+    if family.backend:
+        lines.append(f"  backend: {family.backend}   tags: {', '.join(family.tags) or '-'}")
+    lines += [f"  suite: pytest {' '.join(suite.pytest_args())}" for suite in family.suites]
+    if family.command:
+        lines.append(f"  command: {family.command}")
+    for rule in ("run_if_changed", "skip_if_only_changed"):
+        if getattr(family, rule):
+            lines.append(f"  {rule}: {', '.join(getattr(family, rule))}")
+    lines += [f"  waived: {w.test_id} ({w.reason})" for w in catalog.waives_for(family.gpu_type)]
+    return "\n".join(lines)
+
+
+def _covers(suite_path: str, test_id: str) -> bool:
+    """A suite runs a test when one names a path or node id under the other."""
+    outer, inner = sorted((suite_path.rstrip("/"), test_id.rstrip("/")), key=len)
+    return inner == outer or inner.startswith((outer + "/", outer + "::"))
+
+
+def _stages_for_test(catalog: Catalog, test_id: str) -> str:
+    lines = []
+    for stage in catalog.stages:
+        for suite in stage.suites:
+            if _covers(suite.path, test_id):
+                filters = " ".join(suite.pytest_args()[1:])
+                lines.append(f"{stage.name}" + (f"  (pytest {suite.path} {filters})" if filters
+                                                 else ""))  # fmt: skip
+    if not lines:
+        paths = sorted({suite.path for stage in catalog.stages for suite in stage.suites})
+        raise PlanError(f"no stage runs {test_id!r}; the suites are: {', '.join(paths)}")
+    waived = [w for w in catalog.waives if _covers(w.test_id, test_id)]
+    lines += [f"waived: {w.test_id} on {w.gpu_type or 'every GPU'} ({w.reason})" for w in waived]
+    return "\n".join(lines)

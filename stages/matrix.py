@@ -1,0 +1,40 @@
+"""Turn a Plan's shards to run into CI fan-out matrix entries (one job per shard)."""
+
+from __future__ import annotations
+
+from stagebot.stages.catalog import Catalog
+from stagebot.stages.plan import MatrixEntry, Plan
+
+
+def matrix_entries(plan: Plan, catalog: Catalog, pipeline: int) -> list[MatrixEntry]:
+    """One entry per shard the plan runs: the job needs no ledger and no catalog to run it."""
+    options = plan.command["options"]
+    entries = []
+    for shard in plan.shards_to("run"):
+        gpu_type = catalog.gpu_types[shard.gpu_type]
+        entries.append(
+            MatrixEntry(
+                pipeline=pipeline,
+                commit=plan.commit,
+                pr=plan.pr,
+                stage=shard.stage,
+                shard=shard.shard,
+                shards=shard.shards,
+                kind=shard.kind,
+                gpu_type=shard.gpu_type,
+                gpu_count=shard.gpu_count,
+                runner_labels=list(gpu_type.runner_labels),
+                timeout_minutes=shard.timeout_minutes,
+                suites=shard.suites,
+                command=shard.command,
+                tests=[],
+                reused_tests=shard.reused_tests,
+                reuse_from=shard.reuse_from,
+                waives=[{"test_id": w.test_id, "reason": w.reason}
+                        for w in catalog.waives_for(shard.gpu_type)],  # fmt: skip
+                catalog_digest=plan.catalog_digest,
+                detailed_log=options["detailed_log"],
+                debug=options["debug"],
+            )
+        )
+    return entries

@@ -1,0 +1,123 @@
+"""The Plan and matrix-entry contracts (schemas: stages/schemas/plan.v1.json, matrix_entry.v1.json).
+
+A Plan is what the planner decided, step by step, with reasons; a matrix entry is everything one
+CI fan-out job needs to run one shard without the ledger. Both are plain data that round-trip
+through JSON, so each step of the pipeline can run in another process or on another machine.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+from stagebot.stages.errors import PlanError
+
+PLAN_VERSION = 1
+MATRIX_ENTRY_VERSION = 1
+ACTIONS = ("run", "reuse", "skip")
+
+
+@dataclass(frozen=True)
+class Step:
+    """One selection step: what it added or removed, and why."""
+
+    step: str
+    reason: str
+    added: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class PlannedShard:
+    stage: str
+    family: str
+    kind: str
+    shard: int
+    shards: int
+    gpu_type: str
+    gpu_count: int
+    nodes: int
+    backend: str | None
+    phase: str
+    timeout_minutes: int
+    suites: list[dict[str, Any]]
+    command: str | None
+    selected_by: str  # e.g. "default", "--stage-list", "--extra-stage", "run_if_changed"
+    explicit: bool  # named by the user (exactly or by a pattern): path rules do not apply
+    action: str  # run | reuse | skip
+    reason: str
+    reuse_from: int | None = None
+    reused_tests: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Plan:
+    command: dict[str, Any]
+    commit: str | None
+    pr: int | None
+    changed_files: list[str] | None  # None: unknown, treated as "everything changed"
+    catalog_digest: str
+    steps: list[Step]
+    shards: list[PlannedShard]
+    gating: bool  # may set the PR's gating status (covers the whole default selection)
+    partly_tested_reason: str | None
+    needs_approval: bool
+    approval_reasons: list[str]
+    notes: list[str]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"version": PLAN_VERSION, **asdict(self)}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Plan:
+        _check_version("Plan", data, PLAN_VERSION)
+        values = {f.name: data[f.name] for f in fields(cls)}
+        values["steps"] = [Step(**step) for step in data["steps"]]
+        values["shards"] = [PlannedShard(**shard) for shard in data["shards"]]
+        return cls(**values)
+
+    def shards_to(self, action: str) -> list[PlannedShard]:
+        return [shard for shard in self.shards if shard.action == action]
+
+
+@dataclass(frozen=True)
+class MatrixEntry:
+    pipeline: int
+    commit: str | None
+    pr: int | None
+    stage: str
+    shard: int
+    shards: int
+    kind: str
+    gpu_type: str
+    gpu_count: int
+    runner_labels: list[str]
+    timeout_minutes: int
+    suites: list[dict[str, Any]]
+    command: str | None
+    tests: list[str]  # exact test ids to run; empty: every test of the shard's suites
+    reused_tests: list[str]  # test ids that passed before and are deselected
+    reuse_from: int | None
+    waives: list[dict[str, str]]  # {"test_id", "reason"} for this GPU type
+    catalog_digest: str
+    detailed_log: bool = False
+    debug: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {"version": MATRIX_ENTRY_VERSION, **asdict(self)}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> MatrixEntry:
+        _check_version("matrix entry", data, MATRIX_ENTRY_VERSION)
+        names = {f.name for f in fields(cls)}
+        missing = sorted(name for name in names if name not in data and name not in
+                         ("detailed_log", "debug"))  # fmt: skip
+        if missing:
+            raise PlanError(f"matrix entry lacks {', '.join(missing)}")
+        return cls(**{name: data[name] for name in names if name in data})
+
+
+def _check_version(what: str, data: Any, version: int) -> None:
+    if not isinstance(data, dict) or data.get("version") != version:
+        got = data.get("version") if isinstance(data, dict) else type(data).__name__
+        raise PlanError(f"unsupported {what} version {got!r}; expected {version}")

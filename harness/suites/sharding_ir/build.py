@@ -1,0 +1,56 @@
+"""Tiny deterministic models and inputs: the same bits on every rank, no files, no downloads."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from stagebot.harness.suites.sharding_ir.registry import ModelSpec
+
+SEED = 0
+
+
+def build_ir_model(spec: ModelSpec, overrides: dict | None = None, *, fixed_routing: bool = False) -> nn.Module:
+    """The IR model for ``spec``'s tiny config, re-initialised from the seeded generator (fp32, CPU)."""
+    model = spec.ir_model_class()(spec.config(**(overrides or {})), fixed_routing=fixed_routing)
+    reinit_(model)
+    return model.eval()
+
+
+@torch.no_grad()
+def reinit_(model: nn.Module, seed: int = SEED) -> None:
+    """Refill every parameter and floating buffer from one CPU generator, in fp32, then cast.
+
+    Matrices get std fan_in^-0.5 (activations stay O(1), so a dropped collective shows), norm
+    weights 1 + 0.1 N, other vectors and buffers (RoPE's inv_freq too) 0.1 N.
+    """
+    gen = torch.Generator().manual_seed(seed)
+    tensors = [*model.named_parameters(), *model.named_buffers()]
+    for name, t in tensors:
+        if not t.is_floating_point():
+            continue
+        noise = torch.randn(t.shape, generator=gen, dtype=torch.float32)
+        if t.dim() >= 2:
+            value = noise * t.shape[-1] ** -0.5
+        elif "norm" in name:
+            value = 1.0 + 0.1 * noise
+        else:
+            value = 0.1 * noise
+        t.copy_(value.to(t.dtype))
+
+
+def prefill_inputs(vocab_size: int, batch: int = 4, seq: int = 256, seed: int = SEED) -> tuple[torch.Tensor, torch.Tensor]:
+    """Random token ids [batch, seq] from a seeded generator and positions 0..seq-1."""
+    gen = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, vocab_size, (batch, seq), generator=gen)
+    return ids, torch.arange(seq).expand(batch, seq).contiguous()
+
+
+def build_hf_model(spec: ModelSpec, ir_model: nn.Module) -> nn.Module:
+    """HF's own class on the IR model's config, carrying the IR model's weights and buffers."""
+    hf = spec.hf_model_class()(ir_model.config).eval()
+    hf.load_state_dict(ir_model.to_hf_state_dict(ir_model.state_dict()), strict=True)
+    with torch.no_grad():
+        for name, buf in ir_model.named_buffers():
+            hf.get_buffer(name).copy_(buf)
+    return hf

@@ -1,0 +1,138 @@
+"""Qwen3-MoE IR model: routed SwiGLU experts through the ``moe`` hint, one all-reduce per block.
+
+Parameters carry the checkpoint names (``mlp.experts.<e>.gate_proj.weight`` ...). transformers
+5.x keeps each layer's experts fused in memory (``mlp.experts.gate_up_proj`` [E, 2I, H], gate
+rows first; ``mlp.experts.down_proj`` [E, H, I]): ``fuse_experts`` / ``unfuse_experts`` map
+between the two layouts, once, for whole state dicts.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+
+import torch
+from torch import Tensor, nn
+
+from stagebot.harness.suites.sharding_ir import hints
+from stagebot.harness.suites.sharding_ir.dist_config import DistConfig
+from stagebot.harness.suites.sharding_ir.models.layers import (
+    MLP,
+    IRForCausalLM,
+    Shapes,
+    swiglu_local_shapes,
+)
+
+_EXPERT_KEY = re.compile(r"^(?P<block>.*\.experts)\.(?P<e>\d+)\.(?P<proj>gate_proj|up_proj|down_proj)\.weight$")
+_FUSED_KEY = re.compile(r"^(?P<block>.*\.experts)\.(?P<proj>gate_up_proj|down_proj)$")
+
+
+class Expert(nn.Module):
+    def __init__(self, hidden: int, intermediate: int) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(hidden, intermediate, bias=False)
+        self.up_proj = nn.Linear(hidden, intermediate, bias=False)
+        self.down_proj = nn.Linear(intermediate, hidden, bias=False)
+
+
+class SparseMoeBlock(nn.Module):
+    """Softmax top-k router (HF's) or, with ``fixed_routing``, experts chosen by token index."""
+
+    collectives = 1
+
+    def __init__(self, config, fixed_routing: bool) -> None:
+        super().__init__()
+        self.num_experts, self.top_k = config.num_experts, config.num_experts_per_tok
+        self.norm_topk_prob = config.norm_topk_prob
+        self.fixed_routing = fixed_routing
+        self.gate = nn.Linear(config.hidden_size, self.num_experts, bias=False)
+        self.experts = nn.ModuleList(
+            Expert(config.hidden_size, config.moe_intermediate_size) for _ in range(self.num_experts)
+        )
+
+    def route(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        probs = torch.softmax(self.gate(x), dim=-1, dtype=torch.float)
+        if self.fixed_routing:
+            tokens = torch.arange(x.shape[0], device=x.device)[:, None]
+            ids = (tokens * self.top_k + torch.arange(self.top_k, device=x.device)) % self.num_experts
+            weights = probs.gather(1, ids)
+        else:
+            weights, ids = torch.topk(probs, self.top_k, dim=-1)
+        if self.norm_topk_prob:
+            weights = weights / weights.sum(dim=-1, keepdim=True)
+        return ids, weights.to(x.dtype)
+
+    def forward(self, x: Tensor) -> Tensor:
+        b, s, h = x.shape
+        flat = x.reshape(-1, h)
+        ids, weights = self.route(flat)
+        out = hints.moe(
+            flat,
+            ids,
+            weights,
+            [e.gate_proj.weight for e in self.experts],
+            [e.down_proj.weight for e in self.experts],
+            [e.up_proj.weight for e in self.experts],
+        )
+        return hints.all_reduce(out).reshape(b, s, h)
+
+    def local_shapes(self, dc: DistConfig) -> Shapes:
+        local = dc.local_experts(self.num_experts)
+        shapes: Shapes = {}
+        for e, expert in enumerate(self.experts):
+            for name, shape in swiglu_local_shapes(expert, dc.moe_tp).items():
+                shapes[f"experts.{e}.{name}"] = shape if e in local else None
+        return shapes
+
+
+class Qwen3MoeIRForCausalLM(IRForCausalLM):
+    def make_mlp(self, config, layer_idx: int) -> nn.Module:
+        sparse = (
+            layer_idx not in config.mlp_only_layers
+            and config.num_experts > 0
+            and (layer_idx + 1) % config.decoder_sparse_step == 0
+        )
+        if sparse:
+            return SparseMoeBlock(config, self.fixed_routing)
+        return MLP(config.hidden_size, config.intermediate_size)
+
+    @staticmethod
+    def to_hf_state_dict(state: dict[str, Tensor]) -> dict[str, Tensor]:
+        return fuse_experts(state)
+
+
+def fuse_experts(state: dict[str, Tensor]) -> dict[str, Tensor]:
+    """Per-expert checkpoint keys -> HF's fused ``gate_up_proj`` / ``down_proj`` per block."""
+    out: dict[str, Tensor] = {}
+    blocks: dict[str, dict[int, dict[str, Tensor]]] = defaultdict(lambda: defaultdict(dict))
+    for key, value in state.items():
+        m = _EXPERT_KEY.match(key)
+        if m:
+            blocks[m["block"]][int(m["e"])][m["proj"]] = value
+        else:
+            out[key] = value
+    for block, experts in blocks.items():
+        order = [experts[e] for e in sorted(experts)]
+        if sorted(experts) != list(range(len(experts))):
+            raise ValueError(f"{block}: expert ids {sorted(experts)} are not 0..{len(experts) - 1}")
+        out[f"{block}.gate_up_proj"] = torch.stack([torch.cat((p["gate_proj"], p["up_proj"])) for p in order])
+        out[f"{block}.down_proj"] = torch.stack([p["down_proj"] for p in order])
+    return out
+
+
+def unfuse_experts(state: dict[str, Tensor]) -> dict[str, Tensor]:
+    """HF's fused expert tensors -> the per-expert checkpoint keys (inverse of ``fuse_experts``)."""
+    out: dict[str, Tensor] = {}
+    for key, value in state.items():
+        m = _FUSED_KEY.match(key)
+        if not m:
+            out[key] = value
+            continue
+        for e, tensor in enumerate(value.unbind(0)):
+            prefix = f"{m['block']}.{e}"
+            if m["proj"] == "down_proj":
+                out[f"{prefix}.down_proj.weight"] = tensor
+            else:
+                gate, up = tensor.chunk(2, dim=0)
+                out[f"{prefix}.gate_proj.weight"], out[f"{prefix}.up_proj.weight"] = gate, up
+    return out

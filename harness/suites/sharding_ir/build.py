@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import torch
-from torch import nn
-
 from stagebot.harness.suites.sharding_ir.registry import ModelSpec
+from torch import nn
 
 SEED = 0
 
 
-def build_ir_model(spec: ModelSpec, overrides: dict | None = None, *, fixed_routing: bool = False) -> nn.Module:
+def build_ir_model(
+    spec: ModelSpec, overrides: dict | None = None, *, fixed_routing: bool = False
+) -> nn.Module:
     """The IR model for ``spec``'s tiny config, re-initialised from the seeded generator (fp32, CPU)."""
     model = spec.ir_model_class()(spec.config(**(overrides or {})), fixed_routing=fixed_routing)
     reinit_(model)
@@ -39,7 +40,9 @@ def reinit_(model: nn.Module, seed: int = SEED) -> None:
         t.copy_(value.to(t.dtype))
 
 
-def prefill_inputs(vocab_size: int, batch: int = 4, seq: int = 256, seed: int = SEED) -> tuple[torch.Tensor, torch.Tensor]:
+def prefill_inputs(
+    vocab_size: int, batch: int = 4, seq: int = 256, seed: int = SEED
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Random token ids [batch, seq] from a seeded generator and positions 0..seq-1."""
     gen = torch.Generator().manual_seed(seed)
     ids = torch.randint(0, vocab_size, (batch, seq), generator=gen)

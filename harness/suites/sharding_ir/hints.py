@@ -41,7 +41,15 @@ def linear(
 
 
 @linear.register_fake
-def _(input, weight, bias=None, tp_mode="none", output_sizes=None, tp_min_local_shape=1, layer_type="mlp"):
+def _(
+    input,
+    weight,
+    bias=None,
+    tp_mode="none",
+    output_sizes=None,
+    tp_min_local_shape=1,
+    layer_type="mlp",
+):
     return F.linear(input, weight, bias)
 
 
@@ -125,7 +133,10 @@ def _(x, topk_ids, topk_weights, w1, w2, w3):
 def hint_ops() -> dict[str, torch._ops.OpOverload]:
     """Hint name -> the ``.default`` overload an exported graph's node targets."""
     ops = getattr(torch.ops, NAMESPACE)
-    return {name: getattr(ops, name).default for name in ("linear", "view", "split_with_sizes", "all_reduce", "moe")}
+    return {
+        name: getattr(ops, name).default
+        for name in ("linear", "view", "split_with_sizes", "all_reduce", "moe")
+    }
 
 
 def hint_args(node: torch.fx.Node) -> dict:

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
-
 from stagebot.harness.suites.sharding_ir import hints
 from stagebot.harness.suites.sharding_ir.dist_config import DistConfig
+from torch import Tensor, nn
 
 Shapes = dict[str, tuple[int, ...] | None]  # parameter name -> local shape (None: dropped)
 
@@ -112,7 +111,11 @@ class Attention(nn.Module):
             "o_proj.weight": (hidden, q_rows),
         }
         if self.o_proj.bias is not None:
-            shapes |= {"q_proj.bias": (q_rows,), "k_proj.bias": (kv_rows,), "v_proj.bias": (kv_rows,)}
+            shapes |= {
+                "q_proj.bias": (q_rows,),
+                "k_proj.bias": (kv_rows,),
+                "v_proj.bias": (kv_rows,),
+            }
         return shapes
 
 
@@ -188,7 +191,9 @@ class IRForCausalLM(nn.Module):
             raise ValueError("IR models keep lm_head separate: set tie_word_embeddings=False")
         self.config = config
         self.fixed_routing = fixed_routing
-        layers = [DecoderLayer(config, self.make_mlp(config, i)) for i in range(config.num_hidden_layers)]
+        layers = [
+            DecoderLayer(config, self.make_mlp(config, i)) for i in range(config.num_hidden_layers)
+        ]
         self.model = DecoderModel(config, layers)
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
 
@@ -212,7 +217,9 @@ class IRForCausalLM(nn.Module):
         """Module path -> collectives its forward issues once sharded (none unsharded)."""
         if dc.world_size < 2:
             return {}
-        return {name: m.collectives for name, m in self.named_modules() if hasattr(m, "collectives")}
+        return {
+            name: m.collectives for name, m in self.named_modules() if hasattr(m, "collectives")
+        }
 
     @staticmethod
     def to_hf_state_dict(state: dict[str, Tensor]) -> dict[str, Tensor]:

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from torch import nn
-
 from stagebot.harness.suites.sharding_ir.models.layers import MLP, IRForCausalLM
+from torch import nn
 
 
 class Qwen3IRForCausalLM(IRForCausalLM):

@@ -12,8 +12,6 @@ import re
 from collections import defaultdict
 
 import torch
-from torch import Tensor, nn
-
 from stagebot.harness.suites.sharding_ir import hints
 from stagebot.harness.suites.sharding_ir.dist_config import DistConfig
 from stagebot.harness.suites.sharding_ir.models.layers import (
@@ -22,8 +20,11 @@ from stagebot.harness.suites.sharding_ir.models.layers import (
     Shapes,
     swiglu_local_shapes,
 )
+from torch import Tensor, nn
 
-_EXPERT_KEY = re.compile(r"^(?P<block>.*\.experts)\.(?P<e>\d+)\.(?P<proj>gate_proj|up_proj|down_proj)\.weight$")
+_EXPERT_KEY = re.compile(
+    r"^(?P<block>.*\.experts)\.(?P<e>\d+)\.(?P<proj>gate_proj|up_proj|down_proj)\.weight$"
+)
 _FUSED_KEY = re.compile(r"^(?P<block>.*\.experts)\.(?P<proj>gate_up_proj|down_proj)$")
 
 
@@ -47,14 +48,17 @@ class SparseMoeBlock(nn.Module):
         self.fixed_routing = fixed_routing
         self.gate = nn.Linear(config.hidden_size, self.num_experts, bias=False)
         self.experts = nn.ModuleList(
-            Expert(config.hidden_size, config.moe_intermediate_size) for _ in range(self.num_experts)
+            Expert(config.hidden_size, config.moe_intermediate_size)
+            for _ in range(self.num_experts)
         )
 
     def route(self, x: Tensor) -> tuple[Tensor, Tensor]:
         probs = torch.softmax(self.gate(x), dim=-1, dtype=torch.float)
         if self.fixed_routing:
             tokens = torch.arange(x.shape[0], device=x.device)[:, None]
-            ids = (tokens * self.top_k + torch.arange(self.top_k, device=x.device)) % self.num_experts
+            ids = (
+                tokens * self.top_k + torch.arange(self.top_k, device=x.device)
+            ) % self.num_experts
             weights = probs.gather(1, ids)
         else:
             weights, ids = torch.topk(probs, self.top_k, dim=-1)
@@ -115,7 +119,9 @@ def fuse_experts(state: dict[str, Tensor]) -> dict[str, Tensor]:
         order = [experts[e] for e in sorted(experts)]
         if sorted(experts) != list(range(len(experts))):
             raise ValueError(f"{block}: expert ids {sorted(experts)} are not 0..{len(experts) - 1}")
-        out[f"{block}.gate_up_proj"] = torch.stack([torch.cat((p["gate_proj"], p["up_proj"])) for p in order])
+        out[f"{block}.gate_up_proj"] = torch.stack(
+            [torch.cat((p["gate_proj"], p["up_proj"])) for p in order]
+        )
         out[f"{block}.down_proj"] = torch.stack([p["down_proj"] for p in order])
     return out
 

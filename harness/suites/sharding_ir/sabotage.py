@@ -1,0 +1,52 @@
+"""Negative controls: deliberate mistakes in a sharded graph that a check must catch."""
+
+from __future__ import annotations
+
+import torch
+from stagebot.harness.suites.sharding_ir.collectives import collective_op
+from torch import Tensor, fx, nn
+
+
+def remove_collectives(gm: fx.GraphModule) -> int:
+    """Delete every collective node (its input flows on); returns how many were removed."""
+    removed = 0
+    for node in list(gm.graph.nodes):
+        if node.op == "call_function" and node.target is collective_op():
+            node.replace_all_uses_with(node.args[0])
+            gm.graph.erase_node(node)
+            removed += 1
+    gm.recompile()
+    return removed
+
+
+def add_extra_collective(gm: fx.GraphModule) -> None:
+    """Follow the first collective with a second one in the same module."""
+    node = next(
+        n for n in gm.graph.nodes if n.op == "call_function" and n.target is collective_op()
+    )
+    with gm.graph.inserting_after(node):
+        extra = gm.graph.call_function(collective_op(), (node,))
+    extra.meta = dict(node.meta)
+    node.replace_all_uses_with(extra, delete_user_cb=lambda user: user is not extra)
+    gm.recompile()
+
+
+def split_on_wrong_dim(
+    gm: fx.GraphModule, full: dict[str, Tensor], tp_size: int, tp_rank: int
+) -> str:
+    """Re-shard the first row-split 2-D parameter along dim 1 instead; returns its name."""
+    for name, param in gm.named_parameters():
+        whole = full[name]
+        if whole.dim() == 2 and param.shape[0] < whole.shape[0]:
+            owner, _, attr = name.rpartition(".")
+            wrong = whole.tensor_split(tp_size, 1)[tp_rank].clone()
+            setattr(gm.get_submodule(owner), attr, nn.Parameter(wrong, requires_grad=False))
+            return name
+    raise AssertionError("no row-split parameter to sabotage: the graph is not sharded")
+
+
+def poison_(gm: fx.GraphModule) -> None:
+    """Fill every parameter with NaN, so only a working load can make the outputs right again."""
+    with torch.no_grad():
+        for param in gm.parameters():
+            param.fill_(float("nan"))

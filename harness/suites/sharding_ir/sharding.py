@@ -1,0 +1,240 @@
+"""``apply_sharding_hints`` (per rank) and ``strip_sharding_hints`` on an exported GraphModule.
+
+apply: each hint node shards itself for the rank's DistConfig: linear weights split colwise
+(dim 0, each ``output_sizes`` piece on its own) or rowwise (dim 1; the bias kept on TP rank 0,
+zero elsewhere, so the all-reduce adds it once); views get -1 at ``tp_scaled_dim``; split sizes
+are divided by TP; ``all_reduce`` becomes a real collective; ``moe`` keeps the rank's experts
+(even shares, remainder on the last EP rank), localises expert ids and zeroes the routing
+weights of other ranks' experts, and splits expert weights over MoE-TP. Where a
+``tp_min_local_shape`` leaves fewer units than TP ranks (KV heads), groups of ranks share a
+replicated unit. Nothing to do below two ranks.
+
+strip: lowers leftover hints to plain ops (an unsharded ``all_reduce`` disappears).
+"""
+
+from __future__ import annotations
+
+import torch
+from stagebot.harness.suites.sharding_ir.collectives import collective_op
+from stagebot.harness.suites.sharding_ir.dist_config import DistConfig
+from stagebot.harness.suites.sharding_ir.errors import ShardingIRError
+from stagebot.harness.suites.sharding_ir.hints import TP_MODES, hint_args, hint_ops
+from stagebot.harness.suites.sharding_ir.load_hooks import ParamShard, register_load_hooks
+from torch import Tensor, fx, nn
+
+aten = torch.ops.aten
+
+
+def apply_sharding_hints(gm: fx.GraphModule, dc: DistConfig) -> fx.GraphModule:
+    """Shard ``gm`` in place for ``dc``'s rank and hook its loading; returns ``gm``."""
+    if dc.world_size < 2:
+        return gm
+    ops = hint_ops()
+    handlers = {
+        ops["linear"]: _shard_linear,
+        ops["view"]: _shard_view,
+        ops["split_with_sizes"]: _shard_split,
+        ops["all_reduce"]: _shard_all_reduce,
+        ops["moe"]: _shard_moe,
+    }
+    shards: dict[str, ParamShard] = {}
+    for node in list(gm.graph.nodes):
+        if node.op == "call_function" and node.target in handlers:
+            handlers[node.target](gm, node, dc, shards)
+    gm.graph.lint()
+    gm.recompile()
+    register_load_hooks(gm, shards)
+    return gm
+
+
+def strip_sharding_hints(gm: fx.GraphModule) -> fx.GraphModule:
+    """Lower every hint node left in ``gm`` to plain ops, dropping hint-only arguments."""
+    ops = hint_ops()
+    lowering = {
+        ops["linear"]: lambda a: (aten.linear.default, (a["input"], a["weight"], a["bias"])),
+        ops["view"]: lambda a: (aten.reshape.default, (a["x"], a["shape"])),
+        ops["split_with_sizes"]: lambda a: (
+            aten.split_with_sizes.default,
+            (a["x"], a["sizes"], a["dim"]),
+        ),
+        ops["moe"]: lambda a: (
+            torch.ops.stagebot_ir.torch_moe.default,
+            tuple(a[k] for k in ("x", "topk_ids", "topk_weights", "w1", "w2", "w3")),
+        ),
+    }
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function":
+            continue
+        if node.target is ops["all_reduce"]:
+            node.replace_all_uses_with(hint_args(node)["x"])
+            gm.graph.erase_node(node)
+        elif node.target in lowering:
+            node.target, node.args = lowering[node.target](hint_args(node))
+            node.kwargs = {}
+    gm.graph.lint()
+    gm.recompile()
+    return gm
+
+
+def _set_args(node: fx.Node, **updates) -> None:
+    values = hint_args(node) | updates
+    node.args = tuple(values[a.name] for a in node.target._schema.arguments)
+    node.kwargs = {}
+
+
+def _plan(
+    node: fx.Node, what: str, size: int, parts: int, rank: int, min_size: int, replicate: bool
+) -> tuple[int, int]:
+    """(number of chunks, this rank's chunk) for splitting ``size`` over ``parts`` ranks."""
+    units, whole = divmod(size, min_size)
+    if whole == 0 and units >= parts and units % parts == 0:
+        return parts, rank
+    if whole == 0 and replicate and units < parts and parts % units == 0:
+        return units, rank // (parts // units)
+    raise ShardingIRError(
+        f"node {node.name!r} ({what}): cannot split size {size} over TP size {parts} in units of "
+        f"{min_size}; the size must be a multiple of {min_size} * {parts} = {min_size * parts}"
+        + (f" (or {min_size} times a divisor of {parts}, replicated)." if replicate else ".")
+    )
+
+
+def _splitter(
+    node,
+    what: str,
+    size: int,
+    dim: int,
+    parts: int,
+    rank: int,
+    *,
+    min_size: int = 1,
+    pieces=None,
+    replicate: bool = False,
+):
+    """A ``take`` splitting ``dim`` (each of ``pieces`` on its own) and the local piece sizes."""
+    pieces = list(pieces or [size])
+    if sum(pieces) != size:
+        raise ShardingIRError(
+            f"node {node.name!r} ({what}): output_sizes {pieces} do not add up to {size}."
+        )
+    plans = [_plan(node, what, p, parts, rank, min_size, replicate) for p in pieces]
+
+    def take(t: Tensor) -> Tensor:
+        split = t.split(pieces, dim)
+        return torch.cat(
+            [p.tensor_split(n, dim)[i] for p, (n, i) in zip(split, plans, strict=True)], dim
+        )
+
+    return take, [p // n for p, (n, _) in zip(pieces, plans, strict=True)]
+
+
+def _shard_param(gm: fx.GraphModule, attr: fx.Node, shards: dict[str, ParamShard], take) -> None:
+    owner, _, name = attr.target.rpartition(".")
+    module = gm.get_submodule(owner)
+    full = getattr(module, name)
+    setattr(module, name, nn.Parameter(take(full.detach()).clone(), requires_grad=False))
+    shards[attr.target] = ParamShard(full.shape, take)
+
+
+def _shard_linear(gm, node, dc: DistConfig, shards) -> None:
+    a = hint_args(node)
+    mode, weight, bias = a["tp_mode"], a["weight"], a["bias"]
+    if mode not in TP_MODES:
+        raise ShardingIRError(
+            f"node {node.name!r}: tp_mode {mode!r} is not one of {', '.join(TP_MODES)}."
+        )
+    if mode == "none":
+        return
+    out_size, in_size = gm.get_parameter(weight.target).shape
+    tp, rank, min_size = dc.tp_size, dc.tp_rank, a["tp_min_local_shape"]
+    if mode == "colwise":
+        take, local = _splitter(
+            node,
+            weight.target,
+            out_size,
+            0,
+            tp,
+            rank,
+            min_size=min_size,
+            pieces=a["output_sizes"],
+            replicate=True,
+        )
+        _shard_param(gm, weight, shards, take)
+        if bias is not None:
+            _shard_param(gm, bias, shards, take)
+        if a["output_sizes"]:
+            _set_args(node, output_sizes=local)
+        return
+    if a["output_sizes"]:
+        raise ShardingIRError(
+            f"node {node.name!r}: output_sizes apply to colwise linears, not rowwise."
+        )
+    take, _ = _splitter(node, weight.target, in_size, 1, tp, rank, min_size=min_size)
+    _shard_param(gm, weight, shards, take)
+    if bias is not None:
+        _shard_param(gm, bias, shards, lambda b: b if rank == 0 else torch.zeros_like(b))
+
+
+def _shard_view(gm, node, dc: DistConfig, shards) -> None:
+    a = hint_args(node)
+    if a["tp_scaled_dim"] >= 0:
+        shape = list(a["shape"])
+        shape[a["tp_scaled_dim"]] = -1
+        _set_args(node, shape=shape)
+
+
+def _shard_split(gm, node, dc: DistConfig, shards) -> None:
+    a = hint_args(node)
+    if not a["enable_sharding"]:
+        return
+    if any(size % dc.tp_size for size in a["sizes"]):
+        raise ShardingIRError(
+            f"node {node.name!r}: split sizes {a['sizes']} are not all divisible by TP size {dc.tp_size}."
+        )
+    _set_args(node, sizes=[size // dc.tp_size for size in a["sizes"]])
+
+
+def _shard_all_reduce(gm, node, dc: DistConfig, shards) -> None:
+    x = hint_args(node)["x"]
+    node.target, node.args, node.kwargs = collective_op(), (x,), {}
+
+
+def _shard_moe(gm, node, dc: DistConfig, shards) -> None:
+    a = hint_args(node)
+    w1, w2, w3 = a["w1"], a["w2"], a["w3"]
+    local = dc.local_experts(len(w1))
+    for e in local:
+        rows, cols = gm.get_parameter(w1[e].target).shape
+        if dc.moe_tp > 1:
+            for attr in (w1[e], w3[e]):
+                _shard_param(
+                    gm,
+                    attr,
+                    shards,
+                    _splitter(node, attr.target, rows, 0, dc.moe_tp, dc.moe_tp_rank)[0],
+                )
+            _shard_param(
+                gm,
+                w2[e],
+                shards,
+                _splitter(node, w2[e].target, rows, 1, dc.moe_tp, dc.moe_tp_rank)[0],
+            )
+    ids, weights = a["topk_ids"], a["topk_weights"]
+    if len(local) < len(w1):
+        graph = gm.graph
+        with graph.inserting_before(node):
+            is_local = graph.call_function(
+                aten.logical_and.default,
+                (
+                    graph.call_function(aten.ge.Scalar, (ids, local.start)),
+                    graph.call_function(aten.lt.Scalar, (ids, local.stop)),
+                ),
+            )
+            weights = graph.call_function(aten.mul.Tensor, (weights, is_local))
+            ids = graph.call_function(aten.sub.Scalar, (ids, local.start))
+    keep = slice(local.start, local.stop)
+    _set_args(node, topk_ids=ids, topk_weights=weights, w1=w1[keep], w2=w2[keep], w3=w3[keep])
+    for e in set(range(len(w1))) - set(local):
+        for attr in (w1[e], w2[e], w3[e]):
+            gm.graph.erase_node(attr)
+            owner, _, name = attr.target.rpartition(".")
+            delattr(gm.get_submodule(owner), name)

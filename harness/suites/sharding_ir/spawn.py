@@ -1,0 +1,115 @@
+"""Run a function on N ranks, one spawned process each, under a process group; collect results.
+
+NCCL (one GPU per rank) when ``backend == "nccl"``, gloo on CPU otherwise. Ranks meet through a
+file store (no port to race for). Collectives time out after ``collective_timeout_s``; the parent
+stops every rank once any rank fails or the deadline passes, and raises ``RankFailure`` carrying
+each failed rank's traceback, so it reads in the pytest report itself.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import queue
+import tempfile
+import time
+import traceback
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+
+class RankFailure(AssertionError):
+    """One or more ranks failed; the message holds their tracebacks."""
+
+
+def run_on_ranks(
+    target: Callable[..., Any],
+    world_size: int,
+    args: tuple = (),
+    *,
+    backend: str = "gloo",
+    timeout_s: float = 300.0,
+    collective_timeout_s: float = 90.0,
+) -> list[Any]:
+    """``[target(rank, *args) for rank in range(world_size)]``, each in its own process."""
+    ctx = mp.get_context("spawn")
+    results: queue.Queue = ctx.Queue()
+    with tempfile.TemporaryDirectory(prefix="sharding_ir_") as tmp:
+        store = os.path.join(tmp, "store")
+        procs = [
+            ctx.Process(
+                target=_rank_main,
+                args=(target, rank, world_size, backend, store, collective_timeout_s, args, results),
+                name=f"rank{rank}",
+            )
+            for rank in range(world_size)
+        ]
+        for proc in procs:
+            proc.start()
+        try:
+            outcomes = _collect(procs, results, time.monotonic() + timeout_s)
+        finally:
+            for proc in procs:
+                if proc.is_alive():
+                    proc.terminate()
+            for proc in procs:
+                proc.join(timeout=10)
+    failures = {rank: text for rank, (ok, text) in sorted(outcomes.items()) if not ok}
+    if failures:
+        raise RankFailure(
+            f"{len(failures)} of {world_size} ranks failed ({backend}):\n"
+            + "\n".join(f"--- rank {rank} ---\n{text}" for rank, text in failures.items())
+        )
+    return [outcomes[rank][1] for rank in range(world_size)]
+
+
+def _collect(procs, results: queue.Queue, deadline: float) -> dict[int, tuple[bool, Any]]:
+    """Every rank's (ok, result or traceback); stops at the first failure, death or the deadline."""
+    outcomes: dict[int, tuple[bool, Any]] = {}
+    while len(outcomes) < len(procs):
+        try:
+            rank, ok, payload = results.get(timeout=0.5)
+            outcomes[rank] = (ok, payload)
+            if not ok:
+                break
+        except queue.Empty:
+            dead = [r for r, p in enumerate(procs) if r not in outcomes and p.exitcode is not None]
+            for rank in dead:
+                outcomes[rank] = (False, f"exited with code {procs[rank].exitcode} and no result")
+            if dead:
+                break
+            if time.monotonic() > deadline:
+                for rank in range(len(procs)):
+                    outcomes.setdefault(rank, (False, "still running at the deadline: stopped"))
+                break
+    for rank in range(len(procs)):
+        outcomes.setdefault(rank, (False, "stopped after another rank failed"))
+    return outcomes
+
+
+def _rank_main(target, rank, world_size, backend, store, collective_timeout_s, args, results) -> None:
+    import torch
+    import torch.distributed as dist
+
+    try:
+        kwargs = {}
+        if backend == "nccl":
+            torch.cuda.set_device(rank)
+            kwargs["device_id"] = torch.device("cuda", rank)
+        else:
+            torch.set_num_threads(1)
+        dist.init_process_group(
+            backend,
+            init_method=f"file://{store}",
+            rank=rank,
+            world_size=world_size,
+            timeout=timedelta(seconds=collective_timeout_s),
+            **kwargs,
+        )
+        try:
+            results.put((rank, True, target(rank, *args)))
+        finally:
+            dist.destroy_process_group()
+    except BaseException:
+        results.put((rank, False, traceback.format_exc()))

@@ -42,7 +42,9 @@ class LazyGroup(click.Group):
         return command
 
 
-@click.group(cls=LazyGroup, lazy_commands=COMMANDS, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(
+    cls=LazyGroup, lazy_commands=COMMANDS, context_settings={"help_option_names": ["-h", "--help"]}
+)
 @click.version_option(package_name="stagebot")
 def cli() -> None:
     """stagebot: turn `/bot` PR comments into stage plans, run them, report back."""
@@ -51,7 +53,7 @@ def cli() -> None:
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run the CLI; a project error prints one line and exits with its code."""
     try:
-        cli.main(args=argv, standalone_mode=False)
+        cli.main(args=argv, prog_name="bot", standalone_mode=False)
     except click.exceptions.Exit as done:
         sys.exit(done.exit_code)
     except click.Abort:

@@ -66,7 +66,9 @@ class Command:
             )
         name, options = data.get("command"), data.get("options", {})
         if name is not None and name not in SUBCOMMANDS:
-            raise CommandError(f"unknown command {name!r}; expected one of {', '.join(SUBCOMMANDS)}")
+            raise CommandError(
+                f"unknown command {name!r}; expected one of {', '.join(SUBCOMMANDS)}"
+            )
         if name == "run":
             known = RunOptions.__dataclass_fields__
             unknown = sorted(set(options) - set(known))

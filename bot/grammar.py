@@ -27,7 +27,7 @@ HELP_FLAGS = ("-h", "--help")
 
 @dataclass(frozen=True)
 class Flag:
-    """One `/bot run` flag. ``kind``: "bool", "list" (comma-separated) or "pipeline" (optional id)."""
+    """One `/bot run` flag; kind "bool", "list" (comma-separated) or "pipeline" (optional id)."""
 
     name: str
     kind: str
@@ -53,28 +53,61 @@ class Subcommand:
 
 
 RUN_FLAGS = (
-    Flag("--reuse-test", "pipeline", "Reuse tests that passed on this commit in pipeline N, or in "
-         "the latest pipeline when N is left out. This is the default.", "[N]"),
+    Flag(
+        "--reuse-test",
+        "pipeline",
+        "Reuse tests that passed on this commit in pipeline N, or in "
+        "the latest pipeline when N is left out. This is the default.",
+        "[N]",
+    ),
     Flag("--disable-reuse-test", "bool", "Run every test, even those that passed before."),
     Flag("--disable-fail-fast", "bool", "Keep running the other stages after one fails."),
     Flag("--skip-test", "bool", "Run only the build and sanity stages.", partly_tested=True),
-    Flag("--stage-list", "list", "Run exactly these stages (`*` wildcards allowed).",
-         '"A10-PyTorch-1, …"', partly_tested=True),
-    Flag("--gpu-type", "list", "Keep only stages on these GPU types.", '"A30, H100_PCIe"',
-         partly_tested=True),
-    Flag("--test-backend", "list", "Keep only stages of these backends "
-         f"({', '.join(TEST_BACKENDS)}).", '"pytorch, cpp"', partly_tested=True),
+    Flag(
+        "--stage-list",
+        "list",
+        "Run exactly these stages (`*` wildcards allowed).",
+        '"A10-PyTorch-1, …"',
+        partly_tested=True,
+    ),
+    Flag(
+        "--gpu-type",
+        "list",
+        "Keep only stages on these GPU types.",
+        '"A30, H100_PCIe"',
+        partly_tested=True,
+    ),
+    Flag(
+        "--test-backend",
+        "list",
+        f"Keep only stages of these backends ({', '.join(TEST_BACKENDS)}).",
+        '"pytorch, cpp"',
+        partly_tested=True,
+    ),
     Flag("--add-multi-gpu-test", "bool", "Add every multi-GPU pre-merge stage (needs approval)."),
-    Flag("--only-multi-gpu-test", "bool", "Keep only multi-GPU stages (needs approval).",
-         partly_tested=True),
+    Flag(
+        "--only-multi-gpu-test",
+        "bool",
+        "Keep only multi-GPU stages (needs approval).",
+        partly_tested=True,
+    ),
     Flag("--disable-multi-gpu-test", "bool", "Drop the multi-GPU stages.", partly_tested=True),
-    Flag("--post-merge", "bool", "Run the post-merge pipeline as well as pre-merge (needs "
-         "approval)."),
-    Flag("--extra-stage", "list", "Run the default selection plus these stages.",
-         '"H100_PCIe-PyTorch-Post-Merge-1, …"'),
+    Flag(
+        "--post-merge", "bool", "Run the post-merge pipeline as well as pre-merge (needs approval)."
+    ),
+    Flag(
+        "--extra-stage",
+        "list",
+        "Run the default selection plus these stages.",
+        '"H100_PCIe-PyTorch-Post-Merge-1, …"',
+    ),
     Flag("--detailed-log", "bool", "Stream every stage's full log."),
-    Flag("--debug", "bool", "Keep the one stage named in --stage-list for debugging and print "
-         "how to re-run it.", partly_tested=True),
+    Flag(
+        "--debug",
+        "bool",
+        "Keep the one stage named in --stage-list for debugging and print how to re-run it.",
+        partly_tested=True,
+    ),
 )
 RUN_FLAGS_BY_NAME = {flag.name: flag for flag in RUN_FLAGS}
 CONTRADICTIONS = (
@@ -92,7 +125,9 @@ def _parse_run(args: list[str]) -> Command:
         name, _, inline = args[i].partition("=")
         flag = RUN_FLAGS_BY_NAME.get(name)
         if flag is None:
-            raise CommandError(_unknown("run flag", args[i], RUN_FLAGS_BY_NAME) + _usage_hint("run"))
+            raise CommandError(
+                _unknown("run flag", args[i], RUN_FLAGS_BY_NAME) + _usage_hint("run")
+            )
         if flag.name in given:
             raise CommandError(f"{flag.name} is given twice; give it once")
         value: object
@@ -110,8 +145,9 @@ def _parse_run(args: list[str]) -> Command:
                 raise CommandError(f"{flag.name} needs a value, e.g. {flag.name} {flag.metavar}")
             value = _split_list(flag, raw)
         else:  # optional pipeline id
-            raw = inline or (args[i + 1] if i + 1 < len(args) and PIPELINE_ID.match(args[i + 1])
-                             else "")
+            raw = inline or (
+                args[i + 1] if i + 1 < len(args) and PIPELINE_ID.match(args[i + 1]) else ""
+            )
             if raw and not inline:
                 i += 1
             value = _pipeline_id(flag.name, raw) if raw else "latest"
@@ -159,8 +195,11 @@ def _parse_kill(args: list[str]) -> Command:
 
 
 def _parse_skip(args: list[str]) -> Command:
-    if len(args) == 2 and args[0] == "--comment" or len(args) == 1 and args[0].startswith(
-        "--comment="
+    if (
+        len(args) == 2
+        and args[0] == "--comment"
+        or len(args) == 1
+        and args[0].startswith("--comment=")
     ):
         reason = args[1] if len(args) == 2 else args[0].partition("=")[2]
         if reason.strip():
@@ -193,14 +232,23 @@ SUBCOMMANDS: dict[str, Subcommand] = {
             "it reuses tests that already passed on this commit.",
             "anyone with write permission; --post-merge, --add-multi-gpu-test and "
             "--only-multi-gpu-test also need the approval label",
-            ("/bot run", "/bot run --disable-fail-fast",
-             '/bot run --stage-list "DGX_H200-4_GPUs-AutoDeploy-1"',
-             '/bot run --extra-stage "DGX_B200-4_GPUs-AutoDeploy-1"'),
+            (
+                "/bot run",
+                "/bot run --disable-fail-fast",
+                '/bot run --stage-list "DGX_H200-4_GPUs-AutoDeploy-1"',
+                '/bot run --extra-stage "DGX_B200-4_GPUs-AutoDeploy-1"',
+            ),
             _parse_run,
             RUN_FLAGS,
         ),
-        Subcommand("kill", "/bot kill", "Stop every running pipeline of this PR.",
-                   "anyone with write permission", ("/bot kill",), _parse_kill),
+        Subcommand(
+            "kill",
+            "/bot kill",
+            "Stop every running pipeline of this PR.",
+            "anyone with write permission",
+            ("/bot kill",),
+            _parse_kill,
+        ),
         Subcommand(
             "skip",
             '/bot skip --comment "REASON"',
@@ -220,8 +268,14 @@ SUBCOMMANDS: dict[str, Subcommand] = {
             _parse_reuse_pipeline,
             dangerous=True,
         ),
-        Subcommand("help", "/bot help", "Show this help.", "anyone",
-                   ("/bot help", "/bot --help"), _parse_help),
+        Subcommand(
+            "help",
+            "/bot help",
+            "Show this help.",
+            "anyone",
+            ("/bot help", "/bot --help"),
+            _parse_help,
+        ),
     )
 }
 

@@ -31,8 +31,9 @@ class ReplyMarker:
     stages: dict[str, str] = field(default_factory=dict)  # stage -> StageResult state
 
     def render(self) -> str:
-        payload = json.dumps({"version": MARKER_VERSION, **asdict(self)}, sort_keys=True,
-                             separators=(",", ":"))  # fmt: skip
+        payload = json.dumps(
+            {"version": MARKER_VERSION, **asdict(self)}, sort_keys=True, separators=(",", ":")
+        )
         # ">" never appears raw, so the payload cannot close the HTML comment early.
         return "<!-- stagebot:" + payload.replace(">", "\\u003e") + " -->"
 
@@ -41,12 +42,19 @@ class ReplyMarker:
         if data.get("version") != MARKER_VERSION:
             raise MarkerError(f"unsupported reply marker version {data.get('version')!r}")
         try:
-            marker = cls(data["pipeline"], data["commit"], data["comment_id"], data["state"],
-                         dict(data.get("stages", {})))  # fmt: skip
+            marker = cls(
+                data["pipeline"],
+                data["commit"],
+                data["comment_id"],
+                data["state"],
+                dict(data.get("stages", {})),
+            )
         except (KeyError, TypeError) as error:
             raise MarkerError(f"reply marker lacks or mistypes {error}") from None
         if marker.state not in PIPELINE_STATES:
-            raise MarkerError(f"reply marker state {marker.state!r} is not one of {PIPELINE_STATES}")
+            raise MarkerError(
+                f"reply marker state {marker.state!r} is not one of {PIPELINE_STATES}"
+            )
         return marker
 
 

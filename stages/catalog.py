@@ -29,9 +29,21 @@ PHASES = ("pre_merge", "post_merge")
 FRAGMENT_KEYS = ("gpu_types", "families", "attach")
 GPU_TYPE_KEYS = ("arch", "device_names", "runner_labels")
 FAMILY_KEYS = (
-    "name", "kind", "gpu_type", "gpu_count", "nodes", "backend", "tags", "phase", "shards",
-    "timeout_minutes", "suites", "command", "run_if_changed", "skip_if_only_changed",
-)  # fmt: skip
+    "name",
+    "kind",
+    "gpu_type",
+    "gpu_count",
+    "nodes",
+    "backend",
+    "tags",
+    "phase",
+    "shards",
+    "timeout_minutes",
+    "suites",
+    "command",
+    "run_if_changed",
+    "skip_if_only_changed",
+)
 SUITE_KEYS = ("path", "marks", "keyword", "args")
 ATTACH_KEYS = ("families", "suites")
 WAIVE_LINE = re.compile(
@@ -65,8 +77,12 @@ class SuiteRef:
         return args + list(self.args)
 
     def to_json(self) -> dict[str, Any]:
-        return {"path": self.path, "marks": self.marks, "keyword": self.keyword,
-                "args": list(self.args)}  # fmt: skip
+        return {
+            "path": self.path,
+            "marks": self.marks,
+            "keyword": self.keyword,
+            "args": list(self.args),
+        }
 
 
 @dataclass(frozen=True)
@@ -173,8 +189,15 @@ class _Reader:
             if key not in valid:
                 self.fail(data.line, item, f"unknown key {key!r} (valid: {', '.join(valid)})")
 
-    def typed(self, data: _Mapping, key: str, kind: type | tuple[type, ...], item: str,
-              default: Any = None, required: bool = False) -> Any:  # fmt: skip
+    def typed(
+        self,
+        data: _Mapping,
+        key: str,
+        kind: type | tuple[type, ...],
+        item: str,
+        default: Any = None,
+        required: bool = False,
+    ) -> Any:
         if key not in data or data[key] is None:
             if required:
                 self.fail(data.line, item, f"missing required key {key!r}")
@@ -194,12 +217,14 @@ class _Reader:
     def choice(self, data: _Mapping, key: str, choices, item: str, default=None) -> Any:
         value = data.get(key, default)
         if value not in choices:
-            self.fail(data.line, item, f"{key} {value!r} is not one of {', '.join(map(str, choices))}")
+            self.fail(
+                data.line, item, f"{key} {value!r} is not one of {', '.join(map(str, choices))}"
+            )
         return value
 
 
 def load_catalog(path: str | Path | None = None) -> Catalog:
-    """Load a catalog folder (fragments + waives) or one YAML file; the default is the shipped one."""
+    """Load a catalog folder (fragments + waives) or one YAML file (default: the shipped one)."""
     root = Path(path) if path is not None else DEFAULT_CATALOG
     if root.is_dir():
         fragments = sorted([*root.glob("*.yaml"), *root.glob("*.yml")])
@@ -283,36 +308,61 @@ def _family(reader: _Reader, spec: _Mapping, gpu_types: dict[str, GpuType]) -> F
     item = f"family {name!r}"
     reader.keys(spec, FAMILY_KEYS, item)
     kind = reader.choice(spec, "kind", KINDS, item)
-    declared = {key: spec[key] for key in ("gpu_type", "gpu_count", "nodes", "backend", "phase")
-                if key in spec}  # fmt: skip
+    declared = {
+        key: spec[key]
+        for key in ("gpu_type", "gpu_count", "nodes", "backend", "phase")
+        if key in spec
+    }
     if kind == "test":
         try:
             parsed = parse_test_stage_name(name, with_shard=False)
         except ValueError as error:
-            reader.fail(spec.line, item, f"{error}; test families are named "
-                        "<GPU>[-<N>_GPUs][-<M>_Nodes]-<Backend>[-<Tag>…][-Post-Merge]")  # fmt: skip
+            reader.fail(
+                spec.line,
+                item,
+                f"{error}; test families are named "
+                "<GPU>[-<N>_GPUs][-<M>_Nodes]-<Backend>[-<Tag>…][-Post-Merge]",
+            )
         from_name = {
-            "gpu_type": parsed.gpu_type, "gpu_count": parsed.gpu_count, "nodes": parsed.nodes,
-            "backend": parsed.backend, "phase": "post_merge" if parsed.post_merge else "pre_merge",
-        }  # fmt: skip
+            "gpu_type": parsed.gpu_type,
+            "gpu_count": parsed.gpu_count,
+            "nodes": parsed.nodes,
+            "backend": parsed.backend,
+            "phase": "post_merge" if parsed.post_merge else "pre_merge",
+        }
         if "tags" in spec and tuple(reader.strings(spec, "tags", item)) != parsed.tags:
-            reader.fail(spec.line, item, f"tags {spec['tags']} disagree with the name "
-                        f"(which says {list(parsed.tags)})")  # fmt: skip
+            reader.fail(
+                spec.line,
+                item,
+                f"tags {spec['tags']} disagree with the name (which says {list(parsed.tags)})",
+            )
         tags = parsed.tags
     else:
         first = name.split("-")[0]
-        from_name = {"gpu_type": first, "gpu_count": 0 if first == "CPU" else 1, "nodes": 1,
-                     "backend": None, "phase": "pre_merge"}  # fmt: skip
+        from_name = {
+            "gpu_type": first,
+            "gpu_count": 0 if first == "CPU" else 1,
+            "nodes": 1,
+            "backend": None,
+            "phase": "pre_merge",
+        }
         from_name.update({k: v for k, v in declared.items() if k in ("gpu_count", "phase")})
         tags = reader.strings(spec, "tags", item)
     for key, value in declared.items():
         if value != from_name[key]:
-            reader.fail(spec.line, item, f"{key} {value!r} disagrees with the name, which says "
-                        f"{from_name[key]!r}")  # fmt: skip
+            reader.fail(
+                spec.line,
+                item,
+                f"{key} {value!r} disagrees with the name, which says {from_name[key]!r}",
+            )
     gpu_type = from_name["gpu_type"]
     if gpu_type not in gpu_types:
-        reader.fail(spec.line, item, f"unknown GPU type {gpu_type!r} (valid: "
-                    f"{', '.join(gpu_types)}); declare it under gpu_types")  # fmt: skip
+        reader.fail(
+            spec.line,
+            item,
+            f"unknown GPU type {gpu_type!r} (valid: "
+            f"{', '.join(gpu_types)}); declare it under gpu_types",
+        )
     gpu_count = reader.typed(spec, "gpu_count", int, item, default=from_name["gpu_count"])
     if (gpu_type == "CPU") != (gpu_count == 0):
         reader.fail(spec.line, item, "GPU type CPU means 0 GPUs, and only CPU does")
@@ -334,16 +384,33 @@ def _family(reader: _Reader, spec: _Mapping, gpu_types: dict[str, GpuType]) -> F
     run_if = reader.strings(spec, "run_if_changed", item)
     skip_if = reader.strings(spec, "skip_if_only_changed", item)
     if run_if and skip_if:
-        reader.fail(spec.line, item, "run_if_changed and skip_if_only_changed are mutually "
-                    "exclusive; keep one")  # fmt: skip
+        reader.fail(
+            spec.line,
+            item,
+            "run_if_changed and skip_if_only_changed are mutually exclusive; keep one",
+        )
     for pattern in run_if + skip_if:
         try:
             compile_path_pattern(pattern)
         except ValueError as error:
             reader.fail(spec.line, item, str(error))
-    return Family(name, kind, gpu_type, gpu_count, from_name["nodes"], from_name["backend"], tags,
-                  spec.get("phase", from_name["phase"]), shards, timeout, suites, command, run_if,
-                  skip_if, f"{reader.path}:{spec.line}")  # fmt: skip
+    return Family(
+        name,
+        kind,
+        gpu_type,
+        gpu_count,
+        from_name["nodes"],
+        from_name["backend"],
+        tags,
+        spec.get("phase", from_name["phase"]),
+        shards,
+        timeout,
+        suites,
+        command,
+        run_if,
+        skip_if,
+        f"{reader.path}:{spec.line}",
+    )
 
 
 def _suite(reader: _Reader, spec: Any, item: str) -> SuiteRef:
@@ -356,8 +423,12 @@ def _suite(reader: _Reader, spec: Any, item: str) -> SuiteRef:
     args = reader.typed(spec, "args", list, f"{item} suite", default=[])
     if not all(isinstance(arg, str) for arg in args):
         reader.fail(spec.line, f"{item} suite", "args must be a list of strings")
-    return SuiteRef(path, reader.typed(spec, "marks", str, item),
-                    reader.typed(spec, "keyword", str, item), tuple(args))  # fmt: skip
+    return SuiteRef(
+        path,
+        reader.typed(spec, "marks", str, item),
+        reader.typed(spec, "keyword", str, item),
+        tuple(args),
+    )
 
 
 def _check_unique(families: list[Family]) -> None:
@@ -365,8 +436,10 @@ def _check_unique(families: list[Family]) -> None:
     for family in families:
         for name in family.stage_names():
             if name in seen:
-                raise CatalogError(f"{family.source}: stage {name!r} is also defined at "
-                                   f"{seen[name].source}; stage names must be unique")  # fmt: skip
+                raise CatalogError(
+                    f"{family.source}: stage {name!r} is also defined at "
+                    f"{seen[name].source}; stage names must be unique"
+                )
             seen[name] = family
 
 
@@ -377,18 +450,28 @@ def _attach(attachments: list[tuple[_Reader, _Mapping]], families: list[Family])
     for reader, spec in attachments:
         reader.keys(spec, ATTACH_KEYS, "attach")
         patterns = reader.strings(spec, "families", "attach")
-        suites = tuple(_suite(reader, s, "attach") for s in reader.typed(spec, "suites", list,
-                                                                         "attach", required=True))
+        suites = tuple(
+            _suite(reader, s, "attach")
+            for s in reader.typed(spec, "suites", list, "attach", required=True)
+        )
         for pattern in patterns:
             matched = [name for name in by_name if name_matches(name, pattern)]
             if not matched:
-                reader.fail(spec.line, "attach", f"family pattern {pattern!r} matches no family "
-                            f"(families: {', '.join(by_name)})")  # fmt: skip
+                reader.fail(
+                    spec.line,
+                    "attach",
+                    f"family pattern {pattern!r} matches no family "
+                    f"(families: {', '.join(by_name)})",
+                )
             for name in matched:
                 family = by_name[name]
                 if family.kind != "test" or family.command is not None:
-                    reader.fail(spec.line, "attach", f"suites can only be attached to test families "
-                                f"without a command; {name!r} is not one")  # fmt: skip
+                    reader.fail(
+                        spec.line,
+                        "attach",
+                        f"suites can only be attached to test families "
+                        f"without a command; {name!r} is not one",
+                    )
                 by_name[name] = replace(family, suites=family.suites + suites)
     return [by_name[family.name] for family in families]
 
@@ -401,10 +484,14 @@ def _waives(path: Path, text: str, gpu_types: dict[str, GpuType]) -> list[Waive]
             continue
         match = WAIVE_LINE.match(line)
         if not match:
-            raise CatalogError(f"{path}:{number}: waive {line!r}: expected "
-                               "'[full:<GPU>/]<test id> SKIP (<reason>)'")  # fmt: skip
+            raise CatalogError(
+                f"{path}:{number}: waive {line!r}: expected "
+                "'[full:<GPU>/]<test id> SKIP (<reason>)'"
+            )
         if match["gpu"] and match["gpu"] not in gpu_types:
-            raise CatalogError(f"{path}:{number}: waive {match['test']!r}: unknown GPU type "
-                               f"{match['gpu']!r} (valid: {', '.join(gpu_types)})")  # fmt: skip
+            raise CatalogError(
+                f"{path}:{number}: waive {match['test']!r}: unknown GPU type "
+                f"{match['gpu']!r} (valid: {', '.join(gpu_types)})"
+            )
         waives.append(Waive(match["test"], match["reason"], match["gpu"], f"{path}:{number}"))
     return waives

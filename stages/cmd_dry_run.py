@@ -36,8 +36,13 @@ def dry_run(as_json, catalog, changed_files, commit, pr, comment) -> None:
         what = "no /bot command" if command.name is None else f"`/bot {command.name}`"
         click.echo(f"{what}: nothing to plan (only `/bot run` runs stages)")
         return
-    plan = plan_run(command, load_catalog(catalog), changed_files=read_changed_files(changed_files),
-                    commit=commit, pr=pr)  # fmt: skip
+    plan = plan_run(
+        command,
+        load_catalog(catalog),
+        changed_files=read_changed_files(changed_files),
+        commit=commit,
+        pr=pr,
+    )
     if as_json:
         click.echo(json.dumps(plan.to_json(), indent=2))
     else:
@@ -49,22 +54,44 @@ def format_plan(plan: Plan) -> str:
     rows = [("STAGE", "ACTION", "GPU", "GPUS", "SELECTED BY", "REASON")]
     for shard in plan.shards:
         selected = shard.selected_by + (" (named explicitly)" if shard.explicit else "")
-        rows.append((shard.stage, shard.action, shard.gpu_type, str(shard.gpu_count), selected,
-                     shard.reason))  # fmt: skip
+        rows.append(
+            (
+                shard.stage,
+                shard.action,
+                shard.gpu_type,
+                str(shard.gpu_count),
+                selected,
+                shard.reason,
+            )
+        )
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
-    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  " + row[-1]
-             for row in rows]  # fmt: skip
+    lines = [
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False))
+        + "  "
+        + row[-1]
+        for row in rows
+    ]
     counts = {action: len(plan.shards_to(action)) for action in ("run", "reuse", "skip")}
-    lines.append(f"\n{len(plan.shards)} shard(s): {counts['run']} run, {counts['reuse']} reused, "
-                 f"{counts['skip']} skipped")  # fmt: skip
+    lines.append(
+        f"\n{len(plan.shards)} shard(s): {counts['run']} run, {counts['reuse']} reused, "
+        f"{counts['skip']} skipped"
+    )
     lines.append("steps:")
     for step in plan.steps:
         change = "".join(
-            f" {sign}{len(names)}" for sign, names in (("+", step.added), ("-", step.removed)) if names
+            f" {sign}{len(names)}"
+            for sign, names in (("+", step.added), ("-", step.removed))
+            if names
         )
         lines.append(f"  {step.step}:{change or ' no change'} — {step.reason}")
-    lines.append("status: " + ("this run sets the PR's gating status" if plan.gating else
-                               f"Partly Tested — {plan.partly_tested_reason}"))  # fmt: skip
+    lines.append(
+        "status: "
+        + (
+            "this run sets the PR's gating status"
+            if plan.gating
+            else f"Partly Tested — {plan.partly_tested_reason}"
+        )
+    )
     if plan.needs_approval:
         lines.append("approval needed: " + "; ".join(plan.approval_reasons))
     lines += [f"note: {note}" for note in plan.notes]

@@ -21,8 +21,11 @@ from stagebot.stages.errors import PlanError
 @click.option("--test", "test_id", metavar="ID", help="Which stages run this test id or path.")
 def stages(catalog, list_all: bool, stage_name: str | None, test_id: str | None) -> None:
     """Show the stage catalog (give exactly one of --list, --stage, --test)."""
-    given = [flag for flag, value in (("--list", list_all), ("--stage", stage_name),
-                                      ("--test", test_id)) if value]  # fmt: skip
+    given = [
+        flag
+        for flag, value in (("--list", list_all), ("--stage", stage_name), ("--test", test_id))
+        if value
+    ]
     if len(given) != 1:
         raise click.UsageError("give exactly one of --list, --stage NAME, --test ID")
     loaded = load_catalog(catalog)
@@ -36,10 +39,23 @@ def stages(catalog, list_all: bool, stage_name: str | None, test_id: str | None)
 
 def _table(stages: tuple[Stage, ...]) -> str:
     rows = [("STAGE", "KIND", "GPU", "GPUS", "NODES", "BACKEND", "PHASE", "TIMEOUT")]
-    rows += [(s.name, s.kind, s.gpu_type, str(s.gpu_count), str(s.nodes), s.backend or "-",
-              s.phase, f"{s.timeout_minutes}m") for s in stages]  # fmt: skip
+    rows += [
+        (
+            s.name,
+            s.kind,
+            s.gpu_type,
+            str(s.gpu_count),
+            str(s.nodes),
+            s.backend or "-",
+            s.phase,
+            f"{s.timeout_minutes}m",
+        )
+        for s in stages
+    ]
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows)
+    return "\n".join(
+        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)).rstrip() for row in rows
+    )
 
 
 def _find_stage(catalog: Catalog, name: str) -> Stage:
@@ -84,8 +100,9 @@ def _stages_for_test(catalog: Catalog, test_id: str) -> str:
         for suite in stage.suites:
             if _covers(suite.path, test_id):
                 filters = " ".join(suite.pytest_args()[1:])
-                lines.append(f"{stage.name}" + (f"  (pytest {suite.path} {filters})" if filters
-                                                 else ""))  # fmt: skip
+                lines.append(
+                    f"{stage.name}" + (f"  (pytest {suite.path} {filters})" if filters else "")
+                )
     if not lines:
         paths = sorted({suite.path for stage in catalog.stages for suite in stage.suites})
         raise PlanError(f"no stage runs {test_id!r}; the suites are: {', '.join(paths)}")

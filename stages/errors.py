@@ -4,7 +4,7 @@ from stagebot.bot.errors import StagebotError
 
 
 class CatalogError(StagebotError):
-    """A catalog file that is malformed; the message names the file, line, item and valid choices."""
+    """A malformed catalog file; the message names the file, line, item and valid choices."""
 
 
 class PlanError(StagebotError):

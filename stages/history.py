@@ -1,4 +1,4 @@
-"""What the planner may ask about earlier pipelines: a read-only History (the ledger implements it)."""
+"""What the planner may ask about earlier pipelines: a read-only History (the ledger has one)."""
 
 from __future__ import annotations
 

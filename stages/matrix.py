@@ -30,8 +30,10 @@ def matrix_entries(plan: Plan, catalog: Catalog, pipeline: int) -> list[MatrixEn
                 tests=[],
                 reused_tests=shard.reused_tests,
                 reuse_from=shard.reuse_from,
-                waives=[{"test_id": w.test_id, "reason": w.reason}
-                        for w in catalog.waives_for(shard.gpu_type)],  # fmt: skip
+                waives=[
+                    {"test_id": w.test_id, "reason": w.reason}
+                    for w in catalog.waives_for(shard.gpu_type)
+                ],
                 catalog_digest=plan.catalog_digest,
                 detailed_log=options["detailed_log"],
                 debug=options["debug"],

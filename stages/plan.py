@@ -110,8 +110,9 @@ class MatrixEntry:
     def from_json(cls, data: dict[str, Any]) -> MatrixEntry:
         _check_version("matrix entry", data, MATRIX_ENTRY_VERSION)
         names = {f.name for f in fields(cls)}
-        missing = sorted(name for name in names if name not in data and name not in
-                         ("detailed_log", "debug"))  # fmt: skip
+        missing = sorted(
+            name for name in names if name not in data and name not in ("detailed_log", "debug")
+        )
         if missing:
             raise PlanError(f"matrix entry lacks {', '.join(missing)}")
         return cls(**{name: data[name] for name in names if name in data})

@@ -15,7 +15,7 @@ from stagebot.stages.catalog import Catalog, Stage
 from stagebot.stages.errors import PlanError
 from stagebot.stages.history import EmptyHistory, History
 from stagebot.stages.patterns import name_matches, path_matches
-from stagebot.stages.plan import PlannedShard, Plan, Step
+from stagebot.stages.plan import Plan, PlannedShard, Step
 
 PASSED_STATES = ("SUCCESS", "REUSED")
 
@@ -67,21 +67,32 @@ def plan_run(
     skipped = _path_rules(selection, changed_files)
     if options.skip_test:
         test_stages = [n for n in selection.why if catalog.stage(n).kind == "test"]
-        skipped.update({name: "--skip-test: only build and sanity stages run" for name in test_stages})
-        selection.steps.append(Step("skip-test", "--skip-test keeps only build/sanity stages",
-                                    removed=test_stages))  # fmt: skip
+        skipped.update(
+            {name: "--skip-test: only build and sanity stages run" for name in test_stages}
+        )
+        selection.steps.append(
+            Step("skip-test", "--skip-test keeps only build/sanity stages", removed=test_stages)
+        )
     if not selection.why:
         notes.append("no stage is selected: nothing will run")
     shards = [
-        _shard(catalog.stage(name), selection, skipped.get(name), options, commit, history,
-               catalog.digest)  # fmt: skip
+        _shard(
+            catalog.stage(name),
+            selection,
+            skipped.get(name),
+            options,
+            commit,
+            history,
+            catalog.digest,
+        )
         for name in (stage.name for stage in catalog.stages)
         if name in selection.why
     ]
     reused = [shard.stage for shard in shards if shard.action == "reuse"]
     selection.steps.append(Step("reuse", _reuse_summary(options, commit, reused), removed=reused))
-    narrowing = [flag.name for flag in RUN_FLAGS if flag.partly_tested and
-                 getattr(options, flag.field)]  # fmt: skip
+    narrowing = [
+        flag.name for flag in RUN_FLAGS if flag.partly_tested and getattr(options, flag.field)
+    ]
     approval = _approval_reasons(options, catalog)
     return Plan(
         command=command.to_json(),
@@ -94,7 +105,9 @@ def plan_run(
         gating=not narrowing,
         partly_tested_reason=(
             f"{', '.join(narrowing)} narrow(s) the default selection, so this run cannot set "
-            "the PR's status; run plain `/bot run` for that" if narrowing else None
+            "the PR's status; run plain `/bot run` for that"
+            if narrowing
+            else None
         ),
         needs_approval=bool(approval),
         approval_reasons=approval,
@@ -136,10 +149,14 @@ def _additions(selection: _Selection, options: RunOptions) -> None:
         picks = _resolve(catalog, options.extra_stage, "--extra-stage")
         selection.add("extra-stage", "--extra-stage adds the named stages", picks, explicit=True)
     if options.add_multi_gpu_test:
-        picks = {s.name: "--add-multi-gpu-test" for s in catalog.stages
-                 if s.multi_gpu and s.phase == "pre_merge"}  # fmt: skip
-        selection.add("add-multi-gpu-test", "--add-multi-gpu-test adds every multi-GPU pre-merge "
-                      "stage", picks)  # fmt: skip
+        picks = {
+            s.name: "--add-multi-gpu-test"
+            for s in catalog.stages
+            if s.multi_gpu and s.phase == "pre_merge"
+        }
+        selection.add(
+            "add-multi-gpu-test", "--add-multi-gpu-test adds every multi-GPU pre-merge stage", picks
+        )
 
 
 def _filters(selection: _Selection, options: RunOptions, catalog: Catalog) -> None:
@@ -148,19 +165,31 @@ def _filters(selection: _Selection, options: RunOptions, catalog: Catalog) -> No
             if gpu not in catalog.gpu_types:
                 raise PlanError(_unknown("GPU type", gpu, list(catalog.gpu_types), "--gpu-type"))
         wanted = set(options.gpu_type)
-        selection.keep("gpu-type", f"--gpu-type keeps stages on {', '.join(options.gpu_type)}",
-                       lambda s: s.gpu_type in wanted)  # fmt: skip
+        selection.keep(
+            "gpu-type",
+            f"--gpu-type keeps stages on {', '.join(options.gpu_type)}",
+            lambda s: s.gpu_type in wanted,
+        )
     if options.test_backend:
         backends = set(options.test_backend)
-        selection.keep("test-backend", f"--test-backend keeps test stages of "
-                       f"{', '.join(options.test_backend)} (build/sanity stages stay)",
-                       lambda s: s.kind != "test" or s.backend in backends)  # fmt: skip
+        selection.keep(
+            "test-backend",
+            f"--test-backend keeps test stages of "
+            f"{', '.join(options.test_backend)} (build/sanity stages stay)",
+            lambda s: s.kind != "test" or s.backend in backends,
+        )
     if options.only_multi_gpu_test:
-        selection.keep("only-multi-gpu-test", "--only-multi-gpu-test keeps multi-GPU stages",
-                       lambda s: s.multi_gpu)  # fmt: skip
+        selection.keep(
+            "only-multi-gpu-test",
+            "--only-multi-gpu-test keeps multi-GPU stages",
+            lambda s: s.multi_gpu,
+        )
     if options.disable_multi_gpu_test:
-        selection.keep("disable-multi-gpu-test", "--disable-multi-gpu-test drops multi-GPU "
-                       "stages", lambda s: not s.multi_gpu)  # fmt: skip
+        selection.keep(
+            "disable-multi-gpu-test",
+            "--disable-multi-gpu-test drops multi-GPU stages",
+            lambda s: not s.multi_gpu,
+        )
 
 
 def _path_rules(selection: _Selection, changed: list[str] | None) -> dict[str, str]:
@@ -172,40 +201,67 @@ def _path_rules(selection: _Selection, changed: list[str] | None) -> dict[str, s
             if name in selection.explicit:
                 continue
             if stage.run_if_changed and _first_match(changed, stage.run_if_changed) is None:
-                skipped[name] = (f"run_if_changed: no changed file matches "
-                                 f"{', '.join(stage.run_if_changed)}")  # fmt: skip
+                skipped[name] = (
+                    f"run_if_changed: no changed file matches {', '.join(stage.run_if_changed)}"
+                )
             elif stage.skip_if_only_changed and all(
                 path_matches(path, stage.skip_if_only_changed) for path in changed
             ):
-                skipped[name] = (f"skip_if_only_changed: every changed file matches "
-                                 f"{', '.join(stage.skip_if_only_changed)}")  # fmt: skip
-    reason = ("changed files unknown: path rules skip nothing" if changed is None else
-              f"path rules over {len(changed)} changed file(s); stages named by the user are exempt")
+                skipped[name] = (
+                    f"skip_if_only_changed: every changed file matches "
+                    f"{', '.join(stage.skip_if_only_changed)}"
+                )
+    reason = (
+        "changed files unknown: path rules skip nothing"
+        if changed is None
+        else f"path rules over {len(changed)} changed file(s); stages named by the user are exempt"
+    )
     selection.steps.append(Step("path-rules", reason, removed=list(skipped)))
     return skipped
 
 
-def _shard(stage: Stage, selection: _Selection, skip_reason: str | None, options: RunOptions,
-           commit: str | None, history: History | None, digest: str) -> PlannedShard:  # fmt: skip
+def _shard(
+    stage: Stage,
+    selection: _Selection,
+    skip_reason: str | None,
+    options: RunOptions,
+    commit: str | None,
+    history: History | None,
+    digest: str,
+) -> PlannedShard:
     action, reason, reuse_from, reused_tests = "run", "", None, []
     if skip_reason is not None:
         action, reason = "skip", skip_reason
     else:
-        action, reason, reuse_from, reused_tests = _reuse(stage.name, options, commit,
-                                                          history or EmptyHistory(), digest)
+        action, reason, reuse_from, reused_tests = _reuse(
+            stage.name, options, commit, history or EmptyHistory(), digest
+        )
     return PlannedShard(
-        stage=stage.name, family=stage.family.name, kind=stage.kind, shard=stage.shard,
-        shards=stage.shards, gpu_type=stage.gpu_type, gpu_count=stage.gpu_count,
-        nodes=stage.nodes, backend=stage.backend, phase=stage.phase,
-        timeout_minutes=stage.timeout_minutes, suites=[s.to_json() for s in stage.suites],
-        command=stage.command, selected_by=selection.why[stage.name],
-        explicit=stage.name in selection.explicit, action=action, reason=reason,
-        reuse_from=reuse_from, reused_tests=reused_tests,
-    )  # fmt: skip
+        stage=stage.name,
+        family=stage.family.name,
+        kind=stage.kind,
+        shard=stage.shard,
+        shards=stage.shards,
+        gpu_type=stage.gpu_type,
+        gpu_count=stage.gpu_count,
+        nodes=stage.nodes,
+        backend=stage.backend,
+        phase=stage.phase,
+        timeout_minutes=stage.timeout_minutes,
+        suites=[s.to_json() for s in stage.suites],
+        command=stage.command,
+        selected_by=selection.why[stage.name],
+        explicit=stage.name in selection.explicit,
+        action=action,
+        reason=reason,
+        reuse_from=reuse_from,
+        reused_tests=reused_tests,
+    )
 
 
-def _reuse(name: str, options: RunOptions, commit: str | None, history: History,
-           digest: str) -> tuple[str, str, int | None, list[str]]:  # fmt: skip
+def _reuse(
+    name: str, options: RunOptions, commit: str | None, history: History, digest: str
+) -> tuple[str, str, int | None, list[str]]:
     if options.disable_reuse_test:
         return "run", "--disable-reuse-test: everything runs", None, []
     if commit is None:
@@ -220,8 +276,12 @@ def _reuse(name: str, options: RunOptions, commit: str | None, history: History,
     if prior.state in PASSED_STATES:
         return "reuse", f"passed in #{prior.pipeline} on {commit[:7]}", prior.pipeline, []
     reused = list(prior.passed_tests)
-    return ("run", f"#{prior.pipeline} ended {prior.state}: re-run, reusing its "
-            f"{len(reused)} passed test(s)", prior.pipeline if reused else None, reused)  # fmt: skip
+    return (
+        "run",
+        f"#{prior.pipeline} ended {prior.state}: re-run, reusing its {len(reused)} passed test(s)",
+        prior.pipeline if reused else None,
+        reused,
+    )
 
 
 def _reuse_summary(options: RunOptions, commit: str | None, reused: list[str]) -> str:
@@ -234,16 +294,23 @@ def _reuse_summary(options: RunOptions, commit: str | None, reused: list[str]) -
 
 
 def _approval_reasons(options: RunOptions, catalog: Catalog) -> list[str]:
-    reasons = [f"{flag} needs the approval label" for flag, given in (
-        ("--post-merge", options.post_merge),
-        ("--add-multi-gpu-test", options.add_multi_gpu_test),
-        ("--only-multi-gpu-test", options.only_multi_gpu_test),
-    ) if given]  # fmt: skip
+    reasons = [
+        f"{flag} needs the approval label"
+        for flag, given in (
+            ("--post-merge", options.post_merge),
+            ("--add-multi-gpu-test", options.add_multi_gpu_test),
+            ("--only-multi-gpu-test", options.only_multi_gpu_test),
+        )
+        if given
+    ]
     for pattern in (*options.stage_list, *options.extra_stage):
-        if "*" in pattern and any(s.phase == "post_merge" and name_matches(s.name, pattern)
-                                  for s in catalog.stages):  # fmt: skip
-            reasons.append(f"the selector {pattern!r} matches post-merge stages (naming them "
-                           "exactly needs no approval)")  # fmt: skip
+        if "*" in pattern and any(
+            s.phase == "post_merge" and name_matches(s.name, pattern) for s in catalog.stages
+        ):
+            reasons.append(
+                f"the selector {pattern!r} matches post-merge stages (naming them "
+                "exactly needs no approval)"
+            )
     return reasons
 
 
@@ -254,8 +321,9 @@ def _resolve(catalog: Catalog, names: tuple[str, ...], flag: str) -> dict[str, s
         if "*" in name:
             matched = [n for n in all_names if name_matches(n, name)]
             if not matched:
-                raise PlanError(f"{flag}: the pattern {name!r} matches no stage "
-                                "(see `bot stages --list`)")  # fmt: skip
+                raise PlanError(
+                    f"{flag}: the pattern {name!r} matches no stage (see `bot stages --list`)"
+                )
             picks.update({n: f"{flag} pattern {name!r}" for n in matched})
         elif catalog.stage(name) is None:
             raise PlanError(_unknown("stage", name, all_names, flag))

@@ -1,0 +1,395 @@
+"""The stage catalog: the shipped one is complete; every malformed input is a located error."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from stagebot.stages.catalog import load_catalog
+from stagebot.stages.errors import CatalogError
+from stagebot.stages.names import parse_test_stage_name
+
+REQUIRED_FAMILIES = [
+    "CPU-PyTorch",
+    "A10-PyTorch",
+    "A30-AutoDeploy",
+    "A100X-PyTorch",
+    "H100_PCIe-AutoDeploy",
+    "H100_PCIe-PyTorch",
+    "DGX_H100-4_GPUs-AutoDeploy",
+    "DGX_H200-4_GPUs-AutoDeploy",
+    "DGX_H200-PyTorch",
+    "B200-PyTorch",
+    "DGX_B200-AutoDeploy",
+    "DGX_B200-4_GPUs-AutoDeploy",
+    "DGX_B200-4_GPUs-PyTorch-Post-Merge",
+    "A10-Build_Docs",
+    "A10-PackageSanityCheck-PY310-UB2204",
+    "A100X-PackageSanityCheck-PY312-UB2404",
+]
+
+GPU_TYPES = """
+gpu_types:
+  CPU: {arch: null, device_names: [], runner_labels: [ubuntu-latest]}
+  A10: {arch: sm_86, device_names: ["NVIDIA A10"], runner_labels: [gpu-a10]}
+  DGX_H200: {arch: sm_90a, device_names: ["NVIDIA H200"], runner_labels: [gpu-h200]}
+"""
+
+
+def write_catalog(tmp_path: Path, families: str, extra: dict[str, str] | None = None) -> Path:
+    (tmp_path / "gpus.yaml").write_text(GPU_TYPES)
+    (tmp_path / "stages.yaml").write_text(textwrap.dedent(families))
+    for name, text in (extra or {}).items():
+        (tmp_path / name).write_text(textwrap.dedent(text))
+    return tmp_path
+
+
+def test_shipped_catalog_has_the_required_families_and_suites() -> None:
+    catalog = load_catalog()
+    names = [family.name for family in catalog.families]
+    assert [name for name in REQUIRED_FAMILIES if name not in names] == []
+    for family in catalog.families:
+        assert family.suites or family.command, family.name
+        if family.kind == "test":
+            assert family.backend in ("pytorch", "autodeploy")
+    by_name = {family.name: family for family in catalog.families}
+    assert by_name["CPU-PyTorch"].gpu_count == 0
+    assert by_name["DGX_H200-4_GPUs-AutoDeploy"].gpu_count == 4
+    assert by_name["DGX_B200-4_GPUs-PyTorch-Post-Merge"].phase == "post_merge"
+    paths = {suite.path for suite in by_name["CPU-PyTorch"].suites}
+    assert paths == {"harness/suites/nvfp4_moe", "harness/suites/sharding_ir"}
+    assert catalog.gpu_types["DGX_H200"].arch == "sm_90a"
+
+
+def test_shipped_suite_paths_exist() -> None:
+    root = Path(__file__).resolve().parents[1]
+    for stage in load_catalog().stages:
+        for suite in stage.suites:
+            assert (root / suite.path.split("::")[0]).exists(), (stage.name, suite.path)
+
+
+def test_stage_names_expand_shards(tmp_path: Path) -> None:
+    catalog = load_catalog(
+        write_catalog(
+            tmp_path,
+            """
+        families:
+          - {name: A10-PyTorch-DeepSeek, kind: test, shards: 3, timeout_minutes: 5,
+             suites: [{path: tests/a}]}
+    """,
+        )
+    )
+    assert [stage.name for stage in catalog.stages] == [
+        "A10-PyTorch-DeepSeek-1",
+        "A10-PyTorch-DeepSeek-2",
+        "A10-PyTorch-DeepSeek-3",
+    ]
+    assert catalog.stage("A10-PyTorch-DeepSeek-2").shard == 2
+    assert catalog.stage("A10-PyTorch-DeepSeek-2").tags == ("DeepSeek",)
+
+
+@pytest.mark.parametrize(
+    ("name", "parts"),
+    [
+        ("A10-PyTorch-1", ("A10", 1, 1, "pytorch", (), False, 1)),
+        ("CPU-PyTorch-2", ("CPU", 0, 1, "pytorch", (), False, 2)),
+        ("DGX_H200-4_GPUs-AutoDeploy-1", ("DGX_H200", 4, 1, "autodeploy", (), False, 1)),
+        (
+            "GB200-8_GPUs-2_Nodes-PyTorch-Ray-Post-Merge-3",
+            ("GB200", 8, 2, "pytorch", ("Ray",), True, 3),
+        ),
+        (
+            "DGX_B200-8_GPUs-PyTorch-PerfSanity-Post-Merge-1",
+            ("DGX_B200", 8, 1, "pytorch", ("PerfSanity",), True, 1),
+        ),
+    ],
+)
+def test_stage_name_grammar(name: str, parts: tuple) -> None:
+    parsed = parse_test_stage_name(name, with_shard=True)
+    assert (
+        parsed.gpu_type,
+        parsed.gpu_count,
+        parsed.nodes,
+        parsed.backend,
+        parsed.tags,
+        parsed.post_merge,
+        parsed.shard,
+    ) == parts
+
+
+@pytest.mark.parametrize("name", ["A10-PyTorch", "A10-Jax-1", "A10--PyTorch-1", "A10-4_GPUs-1"])
+def test_stage_name_grammar_rejects(name: str) -> None:
+    with pytest.raises(ValueError):
+        parse_test_stage_name(name, with_shard=True)
+
+
+def family(line: str) -> str:
+    return f"families:\n  - {line}\n"
+
+
+CATALOG_ERRORS = [
+    pytest.param(
+        family(
+            "{name: A10-PyTorch, kind: test, timeout_minutes: 5, suites: [{path: t}], shard: 2}"
+        ),
+        "stages.yaml:2: family 'A10-PyTorch': unknown key 'shard' (valid: name, kind,",
+        id="unknown key",
+    ),
+    pytest.param(
+        family("{name: A10-PyTorch, kind: tests, timeout_minutes: 5}"),
+        "kind 'tests' is not one of test, build, sanity",
+        id="bad kind",
+    ),
+    pytest.param(
+        family("{name: A10-PyTorch, kind: test, suites: [{path: t}]}"),
+        "missing required key 'timeout_minutes'",
+        id="missing timeout",
+    ),
+    pytest.param(
+        family("{name: A10-PyTorch, kind: test, timeout_minutes: soon, suites: [{path: t}]}"),
+        "'timeout_minutes' must be int, not 'soon'",
+        id="mistyped timeout",
+    ),
+    pytest.param(
+        family("{name: H300-PyTorch, kind: test, timeout_minutes: 5, suites: [{path: t}]}"),
+        "unknown GPU type 'H300' (valid: CPU, A10, DGX_H200)",
+        id="unknown GPU type",
+    ),
+    pytest.param(
+        family("{name: A10-Jax, kind: test, timeout_minutes: 5, suites: [{path: t}]}"),
+        "has no backend after the GPU part (expected one of PyTorch",
+        id="unknown backend",
+    ),
+    pytest.param(
+        family(
+            "{name: A10-PyTorch, kind: test, gpu_count: 2, timeout_minutes: 5, suites: [{path: t}]}"
+        ),
+        "gpu_count 2 disagrees with the name, which says 1",
+        id="gpu count disagrees",
+    ),
+    pytest.param(
+        family(
+            "{name: DGX_H200-4_GPUs-AutoDeploy, kind: test, gpu_type: A10, "
+            "timeout_minutes: 5, suites: [{path: t}]}"
+        ),
+        "gpu_type 'A10' disagrees with the name, which says 'DGX_H200'",
+        id="gpu type disagrees",
+    ),
+    pytest.param(
+        family(
+            "{name: A10-PyTorch, kind: test, backend: cpp, timeout_minutes: 5, suites: [{path: t}]}"
+        ),
+        "backend 'cpp' disagrees",
+        id="backend disagrees",
+    ),
+    pytest.param(
+        family(
+            "{name: A10-PyTorch, kind: test, phase: post_merge, timeout_minutes: 5, "
+            "suites: [{path: t}]}"
+        ),
+        "phase 'post_merge' disagrees",
+        id="phase disagrees",
+    ),
+    pytest.param(
+        family(
+            "{name: A10-PyTorch-Ray, kind: test, tags: [Perf], timeout_minutes: 5, "
+            "suites: [{path: t}]}"
+        ),
+        "tags ['Perf'] disagree with the name",
+        id="tags disagree",
+    ),
+    pytest.param(
+        family(
+            "{name: CPU-PyTorch, kind: test, gpu_count: 1, timeout_minutes: 5, suites: [{path: t}]}"
+        ),
+        "disagrees with the name, which says 0",
+        id="CPU with a GPU",
+    ),
+    pytest.param(
+        family("{name: A10-PyTorch, kind: test, timeout_minutes: 5}"),
+        "a test family needs suites",
+        id="test family without suites",
+    ),
+    pytest.param(
+        family(
+            "{name: A10-PyTorch, kind: test, timeout_minutes: 5, suites: [{path: t}], "
+            "command: make}"
+        ),
+        "either suites or a command, not both",
+        id="suites and command",
+    ),
+    pytest.param(
+        family("{name: A10-Build_Docs, kind: build, timeout_minutes: 5}"),
+        "a build stage needs a command",
+        id="build without command",
+    ),
+    pytest.param(
+        family("{name: A10-Build_Docs, kind: build, shards: 2, timeout_minutes: 5, command: make}"),
+        "exactly 1 for build/sanity stages",
+        id="sharded build stage",
+    ),
+    pytest.param(
+        family(
+            "{name: A10-PyTorch, kind: test, shards: 0, timeout_minutes: 5, suites: [{path: t}]}"
+        ),
+        "shards must be ≥ 1",
+        id="zero shards",
+    ),
+    pytest.param(
+        family(
+            "{name: A10-PyTorch, kind: test, timeout_minutes: 5, suites: [{path: t}], "
+            "run_if_changed: [a/**], skip_if_only_changed: [docs/**]}"
+        ),
+        "run_if_changed and skip_if_only_changed are mutually exclusive",
+        id="both path rules",
+    ),
+    pytest.param(
+        family(
+            "{name: A10-PyTorch, kind: test, timeout_minutes: 5, suites: [{path: t}], "
+            "run_if_changed: [/abs]}"
+        ),
+        "must be a non-empty repository-relative glob",
+        id="absolute path pattern",
+    ),
+    pytest.param(
+        family("{name: A10-PyTorch, kind: test, timeout_minutes: 5, suites: [{path: ../outside}]}"),
+        "must be repository-relative",
+        id="suite path escapes the repo",
+    ),
+    pytest.param(
+        family(
+            "{name: A10-PyTorch, kind: test, timeout_minutes: 5, suites: [{path: t, mark: gpu}]}"
+        ),
+        "unknown key 'mark'",
+        id="suite unknown key",
+    ),
+    pytest.param(
+        "families:\n  - {name: A10-PyTorch, kind: test, timeout_minutes: 5, suites: "
+        "[{path: t}]}\n  - {name: A10-PyTorch, kind: test, timeout_minutes: 5, suites: "
+        "[{path: u}]}\n",
+        "stage 'A10-PyTorch-1' is also defined at",
+        id="duplicate stage",
+    ),
+    pytest.param(
+        "families:\n  - {name: A10-PyTorch\n",
+        "stages.yaml:3: not valid YAML",
+        id="YAML syntax error",
+    ),
+    pytest.param(
+        "stages: []\n",
+        "unknown key 'stages' (valid: gpu_types, families, attach)",
+        id="unknown top-level key",
+    ),
+    pytest.param("- a\n- b\n", "a catalog fragment must be a mapping", id="fragment not a mapping"),
+]
+
+
+@pytest.mark.parametrize(("families", "message"), CATALOG_ERRORS)
+def test_catalog_errors(tmp_path: Path, families: str, message: str) -> None:
+    write_catalog(tmp_path, families)
+    with pytest.raises(CatalogError) as raised:
+        load_catalog(tmp_path)
+    assert message in str(raised.value)
+    assert str(tmp_path) in str(raised.value)  # every error names the file
+
+
+BASE = """
+families:
+  - {name: A10-PyTorch, kind: test, timeout_minutes: 5}
+  - {name: A10-Build_Docs, kind: build, timeout_minutes: 5, command: make docs}
+"""
+
+
+@pytest.mark.parametrize(
+    ("attach", "message"),
+    [
+        (
+            "attach:\n  - {families: [H100-*], suites: [{path: t}]}\n",
+            "family pattern 'H100-*' matches no family",
+        ),
+        (
+            "attach:\n  - {families: [A10-Build_Docs], suites: [{path: t}]}\n",
+            "suites can only be attached to test families",
+        ),
+        ("attach:\n  - {families: [A10-*]}\n", "missing required key 'suites'"),
+        (
+            "attach:\n  - {families: [A10-PyTorch], suites: [{path: t}], args: [-x]}\n",
+            "unknown key 'args' (valid: families, suites)",
+        ),
+    ],
+)
+def test_attach_errors(tmp_path: Path, attach: str, message: str) -> None:
+    write_catalog(tmp_path, BASE, {"suite_x.yaml": attach})
+    with pytest.raises(CatalogError, match="suite_x.yaml:2") as raised:
+        load_catalog(tmp_path)
+    assert message in str(raised.value)
+
+
+def test_attach_merges_suites_from_fragments(tmp_path: Path) -> None:
+    catalog = load_catalog(
+        write_catalog(
+            tmp_path,
+            BASE,
+            {
+                "suite_a.yaml": "attach:\n  - {families: ['*-PyTorch'],\n"
+                "    suites: [{path: a, marks: gpu}]}\n",
+                "suite_b.yaml": "attach:\n  - {families: [A10-PyTorch],\n"
+                "    suites: [{path: b, args: [-x]}]}\n",
+            },
+        )
+    )
+    suites = catalog.stage("A10-PyTorch-1").suites
+    assert [suite.pytest_args() for suite in suites] == [["a", "-m", "gpu"], ["b", "-x"]]
+
+
+def test_waives(tmp_path: Path) -> None:
+    write_catalog(
+        tmp_path, BASE, {"s.yaml": "attach:\n  - {families: [A10-*Py*], suites: [{path: t}]}\n"}
+    )
+    (tmp_path / "waives.txt").write_text(
+        "# comment\n\nt/test_a.py::test_x SKIP (https://bugs/1)\n"
+        "full:A10/t/test_b.py::test_y[p] SKIP (flaky on A10)\n"
+    )
+    catalog = load_catalog(tmp_path)
+    assert [(w.test_id, w.gpu_type, w.reason) for w in catalog.waives] == [
+        ("t/test_a.py::test_x", None, "https://bugs/1"),
+        ("t/test_b.py::test_y[p]", "A10", "flaky on A10"),
+    ]
+    assert [w.test_id for w in catalog.waives_for("DGX_H200")] == ["t/test_a.py::test_x"]
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("t/test_a.py::test_x", "expected '[full:<GPU>/]<test id> SKIP (<reason>)'"),
+        ("t/test_a.py::test_x SKIP ()", "expected '[full:<GPU>/]"),
+        ("full:H300/t/test_a.py SKIP (x)", "unknown GPU type 'H300'"),
+    ],
+)
+def test_waive_errors(tmp_path: Path, line: str, message: str) -> None:
+    write_catalog(
+        tmp_path, BASE, {"s.yaml": "attach:\n  - {families: [A10-*Py*], suites: [{path: t}]}\n"}
+    )
+    (tmp_path / "waives.txt").write_text(f"# header\n{line}\n")
+    with pytest.raises(CatalogError, match="waives.txt:2") as raised:
+        load_catalog(tmp_path)
+    assert message in str(raised.value)
+
+
+def test_digest_changes_with_waives(tmp_path: Path) -> None:
+    write_catalog(
+        tmp_path, BASE, {"s.yaml": "attach:\n  - {families: [A10-*Py*], suites: [{path: t}]}\n"}
+    )
+    before = load_catalog(tmp_path).digest
+    assert load_catalog(tmp_path).digest == before
+    (tmp_path / "waives.txt").write_text("t::x SKIP (r)\n")
+    assert load_catalog(tmp_path).digest != before
+
+
+def test_missing_catalog(tmp_path: Path) -> None:
+    with pytest.raises(CatalogError, match="no such catalog"):
+        load_catalog(tmp_path / "nope")
+    with pytest.raises(CatalogError, match="no \\*.yaml catalog fragments"):
+        load_catalog(tmp_path)

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import torch
-from stagebot.harness.suites.sharding_ir.registry import ModelSpec
 from torch import nn
+
+from stagebot.harness.suites.sharding_ir.registry import ModelSpec
 
 SEED = 0
 
@@ -12,7 +13,7 @@ SEED = 0
 def build_ir_model(
     spec: ModelSpec, overrides: dict | None = None, *, fixed_routing: bool = False
 ) -> nn.Module:
-    """The IR model for ``spec``'s tiny config, re-initialised from the seeded generator (fp32, CPU)."""
+    """The IR model for ``spec``'s tiny config, re-initialised from the seed (fp32, CPU)."""
     model = spec.ir_model_class()(spec.config(**(overrides or {})), fixed_routing=fixed_routing)
     reinit_(model)
     return model.eval()

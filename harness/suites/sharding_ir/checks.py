@@ -12,9 +12,10 @@ import re
 from dataclasses import dataclass
 
 import torch
+from torch import Tensor, fx
+
 from stagebot.harness.suites.sharding_ir.collectives import collective_op
 from stagebot.harness.suites.sharding_ir.hints import hint_ops
-from torch import Tensor, fx
 
 # Relative RMSE ||y_s - y_u|| / ||y_u|| allowed per dtype: fp32 tight; bf16 clean runs sit near
 # 0.01, sabotaged ones above 0.05.
@@ -51,7 +52,7 @@ def numeric_check(actual: Tensor, reference: Tensor) -> CheckResult:
 
 
 def collective_counts(gm: fx.GraphModule) -> dict[str, int]:
-    """Collective nodes per decoder block (``model.layers.<i>.<block>``), from export's module stack."""
+    """Collectives per block (``model.layers.<i>.<block>``), from export's module stack."""
     counts: dict[str, int] = {}
     for node in gm.graph.nodes:
         if node.op == "call_function" and node.target is collective_op():

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import torch
 import torch.distributed as dist
-from stagebot.harness.suites.sharding_ir.hints import NAMESPACE
 from torch import Tensor
+
+from stagebot.harness.suites.sharding_ir.hints import NAMESPACE
 
 
 @torch.library.custom_op(f"{NAMESPACE}::dist_all_reduce", mutates_args=())

@@ -1,4 +1,4 @@
-"""Load hooks: after sharding, ``load_state_dict`` accepts the full or an already-sharded checkpoint.
+"""Load hooks: once sharded, ``load_state_dict`` takes the full or an already-sharded checkpoint.
 
 Each sharded parameter records its full shape and how a full tensor becomes this rank's shard. A
 ``load_state_dict`` pre-hook on the owning module applies that to an incoming tensor of the full

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import torch
-from stagebot.harness.suites.sharding_ir.collectives import collective_op
 from torch import Tensor, fx, nn
+
+from stagebot.harness.suites.sharding_ir.collectives import collective_op
 
 
 def remove_collectives(gm: fx.GraphModule) -> int:

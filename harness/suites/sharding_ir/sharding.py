@@ -15,12 +15,13 @@ strip: lowers leftover hints to plain ops (an unsharded ``all_reduce`` disappear
 from __future__ import annotations
 
 import torch
+from torch import Tensor, fx, nn
+
 from stagebot.harness.suites.sharding_ir.collectives import collective_op
 from stagebot.harness.suites.sharding_ir.dist_config import DistConfig
 from stagebot.harness.suites.sharding_ir.errors import ShardingIRError
 from stagebot.harness.suites.sharding_ir.hints import TP_MODES, hint_args, hint_ops
 from stagebot.harness.suites.sharding_ir.load_hooks import ParamShard, register_load_hooks
-from torch import Tensor, fx, nn
 
 aten = torch.ops.aten
 
@@ -188,7 +189,8 @@ def _shard_split(gm, node, dc: DistConfig, shards) -> None:
         return
     if any(size % dc.tp_size for size in a["sizes"]):
         raise ShardingIRError(
-            f"node {node.name!r}: split sizes {a['sizes']} are not all divisible by TP size {dc.tp_size}."
+            f"node {node.name!r}: split sizes {a['sizes']} are not all divisible by "
+            f"TP size {dc.tp_size}."
         )
     _set_args(node, sizes=[size // dc.tp_size for size in a["sizes"]])
 

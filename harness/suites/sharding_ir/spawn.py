@@ -40,7 +40,16 @@ def run_on_ranks(
         procs = [
             ctx.Process(
                 target=_rank_main,
-                args=(target, rank, world_size, backend, store, collective_timeout_s, args, results),
+                args=(
+                    target,
+                    rank,
+                    world_size,
+                    backend,
+                    store,
+                    collective_timeout_s,
+                    args,
+                    results,
+                ),
                 name=f"rank{rank}",
             )
             for rank in range(world_size)
@@ -88,7 +97,9 @@ def _collect(procs, results: queue.Queue, deadline: float) -> dict[int, tuple[bo
     return outcomes
 
 
-def _rank_main(target, rank, world_size, backend, store, collective_timeout_s, args, results) -> None:
+def _rank_main(
+    target, rank, world_size, backend, store, collective_timeout_s, args, results
+) -> None:
     import torch
     import torch.distributed as dist
 

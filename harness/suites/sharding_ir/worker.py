@@ -11,6 +11,7 @@ backend: NCCL -> the rank's GPU in bf16, gloo -> CPU in fp32.
 from __future__ import annotations
 
 import copy
+import warnings
 
 import torch
 import torch.distributed as dist
@@ -36,7 +37,9 @@ def run_equivalence(rank: int, model_id: str, dist_config: str) -> dict[str, Che
     """Check name (``<variant>/<check>``) -> this rank's result."""
     dc = DistConfig.named(dist_config, rank)
     if dist.get_world_size() != dc.world_size:
-        raise RuntimeError(f"{dist_config} needs {dc.world_size} ranks, got {dist.get_world_size()}")
+        raise RuntimeError(
+            f"{dist_config} needs {dc.world_size} ranks, got {dist.get_world_size()}"
+        )
     if dist.get_backend() == "nccl":
         device, dtype = torch.device("cuda", torch.cuda.current_device()), torch.bfloat16
     else:
@@ -51,7 +54,9 @@ def run_equivalence(rank: int, model_id: str, dist_config: str) -> dict[str, Che
 
 
 @torch.no_grad()
-def _check_variant(spec: ModelSpec, name: str, overrides: dict, dc: DistConfig, device, dtype) -> dict[str, CheckResult]:
+def _check_variant(
+    spec: ModelSpec, name: str, overrides: dict, dc: DistConfig, device, dtype
+) -> dict[str, CheckResult]:
     model = build_ir_model(spec, overrides, fixed_routing=True).to(device=device, dtype=dtype)
     ids, pos = (t.to(device) for t in prefill_inputs(model.config.vocab_size))
     reference = model(ids, pos)
@@ -82,18 +87,26 @@ def _check_variant(spec: ModelSpec, name: str, overrides: dict, dc: DistConfig, 
     own = {k: v.clone() for k, v in gm.state_dict().items()}
     sabotage.poison_(gm)
     gm.load_state_dict(own, strict=True)
-    r["load-sharded-checkpoint"] = CheckResult(torch.equal(gm(ids, pos), sharded), "bitwise vs first load")
+    r["load-sharded-checkpoint"] = CheckResult(
+        torch.equal(gm(ids, pos), sharded), "bitwise vs first load"
+    )
 
     if name == DEFAULT:
-        broken = copy.deepcopy(gm)
+        broken = _copy(gm)
         removed = sabotage.remove_collectives(broken)
         result = numeric_check(broken(ids, pos), reference)
         r[CONTROLS[0]] = CheckResult(result.ok, f"{removed} collectives removed; {result.detail}")
-        broken = copy.deepcopy(gm)
+        broken = _copy(gm)
         param = sabotage.split_on_wrong_dim(broken, snapshot, dc.tp_size, dc.tp_rank)
         result = local_shape_check(broken, shapes)
         r[CONTROLS[1]] = CheckResult(result.ok, f"{param} split on dim 1; {result.detail}")
-        broken = copy.deepcopy(gm)
+        broken = _copy(gm)
         sabotage.add_extra_collective(broken)
         r[CONTROLS[2]] = collective_count_check(broken, collectives)
     return {f"{name}/{check}": result for check, result in r.items()}
+
+
+def _copy(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    with warnings.catch_warnings():  # torch's own pytree specs warn when deep-copied
+        warnings.simplefilter("ignore", FutureWarning)
+        return copy.deepcopy(gm)

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from torch import Tensor, nn
+
 from stagebot.harness.suites.sharding_ir import hints
 from stagebot.harness.suites.sharding_ir.dist_config import DistConfig
-from torch import Tensor, nn
 
 Shapes = dict[str, tuple[int, ...] | None]  # parameter name -> local shape (None: dropped)
 
@@ -60,12 +61,12 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
 
 
 def _split(size: int, parts: int, min_size: int = 1) -> int:
-    """Closed-form local size: an even share, or one ``min_size`` unit when parts outnumber units."""
+    """Closed-form local size: an even share, or one ``min_size`` unit if parts outnumber units."""
     return max(size // parts, min_size)
 
 
 class Attention(nn.Module):
-    """Qwen3 attention: q/k/v colwise by heads (KV replicated when fewer than TP), o_proj rowwise."""
+    """Qwen3 attention: q/k/v colwise by heads (KV replicated if fewer than TP), o_proj rowwise."""
 
     collectives = 1
 

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from stagebot.harness.suites.sharding_ir.models.layers import MLP, IRForCausalLM
 from torch import nn
+
+from stagebot.harness.suites.sharding_ir.models.layers import MLP, IRForCausalLM
 
 
 class Qwen3IRForCausalLM(IRForCausalLM):

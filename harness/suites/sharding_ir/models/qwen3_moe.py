@@ -12,6 +12,8 @@ import re
 from collections import defaultdict
 
 import torch
+from torch import Tensor, nn
+
 from stagebot.harness.suites.sharding_ir import hints
 from stagebot.harness.suites.sharding_ir.dist_config import DistConfig
 from stagebot.harness.suites.sharding_ir.models.layers import (
@@ -20,7 +22,6 @@ from stagebot.harness.suites.sharding_ir.models.layers import (
     Shapes,
     swiglu_local_shapes,
 )
-from torch import Tensor, nn
 
 _EXPERT_KEY = re.compile(
     r"^(?P<block>.*\.experts)\.(?P<e>\d+)\.(?P<proj>gate_proj|up_proj|down_proj)\.weight$"

@@ -1,0 +1,160 @@
+"""apply/strip and the load hooks on small hinted modules, one process: each rank's graph is
+sharded in turn, its collectives removed, and the per-rank outputs summed by hand - which is what
+the final all-reduce would do - then compared with the unsharded output."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from stagebot.harness.suites.sharding_ir import hints
+from stagebot.harness.suites.sharding_ir.checks import hint_count
+from stagebot.harness.suites.sharding_ir.dist_config import DistConfig
+from stagebot.harness.suites.sharding_ir.errors import ShardingIRError
+from stagebot.harness.suites.sharding_ir.sabotage import poison_, remove_collectives
+from stagebot.harness.suites.sharding_ir.sharding import apply_sharding_hints, strip_sharding_hints
+
+HIDDEN, INTER = 8, 16
+
+
+class FusedMLP(nn.Module):
+    """gate/up fused in one colwise weight (output_sizes), split, head views, rowwise + bias."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate_up = nn.Linear(HIDDEN, 2 * INTER)
+        self.down = nn.Linear(INTER, HIDDEN)
+
+    def forward(self, x):
+        b, s, _ = x.shape
+        gate_up = hints.linear(x, self.gate_up.weight, self.gate_up.bias, "colwise", [INTER, INTER])
+        gate, up = hints.split_with_sizes(gate_up, [INTER, INTER], -1, True)
+        h = hints.view(F.silu(gate) * up, [b, s, 4, INTER // 4], 2)
+        h = hints.view(h * 2.0, [b, s, INTER], 2)
+        return hints.all_reduce(hints.linear(h, self.down.weight, self.down.bias, "rowwise"))
+
+
+class MoE(nn.Module):
+    def __init__(self, num_experts: int) -> None:
+        super().__init__()
+        self.w1 = nn.ParameterList(torch.randn(INTER, HIDDEN) for _ in range(num_experts))
+        self.w2 = nn.ParameterList(torch.randn(HIDDEN, INTER) for _ in range(num_experts))
+        self.w3 = nn.ParameterList(torch.randn(INTER, HIDDEN) for _ in range(num_experts))
+
+    def forward(self, x, ids, weights):
+        return hints.all_reduce(
+            hints.moe(x, ids, weights, list(self.w1), list(self.w2), list(self.w3))
+        )
+
+
+class Colwise(nn.Module):
+    def __init__(self, rows: int, min_local: int) -> None:
+        super().__init__()
+        self.proj = nn.Linear(HIDDEN, rows, bias=False)
+        self.min_local = min_local
+
+    def forward(self, x):
+        return hints.linear(x, self.proj.weight, None, "colwise", None, self.min_local)
+
+
+def _sharded(module: nn.Module, args: tuple, dc: DistConfig) -> torch.fx.GraphModule:
+    gm = torch.export.export(module, args).module()
+    return strip_sharding_hints(apply_sharding_hints(gm, dc))
+
+
+def _summed_over_ranks(module: nn.Module, args: tuple, config: str) -> torch.Tensor:
+    total = 0
+    for rank in range(DistConfig.named(config).world_size):
+        gm = _sharded(module, args, DistConfig.named(config, rank))
+        assert remove_collectives(gm) == 1
+        total = total + gm(*args)
+    return total
+
+
+@pytest.mark.parametrize("config", ["tp-only", "tep"])
+def test_fused_colwise_split_view_rowwise_bias(config):
+    torch.manual_seed(0)
+    module, x = FusedMLP(), torch.randn(2, 3, HIDDEN)
+    torch.testing.assert_close(
+        _summed_over_ranks(module, (x,), config), module(x), rtol=1e-5, atol=1e-6
+    )
+
+
+def test_fused_pieces_are_split_one_by_one():
+    module = FusedMLP()
+    gm = _sharded(module, (torch.randn(1, 2, HIDDEN),), DistConfig.named("tp-only", rank=1))
+    w = module.gate_up.weight.detach()
+    expected = torch.cat((w[8:16], w[24:32]))  # rank 1's half of the gate rows, then of the up rows
+    assert torch.equal(gm.get_parameter("gate_up.weight"), expected)
+    assert torch.equal(
+        gm.get_parameter("down.bias"), torch.zeros(HIDDEN)
+    )  # bias kept on rank 0 only
+    assert torch.equal(gm.get_parameter("down.weight"), module.down.weight.detach()[:, 8:])
+
+
+@pytest.mark.parametrize(
+    ("config", "num_experts"), [("tep", 8), ("tep", 5), ("ep-only", 5), ("tp-only", 4)]
+)
+def test_moe_expert_and_tensor_parallel(config, num_experts):
+    torch.manual_seed(0)
+    module, tokens = MoE(num_experts), 16
+    x = torch.randn(tokens, HIDDEN)
+    ids = torch.stack([torch.randperm(num_experts)[:2] for _ in range(tokens)])
+    weights = torch.rand(tokens, 2)
+    args = (x, ids, weights)
+    torch.testing.assert_close(
+        _summed_over_ranks(module, args, config), module(*args), rtol=1e-5, atol=1e-5
+    )
+
+
+def test_moe_drops_other_ranks_experts():
+    module = MoE(5)
+    args = (torch.randn(4, HIDDEN), torch.zeros(4, 2, dtype=torch.long), torch.ones(4, 2))
+    gm = _sharded(module, args, DistConfig.named("tep", rank=3))  # ep rank 1 of 2: experts 2..4
+    kept = sorted({name.split(".")[1] for name, _ in gm.named_parameters()})
+    assert kept == ["2", "3", "4"]
+    assert gm.get_parameter("w1.2").shape == (INTER // 2, HIDDEN)  # moe_tp 2
+    assert gm.get_parameter("w2.2").shape == (HIDDEN, INTER // 2)
+
+
+@pytest.mark.parametrize(("rows", "expected_chunk"), [(8, [0, 0, 1, 1]), (4, [0, 0, 0, 0])])
+def test_units_fewer_than_tp_are_replicated(rows, expected_chunk):
+    module = Colwise(rows, min_local=4)
+    x = torch.randn(1, HIDDEN)
+    w = module.proj.weight.detach()
+    for rank, chunk in enumerate(expected_chunk):
+        gm = _sharded(module, (x,), DistConfig.named("tep", rank))
+        assert torch.equal(gm.get_parameter("proj.weight"), w[4 * chunk : 4 * chunk + 4])
+
+
+def test_size_that_cannot_be_split_names_node_size_and_tp():
+    module = Colwise(12, min_local=4)  # 3 units over 4 ranks: neither split nor replicate
+    with pytest.raises(
+        ShardingIRError, match=r"node 'linear' \(proj.weight\): cannot split size 12 over TP size 4"
+    ):
+        _sharded(module, (torch.randn(1, HIDDEN),), DistConfig.named("tep", 0))
+
+
+def test_strip_alone_lowers_every_hint():
+    module, x = FusedMLP(), torch.randn(2, 3, HIDDEN)
+    gm = torch.export.export(module, (x,)).module()
+    assert hint_count(gm) == 6
+    apply_sharding_hints(gm, DistConfig(world_size=1, rank=0, moe_tp=1, moe_ep=1))  # no-op below 2
+    strip_sharding_hints(gm)
+    assert hint_count(gm) == 0
+    torch.testing.assert_close(gm(x), module(x))
+
+
+def test_load_hooks_take_full_and_sharded_checkpoints():
+    torch.manual_seed(0)
+    module, x = FusedMLP(), torch.randn(2, 3, HIDDEN)
+    gm = _sharded(module, (x,), DistConfig.named("tp-only", rank=1))
+    remove_collectives(gm)
+    sharded = {k: v.clone() for k, v in gm.state_dict().items()}
+    expected = gm(x)
+    for checkpoint in (module.state_dict(), sharded):
+        poison_(gm)
+        gm.load_state_dict(checkpoint, strict=True)
+        assert torch.equal(gm(x), expected)

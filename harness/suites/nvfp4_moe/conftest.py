@@ -1,0 +1,88 @@
+"""pytest glue for the NVFP4 MoE suite: fixtures, the backend tally and the forced-backend rule.
+
+Each test of a dispatched op carries ``@pytest.mark.moe_op(name)``. The run ends with a table of
+how many cases of each op every backend ran and how many skipped; with ``--moe-backend NAME`` a
+case that skipped or ran elsewhere fails the session. A BackendUnavailableError raised by an op
+turns the case into a skip with the backend's reason.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from stagebot.harness.suites.nvfp4_moe.backend_report import BackendTally
+from stagebot.harness.suites.nvfp4_moe.cases import WeightBank
+
+TALLY = pytest.StashKey[BackendTally]()
+DISPATCH_LOG = pytest.StashKey[list]()
+PREFIX = "[nvfp4_moe]"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "moe_op(name): the dispatched kernels op a case checks")
+    forced = config.getoption("moe_backend", default=None)
+    if forced is not None:
+        from stagebot.kernels import backends
+
+        names = [b.name for b in backends.registered()]
+        if forced not in names:
+            raise pytest.UsageError(f"--moe-backend {forced!r}: it must be one of {names}")
+    config.stash[TALLY] = BackendTally(forced=forced)
+
+
+@pytest.fixture(scope="session")
+def moe_backend(pytestconfig: pytest.Config) -> str:
+    return pytestconfig.stash[TALLY].forced or "auto"
+
+
+@pytest.fixture(scope="session")
+def weight_bank() -> WeightBank:
+    return WeightBank()
+
+
+@pytest.fixture(autouse=True)
+def _dispatch_log(request: pytest.FixtureRequest):
+    from stagebot.kernels import backends
+
+    with backends.record_dispatch() as log:
+        request.node.stash[DISPATCH_LOG] = log
+        yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    report = (yield).get_result()
+    from stagebot.kernels.errors import BackendUnavailableError
+
+    if call.excinfo is not None and call.excinfo.errisinstance(BackendUnavailableError):
+        report.outcome = "skipped"
+        report.longrepr = (str(item.path), item.location[1] or 0, f"Skipped: {call.excinfo.value}")
+    marker = item.get_closest_marker("moe_op")
+    if marker is None:
+        return
+    tally, op = item.config.stash[TALLY], marker.args[0]
+    if report.skipped and report.when in ("setup", "call"):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        tally.add_skipped(item.nodeid, op, reason)
+    elif report.when == "call":
+        used = {backend for logged_op, backend in item.stash.get(DISPATCH_LOG, []) if logged_op == op}
+        tally.add_ran(item.nodeid, op, used)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    if session.config.stash[TALLY].violations and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
+    tally = config.stash[TALLY]
+    lines = tally.lines()
+    if not lines:
+        return
+    forced = f"forced: {tally.forced}" if tally.forced else "auto"
+    terminalreporter.section(f"{PREFIX} cases per op and backend ({forced})")
+    for line in lines:
+        terminalreporter.write_line(line)
+    for violation in tally.violations:
+        terminalreporter.write_line(f"{PREFIX} FAIL forced backend: {violation}", red=True)

@@ -1,0 +1,64 @@
+"""The suite's tolerance checks; each returns a Verdict so negative controls can assert failure.
+
+Tolerances follow the design's tests: quantiser bytes >= 99.9% equal; SwiGLU output and scale
+bytes >= 95% equal; plain GEMM rows within bf16 assert_close defaults; finalize > 99% of
+elements within rtol 1.6e-2, atol 1e-5; fused_moe relative RMSE < 2e-2.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+QUANTIZER_MIN_MATCH = 0.999
+SWIGLU_MIN_MATCH = 0.95
+BF16_RTOL, BF16_ATOL = 1.6e-2, 1e-5
+FINALIZE_MIN_CLOSE = 0.99
+FUSED_MOE_MAX_RMSE = 2e-2
+
+
+@dataclass(frozen=True)
+class Verdict:
+    ok: bool
+    detail: str
+
+
+def bytes_match(actual: torch.Tensor, expected: torch.Tensor, min_rate: float, what: str) -> Verdict:
+    assert actual.shape == expected.shape, f"{what}: shape {actual.shape} vs {expected.shape}"
+    rate = (actual == expected).double().mean().item() if actual.numel() else 1.0
+    return Verdict(rate >= min_rate, f"{what}: {rate:.5%} of bytes equal (need >= {min_rate:.3%})")
+
+
+def close_fraction(
+    actual: torch.Tensor,
+    expected: torch.Tensor,
+    min_fraction: float,
+    what: str,
+    rtol: float = BF16_RTOL,
+    atol: float = BF16_ATOL,
+) -> Verdict:
+    """Fraction of elements with |a - e| <= atol + rtol * |e| (NaN never counts as close)."""
+    assert actual.shape == expected.shape, f"{what}: shape {actual.shape} vs {expected.shape}"
+    a, e = actual.double(), expected.double()
+    close = (a - e).abs() <= atol + rtol * e.abs()
+    fraction = close.double().mean().item() if close.numel() else 1.0
+    worst = ((a - e).abs() - rtol * e.abs()).nan_to_num(torch.inf).max().item() if a.numel() else 0
+    passed = fraction > min_fraction if min_fraction < 1 else fraction == 1.0
+    return Verdict(
+        passed,
+        f"{what}: {fraction:.4%} of elements within rtol {rtol}, atol {atol} "
+        f"(need {'all' if min_fraction >= 1 else f'> {min_fraction:.0%}'}); "
+        f"worst excess {worst:.3g}",
+    )
+
+
+def all_close(actual: torch.Tensor, expected: torch.Tensor, what: str) -> Verdict:
+    return close_fraction(actual, expected, 1.0, what)
+
+
+def relative_rmse(actual: torch.Tensor, expected: torch.Tensor, max_rmse: float, what: str) -> Verdict:
+    a, e = actual.double(), expected.double()
+    rmse = ((a - e).norm() / e.norm().clamp(min=1e-300)).item()
+    ok = rmse < max_rmse  # NaN fails
+    return Verdict(ok, f"{what}: relative RMSE {rmse:.3e} (need < {max_rmse:.0e})")

@@ -1,0 +1,589 @@
+"""The pipeline ledger: every pipeline, its shards' StageResults and per-test outcomes, in SQLite.
+
+One data model, locally (a file) and in Actions (the file travels between a PR's pipelines as an
+artifact). WAL mode and short ``BEGIN IMMEDIATE`` transactions make it safe under concurrent
+``bot`` processes: each gets its own pipeline number. A ledger that stays locked past the busy
+timeout, is corrupt, or cannot be written raises ``LedgerError`` (exit 3) before anything runs,
+and the file is left as it was.
+
+API (also used by the GitHub adapter)::
+
+    ledger = Ledger.open(path)                      # or Ledger.open(path, readonly=True)
+    number = ledger.start_pipeline(commit=..., command=..., plan=..., pr=..., branch=...)
+    ledger.record_result(number, result, logs={test_id: text}, reused_tests={test_id: (n, s)})
+    ledger.finish_pipeline(number, "SUCCESS")
+    record = ledger.pipeline(number)                # PipelineRecord, with its StageResults
+    ledger.prior_shard(stage, commit, pipeline)     # the planner's History protocol
+    ledger.durations("CPU-PyTorch")                 # test id -> seconds, for shard splitting
+    ledger.base_pipeline(base_commit, "main")       # the pipeline failures are compared with
+    ledger.record_validation(head_commit, n, pr=pr) # `/bot reuse-pipeline`
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from stagebot.bot.errors import StagebotError
+from stagebot.harness.results import StageResult, TestOutcome
+from stagebot.stages.history import PriorShard
+
+SCHEMA_VERSION = 1
+DEFAULT_BUSY_TIMEOUT_S = 30.0
+BUSY_TIMEOUT_ENV = "STAGEBOT_LEDGER_BUSY_TIMEOUT"
+SQLITE_HEADER = b"SQLite format 3\x00"
+DEFAULT_REPO = "local"
+FINAL_STATES = ("SUCCESS", "FAILURE", "ABORTED")
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS pipelines (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    repo TEXT NOT NULL,
+    number INTEGER NOT NULL,
+    pr INTEGER,
+    commit_id TEXT,
+    branch TEXT,
+    base_commit TEXT,
+    command TEXT NOT NULL,
+    plan TEXT,
+    catalog_digest TEXT,
+    gating INTEGER NOT NULL DEFAULT 0,
+    state TEXT NOT NULL,
+    started_at TEXT NOT NULL,
+    finished_at TEXT,
+    validated_by INTEGER,
+    meta TEXT NOT NULL DEFAULT '{}',
+    UNIQUE (repo, number)
+);
+CREATE TABLE IF NOT EXISTS shards (
+    pipeline_id INTEGER NOT NULL REFERENCES pipelines(id),
+    stage TEXT NOT NULL,
+    state TEXT NOT NULL,
+    duration_s REAL NOT NULL,
+    result TEXT NOT NULL,
+    PRIMARY KEY (pipeline_id, stage)
+);
+CREATE TABLE IF NOT EXISTS tests (
+    pipeline_id INTEGER NOT NULL REFERENCES pipelines(id),
+    stage TEXT NOT NULL,
+    test_id TEXT NOT NULL,
+    outcome TEXT NOT NULL,
+    duration_s REAL NOT NULL,
+    evidence TEXT,
+    attempts INTEGER NOT NULL DEFAULT 1,
+    reused_from INTEGER,
+    log TEXT,
+    PRIMARY KEY (pipeline_id, stage, test_id)
+);
+CREATE INDEX IF NOT EXISTS pipelines_by_commit ON pipelines (repo, commit_id);
+CREATE INDEX IF NOT EXISTS tests_by_stage ON tests (stage);
+"""
+
+
+class LedgerError(StagebotError):
+    """The ledger cannot be used (locked, corrupt, unwritable); nothing ran or changed."""
+
+    exit_code = 3
+
+
+@dataclass(frozen=True)
+class PipelineRecord:
+    number: int
+    repo: str
+    pr: int | None
+    commit: str | None
+    branch: str | None
+    base_commit: str | None
+    command: dict[str, Any]
+    plan: dict[str, Any] | None
+    catalog_digest: str | None
+    gating: bool
+    state: str
+    started_at: str
+    finished_at: str | None
+    validated_by: int | None
+    meta: dict[str, Any]
+    results: list[StageResult] = field(default_factory=list)
+    logs: dict[tuple[str, str], str] = field(default_factory=dict)  # (stage, test id) -> text
+    reused_tests: dict[str, list[str]] = field(default_factory=dict)  # stage -> test ids
+
+
+@dataclass(frozen=True)
+class Validation:
+    """The answer to `/bot reuse-pipeline [N]`."""
+
+    pipeline: int | None  # the new pipeline that records the decision (None: refused)
+    source: int | None  # N
+    source_commit: str | None
+    ok: bool
+    reason: str
+
+
+def busy_timeout_s() -> float:
+    """The busy timeout. Precedence: ``$STAGEBOT_LEDGER_BUSY_TIMEOUT`` > default (30 s)."""
+    raw = os.environ.get(BUSY_TIMEOUT_ENV)
+    try:
+        return float(raw) if raw else DEFAULT_BUSY_TIMEOUT_S
+    except ValueError:
+        raise LedgerError(
+            f"${BUSY_TIMEOUT_ENV}={raw!r} is not a number of seconds (e.g. 30)"
+        ) from None
+
+
+class Ledger:
+    def __init__(self, connection: sqlite3.Connection, path: Path, readonly: bool, repo: str):
+        self.connection = connection
+        self.path = path
+        self.readonly = readonly
+        self.repo = repo
+
+    # -- opening ---------------------------------------------------------------------------
+    @classmethod
+    def open(
+        cls,
+        path: str | Path,
+        *,
+        readonly: bool = False,
+        busy_timeout: float | None = None,
+        repo: str = DEFAULT_REPO,
+    ) -> Ledger:
+        """Open (or create) the ledger at ``path``; LedgerError when it is unusable."""
+        path = Path(path)
+        timeout = busy_timeout_s() if busy_timeout is None else busy_timeout
+        _check_file(path, readonly)
+        try:
+            if readonly:
+                connection = sqlite3.connect(
+                    f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=timeout
+                )
+            else:
+                connection = sqlite3.connect(path, timeout=timeout, isolation_level=None)
+            connection.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
+            connection.row_factory = sqlite3.Row
+            if path.exists() and path.stat().st_size > 0:
+                check = connection.execute("PRAGMA quick_check").fetchone()[0]
+                if check != "ok":
+                    raise LedgerError(
+                        f"ledger {path} is corrupt (integrity check: {check}); restore it from a "
+                        "copy or give a new path with --ledger"
+                    )
+            ledger = cls(connection, path, readonly, repo)
+            if not readonly:
+                ledger._set_up()
+            else:
+                ledger._check_version()
+            return ledger
+        except sqlite3.Error as error:
+            raise _ledger_error(path, error, timeout) from None
+
+    def _set_up(self) -> None:
+        mode = self.connection.execute("PRAGMA journal_mode").fetchone()[0]
+        if mode != "wal":
+            self.connection.execute("PRAGMA journal_mode = WAL")
+        with self._write():
+            version = self.connection.execute("PRAGMA user_version").fetchone()[0]
+            if version not in (0, SCHEMA_VERSION):
+                raise LedgerError(
+                    f"ledger {self.path} has schema version {version}; this stagebot reads "
+                    f"version {SCHEMA_VERSION} (upgrade stagebot or use another --ledger)"
+                )
+            if version == 0:
+                for statement in filter(str.strip, SCHEMA.split(";")):
+                    self.connection.execute(statement)
+                self.connection.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+    def _check_version(self) -> None:
+        version = self.connection.execute("PRAGMA user_version").fetchone()[0]
+        if version != SCHEMA_VERSION:
+            raise LedgerError(
+                f"ledger {self.path} has schema version {version}, expected {SCHEMA_VERSION}"
+            )
+
+    def close(self) -> None:
+        self.connection.close()
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        if self.readonly:
+            raise LedgerError(f"ledger {self.path} was opened read-only")
+        try:
+            self.connection.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as error:
+            raise _ledger_error(self.path, error, busy_timeout_s()) from None
+        try:
+            yield self.connection
+        except BaseException:
+            self.connection.execute("ROLLBACK")
+            raise
+        else:
+            try:
+                self.connection.execute("COMMIT")
+            except sqlite3.Error as error:
+                raise _ledger_error(self.path, error, busy_timeout_s()) from None
+
+    # -- writing ---------------------------------------------------------------------------
+    def start_pipeline(
+        self,
+        *,
+        command: dict[str, Any],
+        commit: str | None,
+        plan: dict[str, Any] | None = None,
+        pr: int | None = None,
+        branch: str | None = None,
+        base_commit: str | None = None,
+        number: int | None = None,
+        meta: dict[str, Any] | None = None,
+        state: str = "RUNNING",
+    ) -> int:
+        """Record a new pipeline; returns its number (the next one, or ``number`` in Actions)."""
+        with self._write() as db:
+            if number is None:
+                number = db.execute(
+                    "SELECT COALESCE(MAX(number), 0) + 1 FROM pipelines WHERE repo = ?",
+                    (self.repo,),
+                ).fetchone()[0]
+            elif db.execute(
+                "SELECT 1 FROM pipelines WHERE repo = ? AND number = ?", (self.repo, number)
+            ).fetchone():
+                raise LedgerError(
+                    f"ledger {self.path} already has pipeline #{number}; give a new number"
+                )
+            db.execute(
+                "INSERT INTO pipelines (repo, number, pr, commit_id, branch, base_commit, command,"
+                " plan, catalog_digest, gating, state, started_at, meta)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    self.repo,
+                    number,
+                    pr,
+                    commit,
+                    branch,
+                    base_commit,
+                    json.dumps(command),
+                    json.dumps(plan) if plan is not None else None,
+                    plan.get("catalog_digest") if plan else None,
+                    int(bool(plan and plan.get("gating"))),
+                    state,
+                    _now(),
+                    json.dumps(meta or {}),
+                ),
+            )
+        return number
+
+    def record_result(
+        self,
+        pipeline: int,
+        result: StageResult,
+        *,
+        logs: dict[str, str] | None = None,
+        reused_tests: dict[str, tuple[int, float]] | None = None,
+    ) -> None:
+        """Store one shard's StageResult and its tests (replacing an earlier record of it).
+
+        ``reused_tests``: test id -> (pipeline it passed in, its duration), for tests skipped
+        because they passed before; they count as passed on this commit for the next reuse.
+        """
+        logs = logs or {}
+        with self._write() as db:
+            pid = self._id(pipeline)
+            db.execute("DELETE FROM tests WHERE pipeline_id = ? AND stage = ?", (pid, result.stage))
+            db.execute(
+                "INSERT OR REPLACE INTO shards VALUES (?, ?, ?, ?, ?)",
+                (pid, result.stage, result.state, result.duration_s, json.dumps(result.to_json())),
+            )
+            rows = [
+                (
+                    pid,
+                    result.stage,
+                    t.test_id,
+                    t.outcome,
+                    t.duration_s,
+                    t.evidence,
+                    t.attempts,
+                    result.reused_from if result.state == "REUSED" else None,
+                    logs.get(t.test_id),
+                )
+                for t in result.tests
+            ]
+            rows += [
+                (pid, result.stage, test_id, "passed", duration, None, 1, source, None)
+                for test_id, (source, duration) in (reused_tests or {}).items()
+            ]
+            db.executemany("INSERT OR REPLACE INTO tests VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+
+    def record_results(self, pipeline: int, results: list[StageResult]) -> None:
+        for result in results:
+            self.record_result(pipeline, result)
+
+    def finish_pipeline(
+        self, pipeline: int, state: str, meta: dict[str, Any] | None = None
+    ) -> None:
+        if state not in FINAL_STATES:
+            raise ValueError(f"final state {state!r} is not one of {FINAL_STATES}")
+        with self._write() as db:
+            pid = self._id(pipeline)
+            if meta is not None:
+                old = json.loads(
+                    db.execute("SELECT meta FROM pipelines WHERE id = ?", (pid,)).fetchone()[0]
+                )
+                db.execute(
+                    "UPDATE pipelines SET meta = ? WHERE id = ?", (json.dumps({**old, **meta}), pid)
+                )
+            db.execute(
+                "UPDATE pipelines SET state = ?, finished_at = ? WHERE id = ?", (state, _now(), pid)
+            )
+
+    def record_validation(
+        self, head_commit: str, source: int | None, *, pr: int | None = None
+    ) -> Validation:
+        """`/bot reuse-pipeline [N]`: the head commit is validated by N (default: the latest
+        successful gating run of this PR) when N was a successful gating run."""
+        if source is None:
+            row = self._query_one(
+                "SELECT number FROM pipelines WHERE repo = ? AND state = 'SUCCESS' AND gating = 1"
+                " AND validated_by IS NULL AND (? IS NULL OR pr = ?) ORDER BY id DESC LIMIT 1",
+                (self.repo, pr, pr),
+            )
+            if row is None:
+                return Validation(None, None, None, False, "no successful gating pipeline to reuse")
+            source = row["number"]
+        record = self.pipeline(source, with_results=False)
+        if record is None:
+            return Validation(None, source, None, False, f"pipeline #{source} is not in the ledger")
+        if record.state != "SUCCESS" or not record.gating:
+            why = (
+                f"pipeline #{source} ended {record.state}"
+                if record.state != "SUCCESS"
+                else f"pipeline #{source} was a partial run (Partly Tested): it cannot validate"
+            )
+            return Validation(None, source, record.commit, False, why + "; run `/bot run`")
+        number = self.start_pipeline(
+            command={"version": 1, "command": "reuse-pipeline", "options": {"pipeline_id": source}},
+            commit=head_commit,
+            pr=pr,
+            state="SUCCESS",
+            meta={"validated_by": source},
+        )
+        with self._write() as db:
+            db.execute(
+                "UPDATE pipelines SET validated_by = ?, gating = 1, finished_at = started_at"
+                " WHERE id = ?",
+                (source, self._id(number)),
+            )
+        return Validation(number, source, record.commit, True, f"validated by #{source}")
+
+    # -- reading ---------------------------------------------------------------------------
+    def prior_shard(self, stage: str, commit: str, pipeline: int | None) -> PriorShard | None:
+        """History: the shard's latest recorded result on ``commit`` (in ``pipeline`` if given)."""
+        query = (
+            "SELECT p.id, p.number, p.catalog_digest, s.state, s.result FROM shards s"
+            " JOIN pipelines p ON p.id = s.pipeline_id"
+            " WHERE p.repo = ? AND p.commit_id = ? AND s.stage = ?"
+        )
+        params: tuple = (self.repo, commit, stage)
+        if pipeline is not None:
+            query += " AND p.number = ?"
+            params += (pipeline,)
+        row = self._query_one(query + " ORDER BY p.id DESC LIMIT 1", params)
+        if row is None:
+            return None
+        passed = [
+            r["test_id"]
+            for r in self._query(
+                "SELECT test_id FROM tests WHERE pipeline_id = ? AND stage = ? AND outcome ="
+                " 'passed' ORDER BY test_id",
+                (row["id"], stage),
+            )
+        ]
+        source = row["number"]
+        if row["state"] == "REUSED":
+            source = json.loads(row["result"]).get("reused_from") or source
+        return PriorShard(source, row["state"], tuple(passed), row["catalog_digest"] or "")
+
+    def durations(self, family: str) -> dict[str, float]:
+        """The latest executed duration of each test of a stage family's shards."""
+        rows = self._query(
+            "SELECT t.stage, t.test_id, t.duration_s FROM tests t"
+            " JOIN pipelines p ON p.id = t.pipeline_id"
+            " WHERE p.repo = ? AND (t.stage = ? OR t.stage LIKE ? ESCAPE '\\')"
+            " AND t.reused_from IS NULL AND t.outcome IN ('passed', 'failed', 'flaky')"
+            " ORDER BY p.id",
+            (self.repo, family, _like_prefix(family) + "%"),
+        )
+        return {
+            row["test_id"]: row["duration_s"]
+            for row in rows
+            if row["stage"] == family or row["stage"][len(family) + 1 :].isdigit()
+        }
+
+    def shard_duration(self, stage: str) -> float | None:
+        row = self._query_one(
+            "SELECT s.duration_s FROM shards s JOIN pipelines p ON p.id = s.pipeline_id"
+            " WHERE p.repo = ? AND s.stage = ? AND s.state IN ('SUCCESS', 'FAILURE')"
+            " ORDER BY p.id DESC LIMIT 1",
+            (self.repo, stage),
+        )
+        return row["duration_s"] if row else None
+
+    def base_pipeline(
+        self, base_commit: str | None, default_branch: str | None, exclude: int | None = None
+    ) -> int | None:
+        """The latest finished pipeline on ``base_commit``, else on ``default_branch``."""
+        for column, value in (("commit_id", base_commit), ("branch", default_branch)):
+            if not value:
+                continue
+            row = self._query_one(
+                f"SELECT number FROM pipelines WHERE repo = ? AND {column} = ? AND state IN"
+                " ('SUCCESS', 'FAILURE') AND validated_by IS NULL AND (? IS NULL OR number != ?)"
+                " ORDER BY id DESC LIMIT 1",
+                (self.repo, value, exclude, exclude),
+            )
+            if row is not None:
+                return row["number"]
+        return None
+
+    def latest_number(self) -> int | None:
+        row = self._query_one("SELECT MAX(number) AS n FROM pipelines WHERE repo = ?", (self.repo,))
+        return row["n"] if row else None
+
+    def pipeline(self, number: int, *, with_results: bool = True) -> PipelineRecord | None:
+        row = self._query_one(
+            "SELECT * FROM pipelines WHERE repo = ? AND number = ?", (self.repo, number)
+        )
+        if row is None:
+            return None
+        results, logs, reused = [], {}, {}
+        if with_results:
+            for shard in self._query(
+                "SELECT result FROM shards WHERE pipeline_id = ? ORDER BY rowid", (row["id"],)
+            ):
+                results.append(StageResult.from_json(json.loads(shard["result"])))
+            for test in self._query(
+                "SELECT stage, test_id, log, reused_from, outcome FROM tests WHERE pipeline_id = ?",
+                (row["id"],),
+            ):
+                if test["log"]:
+                    logs[(test["stage"], test["test_id"])] = test["log"]
+                if test["reused_from"] is not None:
+                    reused.setdefault(test["stage"], []).append(test["test_id"])
+        return PipelineRecord(
+            number=row["number"],
+            repo=row["repo"],
+            pr=row["pr"],
+            commit=row["commit_id"],
+            branch=row["branch"],
+            base_commit=row["base_commit"],
+            command=json.loads(row["command"]),
+            plan=json.loads(row["plan"]) if row["plan"] else None,
+            catalog_digest=row["catalog_digest"],
+            gating=bool(row["gating"]),
+            state=row["state"],
+            started_at=row["started_at"],
+            finished_at=row["finished_at"],
+            validated_by=row["validated_by"],
+            meta=json.loads(row["meta"]),
+            results=results,
+            logs=logs,
+            reused_tests=reused,
+        )
+
+    def test_outcomes(self, number: int) -> dict[str, TestOutcome]:
+        """Test id -> outcome in pipeline ``number`` (executed or reused), for base comparison."""
+        row = self._query_one(
+            "SELECT id FROM pipelines WHERE repo = ? AND number = ?", (self.repo, number)
+        )
+        if row is None:
+            return {}
+        return {
+            r["test_id"]: TestOutcome(
+                r["test_id"], r["outcome"], r["duration_s"], r["evidence"], r["attempts"]
+            )
+            for r in self._query(
+                "SELECT test_id, outcome, duration_s, evidence, attempts FROM tests"
+                " WHERE pipeline_id = ?",
+                (row["id"],),
+            )
+        }
+
+    # -- helpers ---------------------------------------------------------------------------
+    def _id(self, number: int) -> int:
+        row = self.connection.execute(
+            "SELECT id FROM pipelines WHERE repo = ? AND number = ?", (self.repo, number)
+        ).fetchone()
+        if row is None:
+            raise LedgerError(f"ledger {self.path} has no pipeline #{number}")
+        return row[0]
+
+    def _query(self, sql: str, params: tuple = ()) -> list[sqlite3.Row]:
+        try:
+            return self.connection.execute(sql, params).fetchall()
+        except sqlite3.Error as error:
+            raise _ledger_error(self.path, error, busy_timeout_s()) from None
+
+    def _query_one(self, sql: str, params: tuple = ()) -> sqlite3.Row | None:
+        rows = self._query(sql, params)
+        return rows[0] if rows else None
+
+
+def _check_file(path: Path, readonly: bool) -> None:
+    """Refuse, without touching anything, a path that is not a usable ledger."""
+    if path.is_dir():
+        raise LedgerError(
+            f"ledger {path} is a folder; give a file path such as {path}/ledger.sqlite"
+        )
+    if path.exists():
+        try:
+            with open(path, "rb") as file:
+                header = file.read(len(SQLITE_HEADER))
+        except OSError as error:
+            raise LedgerError(f"ledger {path} cannot be read: {error.strerror}") from None
+        if header and header != SQLITE_HEADER[: len(header)] or 0 < len(header) < 16:
+            raise LedgerError(
+                f"ledger {path} is corrupt: not an SQLite database (bad header); restore it "
+                "from a copy or give a new path with --ledger"
+            )
+        if not readonly and not os.access(path, os.W_OK):
+            raise LedgerError(f"ledger {path} is not writable; fix its permissions or use --ledger")
+    elif readonly:
+        raise LedgerError(f"ledger {path} does not exist; give an existing ledger file")
+    if not readonly:
+        parent = path.parent if str(path.parent) else Path(".")
+        if not parent.is_dir():
+            raise LedgerError(
+                f"ledger {path} cannot be created: {parent} is not a folder; create it first"
+            )
+        if not os.access(parent, os.W_OK | os.X_OK):
+            raise LedgerError(
+                f"ledger {path} is not writable: its folder {parent} does not allow writing "
+                "(SQLite's WAL needs to create files beside it)"
+            )
+
+
+def _ledger_error(path: Path, error: sqlite3.Error, timeout: float) -> LedgerError:
+    text = str(error)
+    if "locked" in text or "busy" in text:
+        return LedgerError(
+            f"ledger {path} is still locked by another process after the {timeout:g} s busy "
+            f"timeout; wait for it to finish (or raise ${BUSY_TIMEOUT_ENV})"
+        )
+    if "malformed" in text or "not a database" in text or "corrupt" in text:
+        return LedgerError(
+            f"ledger {path} is corrupt ({text}); restore it from a copy or give a new --ledger"
+        )
+    if "readonly" in text or "read-only" in text or "unable to open" in text:
+        return LedgerError(f"ledger {path} is not writable ({text}); fix its permissions")
+    return LedgerError(f"ledger {path} cannot be used: {text}")
+
+
+def _like_prefix(family: str) -> str:
+    return family.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "-"
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")

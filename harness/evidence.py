@@ -1,0 +1,129 @@
+"""Evidence: the one line that says why a test failed, and the numbers of a numeric mismatch.
+
+Pure functions over failure text (a pytest longrepr, a log tail). The line is the real error —
+the last ``E   `` line that names an exception, else the last ``E`` line, else the last line that
+looks like ``SomeError: …`` — never a bare "exit code 1". Numeric mismatches are read from
+``torch.testing.assert_close`` and ``numpy.testing.assert_allclose`` messages.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+EXCEPTION_LINE = re.compile(
+    r"^(?:[\w.]+\.)?(?:[A-Z]\w*(?:Error|Exception|Failure|Exit)|AssertionError|Failed|KeyboardInterrupt)\b:?"
+)  # noqa: E501
+E_LINE = re.compile(r"^E\s+(?P<text>\S.*)$")
+PLAIN_ERROR = re.compile(r"^\s*(?:[\w.]+\.)?[A-Z]\w*(?:Error|Exception)\b(?::.*)?$")
+MISMATCHED = re.compile(r"Mismatched elements:\s*(?P<n>\d+)\s*/\s*(?P<total>\d+)")
+_DIFF = (
+    r"(?:Greatest|Max) {} difference(?: among violations)?:\s*(?P<v>[-+\w.]+)"
+    r"(?:\s+at index (?P<at>\([^)]*\)|\d+))?"
+)
+ABS_DIFF = re.compile(_DIFF.format("absolute"))
+REL_DIFF = re.compile(_DIFF.format("relative"))
+MAX_LINE = 300
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    """A numeric comparison's failure: how many elements differ, and by how much at most."""
+
+    mismatched: int
+    total: int
+    max_abs: float | None
+    max_abs_at: str | None
+    max_rel: float | None
+    max_rel_at: str | None
+
+    def summary(self) -> str:
+        parts = [f"{self.mismatched}/{self.total} elements mismatched"]
+        if self.max_abs is not None:
+            parts.append(f"max abs diff {self.max_abs:g}" + _at(self.max_abs_at))
+        if self.max_rel is not None:
+            parts.append(f"max rel diff {self.max_rel:g}" + _at(self.max_rel_at))
+        return ", ".join(parts)
+
+
+def _at(index: str | None) -> str:
+    return f" at {index}" if index else ""
+
+
+def error_line(text: str | None) -> str | None:
+    """The real error line of a failure text, or None when the text holds none."""
+    if not text:
+        return None
+    lines = text.splitlines()
+    e_lines = [m["text"].strip() for m in map(E_LINE.match, lines) if m]
+    named = [line for line in e_lines if EXCEPTION_LINE.match(line)]
+    if named:
+        # Prefer the exception line; pytest puts the assertion's own text on the line after
+        # "AssertionError: ..." only when the message is multi-line, so keep the first named one
+        # that carries a message.
+        with_message = [line for line in named if ":" in line and not line.endswith(":")]
+        line = (with_message or named)[0]
+        if line.endswith(":"):  # the message starts on the next line (numpy, multi-line asserts)
+            following = e_lines[e_lines.index(line) + 1 :]
+            if following:
+                line = f"{line} {following[0]}"
+    elif e_lines:
+        line = e_lines[0]
+    else:
+        plain = [line.strip() for line in lines if PLAIN_ERROR.match(line)]
+        if not plain:
+            return None
+        line = plain[-1]
+    return _clip(line)
+
+
+def mismatch(text: str | None) -> Mismatch | None:
+    """The numbers of an assert_close / allclose failure in ``text``, or None."""
+    if not text:
+        return None
+    found = MISMATCHED.search(text)
+    if found is None:
+        return None
+    abs_diff, rel_diff = ABS_DIFF.search(text), REL_DIFF.search(text)
+    return Mismatch(
+        int(found["n"]),
+        int(found["total"]),
+        _number(abs_diff["v"]) if abs_diff else None,
+        abs_diff["at"] if abs_diff else None,
+        _number(rel_diff["v"]) if rel_diff else None,
+        rel_diff["at"] if rel_diff else None,
+    )
+
+
+def test_evidence(text: str | None) -> str | None:
+    """One line for a failed test: its error line, with the mismatch numbers when numeric."""
+    line = error_line(text)
+    numbers = mismatch(text)
+    if numbers is not None:
+        return _clip(f"{line or 'values differ'} — {numbers.summary()}")
+    return line
+
+
+test_evidence.__test__ = False  # not a pytest test, despite the name
+
+
+def log_error_line(log: str) -> str | None:
+    """The last error-looking line of a process log (for a crash or a failed command)."""
+    lines = [line.strip() for line in log.splitlines() if line.strip()]
+    for line in reversed(lines):
+        match = E_LINE.match(line)
+        if match or PLAIN_ERROR.match(line) or line.startswith(("Fatal Python error", "ERROR")):
+            return _clip(match["text"] if match else line)
+    return _clip(lines[-1]) if lines else None
+
+
+def _number(raw: str) -> float | None:
+    try:
+        return float(raw.rstrip("."))
+    except ValueError:
+        return None
+
+
+def _clip(line: str) -> str:
+    line = " ".join(line.split())
+    return line if len(line) <= MAX_LINE else line[: MAX_LINE - 1] + "…"

@@ -1,0 +1,398 @@
+"""Run one stage shard from its matrix entry and write its folder; returns the StageResult.
+
+The folder holds ``result.json`` (StageResult), ``junit.xml`` (the final outcomes, reruns folded
+in), ``tests.jsonl`` (the live per-test stream of the first attempt; reruns stream to
+``rerun-<n>.jsonl``) and ``log.txt`` (every process's output). A test shard runs one pytest per
+combinable suite group, pinned to its devices (``CUDA_VISIBLE_DEVICES``), with ``STAGEBOT_WORK``
+pointing at a scratch folder; a build/sanity shard runs its command under ``bash -c``.
+
+States: cancelled -> ABORTED; timeout, a signal, a crash, an internal/usage error or a corrupt
+JUnit/JSONL -> ERROR with that evidence; 0 executed tests -> NOT_RUN; a failed test -> FAILURE;
+else SUCCESS. Failed tests are re-run (``max_reruns``, only when at most ``rerun_max_failures``
+failed); one that then passes is ``flaky``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from stagebot.harness.evidence import log_error_line, test_evidence
+from stagebot.harness.junit import JunitError, read_junit, write_junit
+from stagebot.harness.process import Finished, run_process
+from stagebot.harness.results import StageResult, TestOutcome
+from stagebot.harness.streams import Stream, read_stream
+from stagebot.stages.plan import MatrixEntry
+
+DEFAULT_MAX_RERUNS = 2
+DEFAULT_RERUN_MAX_FAILURES = 5
+EXECUTED = ("passed", "failed", "error", "flaky")
+PYTEST_EXIT = {2: "interrupted", 3: "an internal error", 4: "a usage error"}
+
+
+def max_reruns(entry: MatrixEntry) -> int:
+    """Re-runs of a failed test. Precedence: catalog (none yet) > default (2)."""
+    return DEFAULT_MAX_RERUNS
+
+
+def rerun_max_failures(entry: MatrixEntry) -> int:
+    """Re-run only when at most this many tests failed. Precedence: catalog > default (5)."""
+    return DEFAULT_RERUN_MAX_FAILURES
+
+
+@dataclass
+class ShardContext:
+    """Where and how a shard runs (the entry says what)."""
+
+    out_dir: Path
+    root: Path  # repository root: the working directory, suite paths are relative to it
+    devices: tuple[str, ...] = ()  # GPU ids to pin; empty for CPU shards
+    timeout_s: float | None = None  # None: the entry's timeout_minutes
+    cancel: threading.Event = field(default_factory=threading.Event)
+    echo: Callable[[str], None] | None = None  # stream the log (--detailed-log)
+    python: str = sys.executable
+    keep_work: bool = False  # --debug: keep the scratch folder
+
+
+@dataclass
+class _Attempt:
+    stream: Stream
+    finished: Finished
+    junit_problem: str | None
+    junit_cases: list | None
+    log_path: Path | None = None
+
+
+def run_shard(entry: MatrixEntry, context: ShardContext) -> StageResult:
+    out = context.out_dir
+    out.mkdir(parents=True, exist_ok=True)
+    work = out / "work"
+    work.mkdir(exist_ok=True)
+    timeout_s = context.timeout_s or entry.timeout_minutes * 60
+    started = _now()
+    clock = time.monotonic()
+    deadline = clock + timeout_s
+    env = {
+        **os.environ,
+        "STAGEBOT_WORK": str(work),
+        "STAGEBOT_STAGE": entry.stage,
+        "CUDA_VISIBLE_DEVICES": ",".join(context.devices),
+        "PYTHONUNBUFFERED": "1",
+    }
+    if entry.command is not None:
+        tests, state, evidence = _run_command(entry, context, env, deadline, timeout_s)
+    else:
+        tests, state, evidence = _run_tests(entry, context, env, deadline, timeout_s)
+    write_junit(out / "junit.xml", entry.stage, tests)
+    (out / "tests.jsonl").touch()
+    if not context.keep_work:
+        shutil.rmtree(work, ignore_errors=True)
+    result = StageResult(
+        stage=entry.stage,
+        shard=entry.shard,
+        shards=entry.shards,
+        state=state,
+        started_at=started,
+        finished_at=_now(),
+        duration_s=round(time.monotonic() - clock, 3),
+        gpu_type=entry.gpu_type,
+        gpus=list(context.devices),
+        tests=tests,
+        log_path=str(out / "log.txt"),
+        evidence=evidence,
+        reused_from=entry.reuse_from if entry.reused_tests else None,
+    )
+    write_result(out, result)
+    return result
+
+
+def write_result(out: Path, result: StageResult) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "result.json").write_text(json.dumps(result.to_json(), indent=2) + "\n")
+
+
+def not_run_result(entry: MatrixEntry, out: Path | None, state: str, evidence: str) -> StageResult:
+    """A shard that never started (NOT_RUN for missing hardware, ABORTED when cancelled)."""
+    result = StageResult(
+        stage=entry.stage,
+        shard=entry.shard,
+        shards=entry.shards,
+        state=state,
+        started_at=None,
+        finished_at=None,
+        duration_s=0.0,
+        gpu_type=entry.gpu_type,
+        gpus=[],
+        evidence=evidence,
+    )
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        for name in ("tests.jsonl", "log.txt"):
+            (out / name).touch()
+        (out / "log.txt").write_text(f"{state}: {evidence}\n")
+        write_junit(out / "junit.xml", entry.stage, [])
+        result = StageResult(**{**result.__dict__, "log_path": str(out / "log.txt")})
+        write_result(out, result)
+    return result
+
+
+def pytest_argv(entry: MatrixEntry, python: str) -> list[list[str]]:
+    """One pytest command line per group of suites that can share a session."""
+    plain = [s for s in entry.suites if not s.get("marks") and not s.get("keyword")]
+    filtered = [s for s in entry.suites if s.get("marks") or s.get("keyword")]
+    groups = ([plain] if plain else []) + [[s] for s in filtered]
+    commands = []
+    for group in groups:
+        argv = [python, "-m", "pytest", "-p", "no:cacheprovider", "-q"]
+        if os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
+            argv += ["-p", "stagebot.harness.pytest_plugin"]
+        for suite in group:
+            argv.append(suite["path"])
+            if suite.get("marks"):
+                argv += ["-m", suite["marks"]]
+            if suite.get("keyword"):
+                argv += ["-k", suite["keyword"]]
+            argv += list(suite.get("args") or [])
+        commands.append(argv)
+    return commands
+
+
+def _run_tests(entry, context, env, deadline, timeout_s):
+    out = context.out_dir
+    (out / "waives.json").write_text(json.dumps(entry.waives))
+    select = list(entry.tests)
+    first = _attempt(entry, context, env, deadline, out / "tests.jsonl", "1", select)
+    problem = _problem(first, timeout_s)
+    tests = _outcomes(first, timeout_s)
+    if first.finished.cancelled:
+        return tests, "ABORTED", "cancelled: another shard failed (fail-fast) or the run stopped"
+    if problem is None:
+        tests = _reruns(entry, context, env, deadline, tests)
+    return tests, _state(tests, problem, first), _shard_evidence(tests, problem, first)
+
+
+def _attempt(entry, context, env, deadline, stream_path, tag, select) -> _Attempt:
+    out = context.out_dir
+    argv_groups = pytest_argv(entry, context.python)
+    finished = Finished(0, False, False, 0.0)
+    junit_cases, junit_problem = [], None
+    for index, argv in enumerate(argv_groups, start=1):
+        junit = out / "raw" / f"junit-{tag}-{index}.xml"
+        junit.parent.mkdir(exist_ok=True)
+        argv = [*argv, f"--junitxml={junit}", f"--stagebot-jsonl={stream_path}"]
+        argv.append(f"--stagebot-waives={out / 'waives.json'}")
+        if select:
+            ids = out / "raw" / f"select-{tag}.txt"
+            ids.write_text("\n".join(select) + "\n")
+            argv.append(f"--stagebot-select={ids}")
+        if entry.reused_tests:
+            ids = out / "raw" / "deselect.txt"
+            ids.write_text("\n".join(entry.reused_tests) + "\n")
+            argv.append(f"--stagebot-deselect={ids}")
+        finished = run_process(
+            argv,
+            cwd=context.root,
+            env=env,
+            log_path=out / "log.txt",
+            deadline=deadline,
+            cancel=context.cancel,
+            echo=context.echo,
+        )
+        abnormal = finished.timed_out or finished.cancelled or (finished.returncode or 0) < 0
+        if not abnormal and finished.returncode in (0, 1, 5):
+            try:
+                cases = read_junit(junit)
+                if cases is None:
+                    junit_problem = f"pytest exited {finished.returncode} but wrote no JUnit file"
+                else:
+                    junit_cases += cases
+            except JunitError as error:
+                junit_problem = str(error)
+        if abnormal or finished.returncode not in (0, 1, 5):
+            break
+    return _Attempt(read_stream(stream_path), finished, junit_problem, junit_cases, out / "log.txt")
+
+
+def _problem(attempt: _Attempt, timeout_s: float) -> str | None:
+    """Why the attempt as a whole is an infrastructure error, or None."""
+    stream, finished = attempt.stream, attempt.finished
+    running = stream.unfinished[-1] if stream.unfinished else None
+    where = f" while running {running}" if running else ""
+    if finished.cancelled:
+        return None
+    if finished.timed_out:
+        return f"timeout: killed after {timeout_s:g} s{where or ' (no test had started)'}"
+    if finished.signal_name:
+        before = "" if stream.exists and stream.results else " before writing any result"
+        return f"crashed: pytest killed by {finished.signal_name}{where}{before}"
+    if finished.returncode in PYTEST_EXIT:
+        line = log_error_line(_log_tail(attempt))
+        return (
+            f"pytest ended with {PYTEST_EXIT[finished.returncode]} (exit {finished.returncode})"
+            + (f": {line}" if line else "")
+        )
+    if finished.returncode not in (0, 1, 5):
+        line = log_error_line(_log_tail(attempt))
+        return f"crashed: pytest exited {finished.returncode}{where}" + (
+            f": {line}" if line else ""
+        )
+    if not stream.exists:
+        return "crashed: pytest wrote no test stream (tests.jsonl missing)"
+    if stream.problem:
+        return f"corrupt output: {stream.problem}"
+    if attempt.junit_problem:
+        return f"corrupt output: {attempt.junit_problem}"
+    if stream.session_end is None:
+        return f"crashed: the pytest session did not finish{where}"
+    return None
+
+
+def _log_tail(attempt: _Attempt, size: int = 16_000) -> str:
+    try:
+        return attempt.log_path.read_text(errors="replace")[-size:] if attempt.log_path else ""
+    except OSError:
+        return ""
+
+
+def _outcomes(attempt: _Attempt, timeout_s: float) -> list[TestOutcome]:
+    stream, finished = attempt.stream, attempt.finished
+    tests = [_outcome(record) for record in stream.results.values()]
+    # JUnit fills in what the stream lacks (a damaged line, or no stream at all).
+    junit = {c.test_id: c for c in attempt.junit_cases or []}
+    for test_id in [*stream.unfinished, *(t for t in junit if t not in stream.started)]:
+        case = junit.pop(test_id, None)
+        if case is not None and test_id not in stream.results:
+            tests.append(TestOutcome(test_id, case.outcome, case.duration_s, case.message))
+    recovered = {t.test_id for t in tests}
+    for test_id in (t for t in stream.unfinished if t not in recovered):
+        if finished.timed_out:
+            why = f"timeout: still running when the shard was killed after {timeout_s:g} s"
+        elif finished.cancelled:
+            continue
+        elif finished.signal_name:
+            why = f"crashed: the worker was killed by {finished.signal_name} during this test"
+        else:
+            why = f"crashed: pytest exited {finished.returncode} during this test"
+        tests.append(TestOutcome(test_id, "error", 0.0, why))
+    return tests
+
+
+def _outcome(record: dict) -> TestOutcome:
+    outcome = record["outcome"]
+    if outcome in ("failed", "error"):
+        evidence = test_evidence(record.get("log")) or f"{outcome} in {record.get('phase')}"
+    elif outcome in ("skipped", "waived"):
+        evidence = record.get("log") or None
+    else:
+        evidence = None
+    return TestOutcome(record["test_id"], outcome, float(record.get("duration_s", 0.0)), evidence)
+
+
+def _reruns(entry, context, env, deadline, tests: list[TestOutcome]) -> list[TestOutcome]:
+    failed = [t.test_id for t in tests if t.outcome in ("failed", "error") and "::" in t.test_id]
+    if not failed or len(failed) > rerun_max_failures(entry):
+        return tests
+    by_id = {t.test_id: t for t in tests}
+    remaining = list(failed)
+    for number in range(1, max_reruns(entry) + 1):
+        if not remaining or time.monotonic() >= deadline or context.cancel.is_set():
+            break
+        path = context.out_dir / f"rerun-{number}.jsonl"
+        attempt = _attempt(entry, context, env, deadline, path, f"rerun-{number}", remaining)
+        still = []
+        for test_id in remaining:
+            record = attempt.stream.results.get(test_id)
+            first = by_id[test_id]
+            if record is not None and record["outcome"] == "passed":
+                by_id[test_id] = TestOutcome(
+                    test_id,
+                    "flaky",
+                    first.duration_s,
+                    f"passed on re-run {number} after: {first.evidence}",
+                    attempts=number + 1,
+                )
+            else:
+                by_id[test_id] = TestOutcome(
+                    test_id, first.outcome, first.duration_s, first.evidence, attempts=number + 1
+                )
+                still.append(test_id)
+        remaining = still
+    return [by_id[t.test_id] for t in tests]
+
+
+def _state(tests: list[TestOutcome], problem: str | None, attempt: _Attempt) -> str:
+    if problem is not None:
+        return "ERROR"
+    if not any(t.outcome in EXECUTED for t in tests):
+        return "NOT_RUN"
+    if any(t.outcome in ("failed", "error") for t in tests):
+        return "FAILURE"
+    if _silent_exit_1(tests, attempt):
+        return "ERROR"
+    return "SUCCESS"
+
+
+def _silent_exit_1(tests: list[TestOutcome], attempt: _Attempt) -> bool:
+    """pytest said "tests failed" (exit 1) but streamed no failure: something is off."""
+    return attempt.finished.returncode == 1 and not any(
+        t.outcome in ("failed", "error", "flaky") for t in tests
+    )
+
+
+def _shard_evidence(tests, problem, attempt) -> str | None:
+    if problem is not None:
+        return problem
+    executed = sum(t.outcome in EXECUTED for t in tests)
+    if executed == 0:
+        if attempt.finished.returncode == 5 or not tests:
+            return "0 tests executed: pytest collected no test (check the suite paths and -m/-k)"
+        reasons = sorted({t.evidence or t.outcome for t in tests})
+        shown = "; ".join(reasons[:3]) + (" …" if len(reasons) > 3 else "")
+        return f"0 tests executed: all {len(tests)} skipped ({shown})"
+    if _silent_exit_1(tests, attempt):
+        line = log_error_line(_log_tail(attempt))
+        return "pytest exited 1 but reported no failed test" + (f": {line}" if line else "")
+    failed = [t for t in tests if t.outcome in ("failed", "error")]
+    if failed:
+        return f"{len(failed)} test(s) failed; first: {failed[0].test_id}: {failed[0].evidence}"
+    return None
+
+
+def _run_command(entry, context, env, deadline, timeout_s):
+    test_id = f"{entry.stage}::command"
+    finished = run_process(
+        ["bash", "-c", entry.command],
+        cwd=context.root,
+        env=env,
+        log_path=context.out_dir / "log.txt",
+        deadline=deadline,
+        cancel=context.cancel,
+        echo=context.echo,
+    )
+    log = (context.out_dir / "log.txt").read_text(errors="replace")
+    duration = round(finished.elapsed_s, 3)
+    if finished.cancelled:
+        return [], "ABORTED", "cancelled: another shard failed (fail-fast) or the run stopped"
+    if finished.timed_out:
+        why = f"timeout: command killed after {timeout_s:g} s"
+        return [TestOutcome(test_id, "error", duration, why)], "ERROR", why
+    if finished.signal_name:
+        why = f"crashed: command killed by {finished.signal_name}"
+        return [TestOutcome(test_id, "error", duration, why)], "ERROR", why
+    if finished.returncode != 0:
+        line = log_error_line(log.split("\n", 1)[-1]) or "no output"
+        why = f"command exited {finished.returncode}: {line}"
+        return [TestOutcome(test_id, "failed", duration, why)], "FAILURE", why
+    return [TestOutcome(test_id, "passed", duration)], "SUCCESS", None
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")

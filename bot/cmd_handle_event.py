@@ -1,0 +1,117 @@
+"""`bot handle-event`: act on the GitHub Actions event that started this workflow run.
+
+Reads the standard Actions variables (GITHUB_EVENT_NAME, GITHUB_EVENT_PATH, GITHUB_REPOSITORY,
+GITHUB_API_URL, GITHUB_TOKEN, GITHUB_RUN_ID, GITHUB_RUN_NUMBER, GITHUB_SERVER_URL, GITHUB_OUTPUT)
+and writes ``run``, ``matrix``, ``pipeline``, ``commit``, ``pr`` and ``reply_id`` to
+GITHUB_OUTPUT. Exits 0 for every event it handled (a run, a no-op, a refusal, a malformed
+command); non-zero only when it could not do its job (GitHub unreachable after retries: 3; a
+missing variable or bad settings: 2).
+
+- issue_comment: see bot/on_comment.py;
+- push to the default branch: plans the post-merge pipeline (`/bot run --post-merge`) on the
+  pushed commit, with no reply and no status;
+- anything else: a no-op.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from stagebot.bot.cli_options import catalog_option
+from stagebot.bot.config import load_config
+from stagebot.bot.events import comment_event, load_payload, push_event
+from stagebot.bot.on_comment import CommentHandler, Outcome
+
+
+@click.command("handle-event")
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="The bot's settings (default: .github/stagebot.yml when present, else the defaults).",
+)
+@catalog_option
+@click.option(
+    "--ledger",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="The pipeline ledger (SQLite) carried from the PR's previous pipeline.",
+)
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Folder for plan.json and outputs.json (what the report job needs).",
+)
+def handle_event(config_path, catalog, ledger, out) -> None:
+    """Act on this workflow run's GitHub event; write run= and matrix= to GITHUB_OUTPUT."""
+    from stagebot.bot.github import ActionsEnv, RetryPolicy, connect
+
+    env = ActionsEnv.from_environ()
+    config = load_config(config_path)
+    policy = RetryPolicy.from_environ()
+    payload = load_payload(env.event_path)
+    if env.event_name == "issue_comment":
+        outcome = CommentHandler(
+            env,
+            config,
+            comment_event(payload),
+            connect=lambda: connect(env, policy),
+            catalog_path=catalog,
+            ledger=_open_ledger(ledger),
+        ).handle()
+    elif env.event_name == "push":
+        outcome = _push(payload, catalog, env.run_number)
+    else:
+        outcome = Outcome(f"no-op: {env.event_name} events are not handled")
+    write_outputs(env.output, outcome.outputs())
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "outputs.json").write_text(json.dumps(outcome.outputs(), indent=2) + "\n")
+        if outcome.plan is not None:
+            (out / "plan.json").write_text(json.dumps(outcome.plan, indent=2) + "\n")
+    click.echo(outcome.reason)
+
+
+def _push(payload: dict, catalog: Path | None, run_number: int | None) -> Outcome:
+    from stagebot.bot.grammar import parse_comment
+    from stagebot.stages.catalog import load_catalog
+    from stagebot.stages.matrix import matrix_entries
+    from stagebot.stages.planner import plan_run
+
+    event = push_event(payload)
+    if not event.on_default_branch:
+        return Outcome(f"no-op: push to {event.ref}, not to {event.default_branch}")
+    loaded = load_catalog(catalog)
+    plan = plan_run(parse_comment("/bot run --post-merge"), loaded, commit=event.sha)
+    pipeline = run_number or 1
+    entries = [e.to_json() for e in matrix_entries(plan, loaded, pipeline)]
+    return Outcome(
+        f"post-merge pipeline #{pipeline} on {event.sha[:7]}: {len(entries)} shard(s) to run",
+        run=True,
+        matrix=entries,
+        pipeline=pipeline,
+        commit=event.sha,
+        plan=plan.to_json(),
+    )
+
+
+def _open_ledger(path: Path | None):
+    if path is None:
+        return None
+    raise click.UsageError("--ledger needs bot/ledger.py, which has not landed yet")
+
+
+def write_outputs(path: str | None, outputs: dict[str, str]) -> None:
+    """Append ``key=value`` lines to GITHUB_OUTPUT (values are single-line); no file: print."""
+    lines = "".join(f"{key}={value}\n" for key, value in outputs.items())
+    assert all("\n" not in value for value in outputs.values())
+    if path is None:
+        click.echo(lines, nl=False)
+        return
+    with open(path, "a", encoding="utf-8") as stream:
+        stream.write(lines)

@@ -1,0 +1,113 @@
+"""Repository settings for the bot on GitHub: ``.github/stagebot.yml``, validated at load.
+
+The file is optional; every key has a stated default. Errors name the file and line, the key and
+what would be right, like the catalog's.
+
+```yaml
+allowlist: [alice, bob]        # logins treated like write permission (default: none)
+approval_label: ci-approved    # the label that approves gated plans (default: ci-approved)
+status_context: stagebot       # the gating commit status's context (default: stagebot)
+workflow: bot.yml              # the bot's workflow file, whose runs kill cancels (default: bot.yml)
+bot_login: github-actions[bot] # who the bot posts as; only its replies' markers count
+                               # (default: github-actions[bot], the GITHUB_TOKEN's identity)
+```
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from stagebot.bot.errors import StagebotError
+
+DEFAULT_PATH = Path(".github/stagebot.yml")
+LOGIN = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})(?:\[bot\])?$")
+WORKFLOW_FILE = re.compile(r"^[A-Za-z0-9._-]+\.ya?ml$")
+KEYS = ("allowlist", "approval_label", "status_context", "workflow", "bot_login")
+
+
+class ConfigError(StagebotError):
+    """A `.github/stagebot.yml` that is not valid."""
+
+
+@dataclass(frozen=True)
+class BotConfig:
+    allowlist: tuple[str, ...] = ()
+    approval_label: str = "ci-approved"
+    status_context: str = "stagebot"
+    workflow: str = "bot.yml"
+    bot_login: str = "github-actions[bot]"
+    source: str = "(defaults)"
+
+    def allowlisted(self, login: str) -> bool:
+        """Logins compare case-insensitively, as GitHub treats them."""
+        return login.lower() in {name.lower() for name in self.allowlist}
+
+
+def load_config(path: str | Path | None = None) -> BotConfig:
+    """Load the settings; a missing file at the default path gives the defaults."""
+    explicit = path is not None
+    file = Path(path) if explicit else DEFAULT_PATH
+    if not file.exists():
+        if explicit:
+            raise ConfigError(f"{file}: no such file; give an existing .github/stagebot.yml")
+        return BotConfig()
+    text = file.read_text(encoding="utf-8")
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        line = f":{mark.line + 1}" if mark else ""
+        raise ConfigError(f"{file}{line}: not valid YAML: {error}") from None
+    if root is None:
+        return BotConfig(source=str(file))
+    if not isinstance(root, yaml.MappingNode):
+        raise ConfigError(f"{file}:{root.start_mark.line + 1}: expected a mapping of {KEYS}")
+    values: dict[str, object] = {}
+    for key_node, value_node in root.value:
+        where = f"{file}:{key_node.start_mark.line + 1}"
+        key = key_node.value
+        if key not in KEYS:
+            raise ConfigError(f"{where}: unknown key {key!r} (valid: {', '.join(KEYS)})")
+        if key in values:
+            raise ConfigError(f"{where}: {key!r} is given twice; give it once")
+        if key == "allowlist":
+            values[key] = _logins(value_node, where)
+        else:
+            values[key] = _string(key, value_node, where)
+    return BotConfig(**values, source=str(file))
+
+
+def _string(key: str, node: yaml.Node, where: str) -> str:
+    value = node.value if isinstance(node, yaml.ScalarNode) else None
+    if not isinstance(value, str) or not value.strip() or node.tag != "tag:yaml.org,2002:str":
+        raise ConfigError(f"{where}: {key} must be a non-empty string")
+    if key == "workflow" and not WORKFLOW_FILE.match(value):
+        raise ConfigError(
+            f"{where}: workflow must be a file name in .github/workflows such as bot.yml, "
+            f"not {value!r}"
+        )
+    if key == "bot_login" and not LOGIN.match(value):
+        raise ConfigError(f"{where}: bot_login {value!r} is not a GitHub login such as app[bot]")
+    if key == "status_context" and len(value) > 255:
+        raise ConfigError(f"{where}: status_context is longer than GitHub's 255 characters")
+    return value.strip()
+
+
+def _logins(node: yaml.Node, where: str) -> tuple[str, ...]:
+    if not isinstance(node, yaml.SequenceNode):
+        raise ConfigError(f"{where}: allowlist must be a list of GitHub logins, e.g. [alice, bob]")
+    logins = []
+    for item in node.value:
+        line = f"{where.rsplit(':', 1)[0]}:{item.start_mark.line + 1}"
+        if not isinstance(item, yaml.ScalarNode) or not LOGIN.match(str(item.value)):
+            shown = item.value if isinstance(item, yaml.ScalarNode) else "a nested value"
+            raise ConfigError(
+                f"{line}: allowlist item {shown!r} is not a GitHub login "
+                "(letters, digits and single hyphens, at most 39 characters)"
+            )
+        logins.append(item.value)
+    return tuple(logins)

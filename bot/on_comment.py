@@ -1,0 +1,298 @@
+"""What the bot does with one PR comment: dedupe, parse, authorize, reply, react, plan, status.
+
+Order (each step can end the handling; every ending is a handled event):
+1. ignore what is not for the bot (events.ignore_reason): no write at all;
+2. dedupe: our reply's marker already names this comment id -> no write;
+3. parse: malformed -> one reply (error + help) and a "confused" reaction;
+4. authorize (authz): refused -> one reply saying what is missing, nothing runs;
+5. accepted -> an "eyes" reaction, then the command: run / kill / skip / reuse-pipeline / help.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Protocol
+
+from stagebot.bot.authz import Decision, approve, authorize
+from stagebot.bot.command import Command
+from stagebot.bot.config import BotConfig
+from stagebot.bot.errors import CommandError, StagebotError
+from stagebot.bot.events import CommentEvent, ignore_reason
+from stagebot.bot.github import ActionsEnv, Comment, GitHubApi, PullRequest
+from stagebot.bot.grammar import help_text, parse_comment, render
+from stagebot.bot.marker import ReplyMarker
+from stagebot.bot.replies import (
+    NO_RUN_STATE,
+    Reply,
+    escape,
+    next_pipeline,
+    our_replies,
+    render_reply,
+    reply_to,
+    running,
+)
+
+log = logging.getLogger("stagebot.bot")
+
+
+class Ledger(Protocol):
+    """What the comment handler needs from the pipeline ledger (bot/ledger.py); optional."""
+
+    def history(self) -> Any: ...
+
+    def start(self, pipeline: int, plan: Any, *, pr: int, commit: str, command: str) -> None: ...
+
+    def abort(self, pipeline: int, why: str) -> None: ...
+
+    def reuse(self, pipeline: int | None, *, pr: int, commit: str) -> Any: ...
+
+
+@dataclass
+class Outcome:
+    """What handle-event tells the workflow (GITHUB_OUTPUT) and prints."""
+
+    reason: str
+    run: bool = False
+    matrix: list[dict[str, Any]] = field(default_factory=list)
+    pipeline: int | None = None
+    commit: str | None = None
+    pr: int | None = None
+    reply_id: int | None = None
+    plan: dict[str, Any] | None = None
+
+    def outputs(self) -> dict[str, str]:
+        import json
+
+        return {
+            "run": "true" if self.run else "false",
+            "matrix": json.dumps(self.matrix, separators=(",", ":")),
+            "pipeline": str(self.pipeline or ""),
+            "commit": self.commit or "",
+            "pr": str(self.pr or ""),
+            "reply_id": str(self.reply_id or ""),
+        }
+
+
+@dataclass
+class CommentHandler:
+    env: ActionsEnv
+    config: BotConfig
+    event: CommentEvent
+    connect: Callable[[], GitHubApi]
+    catalog_path: Path | None = None
+    ledger: Ledger | None = None
+    api: GitHubApi = field(init=False)
+    replies: list[Reply] = field(init=False, default_factory=list)
+    pipeline: int = field(init=False, default=0)
+    pull: PullRequest = field(init=False)
+
+    def handle(self) -> Outcome:
+        reason = ignore_reason(self.event, self.config.bot_login)
+        if reason is not None:
+            return Outcome(f"no-op: {reason}")
+        self.api = self.connect()
+        number = self.event.number
+        self.replies = our_replies(self.api.comments(number), self.config.bot_login)
+        earlier = reply_to(self.replies, self.event.comment_id)
+        if earlier is not None:
+            return Outcome(
+                f"no-op: comment {self.event.comment_id} was already handled "
+                f"(reply {earlier.comment.id}, pipeline #{earlier.marker.pipeline})"
+            )
+        self.pipeline = self.env.run_number or next_pipeline(self.replies)
+        self.pull = self.api.pull(number)
+        try:
+            command = parse_comment(self.event.body)
+        except CommandError as error:
+            return self._malformed(str(error), with_help=True)
+        assert command.name is not None  # ignore_reason filtered comments without /bot
+        if command.name == "help":
+            self.api.react(self.event.comment_id, "eyes")
+            self._reply("help", NO_RUN_STATE, help=help_text())
+            return Outcome("answered /bot help", pipeline=self.pipeline)
+        permission = self.api.permission(self.event.author)
+        decision = authorize(command.name, self.event.author, permission, self.config)
+        if not decision.allowed:
+            return self._refuse(command, decision)
+        handler = {
+            "run": self._run,
+            "kill": self._kill,
+            "skip": self._skip,
+            "reuse-pipeline": self._reuse_pipeline,
+        }[command.name]
+        return handler(command)
+
+    # ---- commands
+    def _run(self, command: Command) -> Outcome:
+        from stagebot.stages.catalog import load_catalog
+        from stagebot.stages.matrix import matrix_entries
+        from stagebot.stages.planner import plan_run
+
+        commit = self.pull.head_sha  # pinned now: later pushes do not change this pipeline
+        changed = self.api.changed_files(self.pull.number)
+        try:
+            catalog = load_catalog(self.catalog_path)
+            plan = plan_run(
+                command,
+                catalog,
+                changed_files=changed,
+                commit=commit,
+                pr=self.pull.number,
+                history=self.ledger.history() if self.ledger else None,
+            )
+        except StagebotError as error:
+            return self._malformed(str(error), with_help=False)
+        approval = approve(
+            plan.needs_approval, plan.approval_reasons, self.pull.labels, self.config
+        )
+        if not approval.allowed:
+            return self._refuse(command, approval, label_missing=True)
+        self.api.react(self.event.comment_id, "eyes")
+        cancelled = self._stop_running(f"Superseded by PR_Github #{self.pipeline}.")
+        entries = [entry.to_json() for entry in matrix_entries(plan, catalog, self.pipeline)]
+        if self.ledger is not None:
+            self.ledger.start(
+                self.pipeline, plan, pr=self.pull.number, commit=commit, command=render(command)
+            )
+        counts = {action: len(plan.shards_to(action)) for action in ("run", "reuse", "skip")}
+        stages = {s.stage: "PENDING" for s in plan.shards_to("run")}
+        stages |= {s.stage: "REUSED" for s in plan.shards_to("reuse")}
+        reply = self._reply(
+            "triggered",
+            "RUNNING",
+            stages=stages,
+            command=escape(render(command)),
+            cancelled=cancelled,
+            counts=counts,
+            partly_tested_reason=None if plan.gating else plan.partly_tested_reason,
+        )
+        if plan.gating:
+            self.api.set_status(
+                commit,
+                "pending",
+                self.config.status_context,
+                f"PR_Github #{self.pipeline} is running on {commit[:7]}",
+                self.env.run_url,
+            )
+        return Outcome(
+            f"pipeline #{self.pipeline}: {counts['run']} shard(s) to run on {commit[:7]}",
+            run=True,
+            matrix=entries,
+            pipeline=self.pipeline,
+            commit=commit,
+            pr=self.pull.number,
+            reply_id=reply.id,
+            plan=plan.to_json(),
+        )
+
+    def _kill(self, command: Command) -> Outcome:
+        self.api.react(self.event.comment_id, "eyes")
+        killed = self._stop_running(f"Killed by @{self.event.author} (/bot kill).")
+        self._reply("killed", NO_RUN_STATE, killed=killed)
+        return Outcome(
+            f"killed {len(killed)} pipeline(s)" if killed else "kill: nothing was running",
+            pipeline=self.pipeline,
+        )
+
+    def _skip(self, command: Command) -> Outcome:
+        assert command.comment is not None
+        self.api.react(self.event.comment_id, "eyes")
+        sha = self.pull.head_sha
+        self.api.set_status(
+            sha,
+            "success",
+            self.config.status_context,
+            f"Skipped by @{self.event.author}: {command.comment}",
+            self.env.run_url,
+        )
+        self._reply("skipped", "SUCCESS", reason=escape(command.comment))
+        return Outcome(f"skip: {sha[:7]} marked success without testing", pipeline=self.pipeline)
+
+    def _reuse_pipeline(self, command: Command) -> Outcome:
+        if self.ledger is None:
+            raise StagebotError(
+                "reuse-pipeline needs the pipeline ledger: give handle-event --ledger PATH"
+            )
+        raise NotImplementedError("reuse-pipeline lands with the ledger")
+
+    # ---- shared steps
+    def _stop_running(self, why: str) -> list[int]:
+        """Cancel this PR's other running pipelines and mark them ABORTED (reply and ledger)."""
+        stale = running(self.replies, self.pipeline)
+        if not stale:
+            return []
+        active = {run.run_number: run for run in self.api.active_runs(self.config.workflow)}
+        stopped = []
+        for reply in stale:
+            number = reply.marker.pipeline
+            run = active.get(number)
+            if run is not None and run.id != self.env.run_id:
+                self.api.cancel_run(run.id)
+            marker = replace(reply.marker, state="ABORTED")
+            self.api.edit_comment(
+                reply.comment.id,
+                render_reply(
+                    "aborted", marker, pipeline=number, sha7=marker.commit[:7], why=escape(why)
+                ),
+            )
+            if self.ledger is not None:
+                self.ledger.abort(number, why)
+            stopped.append(number)
+        return stopped
+
+    def _malformed(self, error: str, *, with_help: bool) -> Outcome:
+        self.api.react(self.event.comment_id, "confused")
+        # the parse error can quote the comment, so it is escaped like any user text
+        self._reply(
+            "malformed",
+            NO_RUN_STATE,
+            error=escape(error.split("\n\n", 1)[0]),
+            help=help_text() if with_help else "",
+        )
+        return Outcome(f"malformed command: {error.splitlines()[0]}", pipeline=self.pipeline)
+
+    def _refuse(self, command: Command, decision: Decision, label_missing=False) -> Outcome:
+        self._reply(
+            "refused",
+            NO_RUN_STATE,
+            command=escape(render(command)),
+            why=decision.why,
+            label_missing=label_missing,
+        )
+        return Outcome(f"refused: {decision.why}", pipeline=self.pipeline)
+
+    def _reply(self, kind: str, state: str, stages: dict[str, str] | None = None, **context):
+        """Post our one reply for this comment; after an ambiguous failure, adopt the reply
+        that landed (found by its marker) instead of posting a second one."""
+        marker = ReplyMarker(
+            pipeline=self.pipeline,
+            commit=self.pull.head_sha,
+            comment_id=self.event.comment_id,
+            state=state,
+            stages=stages or {},
+        )
+        body = render_reply(
+            kind,
+            marker,
+            pipeline=self.pipeline,
+            sha7=self.pull.head_sha[:7],
+            login=self.event.author,
+            comment_url=self.event.html_url,
+            run_url=self.env.run_url,
+            status_context=self.config.status_context,
+            **context,
+        )
+
+        def landed() -> Comment | None:
+            found = reply_to(
+                our_replies(self.api.comments(self.pull.number), self.config.bot_login),
+                self.event.comment_id,
+            )
+            return found.comment if found else None
+
+        comment = self.api.create_comment(self.pull.number, body, recover=landed)
+        self.replies.append(Reply(comment, marker))
+        return comment

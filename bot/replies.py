@@ -1,0 +1,71 @@
+"""The bot's replies: rendered from templates/reply_*.md.j2, each ending in the hidden marker.
+
+The marker records the pipeline, the pinned commit and the triggering comment id, so the bot
+finds its reply again (to edit it), handles each comment once, and recognises a write that
+landed although GitHub answered with an error. Only comments written by the bot's own login
+count: anyone can paste a marker-looking text into a comment.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from stagebot.bot.github import Comment
+from stagebot.bot.marker import MarkerError, ReplyMarker, find_marker
+
+NO_RUN_STATE = "ABORTED"  # a reply that started no pipeline: the marker schema has no "none"
+MENTION = re.compile(r"@(?=[A-Za-z0-9])")
+MARKER_LOOKALIKE = re.compile(r"<!--", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class Reply:
+    comment: Comment
+    marker: ReplyMarker
+
+
+def our_replies(comments: list[Comment], bot_login: str) -> list[Reply]:
+    """The bot's replies that carry a marker; a mangled marker is skipped, not fatal."""
+    replies = []
+    for comment in comments:
+        if comment.author.lower() != bot_login.lower():
+            continue
+        try:
+            marker = find_marker(comment.body)
+        except MarkerError:
+            continue
+        if marker is not None:
+            replies.append(Reply(comment, marker))
+    return replies
+
+
+def reply_to(replies: list[Reply], comment_id: int) -> Reply | None:
+    """Our reply to the triggering comment ``comment_id``, if we already answered it."""
+    return next((r for r in replies if r.marker.comment_id == comment_id), None)
+
+
+def reply_for_pipeline(replies: list[Reply], pipeline: int) -> Reply | None:
+    return next((r for r in replies if r.marker.pipeline == pipeline), None)
+
+
+def running(replies: list[Reply], current: int) -> list[Reply]:
+    """Replies whose pipelines are still marked RUNNING, other than ``current``."""
+    return [r for r in replies if r.marker.state == "RUNNING" and r.marker.pipeline != current]
+
+
+def next_pipeline(replies: list[Reply]) -> int:
+    """Without GITHUB_RUN_NUMBER: one more than the highest pipeline the bot replied about."""
+    return 1 + max((r.marker.pipeline for r in replies), default=0)
+
+
+def escape(text: str) -> str:
+    """User-supplied text made inert: no @mentions, nothing that looks like our marker."""
+    return MARKER_LOOKALIKE.sub("&lt;!--", MENTION.sub("@\u200b", text))
+
+
+def render_reply(kind: str, marker: ReplyMarker, **context: object) -> str:
+    from stagebot.templates import render_template
+
+    body = render_template(f"reply_{kind}.md.j2", **context).rstrip()
+    return f"{body}\n\n{marker.render()}\n"

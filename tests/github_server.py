@@ -1,0 +1,491 @@
+"""A local fake GitHub REST server for integration tests: real PyGithub talks to it over HTTP.
+
+Threaded HTTP on 127.0.0.1 that serves the endpoints stagebot uses with GitHub's response shapes
+(pagination through ``Link`` headers included), records every request, and injects faults:
+
+- ``5xx``: answer 502 before doing anything;
+- ``5xx-after-write``: perform the request (a write really happens), then answer 502;
+- ``403``: a secondary rate limit (403 with ``Retry-After`` and GitHub's message);
+- ``429``: too many requests, with ``Retry-After``;
+- ``timeout``: hold the answer longer than the client waits (no write);
+- ``timeout-after-write``: perform the write, then hold the answer past the client's timeout.
+
+Serves under ``/api/v3`` by default, the way GitHub Enterprise Server does, so the client must
+honour GITHUB_API_URL's path. Usage: ``with FakeGitHub() as gh: gh.url, gh.add_pull(...)``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+FAULT_KINDS = ("5xx", "5xx-after-write", "403", "429", "timeout", "timeout-after-write")
+SECONDARY_RATE_LIMIT = (
+    "You have exceeded a secondary rate limit. Please wait a few minutes before you try again."
+)
+WRITE_METHODS = ("POST", "PATCH", "PUT", "DELETE")
+
+
+@dataclass
+class Recorded:
+    method: str
+    path: str  # without the API prefix and the query
+    route: str  # the route's name, e.g. "create_comment"
+    query: dict[str, str]
+    body: Any
+    status: int
+    fault: str | None
+    authorization: str | None
+
+
+@dataclass
+class Fault:
+    kind: str
+    method: str | None = None
+    route: str | None = None  # a route name; None: every route
+    times: int = 1
+    retry_after: str = "0"
+
+    def matches(self, method: str, route: str) -> bool:
+        return (self.method in (None, method)) and (self.route in (None, route))
+
+
+@dataclass
+class _EveryEndpoint:
+    kinds: tuple[str, ...]
+    first: int
+    counts: dict[tuple[str, str], int] = field(default_factory=dict)
+
+
+ROUTES: list[tuple[str, str, re.Pattern[str]]] = [
+    (method, name, re.compile("^" + pattern + "$"))
+    for method, name, pattern in (
+        ("GET", "get_repo", r"/repos/(?P<owner>[^/]+)/(?P<repo>[^/]+)"),
+        ("GET", "get_pull", r"/repos/[^/]+/[^/]+/pulls/(?P<number>\d+)"),
+        ("GET", "list_pull_files", r"/repos/[^/]+/[^/]+/pulls/(?P<number>\d+)/files"),
+        ("GET", "get_issue", r"/repos/[^/]+/[^/]+/issues/(?P<number>\d+)"),
+        ("GET", "list_comments", r"/repos/[^/]+/[^/]+/issues/(?P<number>\d+)/comments"),
+        ("POST", "create_comment", r"/repos/[^/]+/[^/]+/issues/(?P<number>\d+)/comments"),
+        ("GET", "get_comment", r"/repos/[^/]+/[^/]+/issues/comments/(?P<id>\d+)"),
+        ("PATCH", "edit_comment", r"/repos/[^/]+/[^/]+/issues/comments/(?P<id>\d+)"),
+        ("POST", "create_reaction", r"/repos/[^/]+/[^/]+/issues/comments/(?P<id>\d+)/reactions"),
+        (
+            "GET",
+            "get_permission",
+            r"/repos/[^/]+/[^/]+/collaborators/(?P<login>[^/]+)/permission",
+        ),
+        ("POST", "create_status", r"/repos/[^/]+/[^/]+/statuses/(?P<sha>[0-9a-f]+)"),
+        ("GET", "list_statuses", r"/repos/[^/]+/[^/]+/commits/(?P<sha>[0-9a-f]+)/statuses"),
+        ("GET", "list_runs", r"/repos/[^/]+/[^/]+/actions/runs"),
+        ("GET", "list_workflow_runs", r"/repos/[^/]+/[^/]+/actions/workflows/(?P<wf>[^/]+)/runs"),
+        ("POST", "cancel_run", r"/repos/[^/]+/[^/]+/actions/runs/(?P<id>\d+)/cancel"),
+    )
+]
+
+
+class FakeGitHub:
+    """The fake server's state, faults and request log; start it with ``with``."""
+
+    def __init__(self, repo: str = "octo-org/octo-repo", prefix: str = "/api/v3") -> None:
+        self.repo = repo
+        self.prefix = prefix
+        self.lock = threading.RLock()
+        self.requests: list[Recorded] = []
+        self.faults: list[Fault] = []
+        self.every: _EveryEndpoint | None = None
+        self.hold_s = 2.0  # how long a "timeout" fault holds its answer
+        self.pulls: dict[int, dict[str, Any]] = {}
+        self.files: dict[int, list[str]] = {}
+        self.comments: dict[int, dict[str, Any]] = {}
+        self.reactions: list[dict[str, Any]] = []
+        self.statuses: dict[str, list[dict[str, Any]]] = {}
+        self.permissions: dict[str, tuple[str, str]] = {}
+        self.runs: dict[int, dict[str, Any]] = {}
+        self._ids = itertools.count(1001)
+        self._server: ThreadingHTTPServer | None = None
+
+    # ---- lifecycle
+    def __enter__(self) -> FakeGitHub:
+        handler = type("Handler", (_Handler,), {"fake": self})
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self._server.daemon_threads = True
+        threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
+        ).start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        assert self._server is not None
+        self._server.shutdown()
+        self._server.server_close()
+
+    @property
+    def base(self) -> str:
+        assert self._server is not None
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    @property
+    def url(self) -> str:
+        """What GITHUB_API_URL is set to."""
+        return self.base + self.prefix
+
+    def api(self, path: str) -> str:
+        return f"{self.url}/repos/{self.repo}{path}"
+
+    # ---- state set-up
+    def add_pull(
+        self,
+        number: int,
+        *,
+        head_sha: str,
+        author: str = "contributor",
+        labels: tuple[str, ...] = (),
+        files: tuple[str, ...] = ("README.md",),
+        fork: bool = False,
+    ) -> None:
+        owner = author if fork else self.repo.split("/")[0]
+        head_repo = f"{owner}/{self.repo.split('/')[1]}"
+        self.pulls[number] = {
+            "url": self.api(f"/pulls/{number}"),
+            "id": 9000 + number,
+            "number": number,
+            "state": "open",
+            "title": f"PR {number}",
+            "html_url": f"{self.base}/{self.repo}/pull/{number}",
+            "issue_url": self.api(f"/issues/{number}"),
+            "comments_url": self.api(f"/issues/{number}/comments"),
+            "user": _user(author),
+            "labels": [{"id": i, "name": name} for i, name in enumerate(labels)],
+            "head": {
+                "ref": "feature",
+                "sha": head_sha,
+                "repo": {"full_name": head_repo, "fork": fork},
+            },
+            "base": {"ref": "main", "sha": "0" * 40, "repo": {"full_name": self.repo}},
+        }
+        self.files[number] = list(files)
+
+    def grant(self, login: str, role_name: str) -> None:
+        """Give ``login`` a repository role; ``permission`` folds maintain/triage like GitHub."""
+        legacy = {"maintain": "write", "triage": "read"}.get(role_name, role_name)
+        self.permissions[login] = (legacy, role_name)
+
+    def add_comment(self, number: int, body: str, author: str = "someone") -> dict[str, Any]:
+        with self.lock:
+            return self._new_comment(number, body, _user(author))
+
+    def add_run(self, run_number: int, status: str = "in_progress") -> dict[str, Any]:
+        run_id = 50000 + run_number
+        self.runs[run_id] = {
+            "id": run_id,
+            "run_number": run_number,
+            "status": status,
+            "conclusion": None,
+            "event": "issue_comment",
+            "path": ".github/workflows/bot.yml",
+            "name": "bot",
+            "url": self.api(f"/actions/runs/{run_id}"),
+            "html_url": f"{self.base}/{self.repo}/actions/runs/{run_id}",
+            "cancel_url": self.api(f"/actions/runs/{run_id}/cancel"),
+        }
+        return self.runs[run_id]
+
+    # ---- faults
+    def fail(self, kind: str, *, method=None, route=None, times=1, retry_after="0") -> None:
+        assert kind in FAULT_KINDS, kind
+        self.faults.append(Fault(kind, method, route, times, retry_after))
+
+    def fail_every_endpoint(self, first: int, kinds: tuple[str, ...]) -> None:
+        """Every (method, route) fails its first ``first`` requests, with ``kinds`` in turn;
+        an "-after-write" kind falls back to its plain form on a read."""
+        for kind in kinds:
+            assert kind in FAULT_KINDS, kind
+        self.every = _EveryEndpoint(kinds, first)
+
+    def _take_fault(self, method: str, route: str) -> Fault | None:
+        with self.lock:
+            for fault in self.faults:
+                if fault.times > 0 and fault.matches(method, route):
+                    fault.times -= 1
+                    return fault
+            if self.every is not None:
+                key = (method, route)
+                seen = self.every.counts.get(key, 0)
+                self.every.counts[key] = seen + 1
+                if seen < self.every.first:
+                    kind = self.every.kinds[seen % len(self.every.kinds)]
+                    if method not in WRITE_METHODS:
+                        kind = kind.removesuffix("-after-write")
+                    return Fault(kind)
+        return None
+
+    # ---- queries for assertions
+    def calls(self, route: str, *, ok_only: bool = False) -> list[Recorded]:
+        return [r for r in self.requests if r.route == route and (not ok_only or r.status < 300)]
+
+    def writes(self) -> list[Recorded]:
+        return [r for r in self.requests if r.method in WRITE_METHODS]
+
+    def bot_comments(self, number: int, login: str = "github-actions[bot]") -> list[dict]:
+        return [
+            c
+            for c in self.comments.values()
+            if c["issue"] == number and c["user"]["login"] == login
+        ]
+
+    def latest_status(self, sha: str, context: str) -> dict[str, Any] | None:
+        mine = [s for s in self.statuses.get(sha, []) if s["context"] == context]
+        return mine[-1] if mine else None
+
+    # ---- handlers (called with the lock held); return (status, json)
+    def _new_comment(self, number: int, body: str, user: dict[str, Any]) -> dict[str, Any]:
+        comment_id = next(self._ids)
+        comment = {
+            "id": comment_id,
+            "issue": number,
+            "url": self.api(f"/issues/comments/{comment_id}"),
+            "html_url": f"{self.base}/{self.repo}/pull/{number}#issuecomment-{comment_id}",
+            "issue_url": self.api(f"/issues/{number}"),
+            "body": body,
+            "user": user,
+            "created_at": "2026-01-01T00:00:00Z",
+            "updated_at": "2026-01-01T00:00:00Z",
+        }
+        self.comments[comment_id] = comment
+        return comment
+
+    def handle(self, method: str, route: str, params: dict[str, str], query, body, auth):
+        if route == "get_repo":
+            return 200, {
+                "id": 1,
+                "full_name": self.repo,
+                "name": self.repo.split("/")[1],
+                "url": self.api(""),
+                "default_branch": "main",
+            }
+        if route == "get_pull":
+            pull = self.pulls.get(int(params["number"]))
+            return (200, pull) if pull else _not_found()
+        if route == "list_pull_files":
+            number = int(params["number"])
+            if number not in self.pulls:
+                return _not_found()
+            return 200, [
+                {"sha": "f" * 40, "filename": name, "status": "modified"}
+                for name in self.files[number]
+            ]
+        if route == "get_issue":
+            number = int(params["number"])
+            if number in self.pulls:
+                pull = self.pulls[number]
+                return 200, {
+                    "url": pull["issue_url"],
+                    "number": number,
+                    "pull_request": {"url": pull["url"]},
+                    "labels": pull["labels"],
+                }
+            return _not_found()
+        if route == "list_comments":
+            number = int(params["number"])
+            return 200, [_public(c) for c in self.comments.values() if c["issue"] == number]
+        if route == "create_comment":
+            number = int(params["number"])
+            if number not in self.pulls:
+                return _not_found()
+            if not isinstance(body, dict) or not isinstance(body.get("body"), str):
+                return 422, {"message": "Validation Failed"}
+            if len(body["body"]) > 65536:
+                return 422, {"message": "Body is too long (maximum is 65536 characters)"}
+            return 201, _public(self._new_comment(number, body["body"], _user(_login(auth))))
+        if route in ("get_comment", "edit_comment"):
+            comment = self.comments.get(int(params["id"]))
+            if comment is None:
+                return _not_found()
+            if route == "edit_comment":
+                if len(body.get("body", "")) > 65536:
+                    return 422, {"message": "Body is too long (maximum is 65536 characters)"}
+                comment["body"] = body["body"]
+                comment["updated_at"] = "2026-01-01T00:01:00Z"
+            return 200, _public(comment)
+        if route == "create_reaction":
+            comment_id = int(params["id"])
+            if comment_id not in self.comments:
+                return _not_found()
+            content = body.get("content")
+            for reaction in self.reactions:
+                if reaction["comment_id"] == comment_id and reaction["content"] == content:
+                    return 200, reaction  # GitHub: 200 when the reaction already exists
+            reaction = {
+                "id": next(self._ids),
+                "comment_id": comment_id,
+                "content": content,
+                "user": _user(_login(auth)),
+            }
+            self.reactions.append(reaction)
+            return 201, reaction
+        if route == "get_permission":
+            login = params["login"]
+            if login not in self.permissions:
+                return 200, {"permission": "read", "role_name": "read", "user": _user(login)}
+            permission, role = self.permissions[login]
+            return 200, {"permission": permission, "role_name": role, "user": _user(login)}
+        if route == "create_status":
+            state = body.get("state")
+            if state not in ("error", "failure", "pending", "success"):
+                return 422, {"message": "Validation Failed: state"}
+            if len(body.get("description") or "") > 140:
+                return 422, {"message": "Validation Failed: description is too long"}
+            status = {
+                "id": next(self._ids),
+                "url": self.api(f"/statuses/{params['sha']}"),
+                "state": state,
+                "description": body.get("description"),
+                "target_url": body.get("target_url"),
+                "context": body.get("context", "default"),
+                "creator": _user(_login(auth)),
+            }
+            self.statuses.setdefault(params["sha"], []).append(status)
+            return 201, status
+        if route == "list_statuses":
+            return 200, list(reversed(self.statuses.get(params["sha"], [])))
+        if route in ("list_runs", "list_workflow_runs"):
+            runs = [
+                run
+                for run in self.runs.values()
+                if query.get("status") in (None, run["status"])
+                and query.get("event") in (None, run["event"])
+                and (route == "list_runs" or run["path"].endswith("/" + params["wf"]))
+            ]
+            return 200, {"total_count": len(runs), "workflow_runs": runs}
+        if route == "cancel_run":
+            run = self.runs.get(int(params["id"]))
+            if run is None:
+                return _not_found()
+            if run["status"] == "completed":
+                return 409, {"message": "Cannot cancel a workflow run that is completed."}
+            run["status"], run["conclusion"] = "completed", "cancelled"
+            return 202, {}
+        return _not_found()
+
+
+def _user(login: str) -> dict[str, Any]:
+    bot = login.endswith("[bot]")
+    return {
+        "login": login,
+        "id": abs(hash(login)) % 10**6,
+        "type": "Bot" if bot else "User",
+        "url": f"https://api.example/users/{login}",
+    }
+
+
+def _login(auth: str | None) -> str:
+    """The token decides who writes: ``token user:LOGIN`` or anything else -> the Actions bot."""
+    if auth and " user:" in auth:
+        return auth.split(" user:", 1)[1]
+    return "github-actions[bot]"
+
+
+def _public(comment: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in comment.items() if k != "issue"}
+
+
+def _not_found() -> tuple[int, dict[str, str]]:
+    return 404, {"message": "Not Found", "documentation_url": "https://docs.github.com/rest"}
+
+
+class _Handler(BaseHTTPRequestHandler):
+    fake: FakeGitHub
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:  # quiet
+        pass
+
+    def do_GET(self) -> None:
+        self._serve("GET")
+
+    def do_POST(self) -> None:
+        self._serve("POST")
+
+    def do_PATCH(self) -> None:
+        self._serve("PATCH")
+
+    def _serve(self, method: str) -> None:
+        fake = self.fake
+        split = urlsplit(self.path)
+        path = split.path
+        query = {k: v[-1] for k, v in parse_qs(split.query).items()}
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        body = json.loads(raw) if raw else None
+        auth = self.headers.get("Authorization")
+        if not path.startswith(fake.prefix + "/"):
+            return self._send(404, {"message": "Not Found"})
+        path = path[len(fake.prefix) :]
+        route, params = "unknown", {}
+        for route_method, name, pattern in ROUTES:
+            match = pattern.match(path)
+            if route_method == method and match:
+                route, params = name, match.groupdict()
+                break
+        fault = fake._take_fault(method, route)
+        kind = fault.kind if fault else None
+        record = Recorded(method, path, route, query, body, 0, kind, auth)
+        with fake.lock:
+            fake.requests.append(record)
+        if kind == "5xx":
+            record.status = 502
+            return self._send(502, {"message": "Server Error"})
+        if kind in ("403", "429"):
+            record.status = int(kind)
+            message = SECONDARY_RATE_LIMIT if kind == "403" else "Too Many Requests"
+            return self._send(int(kind), {"message": message}, {"Retry-After": fault.retry_after})
+        if kind == "timeout":
+            time.sleep(fake.hold_s)
+            record.status = 504
+            return self._send(504, {"message": "held past the client's timeout"})
+        with fake.lock:
+            status, payload = fake.handle(method, route, params, query, body, auth)
+        if kind == "5xx-after-write":
+            record.status = 502
+            return self._send(502, {"message": "Server Error (after the write)"})
+        if kind == "timeout-after-write":
+            time.sleep(fake.hold_s)
+            record.status = 504
+            return self._send(504, {"message": "held past the client's timeout"})
+        record.status = status
+        if isinstance(payload, list):
+            return self._send_page(status, payload, query)
+        return self._send(status, payload)
+
+    def _send_page(self, status: int, items: list, query: dict[str, str]) -> None:
+        per_page = int(query.get("per_page", 30))
+        page = int(query.get("page", 1))
+        chunk = items[(page - 1) * per_page : page * per_page]
+        headers = {}
+        if page * per_page < len(items):
+            split = urlsplit(self.path)
+            others = "&".join(f"{k}={v}" for k, v in query.items() if k not in ("page", "per_page"))
+            nxt = f"{self.fake.base}{split.path}?{others + '&' if others else ''}"
+            nxt += f"per_page={per_page}&page={page + 1}"
+            headers["Link"] = f'<{nxt}>; rel="next"'
+        self._send(status, chunk, headers)
+
+    def _send(self, status: int, payload: Any, headers: dict[str, str] | None = None) -> None:
+        data = json.dumps(payload).encode()
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json; charset=utf-8")
+            self.send_header("Content-Length", str(len(data)))
+            for key, value in (headers or {}).items():
+                self.send_header(key, value)
+            self.end_headers()
+            self.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client gave up (a timeout fault)

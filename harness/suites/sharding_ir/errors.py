@@ -1,5 +1,7 @@
 """The suite's user-facing error: a size that cannot be split, a bad DistConfig, an unknown id."""
 
+import difflib
+
 from stagebot.bot.errors import StagebotError
 
 
@@ -9,7 +11,5 @@ class ShardingIRError(StagebotError, ValueError):
 
 def did_you_mean(name: str, choices: list[str]) -> str:
     """A " did you mean 'x'?" suffix for the closest choice, or "" when none is close."""
-    import difflib
-
     close = difflib.get_close_matches(name, choices, n=1, cutoff=0.5)
     return f" Did you mean {close[0]!r}?" if close else ""

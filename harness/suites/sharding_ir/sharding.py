@@ -14,6 +14,8 @@ strip: lowers leftover hints to plain ops (an unsharded ``all_reduce`` disappear
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import Tensor, fx, nn
 
@@ -24,6 +26,7 @@ from stagebot.harness.suites.sharding_ir.hints import TP_MODES, hint_args, hint_
 from stagebot.harness.suites.sharding_ir.load_hooks import ParamShard, register_load_hooks
 
 aten = torch.ops.aten
+Shards = dict[str, ParamShard]  # parameter path -> how a full tensor becomes the rank's shard
 
 
 def apply_sharding_hints(gm: fx.GraphModule, dc: DistConfig) -> fx.GraphModule:
@@ -38,7 +41,7 @@ def apply_sharding_hints(gm: fx.GraphModule, dc: DistConfig) -> fx.GraphModule:
         ops["all_reduce"]: _shard_all_reduce,
         ops["moe"]: _shard_moe,
     }
-    shards: dict[str, ParamShard] = {}
+    shards: Shards = {}
     for node in list(gm.graph.nodes):
         if node.op == "call_function" and node.target in handlers:
             handlers[node.target](gm, node, dc, shards)
@@ -100,7 +103,7 @@ def _plan(
 
 
 def _splitter(
-    node,
+    node: fx.Node,
     what: str,
     size: int,
     dim: int,
@@ -108,9 +111,9 @@ def _splitter(
     rank: int,
     *,
     min_size: int = 1,
-    pieces=None,
+    pieces: list[int] | None = None,
     replicate: bool = False,
-):
+) -> tuple[Callable[[Tensor], Tensor], list[int]]:
     """A ``take`` splitting ``dim`` (each of ``pieces`` on its own) and the local piece sizes."""
     pieces = list(pieces or [size])
     if sum(pieces) != size:
@@ -128,7 +131,9 @@ def _splitter(
     return take, [p // n for p, (n, _) in zip(pieces, plans, strict=True)]
 
 
-def _shard_param(gm: fx.GraphModule, attr: fx.Node, shards: dict[str, ParamShard], take) -> None:
+def _shard_param(
+    gm: fx.GraphModule, attr: fx.Node, shards: Shards, take: Callable[[Tensor], Tensor]
+) -> None:
     owner, _, name = attr.target.rpartition(".")
     module = gm.get_submodule(owner)
     full = getattr(module, name)
@@ -136,7 +141,7 @@ def _shard_param(gm: fx.GraphModule, attr: fx.Node, shards: dict[str, ParamShard
     shards[attr.target] = ParamShard(full.shape, take)
 
 
-def _shard_linear(gm, node, dc: DistConfig, shards) -> None:
+def _shard_linear(gm: fx.GraphModule, node: fx.Node, dc: DistConfig, shards: Shards) -> None:
     a = hint_args(node)
     mode, weight, bias = a["tp_mode"], a["weight"], a["bias"]
     if mode not in TP_MODES:
@@ -175,7 +180,7 @@ def _shard_linear(gm, node, dc: DistConfig, shards) -> None:
         _shard_param(gm, bias, shards, lambda b: b if rank == 0 else torch.zeros_like(b))
 
 
-def _shard_view(gm, node, dc: DistConfig, shards) -> None:
+def _shard_view(gm: fx.GraphModule, node: fx.Node, dc: DistConfig, shards: Shards) -> None:
     a = hint_args(node)
     if a["tp_scaled_dim"] >= 0:
         shape = list(a["shape"])
@@ -183,7 +188,7 @@ def _shard_view(gm, node, dc: DistConfig, shards) -> None:
         _set_args(node, shape=shape)
 
 
-def _shard_split(gm, node, dc: DistConfig, shards) -> None:
+def _shard_split(gm: fx.GraphModule, node: fx.Node, dc: DistConfig, shards: Shards) -> None:
     a = hint_args(node)
     if not a["enable_sharding"]:
         return
@@ -195,12 +200,12 @@ def _shard_split(gm, node, dc: DistConfig, shards) -> None:
     _set_args(node, sizes=[size // dc.tp_size for size in a["sizes"]])
 
 
-def _shard_all_reduce(gm, node, dc: DistConfig, shards) -> None:
+def _shard_all_reduce(gm: fx.GraphModule, node: fx.Node, dc: DistConfig, shards: Shards) -> None:
     x = hint_args(node)["x"]
     node.target, node.args, node.kwargs = collective_op(), (x,), {}
 
 
-def _shard_moe(gm, node, dc: DistConfig, shards) -> None:
+def _shard_moe(gm: fx.GraphModule, node: fx.Node, dc: DistConfig, shards: Shards) -> None:
     a = hint_args(node)
     w1, w2, w3 = a["w1"], a["w2"], a["w3"]
     local = dc.local_experts(len(w1))

@@ -20,6 +20,9 @@ COMMANDS: dict[str, str] = {
     "stages": "stagebot.stages.cmd_stages:stages",
     "help": "stagebot.bot.cmd_parse:help_command",
     "handle-event": "stagebot.bot.cmd_handle_event:handle_event",
+    "run": "stagebot.bot.cmd_run:run",
+    "run-stage": "stagebot.bot.cmd_run_stage:run_stage",
+    "report": "stagebot.bot.cmd_report:report",
 }
 
 

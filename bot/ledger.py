@@ -493,6 +493,18 @@ class Ledger:
             reused_tests=reused,
         )
 
+    def passed_tests(self, number: int, stage: str) -> dict[str, tuple[int, float]]:
+        """Test id -> (pipeline it originally passed in, duration) for ``stage`` in ``number``."""
+        return {
+            row["test_id"]: (row["reused_from"] or number, row["duration_s"])
+            for row in self._query(
+                "SELECT t.test_id, t.reused_from, t.duration_s FROM tests t"
+                " JOIN pipelines p ON p.id = t.pipeline_id"
+                " WHERE p.repo = ? AND p.number = ? AND t.stage = ? AND t.outcome = 'passed'",
+                (self.repo, number, stage),
+            )
+        }
+
     def test_outcomes(self, number: int) -> dict[str, TestOutcome]:
         """Test id -> outcome in pipeline ``number`` (executed or reused), for base comparison."""
         row = self._query_one(

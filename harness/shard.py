@@ -395,4 +395,4 @@ def _run_command(entry, context, env, deadline, timeout_s):
 
 
 def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="seconds")
+    return datetime.now(UTC).isoformat(timespec="milliseconds")

@@ -1,0 +1,37 @@
+"""Options shared by `bot run`, `bot dry-run`, `bot run-stage` and `bot report`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+DEFAULT_LEDGER = Path("out/ledger.sqlite")
+
+ledger_option = click.option(
+    "--ledger",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help=f"The pipeline ledger (SQLite). `bot run` default: {DEFAULT_LEDGER}.",
+)
+out_option = click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Output folder: one folder per shard (result.json, junit.xml, tests.jsonl, log.txt).",
+)
+shard_timeout_option = click.option(
+    "--shard-timeout",
+    type=click.FloatRange(min=1),
+    default=None,
+    metavar="SECONDS",
+    help="Cap every shard's timeout (the catalog's timeout_minutes) at SECONDS.",
+)
+root_option = click.option(
+    "--root",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    default=Path("."),
+    show_default=True,
+    help="Repository root: the working directory of every shard (suite paths are relative).",
+)

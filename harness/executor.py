@@ -1,0 +1,313 @@
+"""Execute a Plan on this host: split, schedule on GPU/CPU slots, run shards, record as they end.
+
+``execute(plan, catalog, pipeline, settings, ledger=...)``: shards the plan reuses become REUSED
+results (their passed tests are copied forward in the ledger); shards this host cannot run (GPU
+type, count, nodes) become NOT_RUN with the reason; the rest run concurrently as their slots
+allow (``harness.scheduler``), each in its own pytest, and each result is written to the ledger
+the moment it ends. Fail-fast (the default): the first FAILURE/ERROR cancels the queue and
+terminates running shards (ABORTED). Ctrl-C / SIGTERM cancels everything (the pipeline ABORTED).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import shlex
+import signal
+import threading
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from stagebot.harness.collect import CollectError, split_family
+from stagebot.harness.gpus import Device, describe, detect_devices, gpu_types_of
+from stagebot.harness.progress import Progress
+from stagebot.harness.results import StageResult
+from stagebot.harness.scheduler import CPU, Job, Running, Scheduler
+from stagebot.harness.shard import ShardContext, not_run_result, pytest_argv, run_shard
+from stagebot.harness.streams import read_stream
+from stagebot.stages.catalog import Catalog
+from stagebot.stages.matrix import matrix_entries
+from stagebot.stages.plan import MatrixEntry, Plan
+
+DEFAULT_EXPECTED_S = 60.0
+FAILED_STATES = ("FAILURE", "ERROR")
+
+
+@dataclass
+class Settings:
+    out_dir: Path
+    root: Path
+    cpu_slots: int = 1
+    fail_fast: bool = True
+    detailed_log: bool = False
+    debug: bool = False
+    shard_timeout_s: float | None = None  # caps every shard's timeout
+    devices: list[Device] | None = None  # None: detect this host's GPUs
+
+
+@dataclass
+class Execution:
+    results: list[StageResult] = field(default_factory=list)
+    cancelled: bool = False
+    slots: dict[str, list[str]] = field(default_factory=dict)  # stage -> slots it ran on
+    host: str = ""
+
+
+def execute(
+    plan: Plan,
+    catalog: Catalog,
+    pipeline: int,
+    settings: Settings,
+    *,
+    ledger=None,
+    progress: Progress | None = None,
+) -> Execution:
+    progress = progress or Progress()
+    devices = detect_devices() if settings.devices is None else settings.devices
+    gpus = {device.id: gpu_types_of(device, catalog.gpu_types) for device in devices}
+    scheduler = Scheduler.with_cpu_slots(gpus, settings.cpu_slots)
+    execution = Execution(host=f"{describe(devices)}, {settings.cpu_slots} CPU slot(s)")
+    progress.line(f"pipeline #{pipeline}: {execution.host}")
+
+    partly_reused: dict[str, dict[str, tuple[int, float]]] = {}
+
+    def record(result: StageResult, reused=None) -> None:
+        execution.results.append(result)
+        reused = partly_reused.get(result.stage) if reused is None else reused
+        if ledger is not None:
+            ledger.record_result(pipeline, result, logs=_logs(result), reused_tests=reused)
+        progress.finished(result)
+
+    for shard in plan.shards_to("reuse"):
+        record(_reused_result(shard), _copied_tests(ledger, shard.stage, shard.reuse_from))
+    jobs: dict[str, tuple[Job, MatrixEntry]] = {}
+    for entry in _split(matrix_entries(plan, catalog, pipeline), settings, ledger, record):
+        out = settings.out_dir / entry.stage
+        missing = _missing_hardware(entry, scheduler, catalog, devices)
+        if missing:
+            record(not_run_result(entry, out, "NOT_RUN", missing))
+            continue
+        partly_reused[entry.stage] = _reused_tests(ledger, entry)
+        expected = _expected_s(entry, ledger)
+        jobs[entry.stage] = (
+            Job(entry.stage, entry.gpu_type, max(entry.gpu_count, 1), expected),
+            entry,
+        )
+    _run_jobs(jobs, scheduler, settings, ledger, progress, execution, record)
+    return execution
+
+
+def _run_jobs(jobs, scheduler, settings, ledger, progress, execution, record) -> None:
+    queue = [job for job, _ in jobs.values()]
+    running: dict[concurrent.futures.Future, tuple[Running, threading.Event]] = {}
+    stop = threading.Event()
+    stop_reason = ""
+    previous = _install_sigterm(stop)
+    start = time.monotonic()
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(len(scheduler.devices), 1))
+    try:
+        while queue or running:
+            if stop.is_set() and not stop_reason:
+                stop_reason = "cancelled: the run was stopped (Ctrl-C / SIGTERM)"
+                execution.cancelled = True
+            if stop_reason:
+                for _, cancel in running.values():
+                    cancel.set()
+                for job in queue:
+                    entry = jobs[job.key][1]
+                    record(
+                        not_run_result(entry, settings.out_dir / job.key, "ABORTED", stop_reason)
+                    )
+                queue = []
+            else:
+                now = time.monotonic() - start
+                for job, slots in scheduler.pick(queue, [r for r, _ in running.values()], now):
+                    queue.remove(job)
+                    cancel = threading.Event()
+                    entry = jobs[job.key][1]
+                    future = pool.submit(_run_one, entry, slots, settings, cancel, progress)
+                    running[future] = (Running(job, slots, now + job.expected_s), cancel)
+                    execution.slots[job.key] = list(slots)
+            if not running:
+                if queue and not stop_reason:  # nothing fits and nothing runs: cannot happen
+                    stop_reason = "cancelled: no slot can ever take the queued shards"
+                continue
+            try:
+                done, _ = concurrent.futures.wait(
+                    running, timeout=0.5, return_when=concurrent.futures.FIRST_COMPLETED
+                )
+            except KeyboardInterrupt:
+                stop.set()
+                continue
+            progress.tick()
+            for future in done:
+                running.pop(future)
+                result = future.result()
+                record(result)
+                if result.state in FAILED_STATES and settings.fail_fast and not stop_reason:
+                    stop_reason = (
+                        f"cancelled by fail-fast: {result.stage} ended {result.state} "
+                        "(comment with --disable-fail-fast to run every stage)"
+                    )
+    except KeyboardInterrupt:
+        stop.set()
+        for _, cancel in running.values():
+            cancel.set()
+        for future in list(running):
+            record(future.result())
+        execution.cancelled = True
+    finally:
+        pool.shutdown(wait=True)
+        _restore_sigterm(previous)
+
+
+def _run_one(entry, slots, settings: Settings, cancel, progress: Progress) -> StageResult:
+    out = settings.out_dir / entry.stage
+    devices = tuple(slot for slot in slots if not slot.startswith("cpu:"))
+    progress.started(entry.stage, slots, out / "tests.jsonl")
+    echo = (
+        (lambda line: progress.line(f"{entry.stage} | {line}")) if settings.detailed_log else None
+    )
+    context = ShardContext(
+        out_dir=out,
+        root=settings.root,
+        devices=devices,
+        timeout_s=_timeout(entry, settings),
+        cancel=cancel,
+        echo=echo,
+        keep_work=settings.debug,
+    )
+    try:
+        result = run_shard(entry, context)
+    except Exception as error:  # noqa: BLE001 - a shard's crash must not sink the pipeline
+        result = not_run_result(entry, out, "ERROR", f"crashed: the executor failed: {error!r}")
+    if settings.debug:
+        progress.line(debug_hint(entry, context))
+    return result
+
+
+def debug_hint(entry: MatrixEntry, context: ShardContext) -> str:
+    """--debug: where the shard's files are and the exact command that re-runs it."""
+    work = context.out_dir / "work"
+    if entry.command is not None:
+        argv = ["bash", "-c", entry.command]
+    else:
+        argv = pytest_argv(entry, "python3")[0]
+        if entry.tests:
+            argv.append(f"--stagebot-select={context.out_dir / 'raw' / 'select-1.txt'}")
+    env = f"CUDA_VISIBLE_DEVICES={','.join(context.devices)} STAGEBOT_WORK={work}"
+    return (
+        f"debug: {entry.stage}'s folder (work, log, streams) is kept at {context.out_dir}; "
+        f"re-run it with: cd {context.root} && {env} {shlex.join(argv)}"
+    )
+
+
+def _timeout(entry: MatrixEntry, settings: Settings) -> float:
+    timeout = entry.timeout_minutes * 60.0
+    return min(timeout, settings.shard_timeout_s) if settings.shard_timeout_s else timeout
+
+
+def _split(entries: list[MatrixEntry], settings: Settings, ledger, record) -> list[MatrixEntry]:
+    """Give each shard of a multi-shard family its share of the family's tests."""
+    families: dict[str, list] = {}
+    out = []
+    for entry in entries:
+        if entry.shards == 1 or entry.command is not None or entry.tests:
+            out.append(entry)
+            continue
+        family = entry.stage.rsplit("-", 1)[0]
+        if family not in families:
+            durations = ledger.durations(family) if ledger is not None else {}
+            try:
+                families[family] = split_family(entry, settings.root, durations)
+            except CollectError as error:
+                families[family] = error
+        split = families[family]
+        if isinstance(split, CollectError):
+            record(not_run_result(entry, settings.out_dir / entry.stage, "ERROR", str(split)))
+            continue
+        tests = split[entry.shard - 1].tests
+        remaining = [t for t in tests if t not in set(entry.reused_tests)]
+        if not tests:
+            why = f"this shard's share of {family} is empty ({len(split)} shards, fewer tests)"
+            record(not_run_result(entry, settings.out_dir / entry.stage, "NOT_RUN", why))
+        elif not remaining:
+            result = _reused_result(entry)
+            record(result, _copied_tests(ledger, entry.stage, entry.reuse_from))
+        else:
+            out.append(replace(entry, tests=tests))
+    return out
+
+
+def _missing_hardware(entry: MatrixEntry, scheduler: Scheduler, catalog, devices) -> str | None:
+    nodes = getattr(catalog.stage(entry.stage), "nodes", 1) if catalog.stage(entry.stage) else 1
+    if nodes > 1:
+        return f"needs {nodes} nodes; this executor runs on one host"
+    if entry.gpu_count == 0:
+        return None if scheduler.capacity(CPU) else "no CPU slot (--cpu-slots 0)"
+    have = scheduler.capacity(entry.gpu_type)
+    if have >= entry.gpu_count:
+        return None
+    return (
+        f"needs {entry.gpu_count} x {entry.gpu_type} GPU(s); this host has "
+        f"{have or 'none'} of that type ({describe(devices)})"
+    )
+
+
+def _expected_s(entry: MatrixEntry, ledger) -> float:
+    if ledger is None:
+        return DEFAULT_EXPECTED_S
+    if entry.tests:
+        durations = ledger.durations(entry.stage.rsplit("-", 1)[0])
+        known = [durations[t] for t in entry.tests if t in durations]
+        if known:
+            return sum(known) * len(entry.tests) / len(known)
+    return ledger.shard_duration(entry.stage) or DEFAULT_EXPECTED_S
+
+
+def _reused_result(shard) -> StageResult:
+    return StageResult(
+        stage=shard.stage,
+        shard=shard.shard,
+        shards=shard.shards,
+        state="REUSED",
+        started_at=None,
+        finished_at=None,
+        duration_s=0.0,
+        gpu_type=shard.gpu_type,
+        gpus=[],
+        evidence=f"passed in #{shard.reuse_from}; not re-run",
+        reused_from=shard.reuse_from,
+    )
+
+
+def _copied_tests(ledger, stage: str, source: int | None) -> dict[str, tuple[int, float]]:
+    if ledger is None or source is None:
+        return {}
+    return ledger.passed_tests(source, stage)
+
+
+def _reused_tests(ledger, entry: MatrixEntry):
+    return _copied_tests(ledger, entry.stage, entry.reuse_from) if entry.reused_tests else {}
+
+
+def _logs(result: StageResult) -> dict[str, str]:
+    if not result.log_path:
+        return {}
+    path = Path(result.log_path).with_name("tests.jsonl")
+    try:
+        stream = read_stream(path)
+    except OSError:
+        return {}
+    return {test_id: r["log"] for test_id, r in stream.results.items() if r.get("log")}
+
+
+def _install_sigterm(stop: threading.Event):
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.signal(signal.SIGTERM, lambda *_: stop.set())
+
+
+def _restore_sigterm(previous) -> None:
+    if previous is not None:
+        signal.signal(signal.SIGTERM, previous)

@@ -1,0 +1,311 @@
+"""The pipeline report: markdown (the PR comment), self-contained HTML, or JSON; and the replies.
+
+API (also used by the GitHub adapter)::
+
+    report = report_from_record(ledger.pipeline(n), base=ledger.test_outcomes(b), base_pipeline=b)
+    report = report_from_results(Path("results/"))  # a folder of StageResult folders (Actions)
+    text = render_report(report, "md")               # "md" | "html" | "json"
+    reply_triggered(report) / reply_completed(report)
+
+The markdown fits GitHub's 65,536-character comment limit (it drops logs, then collapses long
+lists, then cuts with a pointer to the HTML report), and escapes @mentions and anything that
+looks like HTML (so test output can never forge the bot's hidden reply marker).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from stagebot.harness.analysis import BLOCKING, Analysis, analyse
+from stagebot.harness.results import ResultError, StageResult, TestOutcome
+from stagebot.harness.streams import read_stream
+
+COMMENT_LIMIT = 65_536
+MENTION = re.compile(r"@(?=[A-Za-z0-9_-])")
+PARTLY_TESTED = (
+    "(Partly Tested): this run did not cover the whole default selection, so it cannot set the "
+    "PR's status; comment plain `/bot run` for that."
+)
+
+
+@dataclass
+class Report:
+    pipeline: int | None
+    commit: str | None
+    pr: int | None
+    command: str
+    state: str  # pipeline state (SUCCESS | FAILURE | ABORTED | RUNNING)
+    gating: bool
+    partly_tested_reason: str | None
+    started_at: str | None
+    finished_at: str | None
+    results: list[StageResult]
+    analysis: Analysis
+    changed_files: list[str] | None = None
+    slots: dict[str, list[str]] = field(default_factory=dict)
+    reused_tests: dict[str, list[str]] = field(default_factory=dict)
+    host: str = ""
+
+    @property
+    def exit_code(self) -> int:
+        return self.analysis.exit_code
+
+    @property
+    def sets_status(self) -> bool:
+        return self.gating and not self.analysis.not_run
+
+    @property
+    def sha7(self) -> str:
+        return (self.commit or "unknown")[:7]
+
+    def headline(self) -> str:
+        counts = self.analysis.counts()
+        blocking = sum(counts[c] for c in BLOCKING)
+        if self.state == "ABORTED":
+            return "⏹️ Cancelled before it finished — comment `/bot run` to start again."
+        if counts["NEW"]:
+            return (
+                f"❌ {counts['NEW']} new failure(s) this PR likely caused — fix them, then "
+                "comment `/bot run` (it re-runs only what failed)."
+            )
+        if blocking:
+            what = []
+            if counts["PRE-EXISTING"]:
+                what.append(f"{counts['PRE-EXISTING']} also failing on base")
+            if counts["UNCLASSIFIED"]:
+                what.append(f"{counts['UNCLASSIFIED']} with no base to compare")
+            return f"❌ {blocking} failure(s) ({', '.join(what)}) — look at them below."
+        if counts["INFRA"]:
+            return (
+                f"🛠️ {counts['INFRA']} infrastructure failure(s) only (timeouts, crashes, "
+                "runtime errors) — comment `/bot run` to retry; reuse re-runs only what failed."
+            )
+        flaky = f" ({counts['FLAKY']} flaky test(s) listed below)" if counts["FLAKY"] else ""
+        if not self.sets_status:
+            return f"✅ Everything that ran passed{flaky} — Partly Tested, see below."
+        return f"✅ All stages passed{flaky} — nothing to do."
+
+    def stage_rows(self) -> list[dict[str, Any]]:
+        rows = []
+        for result in self.results:
+            counts: dict[str, int] = {}
+            for test in result.tests:
+                counts[test.outcome] = counts.get(test.outcome, 0) + 1
+            reused = len(self.reused_tests.get(result.stage, []))
+            rows.append(
+                {
+                    "stage": result.stage,
+                    "state": result.state,
+                    "duration": _duration(result.duration_s),
+                    "gpu": result.gpu_type + (f" ({','.join(result.gpus)})" if result.gpus else ""),
+                    "reused_from": f"#{result.reused_from}" if result.reused_from else "",
+                    "tests": ", ".join(f"{n} {o}" for o, n in counts.items())
+                    + (f"{', ' if counts else ''}{reused} reused" if reused else ""),
+                    "note": result.evidence if result.state != "SUCCESS" else "",
+                }
+            )
+        return rows
+
+    def timeline(self, width: int = 900, lane_height: int = 26) -> dict[str, Any]:
+        """Gantt bars by slot: one bar per shard that ran (x/width in px)."""
+        spans = []
+        for result in self.results:
+            if not result.started_at or not result.finished_at:
+                continue
+            lane = ", ".join(self.slots.get(result.stage) or result.gpus) or "CPU"
+            start = datetime.fromisoformat(result.started_at).timestamp()
+            end = datetime.fromisoformat(result.finished_at).timestamp()
+            spans.append((lane, start, max(end, start), result))
+        if not spans:
+            return {"lanes": [], "bars": [], "width": width, "height": lane_height, "span": 0}
+        t0 = min(s for _, s, _, _ in spans)
+        span = max(e for _, _, e, _ in spans) - t0 or 1.0
+        lanes = sorted({lane for lane, *_ in spans})
+        label = 110
+        scale = (width - label - 10) / span
+        bars = [
+            {
+                "lane": lane,
+                "y": lanes.index(lane) * lane_height + 4,
+                "x": round(label + (start - t0) * scale, 1),
+                "w": round(max((end - start) * scale, 3), 1),
+                "stage": result.stage,
+                "state": result.state,
+                "title": f"{result.stage}: {result.state}, {_duration(result.duration_s)}",
+            }
+            for lane, start, end, result in spans
+        ]
+        return {
+            "lanes": [{"name": n, "y": i * lane_height + 4} for i, n in enumerate(lanes)],
+            "bars": bars,
+            "width": width,
+            "height": len(lanes) * lane_height + 8,
+            "span": _duration(span),
+        }
+
+
+def report_from_record(
+    record,
+    *,
+    base: dict[str, TestOutcome] | None = None,
+    base_pipeline: int | None = None,
+    cancelled: bool | None = None,
+) -> Report:
+    """A Report of a ledger ``PipelineRecord`` (see ``bot.ledger``)."""
+    plan = record.plan or {}
+    meta = record.meta or {}
+    order = {shard["stage"]: i for i, shard in enumerate(plan.get("shards", []))}
+    results = sorted(record.results, key=lambda r: order.get(r.stage, len(order)))
+    analysis = analyse(
+        results,
+        base=base,
+        base_pipeline=base_pipeline,
+        changed_files=plan.get("changed_files"),
+        stage_paths=meta.get("stage_paths"),
+        logs=record.logs,
+        cancelled=record.state == "ABORTED" if cancelled is None else cancelled,
+    )
+    return Report(
+        pipeline=record.number,
+        commit=record.commit,
+        pr=record.pr,
+        command=_command_text(record.command),
+        state=record.state if record.state != "RUNNING" else analysis.state,
+        gating=bool(plan.get("gating", record.gating)),
+        partly_tested_reason=plan.get("partly_tested_reason"),
+        started_at=record.started_at,
+        finished_at=record.finished_at,
+        results=results,
+        analysis=analysis,
+        changed_files=plan.get("changed_files"),
+        slots=meta.get("slots", {}),
+        reused_tests=record.reused_tests,
+        host=meta.get("host", ""),
+    )
+
+
+def report_from_results(folder: Path, *, pipeline: int | None = None) -> Report:
+    """A Report assembled from every ``result.json`` under ``folder`` (the Actions report job)."""
+    results, logs = [], {}
+    for path in sorted(folder.rglob("result.json")):
+        try:
+            result = StageResult.from_json(json.loads(path.read_text()))
+        except (json.JSONDecodeError, ResultError) as error:
+            raise ResultError(f"{path}: not a StageResult ({error})") from None
+        results.append(result)
+        stream = read_stream(path.with_name("tests.jsonl"))
+        for test_id, record in stream.results.items():
+            if record.get("log"):
+                logs[(result.stage, test_id)] = record["log"]
+    if not results:
+        raise ResultError(f"{folder}: no result.json below this folder")
+    analysis = analyse(results, logs=logs)
+    starts = [r.started_at for r in results if r.started_at]
+    ends = [r.finished_at for r in results if r.finished_at]
+    return Report(
+        pipeline=pipeline,
+        commit=None,
+        pr=None,
+        command="(assembled from StageResult files)",
+        state=analysis.state,
+        gating=False,
+        partly_tested_reason="assembled from result files: the plan is not known here",
+        started_at=min(starts) if starts else None,
+        finished_at=max(ends) if ends else None,
+        results=results,
+        analysis=analysis,
+    )
+
+
+def render_report(report: Report, fmt: str = "md") -> str:
+    if fmt == "json":
+        return json.dumps(_json(report), indent=2) + "\n"
+    from stagebot.templates import render_template
+
+    if fmt == "html":
+        return render_template("report.html.j2", r=report, partly=PARTLY_TESTED)
+    if fmt != "md":
+        raise ValueError(f"unknown report format {fmt!r}; expected md, html or json")
+    for compact in (0, 1, 2):
+        text = render_template(
+            "report.md.j2",
+            r=report,
+            compact=compact,
+            md=md_safe,
+            code=md_code,
+            partly=PARTLY_TESTED,
+        )
+        if len(text) <= COMMENT_LIMIT:
+            return text
+    pointer = (
+        "\n\n… report cut to fit GitHub's comment limit; the full report is report.html "
+        "(`bot report --format html`)."
+    )
+    return text[: COMMENT_LIMIT - len(pointer)] + pointer
+
+
+def reply_triggered(report: Report) -> str:
+    from stagebot.templates import render_template
+
+    return render_template("report_reply_triggered.md.j2", r=report)
+
+
+def reply_completed(report: Report) -> str:
+    from stagebot.templates import render_template
+
+    return render_template("report_reply_completed.md.j2", r=report, partly=PARTLY_TESTED)
+
+
+def md_safe(text: object) -> str:
+    """Text for markdown: HTML escaped (no forged markers or tags), @mentions defused, | escaped."""
+    escaped = html.escape(str(text), quote=False).replace("|", "&#124;")
+    return MENTION.sub("@\u200b", escaped).replace("\n", " ")
+
+
+def md_code(text: object) -> str:
+    """Inline code that survives any content: an HTML <code> with escaped text."""
+    return f"<code>{md_safe(text)}</code>"
+
+
+def _json(report: Report) -> dict[str, Any]:
+    return {
+        "pipeline": report.pipeline,
+        "commit": report.commit,
+        "pr": report.pr,
+        "command": report.command,
+        "state": report.state,
+        "exit_code": report.exit_code,
+        "sets_status": report.sets_status,
+        "headline": report.headline(),
+        "stages": [r.to_json() for r in report.results],
+        "failures": [
+            {**asdict(f), "mismatch": asdict(f.mismatch) if f.mismatch else None, "log": None}
+            for f in report.analysis.failures
+        ],
+        "not_run": [{"stage": s, "why": w} for s, w in report.analysis.not_run],
+        "base_pipeline": report.analysis.base_pipeline,
+    }
+
+
+def _command_text(command: dict[str, Any]) -> str:
+    from stagebot.bot.command import Command
+    from stagebot.bot.grammar import render
+
+    try:
+        return render(Command.from_json(command))
+    except Exception:  # noqa: BLE001 - a record from another version: show it raw
+        return json.dumps(command)
+
+
+def _duration(seconds: float) -> str:
+    seconds = float(seconds)
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, rest = divmod(int(seconds), 60)
+    return f"{minutes}m{rest:02d}s" if minutes < 60 else f"{minutes // 60}h{minutes % 60:02d}m"

@@ -54,6 +54,7 @@ class PullRequest:
     author: str
     labels: tuple[str, ...]
     base_ref: str
+    base_sha: str
     head_repo: str | None  # owner/name of the head repository (a fork's, for fork PRs)
     fork: bool
     html_url: str
@@ -294,6 +295,7 @@ class PyGithubApi:
                 author=pull.user.login,
                 labels=tuple(label.name for label in pull.labels),
                 base_ref=pull.base.ref,
+                base_sha=pull.base.sha,
                 head_repo=head_repo,
                 fork=head_repo != self.repository,
                 html_url=pull.html_url,

@@ -177,9 +177,11 @@ class FakeGitHub:
         legacy = {"maintain": "write", "triage": "read"}.get(role_name, role_name)
         self.permissions[login] = (legacy, role_name)
 
-    def add_comment(self, number: int, body: str, author: str = "someone") -> dict[str, Any]:
+    def add_comment(
+        self, number: int, body: str, author: str = "someone", comment_id: int | None = None
+    ) -> dict[str, Any]:
         with self.lock:
-            return self._new_comment(number, body, _user(author))
+            return self._new_comment(number, body, _user(author), comment_id)
 
     def add_run(self, run_number: int, status: str = "in_progress") -> dict[str, Any]:
         run_id = 50000 + run_number
@@ -245,8 +247,10 @@ class FakeGitHub:
         return mine[-1] if mine else None
 
     # ---- handlers (called with the lock held); return (status, json)
-    def _new_comment(self, number: int, body: str, user: dict[str, Any]) -> dict[str, Any]:
-        comment_id = next(self._ids)
+    def _new_comment(
+        self, number: int, body: str, user: dict[str, Any], comment_id: int | None = None
+    ) -> dict[str, Any]:
+        comment_id = comment_id or next(self._ids)
         comment = {
             "id": comment_id,
             "issue": number,
@@ -403,6 +407,7 @@ def _not_found() -> tuple[int, dict[str, str]]:
 class _Handler(BaseHTTPRequestHandler):
     fake: FakeGitHub
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # one answer, no delayed-ACK stalls on keep-alive
 
     def log_message(self, format: str, *args: Any) -> None:  # quiet
         pass

@@ -1,0 +1,460 @@
+"""`bot handle-event`: every rule of the comment handler, through the CLI, with real PyGithub
+against the local fake GitHub server. Named cases include the near-misses (Prow's style)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from github_server import FakeGitHub
+
+from stagebot.bot.cli import main
+from stagebot.bot.marker import find_marker
+
+EVENTS = Path(__file__).parent / "fixtures" / "events"
+SHA = "c0ffee" + "0" * 34
+PR = 7
+COMMENT_ID = 1234567
+BOT = "github-actions[bot]"
+
+
+@dataclass
+class Result:
+    code: int
+    out: str
+    err: str
+    outputs: dict[str, str]
+
+    @property
+    def matrix(self) -> list[dict]:
+        return json.loads(self.outputs["matrix"])
+
+
+@pytest.fixture
+def gh():
+    with FakeGitHub() as server:
+        server.add_pull(PR, head_sha=SHA, files=("bot/grammar.py",))
+        for login, role in (
+            ("writer", "write"),
+            ("maintainer", "maintain"),
+            ("boss", "admin"),
+            ("triager", "triage"),
+            ("reader", "read"),
+        ):
+            server.grant(login, role)
+        server.permissions["custom"] = ("write", "release-manager")
+        yield server
+
+
+@pytest.fixture
+def handle(gh, tmp_path, monkeypatch, capsys):
+    """Deliver an event to `bot handle-event` the way Actions does, and collect what it did."""
+
+    def deliver(
+        body: str = "/bot run",
+        *,
+        author: str = "writer",
+        fixture: str = "pr_comment_created.json",
+        comment_id: int = COMMENT_ID,
+        run_number: int | None = 101,
+        number: int = PR,
+        args: tuple[str, ...] = (),
+        env: dict[str, str] | None = None,
+        token: str | None = "ghs_test",
+    ) -> Result:
+        payload = json.loads((EVENTS / fixture).read_text())
+        if "comment" in payload:
+            payload["comment"]["body"] = body
+            payload["comment"]["id"] = comment_id
+            payload["comment"]["user"]["login"] = author
+            payload["issue"]["number"] = number
+            if comment_id not in gh.comments:
+                gh.add_comment(number, body, author, comment_id=comment_id)
+        event = tmp_path / f"event-{comment_id}-{run_number}.json"
+        event.write_text(json.dumps(payload))
+        output = tmp_path / f"output-{comment_id}-{run_number}.txt"
+        output.write_text("")
+        variables = {
+            "GITHUB_EVENT_NAME": "push" if fixture.startswith("push") else "issue_comment",
+            "GITHUB_EVENT_PATH": str(event),
+            "GITHUB_REPOSITORY": gh.repo,
+            "GITHUB_API_URL": gh.url,
+            "GITHUB_SERVER_URL": gh.base,
+            "GITHUB_OUTPUT": str(output),
+            "GITHUB_RUN_ID": str(50000 + (run_number or 0)),
+            "STAGEBOT_GITHUB_BACKOFF_S": "0.001",
+            "STAGEBOT_GITHUB_THROTTLE_S": "0",
+            "STAGEBOT_GITHUB_TIMEOUT_S": "1",
+            **(env or {}),
+        }
+        if run_number is not None:
+            variables["GITHUB_RUN_NUMBER"] = str(run_number)
+        if token is not None:
+            variables["GITHUB_TOKEN"] = token
+        else:
+            monkeypatch.delenv("GITHUB_TOKEN", raising=False)
+        for key, value in variables.items():
+            monkeypatch.setenv(key, value)
+        monkeypatch.chdir(tmp_path)  # no .github/stagebot.yml here: the defaults
+        try:
+            main(["handle-event", *args])
+            code = 0
+        except SystemExit as done:
+            code = done.code or 0
+        out, err = capsys.readouterr()
+        outputs = dict(
+            line.split("=", 1) for line in output.read_text().splitlines() if "=" in line
+        )
+        return Result(code, out, err, outputs)
+
+    return deliver
+
+
+def replies(gh: FakeGitHub) -> list[dict]:
+    return gh.bot_comments(PR, BOT)
+
+
+def marker_of(comment: dict):
+    return find_marker(comment["body"])
+
+
+def reactions(gh: FakeGitHub, comment_id: int = COMMENT_ID) -> list[str]:
+    return [r["content"] for r in gh.reactions if r["comment_id"] == comment_id]
+
+
+def status(gh: FakeGitHub) -> dict | None:
+    return gh.latest_status(SHA, "stagebot")
+
+
+def assert_nothing_ran(result: Result) -> None:
+    assert result.code == 0, result.err
+    assert result.outputs["run"] == "false" and result.matrix == []
+
+
+# ---------------------------------------------------------------- comments that are not for us
+
+
+@pytest.mark.parametrize(
+    ("fixture", "body", "author", "reason"),
+    [
+        pytest.param("pr_comment_created.json", "LGTM", "writer", "no /bot line", id="plain"),
+        pytest.param(
+            "pr_comment_created.json",
+            "> /bot run\nagreed",
+            "writer",
+            "no /bot line",
+            id="quoted command in a reply",
+        ),
+        pytest.param(
+            "pr_comment_created.json",
+            "try:\n```\n/bot run\n```",
+            "writer",
+            "no /bot line",
+            id="command in a code block",
+        ),
+        pytest.param(
+            "pr_comment_created.json",
+            "please /bot run",
+            "writer",
+            "no /bot line",
+            id="not at line start",
+        ),
+        pytest.param("pr_comment_edited.json", "/bot run", "writer", "was edited", id="edited"),
+        pytest.param("pr_comment_deleted.json", "/bot run", "writer", "was deleted", id="deleted"),
+        pytest.param(
+            "issue_comment_created.json", "/bot run", "writer", "is an issue", id="issue not PR"
+        ),
+        pytest.param("pr_comment_by_bot.json", "/bot run", BOT, "by a bot", id="our own reply"),
+        pytest.param(
+            "pr_comment_by_bot.json", "/bot run", "dependabot[bot]", "by a bot", id="other bot"
+        ),
+    ],
+)
+def test_comments_not_for_the_bot_cause_no_request_at_all(
+    gh, handle, fixture, body, author, reason
+) -> None:
+    result = handle(body, author=author, fixture=fixture, token=None)
+    assert_nothing_ran(result)
+    assert reason in result.out and result.out.startswith("no-op: ")
+    assert gh.requests == []  # not even a read: no token needed, nothing written
+
+
+def test_unhandled_event_kinds_are_no_ops(handle, gh) -> None:
+    result = handle(env={"GITHUB_EVENT_NAME": "pull_request"}, token=None)
+    assert_nothing_ran(result)
+    assert "pull_request events are not handled" in result.out and gh.requests == []
+
+
+# ---------------------------------------------------------------- authorization
+
+
+@pytest.mark.parametrize("author", ["reader", "triager", "stranger"])
+def test_unauthorized_run_gets_one_reply_and_nothing_runs(gh, handle, author) -> None:
+    gh.add_run(100)  # a live pipeline that an unauthorized comment must not cancel
+    gh.add_comment(PR, _running_marker(100), BOT)
+    result = handle("/bot run", author=author)
+    assert_nothing_ran(result)
+    (reply,) = [c for c in replies(gh) if marker_of(c).comment_id == COMMENT_ID]
+    assert "needs write permission" in reply["body"] and f"@{author} has" in reply["body"]
+    assert status(gh) is None and reactions(gh) == []
+    assert gh.calls("cancel_run") == [] and gh.runs[50100]["status"] == "in_progress"
+    assert [w.route for w in gh.writes()] == ["create_comment"]
+
+
+@pytest.mark.parametrize("author", ["writer", "maintainer", "boss", "custom"])
+def test_write_or_higher_may_run(gh, handle, author) -> None:
+    result = handle("/bot run", author=author)
+    assert result.outputs["run"] == "true" and result.matrix
+
+
+def test_role_name_is_read_not_just_the_legacy_permission(gh, handle) -> None:
+    # maintain folds into "write" in the legacy field; skip needs maintain
+    assert handle('/bot skip --comment "docs only"', author="maintainer").code == 0
+    assert status(gh)["state"] == "success"
+
+
+@pytest.mark.parametrize("command", ['/bot skip --comment "x"', "/bot reuse-pipeline"])
+@pytest.mark.parametrize("author", ["writer", "custom", "allowlisted"])
+def test_dangerous_commands_need_maintain(gh, handle, tmp_path, command, author) -> None:
+    config = tmp_path / "settings.yml"
+    config.write_text("allowlist: [allowlisted]\n")
+    result = handle(command, author=author, args=("--config", str(config)))
+    assert_nothing_ran(result)
+    (reply,) = replies(gh)
+    assert "needs maintain or admin permission" in reply["body"]
+    assert status(gh) is None
+
+
+def test_the_allowlist_stands_in_for_write(gh, handle, tmp_path) -> None:
+    config = tmp_path / "settings.yml"
+    config.write_text("allowlist: [Reader]\n")
+    result = handle("/bot run", author="reader", args=("--config", str(config)))
+    assert result.outputs["run"] == "true"
+
+
+def test_fork_authors_are_judged_by_permission(gh, handle) -> None:
+    gh.add_pull(9, head_sha="f" * 40, author="outsider", fork=True)
+    refused = handle("/bot run", author="outsider", number=9, comment_id=1)
+    assert_nothing_ran(refused)
+    accepted = handle("/bot run", author="maintainer", number=9, comment_id=2, run_number=102)
+    assert accepted.outputs["commit"] == "f" * 40
+    assert {entry["commit"] for entry in accepted.matrix} == {"f" * 40}
+
+
+@pytest.mark.parametrize(
+    "command",
+    ["/bot run --post-merge", "/bot run --add-multi-gpu-test", '/bot run --extra-stage "*"'],
+)
+def test_plans_needing_approval_need_the_label(gh, handle, command) -> None:
+    refused = handle(command, author="boss")
+    assert_nothing_ran(refused)
+    (reply,) = replies(gh)
+    assert "needs the 'ci-approved' label" in reply["body"] and reactions(gh) == []
+    gh.pulls[PR]["labels"] = [{"id": 1, "name": "ci-approved"}]
+    accepted = handle(command, author="writer", comment_id=COMMENT_ID + 1, run_number=102)
+    assert accepted.outputs["run"] == "true"
+
+
+# ---------------------------------------------------------------- accepted and malformed
+
+
+def test_accepted_run_reacts_replies_sets_pending_and_writes_the_matrix(gh, handle) -> None:
+    result = handle("/bot run")
+    assert result.code == 0 and result.outputs["run"] == "true"
+    assert result.outputs["pipeline"] == "101" and result.outputs["commit"] == SHA
+    assert reactions(gh) == ["eyes"]
+    (reply,) = replies(gh)
+    assert reply["body"].startswith(f"PR_Github #101 [ run ] triggered by Bot. Commit: `{SHA[:7]}`")
+    assert f"{gh.base}/{gh.repo}/actions/runs/50101" in reply["body"]
+    marker = marker_of(reply)
+    assert (marker.pipeline, marker.commit, marker.comment_id, marker.state) == (
+        101,
+        SHA,
+        COMMENT_ID,
+        "RUNNING",
+    )
+    assert result.outputs["reply_id"] == str(reply["id"])
+    entries = result.matrix
+    assert {e["pipeline"] for e in entries} == {101} and {e["commit"] for e in entries} == {SHA}
+    assert set(marker.stages) >= {e["stage"] for e in entries}
+    assert all(e["runner_labels"] for e in entries)
+    pending = status(gh)
+    assert pending["state"] == "pending" and pending["target_url"].endswith("/runs/50101")
+
+
+def test_partly_tested_run_leaves_the_status_alone_and_says_so(gh, handle) -> None:
+    result = handle('/bot run --stage-list "CPU-PyTorch-1"')
+    assert [e["stage"] for e in result.matrix] == ["CPU-PyTorch-1"]
+    (reply,) = replies(gh)
+    assert "(Partly Tested)" in reply["body"] and "--stage-list" in reply["body"]
+    assert status(gh) is None
+
+
+def test_the_pinned_sha_is_the_head_at_trigger_time(gh, handle) -> None:
+    result = handle("/bot run")
+    gh.pulls[PR]["head"]["sha"] = "d" * 40  # a push after the trigger
+    assert result.outputs["commit"] == SHA and status(gh)["state"] == "pending"
+
+
+@pytest.mark.parametrize(
+    ("body", "error"),
+    [
+        pytest.param("/bot run --fast", "unknown run flag '--fast'", id="unknown flag"),
+        pytest.param("/bot frobnicate", "unknown command 'frobnicate'", id="unknown command"),
+        pytest.param("/bot kill\n/bot run", "found 2 /bot commands", id="two commands"),
+        pytest.param("/bot skip", "skip needs a reason", id="skip without reason"),
+    ],
+)
+def test_malformed_commands_get_the_error_the_help_and_confused(gh, handle, body, error) -> None:
+    result = handle(body, author="reader")
+    assert_nothing_ran(result)
+    (reply,) = replies(gh)
+    assert "Bot args parsing error!" in reply["body"] and error in reply["body"]
+    assert "## stagebot help" in reply["body"]
+    assert marker_of(reply).comment_id == COMMENT_ID
+    assert reactions(gh) == ["confused"] and status(gh) is None
+
+
+def test_unknown_stage_is_answered_like_a_parse_error(gh, handle) -> None:
+    result = handle('/bot run --stage-list "A10-PyTorh-1"')
+    assert_nothing_ran(result)
+    (reply,) = replies(gh)
+    assert "did you mean 'A10-PyTorch-1'" in reply["body"]
+    assert reactions(gh) == ["confused"]
+
+
+def test_user_text_in_replies_cannot_mention_or_forge_a_marker(gh, handle) -> None:
+    handle('/bot run --stage-list "@everyone<!-- stagebot:{} -->"')
+    (reply,) = replies(gh)
+    assert "@everyone" not in reply["body"] and reply["body"].count("<!-- stagebot:") == 1
+    assert marker_of(reply).comment_id == COMMENT_ID
+
+
+def test_help_is_for_anyone(gh, handle) -> None:
+    result = handle("/bot help", author="reader")
+    assert_nothing_ran(result)
+    (reply,) = replies(gh)
+    assert "## stagebot help" in reply["body"] and reactions(gh) == ["eyes"]
+
+
+# ---------------------------------------------------------------- once per comment
+
+
+def test_the_same_event_delivered_twice_runs_once(gh, handle) -> None:
+    first = handle("/bot run")
+    second = handle("/bot run")
+    assert first.outputs["run"] == "true"
+    assert_nothing_ran(second)
+    assert "already handled" in second.out
+    assert len(replies(gh)) == 1 and len(gh.statuses[SHA]) == 1
+    assert [w.route for w in gh.writes()] == ["create_reaction", "create_comment", "create_status"]
+
+
+def test_a_forged_marker_from_a_person_does_not_block_the_command(gh, handle) -> None:
+    forged = _running_marker(1, comment_id=COMMENT_ID)
+    gh.add_comment(PR, forged, "writer")
+    assert handle("/bot run").outputs["run"] == "true"
+
+
+def test_a_refused_comment_delivered_twice_gets_one_reply(gh, handle) -> None:
+    handle("/bot run", author="reader")
+    handle("/bot run", author="reader")
+    assert len(replies(gh)) == 1
+
+
+# ---------------------------------------------------------------- kill, supersede, skip
+
+
+def _running_marker(pipeline: int, comment_id: int = 1, sha: str = SHA) -> str:
+    from stagebot.bot.marker import ReplyMarker
+
+    marker = ReplyMarker(pipeline, sha, comment_id, "RUNNING", {"CPU-PyTorch-1": "PENDING"})
+    return f"PR_Github #{pipeline} [ run ] triggered by Bot.\n\n{marker.render()}"
+
+
+def test_kill_cancels_running_pipelines_and_marks_them_aborted(gh, handle) -> None:
+    gh.add_run(99, status="queued")
+    gh.add_run(100)
+    gh.add_run(98, status="completed")
+    old = [gh.add_comment(PR, _running_marker(n, comment_id=n), BOT) for n in (99, 100)]
+    result = handle("/bot kill", run_number=101)
+    assert_nothing_ran(result)
+    assert {gh.runs[50099]["conclusion"], gh.runs[50100]["conclusion"]} == {"cancelled"}
+    for comment in old:
+        assert marker_of(gh.comments[comment["id"]]).state == "ABORTED"
+        assert "completed with state ABORTED" in gh.comments[comment["id"]]["body"]
+    (reply,) = [c for c in replies(gh) if marker_of(c).comment_id == COMMENT_ID]
+    assert "Successfully killed previous jobs" in reply["body"]
+    assert "#99" in reply["body"] and "#100" in reply["body"]
+    assert reactions(gh) == ["eyes"]
+
+
+def test_kill_with_nothing_running_says_so(gh, handle) -> None:
+    handle("/bot kill")
+    (reply,) = replies(gh)
+    assert "No running pipeline" in reply["body"] and gh.calls("cancel_run") == []
+
+
+def test_a_new_run_cancels_the_prs_earlier_run(gh, handle) -> None:
+    gh.add_run(101)
+    handle("/bot run", run_number=101, comment_id=1)
+    gh.add_run(102)
+    result = handle("/bot run", run_number=102, comment_id=2)
+    assert result.outputs["run"] == "true"
+    assert gh.runs[50101]["conclusion"] == "cancelled" and gh.runs[50102]["status"] == "in_progress"
+    states = {marker_of(c).pipeline: marker_of(c).state for c in replies(gh)}
+    assert states == {101: "ABORTED", 102: "RUNNING"}
+    (reply,) = [c for c in replies(gh) if marker_of(c).pipeline == 102]
+    assert "Stopped the PR's earlier running pipeline(s): #101" in reply["body"]
+
+
+def test_skip_sets_success_with_reason_and_approver(gh, handle) -> None:
+    result = handle('/bot skip --comment "docs-only change"', author="maintainer")
+    assert_nothing_ran(result)
+    success = status(gh)
+    assert success["state"] == "success"
+    assert success["description"] == "Skipped by @maintainer: docs-only change"
+    (reply,) = replies(gh)
+    assert "Skipping testing for commit" in reply["body"] and "docs-only change" in reply["body"]
+
+
+# ---------------------------------------------------------------- pipeline numbers, push, faults
+
+
+def test_without_run_number_the_pipeline_follows_the_bots_replies(gh, handle) -> None:
+    gh.add_comment(PR, _running_marker(41, comment_id=5), BOT)
+    result = handle("/bot run", run_number=None)
+    assert result.outputs["pipeline"] == "42"
+
+
+def test_push_to_the_default_branch_plans_post_merge(gh, handle) -> None:
+    result = handle(fixture="push_main.json", token=None)
+    assert result.outputs["run"] == "true" and result.matrix
+    assert {e["commit"] for e in result.matrix} == {"0d1a26e67d8f5eaf1f6ba5c57fc3c7d91ac0fd1c"}
+    assert gh.requests == []
+
+
+def test_unreachable_github_exits_non_zero(gh, handle) -> None:
+    gh.fail("5xx", times=100)
+    result = handle("/bot run")
+    assert result.code == 3 and "Error: could not list the comments" in result.err
+    assert result.outputs == {} and gh.writes() == []
+
+
+def test_every_endpoint_failing_twice_still_gives_one_reply_and_status(gh, handle) -> None:
+    gh.fail_every_endpoint(2, ("5xx-after-write", "403"))
+    result = handle("/bot run")
+    assert result.code == 0 and result.outputs["run"] == "true"
+    assert len(replies(gh)) == 1 and reactions(gh) == ["eyes"]
+    assert status(gh)["state"] == "pending"
+
+
+def test_outputs_and_plan_files(gh, handle, tmp_path) -> None:
+    out = tmp_path / "plan-out"
+    result = handle("/bot run", args=("--out", str(out)))
+    saved = json.loads((out / "outputs.json").read_text())
+    assert saved == result.outputs
+    plan = json.loads((out / "plan.json").read_text())
+    assert plan["commit"] == SHA and plan["pr"] == PR and plan["gating"] is True

@@ -40,6 +40,8 @@ class BackendTally:
         rows = [header]
         for op in ops:
             counts = [self.ran.get(op, Counter())[b] for b in names] + [self.skipped[op]]
-            cells = "".join(str(n).rjust(max(len(c), 7) + 2) for c, n in zip(columns, counts))
+            cells = "".join(
+                str(n).rjust(max(len(c), 7) + 2) for c, n in zip(columns, counts, strict=True)
+            )
             rows.append(op.ljust(width) + cells)
         return rows

@@ -37,7 +37,7 @@ class Scale:
 
 
 CPU = Scale("cpu", 16, 256, 512, (1, 128, 515), (1, 8), oracle_tokens=48)
-GPU = Scale("cuda", 256, 4096, 2048, (128, 515, 1024, 8192), (1, 8, 32), oracle_tokens=24)
+GPU = Scale("cuda", 256, 4096, 2048, (128, 515, 1024, 8192), (1, 8, 32), oracle_tokens=16)
 
 
 def gpu_marks(scale: Scale) -> list[pytest.MarkDecorator]:
@@ -56,7 +56,9 @@ class Case:
 
     @property
     def id(self) -> str:
-        return f"{self.scale.device}-T{self.num_tokens}-k{self.top_k}-ep{self.ep}-tile{self.tile_size}"
+        return (
+            f"{self.scale.device}-T{self.num_tokens}-k{self.top_k}-ep{self.ep}-tile{self.tile_size}"
+        )
 
     @property
     def num_local(self) -> int:

@@ -65,7 +65,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
         tally.add_skipped(item.nodeid, op, reason)
     elif report.when == "call":
-        used = {backend for logged_op, backend in item.stash.get(DISPATCH_LOG, []) if logged_op == op}
+        used = {
+            backend for logged_op, backend in item.stash.get(DISPATCH_LOG, []) if logged_op == op
+        }
         tally.add_ran(item.nodeid, op, used)
 
 

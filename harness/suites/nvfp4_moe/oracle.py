@@ -9,6 +9,7 @@ permutation.
 
 from __future__ import annotations
 
+import functools
 from collections import OrderedDict
 
 import torch
@@ -50,7 +51,13 @@ def swizzled_offsets(rows: int, cols: int, device: torch.device | str) -> torch.
     m = torch.arange(rows, device=device).unsqueeze(1)
     k = torch.arange(cols, device=device).unsqueeze(0)
     k_tiles = (cols + 3) // 4
-    return (m // 128) * (k_tiles * 512) + (k // 4) * 512 + (m % 32) * 16 + ((m % 128) // 32) * 4 + k % 4
+    return (
+        (m // 128) * (k_tiles * 512)
+        + (k // 4) * 512
+        + (m % 32) * 16
+        + ((m % 128) // 32) * 4
+        + k % 4
+    )
 
 
 def read_scales(flat: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
@@ -65,7 +72,8 @@ def _grid(device: torch.device | str, values: list[float]) -> torch.Tensor:
 E2M1_GRID = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]  # index = code
 
 
-def e4m3_grid(device: torch.device | str) -> torch.Tensor:
+@functools.cache
+def e4m3_grid(device: torch.device) -> torch.Tensor:
     """The finite non-negative e4m3 values, index = byte (0x00 .. 0x7E), ascending."""
     return decode_e4m3(torch.arange(0x7F, device=device))
 

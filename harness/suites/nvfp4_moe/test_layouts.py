@@ -19,7 +19,8 @@ def test_swizzle_round_trip_and_offsets(batch, rows, cols):
     padded_rows, padded_cols = -(-rows // 128) * 128, -(-cols // 4) * 4
     assert flat.shape == (*batch, padded_rows * padded_cols)
     assert torch.equal(ops.unswizzle_sf(flat, rows, cols), sf)
-    for matrix_sf, matrix_flat in zip(sf.reshape(-1, rows, cols), flat.reshape(-1, flat.shape[-1])):
+    matrices = zip(sf.reshape(-1, rows, cols), flat.reshape(-1, flat.shape[-1]), strict=True)
+    for matrix_sf, matrix_flat in matrices:
         assert torch.equal(oracle.read_scales(matrix_flat, rows, cols), matrix_sf)
 
 

@@ -34,9 +34,7 @@ def test_moe_sort_invariants(case: Case):
 
     expanded = case.num_tokens * top_k
     max_tiles = (
-        expanded
-        if expanded <= case.num_local
-        else (expanded + (tile - 1) * case.num_local) // tile
+        expanded if expanded <= case.num_local else (expanded + (tile - 1) * case.num_local) // tile
     )
     assert group.shape == mn_limit.shape == (max_tiles,)
     assert p2e.shape == (max_tiles * tile,)
@@ -56,7 +54,9 @@ def test_moe_sort_invariants(case: Case):
     assert ((limit > index * tile) & (limit <= (index + 1) * tile)).all(), "mn_limit in its tile"
     last = torch.ones(tiles, dtype=torch.bool)
     last[:-1] = g[1:] != g[:-1]
-    assert (limit[~last] == (index[~last] + 1) * tile).all(), "padding only in an expert's last tile"
+    assert (limit[~last] == (index[~last] + 1) * tile).all(), (
+        "padding only in an expert's last tile"
+    )
     counts = torch.bincount(local[is_local], minlength=case.num_local)
     valid_per_expert = torch.zeros(case.num_local, dtype=torch.long)
     valid_per_expert.index_add_(0, g, limit - index * tile)

@@ -24,7 +24,9 @@ class Verdict:
     detail: str
 
 
-def bytes_match(actual: torch.Tensor, expected: torch.Tensor, min_rate: float, what: str) -> Verdict:
+def bytes_match(
+    actual: torch.Tensor, expected: torch.Tensor, min_rate: float, what: str
+) -> Verdict:
     assert actual.shape == expected.shape, f"{what}: shape {actual.shape} vs {expected.shape}"
     rate = (actual == expected).double().mean().item() if actual.numel() else 1.0
     return Verdict(rate >= min_rate, f"{what}: {rate:.5%} of bytes equal (need >= {min_rate:.3%})")
@@ -57,7 +59,9 @@ def all_close(actual: torch.Tensor, expected: torch.Tensor, what: str) -> Verdic
     return close_fraction(actual, expected, 1.0, what)
 
 
-def relative_rmse(actual: torch.Tensor, expected: torch.Tensor, max_rmse: float, what: str) -> Verdict:
+def relative_rmse(
+    actual: torch.Tensor, expected: torch.Tensor, max_rmse: float, what: str
+) -> Verdict:
     a, e = actual.double(), expected.double()
     rmse = ((a - e).norm() / e.norm().clamp(min=1e-300)).item()
     ok = rmse < max_rmse  # NaN fails

@@ -1,0 +1,58 @@
+"""fused_moe, with the finalize fusion on and off, against the oracle's per-token MoE layer."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from stagebot.harness.suites.nvfp4_moe.cases import Case, LayerWeights, Routed, matrix, one_case
+from stagebot.harness.suites.nvfp4_moe.tolerances import FUSED_MOE_MAX_RMSE, Verdict, relative_rmse
+from stagebot.kernels import ops
+
+
+def _flip_signs(w: torch.Tensor, fraction: float, g: torch.Generator) -> torch.Tensor:
+    """Flips the sign of the low-nibble value in ``fraction`` of the bytes."""
+    hit = torch.rand(w.shape, generator=g, device=w.device) < fraction
+    return torch.where(hit, w ^ 0x08, w)
+
+
+def _fused_moe_verdict(
+    case: Case, weights: LayerWeights, backend: str, unfused: bool, perturb: bool = False
+) -> Verdict:
+    routed = Routed.build(case, case.scale.hidden)
+    local = weights.local(case)
+    if perturb:
+        local["w2"] = _flip_signs(local["w2"], 0.1, case.generator("perturb"))
+    out = ops.fused_moe(
+        routed.x, routed.token_selected_experts, routed.token_final_scales, **local,
+        fc1_input_gs=weights.fc1_gs, fc2_input_gs=weights.fc2_gs,
+        num_experts=case.scale.num_experts, local_expert_offset=case.local_offset,
+        tile_size=case.tile_size, disable_finalize_fusion=unfused, backend=backend,
+    )  # fmt: skip
+    experts = routed.token_selected_experts.tolist()
+    scales = routed.token_final_scales.tolist()
+    x = routed.x.double()
+    expected = [
+        weights.oracle.layer(x[token], experts[token], scales[token], case.local)
+        for token in routed.oracle_tokens
+    ]
+    return relative_rmse(
+        out[routed.oracle_tokens], torch.stack(expected), FUSED_MOE_MAX_RMSE, "out"
+    )
+
+
+@pytest.mark.moe_op("fused_moe")
+@pytest.mark.parametrize("finalize", ["fused-finalize", "unfused-finalize"])
+@pytest.mark.parametrize("case", matrix())
+def test_fused_moe_matches_the_oracle(case, finalize, weight_bank, moe_backend):
+    weights = weight_bank.get(case.scale)
+    verdict = _fused_moe_verdict(case, weights, moe_backend, unfused=finalize.startswith("un"))
+    assert verdict.ok, verdict.detail
+
+
+@pytest.mark.moe_op("fused_moe")
+def test_fused_moe_negative_control_fails(weight_bank, moe_backend):
+    """Signs flipped in 10% of w2's bytes must fail the relative RMSE tolerance."""
+    case = one_case()
+    verdict = _fused_moe_verdict(case, weight_bank.get(case.scale), moe_backend, False, True)
+    assert not verdict.ok, verdict.detail

@@ -1,0 +1,183 @@
+"""The grouped GEMMs against the oracle, row by row, over the case matrix.
+
+Each op's input rows are the case's activations, quantised, sorted and permuted by the ops; the
+oracle recomputes each sampled (token, k) from the token's own row and its expert's weights.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from stagebot.harness.suites.nvfp4_moe import oracle
+from stagebot.harness.suites.nvfp4_moe.cases import Case, LayerWeights, Routed, matrix, one_case
+from stagebot.harness.suites.nvfp4_moe.tolerances import (
+    FINALIZE_MIN_CLOSE,
+    SWIGLU_MIN_MATCH,
+    Verdict,
+    all_close,
+    bytes_match,
+    close_fraction,
+)
+from stagebot.kernels import ops
+
+MATRIX = matrix()
+
+
+def _permuted(case: Case, width: int, gs: torch.Tensor):
+    """(routed, a, a_sf): the case's activations of ``width`` columns, quantised and permuted."""
+    routed = Routed.build(case, width)
+    x, x_sf = ops.nvfp4_quantize(routed.x, gs)
+    t = routed.tables
+    a, a_sf = ops.moe_permute(
+        x, x_sf, t.tile_idx_to_mn_limit, t.permuted_idx_to_expanded_idx,
+        t.num_non_exiting_tiles, case.tile_size, case.top_k,
+    )  # fmt: skip
+    return routed, a, a_sf
+
+
+def _local_pairs(case: Case, routed: Routed) -> list[tuple[int, int, int]]:
+    """(token, expert, permuted row) for each sampled token's local (token, k)."""
+    experts = routed.token_selected_experts.cpu().tolist()
+    rows = routed.tables.expanded_idx_to_permuted_idx.cpu().tolist()
+    return [
+        (token, experts[token][k], rows[token][k])
+        for token in routed.oracle_tokens
+        for k in range(case.top_k)
+        if experts[token][k] in case.local
+    ]
+
+
+def _stack(rows: list[torch.Tensor], width: int, device: str) -> torch.Tensor:
+    if rows:
+        return torch.stack(rows)
+    return torch.zeros(0, width, dtype=torch.float64, device=device)
+
+
+def _grouped_gemm_verdict(
+    case: Case, weights: LayerWeights, backend: str, alpha_error: float = 0.0
+) -> Verdict:
+    routed, a, a_sf = _permuted(case, case.scale.intermediate, weights.fc2_gs)
+    local = weights.local(case)
+    alpha = (1.0 + alpha_error) / (weights.fc2_gs * local["w2_gs"])
+    t = routed.tables
+    y = ops.grouped_gemm(
+        a, local["w2"], a_sf, local["w2_sf"], alpha, t.tile_idx_to_group_idx,
+        t.num_non_exiting_tiles, tile_size=case.tile_size, backend=backend,
+    )  # fmt: skip
+    pairs = _local_pairs(case, routed)
+    x = routed.x.double()
+    expected = [weights.oracle.fc2(expert, x[token]) for token, expert, _ in pairs]
+    actual = y[[row for _, _, row in pairs]]
+    return all_close(actual, _stack(expected, case.scale.hidden, case.scale.device), "rows")
+
+
+@pytest.mark.moe_op("grouped_gemm")
+@pytest.mark.parametrize("case", MATRIX)
+def test_grouped_gemm_matches_the_oracle(case, weight_bank, moe_backend):
+    verdict = _grouped_gemm_verdict(case, weight_bank.get(case.scale), moe_backend)
+    assert verdict.ok, verdict.detail
+
+
+@pytest.mark.moe_op("grouped_gemm")
+def test_grouped_gemm_negative_control_fails(weight_bank, moe_backend):
+    """Every expert's alpha 3% off must fail the bf16 assert_close tolerance."""
+    case = one_case()
+    assert not _grouped_gemm_verdict(case, weight_bank.get(case.scale), moe_backend, 0.03).ok
+
+
+def _plain_interleaved(w1: torch.Tensor, w1_sf: torch.Tensor, hidden: int):
+    """w1 and its scales with the SwiGLU interleave undone: a loader that forgot it."""
+    rows = w1.shape[1]
+    sf = ops.unswizzle_sf(w1_sf, rows, hidden // 16)
+    plain_sf = ops.swizzle_sf(ops.deinterleave_linear_and_gate(sf, dim=1))
+    return ops.deinterleave_linear_and_gate(w1, dim=1), plain_sf
+
+
+def _swiglu_verdicts(
+    case: Case, weights: LayerWeights, backend: str, forget_interleave: bool = False
+) -> list[Verdict]:
+    hidden, inter = case.scale.hidden, case.scale.intermediate
+    routed, a, a_sf = _permuted(case, hidden, weights.fc1_gs)
+    local = weights.local(case)
+    w1, w1_sf = local["w1"], local["w1_sf"]
+    if forget_interleave:
+        w1, w1_sf = _plain_interleaved(w1, w1_sf, hidden)
+    t = routed.tables
+    c, c_sf = ops.grouped_gemm_swiglu(
+        a, w1, a_sf, w1_sf, 1.0 / (weights.fc1_gs * local["w1_gs"]), t.tile_idx_to_group_idx,
+        t.num_non_exiting_tiles, weights.fc2_gs, tile_size=case.tile_size, backend=backend,
+    )  # fmt: skip
+    pairs = _local_pairs(case, routed)
+    x = routed.x.double()
+    act = [weights.oracle.swiglu(expert, x[token]) for token, expert, _ in pairs]
+    codes, sf = oracle.quantize(_stack(act, inter, case.scale.device), weights.fc2_gs.item())
+    rows = [row for _, _, row in pairs]
+    c_scales = oracle.read_scales(c_sf, c.shape[0], inter // 16)
+    return [
+        bytes_match(c[rows], oracle.pack(codes), SWIGLU_MIN_MATCH, "c bytes"),
+        bytes_match(c_scales[rows], sf, SWIGLU_MIN_MATCH, "c_sf bytes"),
+    ]
+
+
+@pytest.mark.moe_op("grouped_gemm_swiglu")
+@pytest.mark.parametrize("case", MATRIX)
+def test_grouped_gemm_swiglu_matches_the_oracle(case, weight_bank, moe_backend):
+    for verdict in _swiglu_verdicts(case, weight_bank.get(case.scale), moe_backend):
+        assert verdict.ok, verdict.detail
+
+
+@pytest.mark.moe_op("grouped_gemm_swiglu")
+def test_grouped_gemm_swiglu_negative_control_fails(weight_bank, moe_backend):
+    """Weights without the linear/gate interleave must fail the 95% byte tolerance."""
+    case = one_case()
+    verdicts = _swiglu_verdicts(case, weight_bank.get(case.scale), moe_backend, True)
+    assert not any(v.ok for v in verdicts), [v.detail for v in verdicts]
+
+
+def _finalize(
+    case: Case, weights: LayerWeights, backend: str, scale_error: float, deterministic: bool
+):
+    routed, a, a_sf = _permuted(case, case.scale.intermediate, weights.fc2_gs)
+    local = weights.local(case)
+    t = routed.tables
+    out = ops.grouped_gemm_finalize(
+        a, local["w2"], a_sf, local["w2_sf"], 1.0 / (weights.fc2_gs * local["w2_gs"]),
+        t.tile_idx_to_group_idx, t.num_non_exiting_tiles, t.tile_idx_to_mn_limit,
+        t.permuted_idx_to_expanded_idx, routed.token_final_scales * (1.0 + scale_error),
+        num_tokens=case.num_tokens, tile_size=case.tile_size, deterministic=deterministic,
+        backend=backend,
+    )  # fmt: skip
+    return routed, out
+
+
+def _finalize_verdict(case: Case, routed: Routed, out: torch.Tensor, weights: LayerWeights):
+    x, scales = routed.x.double(), routed.token_final_scales.double()
+    expected = torch.zeros(len(routed.oracle_tokens), case.scale.hidden, dtype=torch.float64)
+    expected = expected.to(case.scale.device)
+    index = {token: i for i, token in enumerate(routed.oracle_tokens)}
+    for token, expert, _ in _local_pairs(case, routed):
+        k = routed.token_selected_experts[token].tolist().index(expert)
+        expected[index[token]] += scales[token, k] * weights.oracle.fc2(expert, x[token])
+    actual = out[routed.oracle_tokens]
+    return close_fraction(actual, expected, FINALIZE_MIN_CLOSE, "finalized tokens")
+
+
+@pytest.mark.moe_op("grouped_gemm_finalize")
+@pytest.mark.parametrize("case", MATRIX)
+def test_grouped_gemm_finalize_matches_the_oracle(case, weight_bank, moe_backend):
+    weights = weight_bank.get(case.scale)
+    routed, out = _finalize(case, weights, moe_backend, 0.0, deterministic=True)
+    verdict = _finalize_verdict(case, routed, out, weights)
+    assert verdict.ok, verdict.detail
+    _, again = _finalize(case, weights, moe_backend, 0.0, deterministic=True)
+    assert torch.equal(out, again), "deterministic=True must give bit-identical results"
+
+
+@pytest.mark.moe_op("grouped_gemm_finalize")
+def test_grouped_gemm_finalize_negative_control_fails(weight_bank, moe_backend):
+    """Router weights 5% off must fail the > 99%-within-tolerance check."""
+    case = one_case()
+    weights = weight_bank.get(case.scale)
+    routed, out = _finalize(case, weights, moe_backend, 0.05, deterministic=False)
+    assert not _finalize_verdict(case, routed, out, weights).ok

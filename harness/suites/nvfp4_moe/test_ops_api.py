@@ -1,0 +1,252 @@
+"""The op API's argument checks and the backend registry's dispatch rules."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import torch
+
+from stagebot.bot.errors import StagebotError
+from stagebot.harness.suites.nvfp4_moe.backend_report import BackendTally
+from stagebot.kernels import backends, ops
+from stagebot.kernels.errors import BackendUnavailableError, KernelArgumentError
+
+U8 = torch.uint8
+
+
+def _gemm_args(m=128, n=128, k=64, experts=2, **override) -> dict:
+    args = {
+        "a": torch.zeros(m, k // 2, dtype=U8),
+        "b": torch.zeros(experts, n, k // 2, dtype=U8),
+        "a_sf": torch.zeros(m * k // 16, dtype=U8),
+        "b_sf": torch.zeros(experts, -(-n // 128) * 128 * k // 16, dtype=U8),
+        "alpha": torch.ones(experts),
+        "tile_idx_to_group_idx": torch.zeros(m // 128, dtype=torch.int32),
+        "num_non_exiting_tiles": torch.ones(1, dtype=torch.int32),
+        "tile_size": 128,
+    }
+    args.update(override)
+    return args
+
+
+def _positional(args: dict) -> tuple[list, dict]:
+    keywords = {k: args.pop(k) for k in ("tile_size", "backend") if k in args}
+    return list(args.values()), keywords
+
+
+BAD_GEMM_CALLS = [
+    pytest.param(
+        {"a": torch.zeros(128, 32, dtype=torch.int8)}, "`a` has dtype torch.int8", id="a dtype"
+    ),
+    pytest.param(
+        {"k": 96},
+        "K = 2 * a.shape[1] = 96; it must be a multiple of 64",
+        id="K not a multiple of 64",
+    ),
+    pytest.param({"a": torch.zeros(100, 32, dtype=U8)}, "m = a.shape[0]", id="m not whole tiles"),
+    pytest.param({"tile_size": 64}, "`tile_size` is 64", id="tile size"),
+    pytest.param(
+        {"b": torch.zeros(2, 128, 16, dtype=U8)}, "`b` has shape (2, 128, 16)", id="b K differs"
+    ),
+    pytest.param({"a_sf": torch.zeros(10, dtype=U8)}, "`a_sf` has 10 elements", id="a_sf size"),
+    pytest.param({"b_sf": torch.zeros(2, 3, dtype=U8)}, "`b_sf` has 6 elements", id="b_sf size"),
+    pytest.param({"alpha": torch.ones(3)}, "`alpha` has shape (3,)", id="alpha per expert"),
+    pytest.param(
+        {"alpha": torch.ones(2, dtype=torch.float64)}, "`alpha` has dtype", id="alpha dtype"
+    ),
+    pytest.param(
+        {"tile_idx_to_group_idx": torch.zeros(2, dtype=torch.int32)},
+        "`tile_idx_to_group_idx` has shape (2,)",
+        id="one group per tile",
+    ),
+    pytest.param(
+        {"num_non_exiting_tiles": torch.ones(1, dtype=torch.int64)},
+        "`num_non_exiting_tiles` has dtype",
+        id="tile count dtype",
+    ),
+    pytest.param({"backend": 3}, "`backend` is 3", id="backend type"),
+    pytest.param(
+        {"backend": "nope"},
+        "`backend` is 'nope'; it must be 'auto' or one of",
+        id="unknown backend",
+    ),
+    pytest.param(
+        {"tile_idx_to_group_idx": torch.full((1,), 5, dtype=torch.int32)},
+        "maps a non-exiting tile to expert 5",
+        id="group index past the experts",
+    ),
+]
+
+
+@pytest.mark.parametrize(("override", "message"), BAD_GEMM_CALLS)
+def test_grouped_gemm_rejects_bad_arguments(override, message):
+    positional, keywords = _positional(_gemm_args(**override))
+    with pytest.raises(KernelArgumentError) as caught:
+        ops.grouped_gemm(*positional, **keywords)
+    assert message in str(caught.value)
+    assert isinstance(caught.value, StagebotError) and isinstance(caught.value, ValueError)
+
+
+def test_swiglu_n_must_be_a_multiple_of_128():
+    positional, keywords = _positional(_gemm_args(n=64))
+    with pytest.raises(KernelArgumentError, match=r"SwiGLU N = b.shape\[1\].*multiple of 128"):
+        ops.grouped_gemm_swiglu(*positional, torch.ones(1), **keywords)
+
+
+BAD_SMALL_OPS = [
+    pytest.param(
+        lambda: ops.nvfp4_quantize(torch.zeros(4, 20), 1.0), "K = x.shape[-1]", id="quantize K"
+    ),
+    pytest.param(
+        lambda: ops.nvfp4_quantize(torch.zeros(32), 1.0), "at least 2 dims", id="swizzled 1-D"
+    ),
+    pytest.param(
+        lambda: ops.nvfp4_quantize(torch.zeros(3, 4, 16), torch.ones(2)),
+        "`global_scale` has shape (2,)",
+        id="one global scale per matrix",
+    ),
+    pytest.param(
+        lambda: ops.nvfp4_dequantize(torch.zeros(4, 8, dtype=U8), torch.zeros(3, dtype=U8), 1.0),
+        "`scales` has shape (3,)",
+        id="dequantize scales",
+    ),
+    pytest.param(
+        lambda: ops.unswizzle_sf(torch.zeros(10, dtype=U8), 4, 4),
+        "`flat` has shape (10,)",
+        id="unswizzle",
+    ),
+    pytest.param(
+        lambda: ops.interleave_linear_and_gate(torch.zeros(100, 4), dim=0),
+        "multiple of 128",
+        id="interleave rows",
+    ),
+    pytest.param(
+        lambda: ops.moe_sort(
+            torch.zeros(4, 2, dtype=torch.int32), torch.zeros(4, 2), 8, 2, 6, 4, 128
+        ),
+        "`local_expert_offset` is 6 with 4 local experts",
+        id="local experts out of range",
+    ),
+    pytest.param(
+        lambda: ops.moe_sort(
+            torch.full((4, 2), 9, dtype=torch.int32), torch.zeros(4, 2), 8, 2, 0, 4, 128
+        ),
+        "holds experts in [9, 9]",
+        id="expert ids out of range",
+    ),
+    pytest.param(
+        lambda: ops.moe_sort(
+            torch.zeros(4, 2, dtype=torch.int32), torch.zeros(4, 3), 8, 2, 0, 4, 128
+        ),
+        "`token_final_scales` has shape (4, 3)",
+        id="router weights shape",
+    ),
+    pytest.param(
+        lambda: ops.moe_unpermute(
+            torch.zeros(4, 8), torch.zeros(2, 2, dtype=torch.int64), torch.zeros(2, 2)
+        ),
+        "`expanded_idx_to_permuted_idx` has dtype torch.int64",
+        id="unpermute index dtype",
+    ),
+]
+
+
+@pytest.mark.parametrize(("call", "message"), BAD_SMALL_OPS)
+def test_table_and_format_ops_reject_bad_arguments(call, message):
+    with pytest.raises(KernelArgumentError) as caught:
+        call()
+    assert message in str(caught.value)
+
+
+def _fake(name: str, priority: int, able: bool, calls: Counter) -> backends.Backend:
+    def run(**args):
+        calls[name] += 1
+        return name
+
+    def can_implement(op, **args):
+        return (True, "") if able else (False, f"{name} needs a GPU")
+
+    return backends.Backend(name, priority, {"grouped_gemm": run}, can_implement)
+
+
+@pytest.fixture
+def fakes(monkeypatch) -> Counter:
+    calls: Counter = Counter()
+    backends.registered()  # load the built-in backends before adding fakes
+    monkeypatch.setitem(backends._registry, "fast", _fake("fast", 100, True, calls))
+    monkeypatch.setitem(backends._registry, "unable", _fake("unable", 200, False, calls))
+    return calls
+
+
+def test_auto_runs_the_fastest_backend_that_can_and_records_it(fakes):
+    positional, keywords = _positional(_gemm_args())
+    with backends.record_dispatch() as log:
+        assert ops.grouped_gemm(*positional, **keywords) == "fast"
+    assert log == [("grouped_gemm", "fast")] and fakes == {"fast": 1}
+
+
+def test_naming_an_unable_backend_is_an_error_not_a_fallback(fakes):
+    positional, keywords = _positional(_gemm_args())
+    with (
+        backends.record_dispatch() as log,
+        pytest.raises(BackendUnavailableError, match="needs a GPU"),
+    ):
+        ops.grouped_gemm(*positional, **keywords, backend="unable")
+    assert log == [] and not fakes
+
+
+def test_a_backend_without_the_op_cannot_be_named(fakes):
+    positional, keywords = _positional(_gemm_args())
+    with pytest.raises(BackendUnavailableError, match="does not implement grouped_gemm_swiglu"):
+        ops.grouped_gemm_swiglu(*positional, torch.ones(1), **keywords, backend="fast")
+
+
+def test_tally_flags_skips_and_other_backends_only_when_forced():
+    free = BackendTally(forced=None)
+    free.add_ran("a", "fused_moe", {"reference"})
+    free.add_skipped("b", "fused_moe", "no GPU")
+    assert not free.violations
+    assert free.lines()[1].split() == ["fused_moe", "1", "1"]
+    forced = BackendTally(forced="cute")
+    forced.add_ran("a", "grouped_gemm", {"cute"})
+    forced.add_ran("b", "grouped_gemm", {"reference"})
+    forced.add_skipped("c", "grouped_gemm", "cute cannot")
+    assert [v.split(":")[0] for v in forced.violations] == ["b", "c"]
+
+
+SUITE = Path(__file__).parent
+UNABLE_PLUGIN = """
+from stagebot.kernels import backends
+backends.register(backends.Backend(
+    "unable", 1, {"grouped_gemm": None}, lambda op, **args: (False, "unable needs a GPU")
+))
+"""
+
+
+def _run_suite(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    (tmp_path / "unable_backend.py").write_text(UNABLE_PLUGIN)
+    env = {**os.environ, "PYTHONPATH": str(tmp_path), "PYTHONDONTWRITEBYTECODE": "1"}
+    suite = str(SUITE / "test_grouped_gemms.py")
+    command = [sys.executable, "-m", "pytest", suite, "-q", "-p", "no:cacheprovider", *args]
+    return subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+
+
+def test_a_forced_backend_that_cannot_run_a_case_skips_it_and_fails_the_session(tmp_path):
+    only = "grouped_gemm_matches and cpu-T1-k1-ep1-tile128"
+    result = _run_suite(tmp_path, "-p", "unable_backend", "--moe-backend", "unable", "-k", only)
+    assert result.returncode == pytest.ExitCode.TESTS_FAILED, result.stdout + result.stderr
+    assert "1 skipped" in result.stdout and "unable needs a GPU" in result.stdout
+    table = result.stdout.split("cases per op and backend (forced: unable)")[1]
+    assert table.split("\n")[2].split() == ["grouped_gemm", "1"]  # op, skipped
+    assert "FAIL forced backend" in table
+
+
+def test_an_unknown_forced_backend_is_a_usage_error(tmp_path):
+    result = _run_suite(tmp_path, "--moe-backend", "nope", "--collect-only")
+    assert result.returncode == pytest.ExitCode.USAGE_ERROR, result.stdout + result.stderr
+    assert "--moe-backend 'nope'" in result.stderr

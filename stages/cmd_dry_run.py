@@ -17,6 +17,7 @@ from stagebot.bot.cli_options import (
     read_comment,
 )
 from stagebot.bot.grammar import parse_comment
+from stagebot.bot.run_options import ledger_option
 from stagebot.stages.catalog import load_catalog
 from stagebot.stages.plan import Plan
 from stagebot.stages.planner import plan_run
@@ -28,20 +29,37 @@ from stagebot.stages.planner import plan_run
 @changed_files_option
 @commit_option
 @pr_option
+@ledger_option
 @comment_argument
-def dry_run(as_json, catalog, changed_files, commit, pr, comment) -> None:
-    """Plan COMMENT (or '-' for stdin) against the catalog and print the plan."""
+def dry_run(as_json, catalog, changed_files, commit, pr, ledger, comment) -> None:
+    """Plan COMMENT (or '-' for stdin) against the catalog and print the plan.
+
+    With --ledger, earlier pipelines count as `bot run` would count them (reuse included); the
+    commit defaults to this work tree's identity then, as in `bot run`.
+    """
     command = parse_comment(read_comment(comment))
     if command.name != "run":
         what = "no /bot command" if command.name is None else f"`/bot {command.name}`"
         click.echo(f"{what}: nothing to plan (only `/bot run` runs stages)")
         return
+    history = None
+    if ledger is not None:
+        from pathlib import Path
+
+        from stagebot.bot.ledger import Ledger
+        from stagebot.bot.worktree import tree_identity
+
+        if commit is None:
+            commit, _ = tree_identity(Path("."))
+        # A ledger `bot run` has not created yet holds no history: everything would run.
+        history = Ledger.open(ledger, readonly=True) if ledger.exists() else None
     plan = plan_run(
         command,
         load_catalog(catalog),
         changed_files=read_changed_files(changed_files),
         commit=commit,
         pr=pr,
+        history=history,
     )
     if as_json:
         click.echo(json.dumps(plan.to_json(), indent=2))

@@ -77,7 +77,7 @@ def test_run_splits_records_and_the_second_run_reuses_everything(tmp_path, ledge
     assert (
         fresh.returncode == 0 and results(tmp_path / "out3")["CPU-PyTorch-1"]["state"] == "SUCCESS"
     )
-    other_commit = run_stages(ledger, tmp_path / "out4", "CPU-PyTorch-1", commit="beef")
+    run_stages(ledger, tmp_path / "out4", "CPU-PyTorch-1", commit="beef")
     assert "CPU-PyTorch-1" in results(tmp_path / "out4")  # another commit reuses nothing
 
 

@@ -10,7 +10,7 @@ DEFAULT_LEDGER = Path("out/ledger.sqlite")
 
 ledger_option = click.option(
     "--ledger",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=click.Path(path_type=Path),  # the ledger checks the path itself (unusable: exit 3)
     default=None,
     help=f"The pipeline ledger (SQLite). `bot run` default: {DEFAULT_LEDGER}.",
 )

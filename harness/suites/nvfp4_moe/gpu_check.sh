@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The NVFP4 MoE suite on a GPU machine: the full GPU matrix (and the cpu cases) with one backend
 # forced (reference unless MOE_BACKEND says otherwise). Run from the repository root:
-#   bash harness/suites/nvfp4_moe/gpu_check.sh
+#   bash harness/suites/nvfp4_moe/gpu_check.sh [EXTRA PYTEST ARGS]
 # Logs go to $OUT (or out/nvfp4_moe): pytest.log, junit.xml, gpu.txt. Prints a summary table last.
 set -uo pipefail
 out="${OUT:-out/nvfp4_moe}"
@@ -11,10 +11,10 @@ python3 -c "import torch; print('torch', torch.__version__, torch.cuda.get_devic
 start=$(date +%s)
 PYTHONUNBUFFERED=1 timeout "${BUDGET_S:-330}" python3 -m pytest harness/suites/nvfp4_moe \
     --moe-backend "${MOE_BACKEND:-reference}" -q -p no:cacheprovider \
-    --junitxml="$out/junit.xml" --durations=10 2>&1 | tee "$out/pytest.log"
+    --junitxml="$out/junit.xml" --durations=10 "$@" 2>&1 | tee "$out/pytest.log"
 rc=${PIPESTATUS[0]}
 wall=$(($(date +%s) - start))
-python3 - "$out/junit.xml" <<'PY'
+[ -f "$out/junit.xml" ] && python3 - "$out/junit.xml" <<'PY'
 import collections, re, sys, xml.etree.ElementTree as ET
 rows = collections.defaultdict(lambda: collections.Counter())
 for case in ET.parse(sys.argv[1]).iter("testcase"):

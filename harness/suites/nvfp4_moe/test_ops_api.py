@@ -230,9 +230,12 @@ backends.register(backends.Backend(
 
 def _run_suite(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
     (tmp_path / "unable_backend.py").write_text(UNABLE_PLUGIN)
-    env = {**os.environ, "PYTHONPATH": str(tmp_path), "PYTHONDONTWRITEBYTECODE": "1"}
+    path = os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))
+    # The project plugin is named explicitly, so this works installed or from a PYTHONPATH.
+    env = {**os.environ, "PYTHONPATH": path, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
     suite = str(SUITE / "test_grouped_gemms.py")
-    command = [sys.executable, "-m", "pytest", suite, "-q", "-p", "no:cacheprovider", *args]
+    plugins = ["-p", "stagebot.harness.pytest_plugin", "-p", "no:cacheprovider"]
+    command = [sys.executable, "-m", "pytest", suite, "-q", *plugins, *args]
     return subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
 
 

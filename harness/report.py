@@ -113,15 +113,15 @@ class Report:
         return rows
 
     def timeline(self, width: int = 900, lane_height: int = 26) -> dict[str, Any]:
-        """Gantt bars by slot: one bar per shard that ran (x/width in px)."""
+        """Gantt bars by slot: one bar per slot each shard that ran held (x/width in px)."""
         spans = []
         for result in self.results:
             if not result.started_at or not result.finished_at:
                 continue
-            lane = ", ".join(self.slots.get(result.stage) or result.gpus) or "CPU"
             start = datetime.fromisoformat(result.started_at).timestamp()
             end = datetime.fromisoformat(result.finished_at).timestamp()
-            spans.append((lane, start, max(end, start), result))
+            for lane in self.slots.get(result.stage) or result.gpus or ["CPU"]:
+                spans.append((lane, start, max(end, start), result))
         if not spans:
             return {"lanes": [], "bars": [], "width": width, "height": lane_height, "span": 0}
         t0 = min(s for _, s, _, _ in spans)

@@ -19,6 +19,7 @@ COMMANDS: dict[str, str] = {
     "dry-run": "stagebot.stages.cmd_dry_run:dry_run",
     "stages": "stagebot.stages.cmd_stages:stages",
     "help": "stagebot.bot.cmd_parse:help_command",
+    "kernels": "stagebot.kernels.cute.cmd_build:kernels",
     "handle-event": "stagebot.bot.cmd_handle_event:handle_event",
     "run": "stagebot.bot.cmd_run:run",
     "run-stage": "stagebot.bot.cmd_run_stage:run_stage",

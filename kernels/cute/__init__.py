@@ -1,0 +1,6 @@
+"""CuTe DSL (nvidia-cutlass-dsl 4.3.5) NVFP4 grouped-GEMM kernels for Hopper (sm_90a).
+
+Nothing here imports cutlass or torch at module import time except the kernel modules
+themselves (``grouped_gemm``), which only ``compile``, ``backend`` (inside functions) and
+``cmd_build`` (inside the command) load.
+"""

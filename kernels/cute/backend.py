@@ -1,0 +1,73 @@
+"""The ``cute`` backend: registers the Hopper CuTe DSL kernels with the op dispatcher.
+
+``can_implement`` says no (with the reason) unless: the tensors are on a CUDA sm_90 GPU,
+nvidia-cutlass-dsl is importable, the kernel has passed its GPU correctness check
+(``GPU_VERIFIED``), and a tactic fits the call. So on CPU machines ``backend="auto"`` keeps
+choosing the reference, and no untested kernel is ever chosen silently.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import Any
+
+from stagebot.kernels.backends import Backend, register
+from stagebot.kernels.cute.tactics import DEFAULT_TACTIC
+
+# False until gpu_check passes on an H200: the first run (see kernels/cute/NOTES.md) wrote
+# NaN into 127 of 128 rows of every tile, so the kernel must not be dispatched yet.
+GPU_VERIFIED = False
+PRIORITY = 10  # above the reference (0)
+
+
+def _cutlass_importable() -> bool:
+    return importlib.util.find_spec("cutlass") is not None
+
+
+def _device_reason(a: Any) -> str:
+    """'' if ``a`` lives on a CUDA sm_90 device, else why not."""
+    import torch
+
+    if not isinstance(a, torch.Tensor) or a.device.type != "cuda":
+        return "the tensors are not on a CUDA device"
+    major, minor = torch.cuda.get_device_capability(a.device)
+    if (major, minor) != (9, 0):
+        return (
+            f"the GPU is sm_{major}{minor}; the cute kernels are built and tested for sm_90a only"
+        )
+    return ""
+
+
+def can_implement(op: str, **args: Any) -> tuple[bool, str]:
+    reason = _device_reason(args.get("a"))
+    if reason:
+        return False, reason
+    if not _cutlass_importable():
+        return False, "nvidia-cutlass-dsl is not installed (pip install stagebot[kernels])"
+    if not GPU_VERIFIED:
+        return False, "the cute grouped_gemm has not passed its GPU correctness check yet"
+    from stagebot.kernels.cute.launch import problem_support
+
+    return problem_support(
+        DEFAULT_TACTIC, args["a"], args["b"], args["a_sf"], args["b_sf"], args["tile_size"]
+    )
+
+
+def grouped_gemm(
+    *, a, b, a_sf, b_sf, alpha, tile_idx_to_group_idx, num_non_exiting_tiles, tile_size
+):
+    from stagebot.kernels.cute import launch
+
+    return launch.grouped_gemm(
+        a, b, a_sf, b_sf, alpha, tile_idx_to_group_idx, num_non_exiting_tiles, tile_size
+    )
+
+
+register(
+    Backend(
+        name="cute",
+        priority=PRIORITY,
+        implementations={"grouped_gemm": grouped_gemm},
+        can_implement=can_implement,
+    )
+)

@@ -1,0 +1,90 @@
+"""`bot kernels build`: compile every CuTe kernel of the dispatcher's list ahead of time.
+
+Compiles with placeholder pointers and a fake stream (no GPU needed, nothing queries the
+device), checks that each kernel's PTX holds `wgmma.mma_async`, prints one line per kernel and
+tactic and a count, and exits 1 if anything failed. cutlass is imported only inside the command.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+
+import click
+
+from stagebot.kernels.cute.tactics import TACTICS, Tactic
+
+ARCHES = ("sm_90a",)
+KERNELS = ("grouped_gemm",)  # the dispatcher's list (SwiGLU and finalize fusions: not yet)
+# Compile-time constants the check builds with: GEMM1 of the MoE shapes (N=4096, K=7168).
+BUILD_CONSTANTS = {"n": 4096, "k": 7168, "num_experts": 8, "tile_size": 128}
+REQUIRED_PTX = "wgmma.mma_async"
+_TACTIC_RE = re.compile(r"^(\d+)x(\d+):(\d+)x(\d+):(\d+)$")
+
+
+def parse_tactic(text: str) -> Tactic:
+    """'128x256:1x1:4' -> Tactic(tile_mn=(128, 256), cluster_mn=(1, 1), stages=4)."""
+    match = _TACTIC_RE.match(text)
+    if not match:
+        raise click.BadParameter(f"{text!r} is not TILE_MxTILE_N:CLUSTER_MxCLUSTER_N:STAGES")
+    tm, tn, cm, cn, stages = map(int, match.groups())
+    return Tactic((tm, tn), (cm, cn), stages)
+
+
+def build_one(kernel: str, tactic: Tactic, arch: str) -> tuple[bool, str]:
+    """(ok, detail) for one kernel and tactic."""
+    from stagebot.kernels.cute.compile import DTYPES, CompileKey, compile_kernel
+    from stagebot.kernels.cute.grouped_gemm import Nvfp4GroupedGemmSm90
+
+    c = BUILD_CONSTANTS
+    ok, why = Nvfp4GroupedGemmSm90.can_implement(tactic, c["n"], c["k"], c["tile_size"])
+    if not ok:
+        return False, f"cannot implement: {why}"
+    key = CompileKey(kernel, tactic, DTYPES, c["n"], c["k"], c["num_experts"], c["tile_size"], arch)
+    started = time.monotonic()
+    try:
+        compiled = compile_kernel(key, keep_ptx=True)
+    except Exception as error:  # a compiler failure is a build result, reported per tactic
+        return False, f"compile failed: {type(error).__name__}: {str(error).splitlines()[0]}"
+    ptx = compiled.__ptx__ or ""
+    count = ptx.count(REQUIRED_PTX)
+    if not count:
+        return False, f"PTX has no {REQUIRED_PTX}"
+    return True, f"{REQUIRED_PTX} x{count}, {time.monotonic() - started:.1f} s"
+
+
+@click.group("kernels")
+def kernels() -> None:
+    """CuTe DSL kernels: ahead-of-time build checks."""
+
+
+@kernels.command("build")
+@click.option("--arch", type=click.Choice(ARCHES), default="sm_90a", show_default=True)
+@click.option("--all-tactics", is_flag=True, help="Every tactic, not only the first per kernel.")
+@click.option(
+    "--tactic",
+    "tactics",
+    multiple=True,
+    metavar="MxN:CMxCN:STAGES",
+    help="Build these tactics instead of the dispatcher's list (repeatable).",
+)
+def build(arch: str, all_tactics: bool, tactics: tuple[str, ...]) -> None:
+    """Compile every kernel in the dispatcher's list for ARCH with fake tensors."""
+    try:
+        import cutlass  # noqa: F401
+    except ImportError as error:
+        raise click.ClickException(
+            f"nvidia-cutlass-dsl is not importable ({error}); install stagebot[kernels]"
+        ) from error
+    chosen = [parse_tactic(t) for t in tactics] or list(TACTICS if all_tactics else TACTICS[:1])
+    failures = 0
+    built = 0
+    for kernel in KERNELS:
+        for tactic in chosen:
+            ok, detail = build_one(kernel, tactic, arch)
+            built += ok
+            failures += not ok
+            click.echo(f"{'ok  ' if ok else 'FAIL'} {kernel} {tactic} {arch}: {detail}")
+    click.echo(f"compiled {built} of {built + failures} (kernel, tactic) builds for {arch}")
+    if failures:
+        raise click.ClickException(f"{failures} of {built + failures} builds failed")

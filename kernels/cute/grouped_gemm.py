@@ -1,0 +1,434 @@
+"""Contiguous NVFP4 grouped GEMM for Hopper (sm_90a), CuTe DSL 4.3.5.
+
+Computes, for each non-exiting tile of the permuted activations,
+``C[rows, :] = bf16(alpha[e] * (A[rows] @ B[e]^T))`` with ``e = tile_idx_to_group_idx[tile]``;
+A and B are NVFP4 (packed e2m1 pairs, one e4m3 scale per 16 values in the 128x4-swizzled
+layout), so ``A[r, k] = e2m1 * e4m3`` exactly (no global scale: alpha carries it).
+
+Pipeline (one CTA per SM, persistent, warp-specialised):
+1. Producer warp: for each work item (M-tile, N-tile) and each 64-wide K step, TMA-loads the
+   packed FP4 tile of A (128 x 32 bytes), of B[e] (BN x 32 bytes) and the matching scale chunks
+   (a 128x4 swizzled scale block is 512 contiguous bytes) into a ``stages``-deep ring
+   (PipelineTmaAsync).
+2. Two consumer warpgroups: dequantise the stage into bf16 tiles in WGMMA's swizzled smem
+   layout (e2m1 and e4m3 rebuilt as fp16 bit patterns, scaled in fp32: exact), fence the async
+   proxy, sync on a named barrier, free the stage, then issue bf16 WGMMA with fp32 accumulators.
+   Three bf16 buffers rotate, so one barrier per K step suffices: a buffer is rewritten only
+   after every warpgroup waited for the WGMMA that read it (wait_group(1) one step earlier).
+3. Epilogue: accumulators times alpha[e], converted to bf16, stored straight to global memory.
+   Tiles at or past ``num_non_exiting_tiles`` are never scheduled, so they are not written.
+
+Work items: ``num_non_exiting_tiles * (tile_size // BM)`` M-tiles times ``n // BN`` N-tiles, M
+fastest (CTAs running at once share B tiles in L2), strided over the grid.
+
+Constraints (each checked once, by the ``is_valid_*`` predicates): BM 128; BN 128 or 256;
+cluster 1x1; n a multiple of BN; K a multiple of 64; the smem budget of sm_90.
+"""
+
+import cuda.bindings.driver as cuda
+import cutlass
+import cutlass.cute as cute
+import cutlass.pipeline as pipeline
+import cutlass.utils as utils
+import cutlass.utils.hopper_helpers as sm90_utils
+from cutlass.pipeline import pipeline_init_arrive, pipeline_init_wait
+
+from stagebot.kernels.cute.tactics import Tactic
+
+SMEM_CAPACITY = 227 * 1024  # sm_90 per-block opt-in limit, a constant: nothing queries the device
+BK = 64  # fp4 values per K step: 32 packed bytes per row, 4 scale columns = one swizzled chunk
+SF_CHUNK_ROWS = 128  # rows of one 128x4 swizzled scale block (512 bytes)
+BF16_BUFFERS = 3
+
+
+class Nvfp4GroupedGemmSm90:
+    """NVFP4 x NVFP4 -> bf16 contiguous grouped GEMM; the tactic's fields are the knobs."""
+
+    def __init__(self, tactic: Tactic):
+        self.tactic = tactic
+        self.bm, self.bn = tactic.tile_mn
+        self.cluster_mn = tactic.cluster_mn
+        self.stages = tactic.stages
+        self.num_mma_warpgroups = 2
+        self.num_threads_per_wg = 128
+        self.num_mma_threads = self.num_mma_warpgroups * self.num_threads_per_wg
+        self.threads_per_cta = self.num_threads_per_wg + self.num_mma_threads
+        self.load_regs = 40
+        self.mma_regs = 232
+        self.acc_dtype = cutlass.Float32
+        self.ab_dtype = cutlass.BFloat16
+        self.c_dtype = cutlass.BFloat16
+
+    # ----------------------------------------------------------------------------------------
+    # Support: named predicates, composed by can_implement.
+    @staticmethod
+    def is_valid_tile(tactic: Tactic) -> bool:
+        return tactic.tile_mn[0] == 128 and tactic.tile_mn[1] in (128, 256)
+
+    @staticmethod
+    def is_valid_cluster(tactic: Tactic) -> bool:
+        return tuple(tactic.cluster_mn) == (1, 1)
+
+    @staticmethod
+    def smem_bytes(tactic: Tactic) -> int:
+        bm, bn = tactic.tile_mn
+        staging = (bm + bn) * BK // 2 + (bm + bn) // SF_CHUNK_ROWS * 512
+        bf16 = (bm + bn) * BK * 2
+        return tactic.stages * staging + BF16_BUFFERS * bf16 + 2 * 1024
+
+    @classmethod
+    def is_valid_smem(cls, tactic: Tactic) -> bool:
+        return tactic.stages >= 2 and cls.smem_bytes(tactic) <= SMEM_CAPACITY
+
+    @staticmethod
+    def is_valid_problem(tactic: Tactic, n: int, k: int, tile_size: int) -> bool:
+        return n % tactic.tile_mn[1] == 0 and k % BK == 0 and tile_size % tactic.tile_mn[0] == 0
+
+    @classmethod
+    def can_implement(cls, tactic: Tactic, n: int, k: int, tile_size: int) -> tuple[bool, str]:
+        checks = (
+            (cls.is_valid_tile(tactic), "tile must be 128 x (128 | 256)"),
+            (cls.is_valid_cluster(tactic), "only cluster 1x1 is implemented"),
+            (cls.is_valid_smem(tactic), f"needs {cls.smem_bytes(tactic)} B of smem (> 227 KiB)"),
+            (
+                cls.is_valid_problem(tactic, n, k, tile_size),
+                f"n={n} must be a multiple of BN, K={k} of {BK}, tile_size={tile_size} of BM",
+            ),
+        )
+        for ok, why in checks:
+            if not ok:
+                return False, f"tactic {tactic}: {why}"
+        return True, ""
+
+    # ----------------------------------------------------------------------------------------
+    # Host side (traced by cute.compile): tensors from raw pointers, TMA atoms, launch.
+    @cute.jit
+    def __call__(
+        self,
+        a_ptr: cute.Pointer,  # uint8 [m, k/2]
+        b_ptr: cute.Pointer,  # uint8 [l, n, k/2]
+        a_sf_ptr: cute.Pointer,  # int32 view of the swizzled uint8 scales of a
+        b_sf_ptr: cute.Pointer,  # int32 view of the swizzled uint8 scales of b
+        alpha_ptr: cute.Pointer,  # fp32 [l]
+        group_ptr: cute.Pointer,  # int32 [m / tile_size]
+        num_tiles_ptr: cute.Pointer,  # int32 [1]
+        c_ptr: cute.Pointer,  # bf16 [m, n]
+        m: cutlass.Int32,
+        grid_ctas: cutlass.Int32,
+        n: cutlass.Constexpr,
+        k: cutlass.Constexpr,
+        num_experts: cutlass.Constexpr,
+        tile_size: cutlass.Constexpr,
+        stream: cuda.CUstream,
+    ):
+        kh = k // 2
+        kt = k // BK
+        mA = cute.make_tensor(a_ptr, cute.make_layout((m, kh), stride=(kh, 1)))
+        mB = cute.make_tensor(b_ptr, cute.make_layout((n, kh, num_experts), stride=(kh, 1, n * kh)))
+        mAs = cute.make_tensor(
+            a_sf_ptr,
+            cute.make_layout((128, kt, m // SF_CHUNK_ROWS), stride=(1, 128, kt * 128)),
+        )
+        nt = n // SF_CHUNK_ROWS
+        mBs = cute.make_tensor(
+            b_sf_ptr,
+            cute.make_layout((128, kt, nt, num_experts), stride=(1, 128, kt * 128, nt * kt * 128)),
+        )
+        mC = cute.make_tensor(c_ptr, cute.make_layout((m, n), stride=(n, 1)))
+        mAlpha = cute.make_tensor(alpha_ptr, cute.make_layout(num_experts))
+        mGroup = cute.make_tensor(group_ptr, cute.make_layout(m // tile_size))
+        mNumTiles = cute.make_tensor(num_tiles_ptr, cute.make_layout(1))
+
+        self.tiled_mma = sm90_utils.make_trivial_tiled_mma(
+            self.ab_dtype,
+            self.ab_dtype,
+            utils.LayoutEnum.ROW_MAJOR.sm90_mma_major_mode(),
+            utils.LayoutEnum.ROW_MAJOR.sm90_mma_major_mode(),
+            self.acc_dtype,
+            (2, 1, 1),
+            tiler_mn=(64, self.bn),
+        )
+        tile_mnk = (self.bm, self.bn, BK)
+        self.a16_layout = sm90_utils.make_smem_layout_a(
+            utils.LayoutEnum.ROW_MAJOR, tile_mnk, self.ab_dtype, BF16_BUFFERS
+        )
+        self.b16_layout = sm90_utils.make_smem_layout_b(
+            utils.LayoutEnum.ROW_MAJOR, tile_mnk, self.ab_dtype, BF16_BUFFERS
+        )
+        # Staging ring: plain row-major packed bytes and scale chunks, as TMA writes them.
+        aq_one = cute.make_layout((self.bm, BK // 2), stride=(BK // 2, 1))
+        bq_one = cute.make_layout((self.bn, BK // 2), stride=(BK // 2, 1))
+        as_one = cute.make_layout((128, 1, self.bm // SF_CHUNK_ROWS))
+        bs_one = cute.make_layout((128, 1, self.bn // SF_CHUNK_ROWS))
+        self.as_words = 128 * (self.bm // SF_CHUNK_ROWS)
+        self.bs_words = 128 * (self.bn // SF_CHUNK_ROWS)
+        g2s = cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp()
+        tma_aq, tma_mA = cute.nvgpu.cpasync.make_tiled_tma_atom(g2s, mA, aq_one, (self.bm, BK // 2))
+        tma_bq, tma_mB = cute.nvgpu.cpasync.make_tiled_tma_atom(g2s, mB, bq_one, (self.bn, BK // 2))
+        tma_as, tma_mAs = cute.nvgpu.cpasync.make_tiled_tma_atom(
+            g2s, mAs, as_one, (128, 1, self.bm // SF_CHUNK_ROWS)
+        )
+        tma_bs, tma_mBs = cute.nvgpu.cpasync.make_tiled_tma_atom(
+            g2s, mBs, bs_one, (128, 1, self.bn // SF_CHUNK_ROWS)
+        )
+        self.tx_bytes = (self.bm + self.bn) * BK // 2 + 4 * (self.as_words + self.bs_words)
+
+        @cute.struct
+        class SharedStorage:
+            ring_barriers: cute.struct.MemRange[cutlass.Int64, self.stages * 2]
+            sAq: cute.struct.Align[
+                cute.struct.MemRange[cutlass.Uint8, self.bm * BK // 2 * self.stages], 128
+            ]
+            sBq: cute.struct.Align[
+                cute.struct.MemRange[cutlass.Uint8, self.bn * BK // 2 * self.stages], 128
+            ]
+            sAs: cute.struct.Align[
+                cute.struct.MemRange[cutlass.Int32, self.as_words * self.stages], 128
+            ]
+            sBs: cute.struct.Align[
+                cute.struct.MemRange[cutlass.Int32, self.bs_words * self.stages], 128
+            ]
+            sA16: cute.struct.Align[
+                cute.struct.MemRange[self.ab_dtype, cute.cosize(self.a16_layout)], 1024
+            ]
+            sB16: cute.struct.Align[
+                cute.struct.MemRange[self.ab_dtype, cute.cosize(self.b16_layout)], 1024
+            ]
+
+        self.shared_storage = SharedStorage
+
+        self.kernel(
+            tma_aq,
+            tma_mA,
+            tma_bq,
+            tma_mB,
+            tma_as,
+            tma_mAs,
+            tma_bs,
+            tma_mBs,
+            mC,
+            mAlpha,
+            mGroup,
+            mNumTiles,
+            self.tiled_mma,
+            self.a16_layout,
+            self.b16_layout,
+            tile_size,
+        ).launch(
+            grid=[grid_ctas, 1, 1],
+            block=[self.threads_per_cta, 1, 1],
+            cluster=[1, 1, 1],
+            min_blocks_per_mp=1,
+            stream=stream,
+        )
+
+    # ----------------------------------------------------------------------------------------
+    @cute.kernel
+    def kernel(
+        self,
+        tma_aq: cute.CopyAtom,
+        mA: cute.Tensor,
+        tma_bq: cute.CopyAtom,
+        mB: cute.Tensor,
+        tma_as: cute.CopyAtom,
+        mAs: cute.Tensor,
+        tma_bs: cute.CopyAtom,
+        mBs: cute.Tensor,
+        mC: cute.Tensor,
+        mAlpha: cute.Tensor,
+        mGroup: cute.Tensor,
+        mNumTiles: cute.Tensor,
+        tiled_mma: cute.TiledMma,
+        a16_layout: cute.ComposedLayout,
+        b16_layout: cute.ComposedLayout,
+        tile_size: cutlass.Constexpr,
+    ):
+        tidx, _, _ = cute.arch.thread_idx()
+        bidx, _, _ = cute.arch.block_idx()
+        gdim, _, _ = cute.arch.grid_dim()
+        warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
+        if warp_idx == 0:
+            for atom in (tma_aq, tma_bq, tma_as, tma_bs):
+                cute.nvgpu.cpasync.prefetch_descriptor(atom)
+
+        smem = cutlass.utils.SmemAllocator()
+        storage = smem.allocate(self.shared_storage)
+        ring = pipeline.PipelineTmaAsync.create(
+            barrier_storage=storage.ring_barriers.data_ptr(),
+            num_stages=self.stages,
+            producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
+            consumer_group=pipeline.CooperativeGroup(
+                pipeline.Agent.Thread, self.num_mma_threads // 32
+            ),
+            tx_count=self.tx_bytes,
+            cta_layout_vmnk=cute.make_layout((1, 1, 1, 1)),
+            defer_sync=True,
+        )
+        pipeline_init_arrive(cluster_shape_mn=(1, 1), is_relaxed=True)
+
+        sAq = storage.sAq.get_tensor(self._staging_layout(self.bm))
+        sBq = storage.sBq.get_tensor(self._staging_layout(self.bn))
+        sAs = storage.sAs.get_tensor(
+            cute.make_layout((128, 1, self.bm // SF_CHUNK_ROWS, self.stages))
+        )
+        sBs = storage.sBs.get_tensor(
+            cute.make_layout((128, 1, self.bn // SF_CHUNK_ROWS, self.stages))
+        )
+        sA16 = storage.sA16.get_tensor(a16_layout.outer, swizzle=a16_layout.inner)
+        sB16 = storage.sB16.get_tensor(b16_layout.outer, swizzle=b16_layout.inner)
+
+        # Global tiles: (tile, tile, rest...) and their TMA partitions.
+        gAq = cute.local_tile(mA, (self.bm, BK // 2), (None, None))  # (bm, 32, mt, kt)
+        gBq = cute.local_tile(mB, (self.bn, BK // 2), (None, None, None))  # (bn,32,nt,kt,l)
+        gAs = cute.local_tile(mAs, (128, 1, self.bm // SF_CHUNK_ROWS), (None, None, None))
+        gBs = cute.local_tile(mBs, (128, 1, self.bn // SF_CHUNK_ROWS), (None, None, None, None))
+        one = cute.make_layout(1)
+        tAsAq, tAgAq = cute.nvgpu.cpasync.tma_partition(
+            tma_aq, 0, one, cute.group_modes(sAq, 0, 2), cute.group_modes(gAq, 0, 2)
+        )
+        tBsBq, tBgBq = cute.nvgpu.cpasync.tma_partition(
+            tma_bq, 0, one, cute.group_modes(sBq, 0, 2), cute.group_modes(gBq, 0, 2)
+        )
+        tAsAs, tAgAs = cute.nvgpu.cpasync.tma_partition(
+            tma_as, 0, one, cute.group_modes(sAs, 0, 3), cute.group_modes(gAs, 0, 3)
+        )
+        tBsBs, tBgBs = cute.nvgpu.cpasync.tma_partition(
+            tma_bs, 0, one, cute.group_modes(sBs, 0, 3), cute.group_modes(gBs, 0, 3)
+        )
+
+        k_tiles = cute.size(gAq, mode=[3])
+        m_per_table_tile = tile_size // self.bm
+        n_tiles = mC.shape[1] // self.bn
+        num_m_tiles = mNumTiles[0] * m_per_table_tile
+        total_work = num_m_tiles * n_tiles
+
+        pipeline_init_wait(cluster_shape_mn=(1, 1))
+        is_producer = tidx < self.num_threads_per_wg
+        if is_producer:
+            cute.arch.warpgroup_reg_dealloc(self.load_regs)
+        if warp_idx == 0:
+            state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.stages)
+            for work in cutlass.range(bidx, total_work, gdim, unroll=1):
+                m_tile = work % num_m_tiles
+                n_tile = work // num_m_tiles
+                expert = mGroup[m_tile // m_per_table_tile]
+                for kk in cutlass.range(k_tiles, unroll=1):
+                    ring.producer_acquire(state)
+                    bar = ring.producer_get_barrier(state)
+                    s = state.index
+                    cute.copy(tma_aq, tAgAq[(None, m_tile, kk)], tAsAq[(None, s)], tma_bar_ptr=bar)
+                    cute.copy(
+                        tma_bq, tBgBq[(None, n_tile, kk, expert)], tBsBq[(None, s)], tma_bar_ptr=bar
+                    )
+                    cute.copy(
+                        tma_as,
+                        tAgAs[(None, 0, kk, m_tile)],
+                        tAsAs[(None, s)],
+                        tma_bar_ptr=bar,
+                    )
+                    cute.copy(
+                        tma_bs,
+                        tBgBs[(None, 0, kk, n_tile, expert)],
+                        tBsBs[(None, s)],
+                        tma_bar_ptr=bar,
+                    )
+                    ring.producer_commit(state)
+                    state.advance()
+            ring.producer_tail(state)
+
+        if not is_producer:
+            cute.arch.warpgroup_reg_alloc(self.mma_regs)
+            ct = tidx - self.num_threads_per_wg
+            wg = cute.arch.make_warp_uniform(ct // self.num_threads_per_wg)
+            thr_mma = tiled_mma.get_slice(wg * self.num_threads_per_wg)
+            tCsA = thr_mma.partition_A(sA16)
+            tCsB = thr_mma.partition_B(sB16)
+            tCrA = tiled_mma.make_fragment_A(tCsA)
+            tCrB = tiled_mma.make_fragment_B(tCsB)
+            gC = cute.local_tile(mC, (self.bm, self.bn), (None, None))  # (bm, bn, mt, nt)
+            tCgC = thr_mma.partition_C(gC)
+            acc = cute.make_rmem_tensor(tCgC.shape[:3], self.acc_dtype)
+            out = cute.make_rmem_tensor(tCgC.shape[:3], self.c_dtype)
+            num_k_blocks = cute.size(tCrA, mode=[2])
+            mma_barrier = pipeline.NamedBarrier(barrier_id=1, num_threads=self.num_mma_threads)
+            sAq8 = sAq
+            sAs8 = cute.recast_tensor(sAs, cutlass.Uint8)
+            sBs8 = cute.recast_tensor(sBs, cutlass.Uint8)
+
+            read = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.stages)
+            step = cutlass.Int32(0)
+            for work in cutlass.range(bidx, total_work, gdim, unroll=1):
+                m_tile = work % num_m_tiles
+                n_tile = work // num_m_tiles
+                expert = mGroup[m_tile // m_per_table_tile]
+                acc.fill(0.0)
+                tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)
+                for _kk in cutlass.range(k_tiles, unroll=1):
+                    ring.consumer_wait(read)
+                    s = read.index
+                    buf = step % BF16_BUFFERS
+                    self._dequant(sAq8[(None, None, s)], sAs8, s, sA16, buf, self.bm, ct)
+                    self._dequant(sBq[(None, None, s)], sBs8, s, sB16, buf, self.bn, ct, b=True)
+                    cute.arch.fence_proxy(
+                        cute.arch.ProxyKind.async_shared, space=cute.arch.SharedSpace.shared_cta
+                    )
+                    mma_barrier.arrive_and_wait()
+                    ring.consumer_release(read)
+                    read.advance()
+                    cute.nvgpu.warpgroup.fence()
+                    for kb in cutlass.range_constexpr(num_k_blocks):
+                        cute.gemm(
+                            tiled_mma,
+                            acc,
+                            tCrA[(None, None, kb, buf)],
+                            tCrB[(None, None, kb, buf)],
+                            acc,
+                        )
+                    cute.nvgpu.warpgroup.commit_group()
+                    cute.nvgpu.warpgroup.wait_group(1)
+                    step += 1
+                cute.nvgpu.warpgroup.wait_group(0)
+                alpha = mAlpha[expert]
+                out.store((acc.load() * alpha).to(self.c_dtype))
+                cute.autovec_copy(out, tCgC[(None, None, None, m_tile, n_tile)])
+
+    # ----------------------------------------------------------------------------------------
+    def _staging_layout(self, rows: int):
+        """(rows, 32 packed bytes, stages), row-major per stage, as TMA writes it."""
+        return cute.make_layout((rows, BK // 2, self.stages), stride=(BK // 2, 1, rows * BK // 2))
+
+    def _dequant(self, sq, sf8, s, s16, buf, rows, ct, b=False):
+        """Consumer threads turn one stage of packed FP4 rows (and their scales) into bf16.
+
+        Work unit = (row, 16-value block): 8 packed bytes + 1 scale byte -> 16 bf16 values.
+        Thread ``ct`` takes units ct, ct + T, ... with unit u = (row u // 4, block u % 4), so a
+        warp reads 256 contiguous staging bytes.
+        """
+        units = rows * (BK // 16)
+        dst = s16[(None, None, buf)]
+        for i in range(units // self.num_mma_threads):  # unrolled at trace time
+            u = ct + i * self.num_mma_threads
+            row = u // 4
+            blk = u % 4
+            packed = cute.make_rmem_tensor((1, 8), cutlass.Uint8)
+            cute.autovec_copy(cute.local_tile(sq, (1, 8), (row, blk)), packed)
+            # Scale byte of (row, blk) inside this stage's swizzled 128x4 chunks.
+            sf_idx = (row % 32) * 16 + ((row % 128) // 32) * 4 + blk
+            sf_byte = sf8[(sf_idx, 0, row // 128, s)]
+            # e4m3 -> fp16 bit pattern ((bits & 0x7f) << 7) is the value * 2^-8; e2m1 magnitude
+            # bits << 9 is the value * 2^-14: both exact, rescaled once in fp32 below.
+            sf_bits = cute.make_rmem_tensor((1,), cutlass.Uint16)
+            sf_bits[0] = cutlass.Uint16((cutlass.Int32(sf_byte) & 0x7F) * 128)
+            sf_val = cute.recast_tensor(sf_bits, cutlass.Float16).load().to(cutlass.Float32)
+            factor = sf_val[0] * 4194304.0  # 2^8 * 2^14
+            p = packed.load().to(cutlass.Uint16)
+            lo = p & 15
+            hi = p // 16
+            bits = cute.make_rmem_tensor((16,), cutlass.Uint16)
+            bits_pairs = cute.make_tensor(bits.iterator, cute.make_layout((2, 8), stride=(1, 2)))
+            bits_pairs[0, None].store(((lo & 7) * 512 + (lo & 8) * 4096).to(cutlass.Uint16))
+            bits_pairs[1, None].store(((hi & 7) * 512 + (hi & 8) * 4096).to(cutlass.Uint16))
+            vals = cute.recast_tensor(bits, cutlass.Float16).load().to(cutlass.Float32)
+            res = cute.make_rmem_tensor((1, 16), self.ab_dtype)
+            res.store((vals * factor).to(self.ab_dtype).reshape((1, 16)))
+            cute.autovec_copy(res, cute.local_tile(dst, (1, 16), (row, blk)))

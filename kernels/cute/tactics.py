@@ -1,0 +1,29 @@
+"""Tactics of the Hopper NVFP4 grouped GEMM: what the constructor of a kernel class takes.
+
+Plain data, no cutlass import, so the dispatcher and the CLI can list them cheaply. Each
+constraint is stated once, in the kernel class's ``is_valid_*`` predicates.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Tactic:
+    tile_mn: tuple[int, int] = (128, 128)  # CTA tile (rows of the permuted activations, columns)
+    cluster_mn: tuple[int, int] = (1, 1)
+    stages: int = 4  # depth of the TMA pipeline of packed FP4 + scales
+
+    def __str__(self) -> str:
+        (tm, tn), (cm, cn) = self.tile_mn, self.cluster_mn
+        return f"tile{tm}x{tn}_cluster{cm}x{cn}_stages{self.stages}"
+
+
+# The dispatcher's list, in order of preference; the first one is what CI compiles.
+TACTICS: tuple[Tactic, ...] = (
+    Tactic((128, 128), (1, 1), 4),
+    Tactic((128, 256), (1, 1), 4),
+    Tactic((128, 128), (1, 1), 6),
+)
+DEFAULT_TACTIC = TACTICS[0]

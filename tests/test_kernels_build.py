@@ -1,0 +1,57 @@
+"""`bot kernels build`: the AoT compile check of the CuTe kernels (CPU only, no GPU needed)."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+from click.testing import CliRunner
+
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("cutlass") is None,
+    reason="nvidia-cutlass-dsl is not importable (pip install 'nvidia-cutlass-dsl==4.3.5')",
+)
+
+
+def _build(*args: str):
+    from stagebot.kernels.cute.cmd_build import kernels
+
+    return CliRunner().invoke(kernels, ["build", *args])
+
+
+def test_default_tactic_per_kernel_compiles_with_wgmma():
+    result = _build("--arch", "sm_90a")
+    assert result.exit_code == 0, result.output
+    assert "wgmma.mma_async x" in result.output
+    assert "compiled 1 of 1 (kernel, tactic) builds for sm_90a" in result.output
+
+
+def test_a_tactic_the_predicates_reject_fails_the_build():
+    result = _build("--tactic", "128x96:1x1:4")
+    assert result.exit_code == 1
+    assert "FAIL grouped_gemm tile128x96_cluster1x1_stages4" in result.output
+    assert "tile must be 128 x (128 | 256)" in result.output
+
+
+def test_a_tactic_that_does_not_fit_in_smem_fails_the_build():
+    result = _build("--tactic", "128x256:1x1:12")
+    assert result.exit_code == 1
+    assert "of smem" in result.output
+
+
+def test_a_compiler_failure_fails_the_build(monkeypatch):
+    from stagebot.kernels.cute import compile as cute_compile
+
+    def broken(key, *, keep_ptx=False):
+        raise RuntimeError("deliberately broken")
+
+    monkeypatch.setattr(cute_compile, "compile_kernel", broken)
+    result = _build("--arch", "sm_90a")
+    assert result.exit_code == 1
+    assert "compile failed: RuntimeError: deliberately broken" in result.output
+
+
+def test_a_malformed_tactic_is_a_usage_error():
+    result = _build("--tactic", "big")
+    assert result.exit_code == 2
+    assert "TILE_MxTILE_N:CLUSTER_MxCLUSTER_N:STAGES" in result.output

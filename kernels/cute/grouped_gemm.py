@@ -346,7 +346,9 @@ class Nvfp4GroupedGemmSm90:
             tCrA = tiled_mma.make_fragment_A(tCsA)
             tCrB = tiled_mma.make_fragment_B(tCsB)
             gC = cute.local_tile(mC, (self.bm, self.bn), (None, None))  # (bm, bn, mt, nt)
-            tCgC = thr_mma.partition_C(gC)
+            # The operand partitions above are per warpgroup (WGMMA reads smem as a group); the
+            # accumulator's global positions are per thread, so C is partitioned by thread.
+            tCgC = tiled_mma.get_slice(ct).partition_C(gC)
             acc = cute.make_rmem_tensor(tCgC.shape[:3], self.acc_dtype)
             out = cute.make_rmem_tensor(tCgC.shape[:3], self.c_dtype)
             num_k_blocks = cute.size(tCrA, mode=[2])

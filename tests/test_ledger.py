@@ -1,0 +1,130 @@
+"""The SQLite ledger: numbering, round trips, reuse, durations, base pipelines, concurrency."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from stagebot.bot.ledger import Ledger
+from stagebot.harness.results import StageResult
+from stagebot.harness.results import TestOutcome as Outcome
+
+RUN = {"version": 1, "command": "run", "options": {}}
+
+
+def shard(stage, state="SUCCESS", tests=(), reused_from=None) -> StageResult:
+    return StageResult(
+        stage,
+        1,
+        1,
+        state,
+        "2026-01-01T00:00:00+00:00",
+        "2026-01-01T00:01:00+00:00",
+        60.0,
+        "CPU",
+        [],
+        list(tests),
+        reused_from=reused_from,
+    )
+
+
+@pytest.fixture
+def book(tmp_path: Path) -> Ledger:
+    return Ledger.open(tmp_path / "ledger.sqlite")
+
+
+def test_numbers_increase_and_results_round_trip(book: Ledger) -> None:
+    first = book.start_pipeline(
+        command=RUN,
+        commit="c1",
+        plan={"gating": True, "catalog_digest": "d1"},
+        pr=4,
+        branch="feature",
+    )
+    result = shard(
+        "S-PyTorch-1",
+        tests=[
+            Outcome("t.py::a", "passed", 1.5),
+            Outcome("t.py::b", "failed", 0.5, "AssertionError: x"),
+        ],
+    )
+    book.record_result(first, result, logs={"t.py::b": "E   AssertionError: x"})
+    book.finish_pipeline(first, "FAILURE")
+    assert book.start_pipeline(command=RUN, commit="c1") == first + 1
+    record = book.pipeline(first)
+    assert record.results == [result] and record.state == "FAILURE" and record.gating
+    assert record.logs == {("S-PyTorch-1", "t.py::b"): "E   AssertionError: x"}
+    assert (record.pr, record.branch, record.catalog_digest) == (4, "feature", "d1")
+    assert Ledger.open(book.path, readonly=True).pipeline(first).results == [result]
+
+
+def test_prior_shard_is_the_latest_on_that_commit(book: Ledger) -> None:
+    for state, passed in (("FAILURE", ["t::a"]), ("SUCCESS", ["t::a", "t::b"])):
+        number = book.start_pipeline(command=RUN, commit="c1", plan={"catalog_digest": "d"})
+        book.record_result(number, shard("S-1", state, [Outcome(t, "passed", 1) for t in passed]))
+    latest = book.prior_shard("S-1", "c1", None)
+    assert (latest.pipeline, latest.state, latest.passed_tests) == (2, "SUCCESS", ("t::a", "t::b"))
+    assert book.prior_shard("S-1", "c1", 1).passed_tests == ("t::a",)
+    assert book.prior_shard("S-1", "other", None) is None
+    third = book.start_pipeline(command=RUN, commit="c1", plan={"catalog_digest": "d"})
+    book.record_result(
+        third, shard("S-1", "REUSED", reused_from=2), reused_tests=book.passed_tests(2, "S-1")
+    )
+    reused = book.prior_shard("S-1", "c1", None)
+    assert reused.pipeline == 2 and reused.passed_tests == ("t::a", "t::b")  # points at the source
+
+
+def test_durations_are_per_family_and_skip_reused_rows(book: Ledger) -> None:
+    number = book.start_pipeline(command=RUN, commit="c")
+    book.record_result(number, shard("CPU-PyTorch-1", tests=[Outcome("t::a", "passed", 4.0)]))
+    book.record_result(number, shard("CPU-PyTorch-Fail-1", tests=[Outcome("t::z", "passed", 9)]))
+    book.record_result(
+        number, shard("CPU-PyTorch-2", "REUSED", reused_from=1), reused_tests={"t::old": (1, 7.0)}
+    )
+    assert book.durations("CPU-PyTorch") == {"t::a": 4.0}
+    assert book.shard_duration("CPU-PyTorch-1") == 60.0
+
+
+def test_base_pipeline_prefers_the_base_commit_then_the_default_branch(book: Ledger) -> None:
+    main = book.start_pipeline(command=RUN, commit="m1", branch="main")
+    book.finish_pipeline(main, "SUCCESS")
+    running = book.start_pipeline(command=RUN, commit="b1", branch="main")  # never finished
+    assert book.base_pipeline("b1", "main") == main
+    book.finish_pipeline(running, "FAILURE")
+    assert book.base_pipeline("b1", "main") == running
+    assert book.base_pipeline("zz", "main", exclude=running) == main
+    assert book.base_pipeline(None, None) is None
+
+
+def test_validation_records_a_new_successful_pipeline(book: Ledger) -> None:
+    gating = book.start_pipeline(command=RUN, commit="c1", plan={"gating": True}, pr=3)
+    book.finish_pipeline(gating, "SUCCESS")
+    validation = book.record_validation("c2", None, pr=3)
+    assert validation.ok and validation.source == gating and validation.source_commit == "c1"
+    record = book.pipeline(validation.pipeline)
+    assert (record.commit, record.state, record.validated_by) == ("c2", "SUCCESS", gating)
+    assert not book.record_validation("c2", 99).ok
+
+
+def test_concurrent_processes_get_distinct_numbers(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.sqlite"
+    Ledger.open(path).close()
+    code = (
+        "import sys\nfrom stagebot.bot.ledger import Ledger\n"
+        f"book = Ledger.open({str(path)!r})\n"
+        "for i in range(25):\n"
+        "    n = book.start_pipeline(command={'version': 1}, commit=sys.argv[1])\n"
+        "    book.finish_pipeline(n, 'SUCCESS')\n"
+    )
+    workers = [subprocess.Popen([sys.executable, "-c", code, f"w{i}"]) for i in range(4)]
+    assert [w.wait(timeout=120) for w in workers] == [0, 0, 0, 0]
+    numbers = [
+        row[0]
+        for row in Ledger.open(path).connection.execute(
+            "SELECT number FROM pipelines ORDER BY number"
+        )
+    ]
+    assert numbers == list(range(1, 101))

@@ -6,6 +6,8 @@ Nothing here queries the device: the grid size is an argument of the launch.
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,7 +64,14 @@ def compile_kernel(key: CompileKey, *, keep_ptx: bool = False) -> Any:
         key.tile_size,
         make_fake_stream(),
     )
-    options = f"--gpu-arch {key.arch}" + (" --keep-ptx" if keep_ptx else "")
-    compiled = cute.compile(kernel, *args, options=options)
+    options = f"--gpu-arch {key.arch}"
+    if keep_ptx:  # the PTX is read from the compiled object; its file copy goes to a scratch folder
+        scratch = tempfile.mkdtemp(prefix="stagebot-ptx-")
+        options += f" --keep-ptx --dump-dir {scratch}"
+    try:
+        compiled = cute.compile(kernel, *args, options=options)
+    finally:
+        if keep_ptx:
+            shutil.rmtree(scratch, ignore_errors=True)
     _cache[key] = compiled
     return compiled

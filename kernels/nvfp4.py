@@ -17,7 +17,6 @@ import functools
 import torch
 
 BLOCK = 16
-E2M1_MAX = 6.0
 E4M3_MAX = 448.0
 
 _E2M1_MAGNITUDES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)

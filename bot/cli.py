@@ -21,6 +21,7 @@ COMMANDS: dict[str, str] = {
     "help": "stagebot.bot.cmd_parse:help_command",
     "kernels": "stagebot.kernels.cute.cmd_build:kernels",
     "handle-event": "stagebot.bot.cmd_handle_event:handle_event",
+    "publish": "stagebot.bot.cmd_publish:publish",
     "run": "stagebot.bot.cmd_run:run",
     "run-stage": "stagebot.bot.cmd_run_stage:run_stage",
     "report": "stagebot.bot.cmd_report:report",

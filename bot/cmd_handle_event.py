@@ -103,7 +103,10 @@ def _push(payload: dict, catalog: Path | None, run_number: int | None) -> Outcom
 def _open_ledger(path: Path | None):
     if path is None:
         return None
-    raise click.UsageError("--ledger needs bot/ledger.py, which has not landed yet")
+    from stagebot.bot.ledger import Ledger
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return Ledger.open(path)
 
 
 def write_outputs(path: str | None, outputs: dict[str, str]) -> None:

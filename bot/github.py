@@ -89,6 +89,13 @@ class Permission:
 
 
 @dataclass(frozen=True)
+class Status:
+    state: str
+    description: str
+    context: str
+
+
+@dataclass(frozen=True)
 class WorkflowRun:
     id: int
     run_number: int
@@ -122,6 +129,10 @@ class GitHubApi(Protocol):
     ) -> None: ...
 
     def active_runs(self, workflow: str) -> list[WorkflowRun]: ...
+
+    def compare_files(self, base: str, head: str) -> list[str]: ...
+
+    def statuses(self, sha: str, context: str) -> list[Status]: ...
 
     def cancel_run(self, run_id: int) -> bool: ...
 
@@ -346,6 +357,24 @@ class PyGithubApi:
             return runs
 
         return self._read(f"list the active runs of {workflow} in {self.repository}", call)
+
+    def compare_files(self, base: str, head: str) -> list[str]:
+        return self._read(
+            f"compare {base[:7]}...{head[:7]} in {self.repository}",
+            lambda: [f.filename for f in self._repo.compare(base, head).files],
+        )
+
+    def statuses(self, sha: str, context: str) -> list[Status]:
+        """The commit's statuses of ``context``, newest first."""
+
+        def call() -> list[Status]:
+            return [
+                Status(s.state, s.description or "", s.context)
+                for s in self._repo.get_commit(sha).get_statuses()
+                if s.context == context
+            ]
+
+        return self._read(f"list the statuses of {sha[:7]} in {self.repository}", call)
 
     # ---- writes (retried here, with recovery after ambiguous failures)
     def create_comment(

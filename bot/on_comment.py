@@ -14,7 +14,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from stagebot.bot.authz import Decision, approve, authorize
 from stagebot.bot.command import Command
@@ -35,19 +35,10 @@ from stagebot.bot.replies import (
     running,
 )
 
+if TYPE_CHECKING:
+    from stagebot.bot.ledger import Ledger
+
 log = logging.getLogger("stagebot.bot")
-
-
-class Ledger(Protocol):
-    """What the comment handler needs from the pipeline ledger (bot/ledger.py); optional."""
-
-    def history(self) -> Any: ...
-
-    def start(self, pipeline: int, plan: Any, *, pr: int, commit: str, command: str) -> None: ...
-
-    def abort(self, pipeline: int, why: str) -> None: ...
-
-    def reuse(self, pipeline: int | None, *, pr: int, commit: str) -> Any: ...
 
 
 @dataclass
@@ -141,7 +132,7 @@ class CommentHandler:
                 changed_files=changed,
                 commit=commit,
                 pr=self.pull.number,
-                history=self.ledger.history() if self.ledger else None,
+                history=self.ledger,
             )
         except StagebotError as error:
             return self._malformed(str(error), with_help=False)
@@ -154,8 +145,15 @@ class CommentHandler:
         cancelled = self._stop_running(f"Superseded by PR_Github #{self.pipeline}.")
         entries = [entry.to_json() for entry in matrix_entries(plan, catalog, self.pipeline)]
         if self.ledger is not None:
-            self.ledger.start(
-                self.pipeline, plan, pr=self.pull.number, commit=commit, command=render(command)
+            paths = {stage.name: list(stage.run_if_changed) for stage in catalog.stages}
+            self.ledger.start_pipeline(
+                command=command.to_json(),
+                commit=commit,
+                plan=plan.to_json(),
+                pr=self.pull.number,
+                base_commit=self.pull.base_sha,
+                number=self.pipeline,
+                meta={"stage_paths": {s.stage: paths[s.stage] for s in plan.shards}},
             )
         counts = {action: len(plan.shards_to(action)) for action in ("run", "reuse", "skip")}
         stages = {s.stage: "PENDING" for s in plan.shards_to("run")}
@@ -212,11 +210,42 @@ class CommentHandler:
         return Outcome(f"skip: {sha[:7]} marked success without testing", pipeline=self.pipeline)
 
     def _reuse_pipeline(self, command: Command) -> Outcome:
+        """Validate the head commit with pipeline N (the ledger decides whether N may), stop
+        the PR's running pipelines, and set the gating status from N."""
         if self.ledger is None:
             raise StagebotError(
                 "reuse-pipeline needs the pipeline ledger: give handle-event --ledger PATH"
             )
-        raise NotImplementedError("reuse-pipeline lands with the ledger")
+        self.api.react(self.event.comment_id, "eyes")
+        head = self.pull.head_sha
+        validation = self.ledger.record_validation(head, command.pipeline_id, pr=self.pull.number)
+        if not validation.ok:
+            self._reply("reused", NO_RUN_STATE, ok=False, why=validation.reason, source=None)
+            return Outcome(f"reuse-pipeline refused: {validation.reason}", pipeline=self.pipeline)
+        stopped = self._stop_running(f"Replaced by reusing PR_Github #{validation.source}.")
+        changed: list[str] | None = None
+        if validation.source_commit and validation.source_commit != head:
+            changed = self.api.compare_files(validation.source_commit, head)
+        self.api.set_status(
+            head,
+            "success",
+            self.config.status_context,
+            f"Validated by PR_Github #{validation.source} (reuse-pipeline by @{self.event.author})",
+            self.env.run_url,
+        )
+        self._reply(
+            "reused",
+            "SUCCESS",
+            ok=True,
+            why=validation.reason,
+            source=validation.source,
+            source_sha7=(validation.source_commit or head)[:7],
+            changed=changed,
+            stopped=stopped,
+        )
+        return Outcome(
+            f"reuse-pipeline: {head[:7]} validated by #{validation.source}", pipeline=self.pipeline
+        )
 
     # ---- shared steps
     def _stop_running(self, why: str) -> list[int]:
@@ -239,7 +268,9 @@ class CommentHandler:
                 ),
             )
             if self.ledger is not None:
-                self.ledger.abort(number, why)
+                record = self.ledger.pipeline(number, with_results=False)
+                if record is not None and record.state == "RUNNING":
+                    self.ledger.finish_pipeline(number, "ABORTED", meta={"aborted": why})
             stopped.append(number)
         return stopped
 

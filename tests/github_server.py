@@ -83,8 +83,10 @@ ROUTES: list[tuple[str, str, re.Pattern[str]]] = [
         ),
         ("POST", "create_status", r"/repos/[^/]+/[^/]+/statuses/(?P<sha>[0-9a-f]+)"),
         ("GET", "list_statuses", r"/repos/[^/]+/[^/]+/commits/(?P<sha>[0-9a-f]+)/statuses"),
+        ("GET", "list_statuses", r"/repos/[^/]+/[^/]+/statuses/(?P<sha>[0-9a-f]+)"),
         ("GET", "list_runs", r"/repos/[^/]+/[^/]+/actions/runs"),
         ("GET", "list_workflow_runs", r"/repos/[^/]+/[^/]+/actions/workflows/(?P<wf>[^/]+)/runs"),
+        ("GET", "compare", r"/repos/[^/]+/[^/]+/compare/(?P<base>[0-9a-f]+)\.{3}(?P<head>\w+)"),
         ("POST", "cancel_run", r"/repos/[^/]+/[^/]+/actions/runs/(?P<id>\d+)/cancel"),
     )
 ]
@@ -108,6 +110,7 @@ class FakeGitHub:
         self.statuses: dict[str, list[dict[str, Any]]] = {}
         self.permissions: dict[str, tuple[str, str]] = {}
         self.runs: dict[int, dict[str, Any]] = {}
+        self.diffs: dict[tuple[str, str], list[str]] = {}  # (base, head) -> changed files
         self._ids = itertools.count(1001)
         self._server: ThreadingHTTPServer | None = None
 
@@ -368,6 +371,18 @@ class FakeGitHub:
                 and (route == "list_runs" or run["path"].endswith("/" + params["wf"]))
             ]
             return 200, {"total_count": len(runs), "workflow_runs": runs}
+        if route == "compare":
+            files = self.diffs.get((params["base"], params["head"]))
+            if files is None:
+                return _not_found()
+            return 200, {
+                "status": "ahead",
+                "ahead_by": 1,
+                "behind_by": 0,
+                "total_commits": 1,
+                "commits": [],
+                "files": [{"sha": "e" * 40, "filename": f, "status": "modified"} for f in files],
+            }
         if route == "cancel_run":
             run = self.runs.get(int(params["id"]))
             if run is None:

@@ -1,0 +1,250 @@
+"""`bot publish`: the Actions report job. Records the stage jobs' StageResults into the ledger,
+renders the report, edits the pipeline's one reply into it and sets the gating status.
+
+- Shards the plan reused are recorded REUSED (their passed tests copied from the source
+  pipeline); shards whose job left no ``result.json`` are ABORTED when the run was cancelled
+  (``--cancelled``), else ERROR with that as the evidence.
+- The reply is found by the id the plan job recorded, else by its marker's pipeline number; a
+  missing reply is posted (once: the marker makes the post idempotent).
+- The status is set only for gating plans, and only while the newest status of the context is
+  this pipeline's own (a newer pipeline or a skip is never overwritten). SUCCESS -> success;
+  FAILURE -> failure; ABORTED or shards that could not run -> error.
+- Exits 0 once published (whatever the pipeline's state); 3 when GitHub stayed unreachable,
+  2 for bad input.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+
+from stagebot.bot.errors import StagebotError
+
+COMMENT_LIMIT = 65_536
+
+
+@click.command("publish")
+@click.option(
+    "--results",
+    type=click.Path(file_okay=False, path_type=Path),
+    required=True,
+    help="Folder of the stage jobs' shard folders (result.json, tests.jsonl, …); may be empty.",
+)
+@click.option(
+    "--ledger",
+    type=click.Path(dir_okay=False, path_type=Path),
+    required=True,
+    help="The PR's ledger, as the plan job left it.",
+)
+@click.option(
+    "--plan",
+    "plan_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="plan.json from `bot handle-event --out` (used when the ledger lacks the pipeline).",
+)
+@click.option(
+    "--base-ledger",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="The default branch's ledger, read-only (absent file: compare within --ledger).",
+)
+@click.option(
+    "--pipeline",
+    type=click.IntRange(min=1),
+    default=None,
+    help="The pipeline number (default: GITHUB_RUN_NUMBER).",
+)
+@click.option("--cancelled", is_flag=True, help="The workflow run was cancelled: ABORTED.")
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Also write report.md and report.html here.",
+)
+@click.option("--config", "config_path", type=click.Path(path_type=Path), default=None)
+def publish(results, ledger, plan_path, base_ledger, pipeline, cancelled, out, config_path):
+    """Record StageResults, render the report, edit the reply, set the status."""
+    from stagebot.bot.config import load_config
+    from stagebot.bot.github import ActionsEnv, RetryPolicy, connect
+    from stagebot.bot.ledger import Ledger
+    from stagebot.harness.report import render_report, report_from_record
+
+    env = ActionsEnv.from_environ()
+    config = load_config(config_path)
+    number = pipeline or env.run_number
+    if number is None:
+        raise click.UsageError("give --pipeline N (or set GITHUB_RUN_NUMBER)")
+    book = Ledger.open(ledger)
+    record = book.pipeline(number, with_results=False)
+    if record is None:
+        record = _start_from_plan(book, number, plan_path)
+    plan = record.plan or {}
+    _record_results(book, number, plan, Path(results), cancelled)
+    base_book = (
+        Ledger.open(base_ledger, readonly=True) if base_ledger and base_ledger.exists() else None
+    )
+    base = (base_book or book).base_pipeline(
+        record.base_commit, "main", exclude=None if base_book else number
+    )
+    outcomes = (base_book or book).test_outcomes(base) if base is not None else None
+    record = book.pipeline(number)
+    report = report_from_record(record, base=outcomes, base_pipeline=base, cancelled=cancelled)
+    book.finish_pipeline(number, report.analysis.state, meta={"base_pipeline": base})
+    report.state = report.analysis.state
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "report.md").write_text(render_report(report, "md"))
+        (out / "report.html").write_text(render_report(report, "html"))
+    lines = [f"pipeline #{number}: {report.state}"]
+    if record.pr is not None:
+        api = connect(env, RetryPolicy.from_environ())
+        lines += _publish_to_pr(api, env, config, record, report)
+    else:
+        lines.append("no pull request: nothing to reply to (post-merge history recorded)")
+    click.echo("\n".join(lines))
+
+
+def _start_from_plan(book, number: int, plan_path: Path | None):
+    if plan_path is None or not plan_path.exists():
+        raise StagebotError(
+            f"ledger {book.path} has no pipeline #{number} and no plan.json was given; "
+            "give --plan (from `bot handle-event --out`) or the plan job's ledger"
+        )
+    plan = json.loads(plan_path.read_text())
+    book.start_pipeline(
+        command=plan["command"],
+        commit=plan.get("commit"),
+        plan=plan,
+        pr=plan.get("pr"),
+        number=number,
+    )
+    return book.pipeline(number, with_results=False)
+
+
+def _record_results(book, number: int, plan: dict[str, Any], folder: Path, cancelled: bool):
+    from stagebot.harness.results import StageResult
+    from stagebot.harness.streams import read_stream
+
+    found: dict[str, tuple[StageResult, dict[str, str]]] = {}
+    for path in sorted(folder.rglob("result.json")) if folder.exists() else []:
+        result = StageResult.from_json(json.loads(path.read_text()))
+        logs = {}
+        jsonl = path.with_name("tests.jsonl")
+        if jsonl.exists():
+            stream = read_stream(jsonl)
+            logs = {t: r["log"] for t, r in stream.results.items() if r.get("log")}
+        found[result.stage] = (result, logs)
+    for shard in plan.get("shards", []):
+        stage, source = shard["stage"], shard.get("reuse_from")
+        if shard["action"] == "skip":
+            continue
+        if shard["action"] == "reuse":
+            result = _placeholder(shard, "REUSED", f"passed in #{source}; not re-run", source)
+            book.record_result(number, result, reused_tests=_passed(book, source, stage))
+            continue
+        result, logs = found.get(stage, (None, {}))
+        if result is None:
+            result = (
+                _placeholder(shard, "ABORTED", "cancelled before this stage finished")
+                if cancelled
+                else _placeholder(
+                    shard,
+                    "ERROR",
+                    "the stage job left no result.json (it failed before writing one or its "
+                    "runner was lost); see the workflow run's log",
+                )
+            )
+        reused = _passed(book, source, stage) if shard.get("reused_tests") else None
+        book.record_result(number, result, logs=logs, reused_tests=reused)
+
+
+def _passed(book, source: int | None, stage: str) -> dict[str, tuple[int, float]]:
+    return book.passed_tests(source, stage) if source is not None else {}
+
+
+def _placeholder(shard: dict[str, Any], state: str, evidence: str, source: int | None = None):
+    from stagebot.harness.results import StageResult
+
+    return StageResult(
+        stage=shard["stage"],
+        shard=shard["shard"],
+        shards=shard["shards"],
+        state=state,
+        started_at=None,
+        finished_at=None,
+        duration_s=0.0,
+        gpu_type=shard["gpu_type"],
+        gpus=[],
+        evidence=evidence,
+        reused_from=source,
+    )
+
+
+def _publish_to_pr(api, env, config, record, report) -> list[str]:
+    from stagebot.bot.marker import ReplyMarker
+    from stagebot.bot.replies import our_replies, reply_for_pipeline
+    from stagebot.harness.report import render_report, reply_completed
+
+    lines = []
+    replies = our_replies(api.comments(record.pr), config.bot_login)
+    existing = reply_for_pipeline(replies, record.number)
+    marker = ReplyMarker(
+        pipeline=record.number,
+        commit=record.commit or "unknown",
+        comment_id=existing.marker.comment_id if existing else 0,
+        state=report.state,
+        stages={r.stage: r.state for r in report.results},
+    )
+    head = reply_completed(report).rstrip() + "\n\n"
+    tail = "\n\n" + marker.render() + "\n"
+    body_md = render_report(report, "md").rstrip()
+    budget = COMMENT_LIMIT - len(head) - len(tail)
+    if len(body_md) > budget:
+        pointer = "\n\n… cut to fit GitHub's comment limit; the full report is in the run's logs."
+        body_md = body_md[: budget - len(pointer)] + pointer
+    body = head + body_md + tail
+    if existing is not None:
+        api.edit_comment(existing.comment.id, body)
+        lines.append(f"edited reply {existing.comment.id} into the report")
+    else:
+
+        def landed():
+            again = reply_for_pipeline(
+                our_replies(api.comments(record.pr), config.bot_login), record.number
+            )
+            return again.comment if again else None
+
+        comment = api.create_comment(record.pr, body, recover=landed)
+        lines.append(f"posted the report as reply {comment.id} (no trigger reply was found)")
+    lines.append(_set_status(api, env, config, record, report))
+    return lines
+
+
+def _set_status(api, env, config, record, report) -> str:
+    context = config.status_context
+    if not report.gating:
+        return f"status {context!r} left alone: Partly Tested"
+    if not record.commit:
+        return "status left alone: no pinned commit"
+    own = f"PR_Github #{record.number} "
+    current = api.statuses(record.commit, context)
+    if current and own not in current[0].description + " ":
+        return (
+            f"status {context!r} left alone: its newest value ({current[0].description!r}) "
+            "belongs to another pipeline"
+        )
+    if report.state == "SUCCESS" and report.sets_status:
+        state, text = "success", f"{own}passed on {record.commit[:7]}"
+    elif report.state == "FAILURE":
+        state, text = "failure", f"{own}failed: {report.headline()}"
+    elif report.state == "ABORTED":
+        state, text = "error", f"{own}was aborted before it finished"
+    else:
+        missing = len(report.analysis.not_run)
+        state, text = "error", f"{own}could not run {missing} stage(s): not a pass"
+    api.set_status(record.commit, state, context, text, env.run_url)
+    return f"status {context!r} set to {state} on {record.commit[:7]}"

@@ -1,0 +1,269 @@
+"""End to end, as the bot workflow runs it: payload -> `bot handle-event` -> matrix ->
+`bot run-stage` per entry (a seconds-long test-only stage) -> `bot publish` -> exactly one bot
+reply on the PR, edited into the final report, and the right status on the pinned SHA. Real
+PyGithub against the local fake GitHub; the ledger travels between the steps as a file."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from github_server import FakeGitHub
+from test_handle_event import BOT, PR, SHA, marker_of, replies, status
+
+from stagebot.bot.cli import main
+from stagebot.bot.ledger import Ledger
+
+ROOT = Path(__file__).resolve().parents[1]
+CATALOG = """
+gpu_types:
+  CPU: {{device_names: [], runner_labels: [ubuntu-latest]}}
+families:
+  - name: CPU-PyTorch
+    kind: test
+    timeout_minutes: 2
+    suites: [{{path: tests/fixtures/suites/{suite}}}]
+  - name: CPU-Build_Check
+    kind: build
+    timeout_minutes: 2
+    command: echo built > "$STAGEBOT_WORK/out.txt" && test -s "$STAGEBOT_WORK/out.txt"
+"""
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def gh():
+    with FakeGitHub() as server:
+        server.add_pull(PR, head_sha=SHA, files=("src/x.py",))
+        server.grant("writer", "write")
+        server.grant("maintainer", "maintain")
+        yield server
+
+
+class Pipeline:
+    """One workflow run: the plan, stage and report jobs, sharing a ledger file."""
+
+    def __init__(self, gh: FakeGitHub, tmp: Path, monkeypatch, capsys, suite="check_basic.py"):
+        self.gh, self.tmp, self.monkeypatch, self.capsys = gh, tmp, monkeypatch, capsys
+        self.catalog = tmp / "catalog.yaml"
+        self.catalog.write_text(CATALOG.format(suite=suite))
+        self.ledger = tmp / "ledger.sqlite"
+
+    def env(self, run_number: int, event: Path) -> None:
+        for key, value in {
+            "GITHUB_EVENT_NAME": "issue_comment",
+            "GITHUB_EVENT_PATH": str(event),
+            "GITHUB_REPOSITORY": self.gh.repo,
+            "GITHUB_API_URL": self.gh.url,
+            "GITHUB_SERVER_URL": self.gh.base,
+            "GITHUB_TOKEN": "ghs_test",
+            "GITHUB_RUN_ID": str(50000 + run_number),
+            "GITHUB_RUN_NUMBER": str(run_number),
+            "GITHUB_OUTPUT": str(self.tmp / f"output-{run_number}.txt"),
+            "STAGEBOT_GITHUB_BACKOFF_S": "0.001",
+            "STAGEBOT_GITHUB_THROTTLE_S": "0",
+            "STAGEBOT_GITHUB_TIMEOUT_S": "1",
+        }.items():
+            self.monkeypatch.setenv(key, value)
+
+    def bot(self, *args: str) -> tuple[int, str]:
+        try:
+            main(list(args))
+            code = 0
+        except SystemExit as done:
+            code = done.code or 0
+        out, err = self.capsys.readouterr()
+        return code, out + err
+
+    def comment(self, body: str, run_number: int, author="writer", comment_id=None) -> dict:
+        """The plan job: handle-event on a new comment; returns its outputs."""
+        comment_id = comment_id or 7000 + run_number
+        payload = json.loads((ROOT / "tests/fixtures/events/pr_comment_created.json").read_text())
+        payload["comment"].update(id=comment_id, body=body)
+        payload["comment"]["user"]["login"] = author
+        payload["issue"]["number"] = PR
+        self.gh.add_comment(PR, body, author, comment_id=comment_id)
+        event = self.tmp / f"event-{run_number}.json"
+        event.write_text(json.dumps(payload))
+        self.env(run_number, event)
+        plan = self.tmp / f"plan-{run_number}"
+        code, text = self.bot(
+            "handle-event",
+            "--catalog",
+            str(self.catalog),
+            "--ledger",
+            str(self.ledger),
+            "--out",
+            str(plan),
+        )
+        assert code == 0, text
+        return json.loads((plan / "outputs.json").read_text())
+
+    def stages(self, outputs: dict, run_number: int) -> Path:
+        """The stage jobs: `bot run-stage` per matrix entry, in the pinned checkout (here)."""
+        results = self.tmp / f"results-{run_number}"
+        for entry in json.loads(outputs["matrix"]):
+            done = subprocess.run(
+                [sys.executable, "-c", "from stagebot.bot.cli import main; main()"]
+                + ["run-stage", "--entry", json.dumps(entry), "--out", str(results)],
+                cwd=ROOT,
+                env={k: v for k, v in os.environ.items() if not k.startswith("GITHUB_")},
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            assert done.returncode in (0, 1), done.stdout + done.stderr
+        return results
+
+    def report(self, run_number: int, results: Path, *extra: str) -> str:
+        """The report job: `bot publish`."""
+        self.env(run_number, self.tmp / f"event-{run_number}.json")
+        code, text = self.bot(
+            "publish",
+            "--results",
+            str(results),
+            "--ledger",
+            str(self.ledger),
+            "--plan",
+            str(self.tmp / f"plan-{run_number}" / "plan.json"),
+            *extra,
+        )
+        assert code == 0, text
+        return text
+
+    def whole(self, body: str, run_number: int, **kwargs) -> dict:
+        outputs = self.comment(body, run_number, **kwargs)
+        assert outputs["run"] == "true", outputs
+        self.report(run_number, self.stages(outputs, run_number))
+        return outputs
+
+
+@pytest.fixture
+def pipeline(gh, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    return Pipeline(gh, tmp_path, monkeypatch, capsys)
+
+
+def ledger_state(pipeline: Pipeline, number: int) -> str:
+    return Ledger.open(pipeline.ledger, readonly=True).pipeline(number).state
+
+
+def test_a_comment_ends_in_one_reply_edited_into_the_report_and_a_status(gh, pipeline) -> None:
+    outputs = pipeline.whole("/bot run", 101)
+    assert {e["stage"] for e in json.loads(outputs["matrix"])} == {
+        "CPU-PyTorch-1",
+        "CPU-Build_Check",
+    }
+    (reply,) = replies(gh)
+    assert reply["body"].startswith(
+        f"PR_Github #101 [ run ] completed with state SUCCESS. Commit: `{SHA[:7]}`"
+    )
+    marker = marker_of(reply)
+    assert (marker.pipeline, marker.comment_id, marker.state) == (101, 7101, "SUCCESS")
+    assert marker.stages == {"CPU-PyTorch-1": "SUCCESS", "CPU-Build_Check": "SUCCESS"}
+    assert status(gh)["state"] == "success"
+    assert [s["state"] for s in gh.statuses[SHA]] == ["pending", "success"]
+    assert ledger_state(pipeline, 101) == "SUCCESS"
+    assert len(gh.calls("create_comment", ok_only=True)) == 1
+    assert [r.path for r in gh.requests if r.route == "unknown"] == []  # only known endpoints
+
+
+def test_with_every_endpoint_failing_twice_there_is_still_one_reply_and_the_status(
+    gh, pipeline
+) -> None:
+    gh.fail_every_endpoint(2, ("5xx-after-write", "429"))
+    pipeline.whole("/bot run", 101)
+    (reply,) = replies(gh)
+    assert marker_of(reply).state == "SUCCESS" and "completed with state SUCCESS" in reply["body"]
+    assert status(gh)["state"] == "success"
+    assert any(r.fault == "5xx-after-write" for r in gh.calls("create_comment"))
+    assert any(r.fault == "5xx-after-write" for r in gh.calls("edit_comment"))
+
+
+def test_a_failing_stage_sets_failure(gh, tmp_path, monkeypatch, capsys) -> None:
+    monkeypatch.chdir(tmp_path)
+    failing = Pipeline(gh, tmp_path, monkeypatch, capsys, suite="check_fail.py")
+    failing.whole("/bot run", 101)
+    (reply,) = replies(gh)
+    assert "completed with state FAILURE" in reply["body"]
+    assert status(gh)["state"] == "failure"
+    assert ledger_state(failing, 101) == "FAILURE"
+
+
+def test_a_partly_tested_run_leaves_the_status_alone(gh, pipeline) -> None:
+    pipeline.whole('/bot run --stage-list "CPU-PyTorch-1"', 101)
+    (reply,) = replies(gh)
+    assert "(Partly Tested)" in reply["body"] and status(gh) is None
+
+
+def test_a_cancelled_pipeline_is_reported_aborted(gh, pipeline) -> None:
+    outputs = pipeline.comment("/bot run", 101)
+    assert outputs["run"] == "true"
+    pipeline.report(101, pipeline.tmp / "no-results", "--cancelled")
+    (reply,) = replies(gh)
+    assert "completed with state ABORTED" in reply["body"]
+    assert marker_of(reply).state == "ABORTED" and status(gh)["state"] == "error"
+    assert ledger_state(pipeline, 101) == "ABORTED"
+
+
+def test_a_superseded_pipeline_does_not_overwrite_the_newer_status(gh, pipeline) -> None:
+    pipeline.comment("/bot run", 101)
+    outputs = pipeline.comment("/bot run", 102)  # supersedes #101 (marks it ABORTED)
+    assert ledger_state(pipeline, 101) == "ABORTED"
+    text = pipeline.report(101, pipeline.tmp / "none", "--cancelled")
+    assert "belongs to another pipeline" in text
+    assert status(gh)["description"].startswith("PR_Github #102 ")
+    pipeline.report(102, pipeline.stages(outputs, 102))
+    assert status(gh)["state"] == "success"
+    states = {marker_of(c).pipeline: marker_of(c).state for c in replies(gh)}
+    assert states == {101: "ABORTED", 102: "SUCCESS"}
+
+
+def test_a_second_run_on_the_same_commit_reuses_everything(gh, pipeline) -> None:
+    pipeline.whole("/bot run", 101)
+    outputs = pipeline.comment("/bot run", 102)
+    assert outputs["run"] == "true" and json.loads(outputs["matrix"]) == []
+    pipeline.report(102, pipeline.tmp / "nothing-ran")
+    reply = next(c for c in replies(gh) if marker_of(c).pipeline == 102)
+    assert set(marker_of(reply).stages.values()) == {"REUSED"}
+    assert "completed with state SUCCESS" in reply["body"] and status(gh)["state"] == "success"
+
+
+def test_reuse_pipeline_validates_a_new_head_from_a_passed_pipeline(gh, pipeline) -> None:
+    pipeline.whole("/bot run", 101)
+    new_head = "e" * 40
+    gh.pulls[PR]["head"]["sha"] = new_head
+    gh.diffs[(SHA, new_head)] = ["README.md"]
+    outputs = pipeline.comment("/bot reuse-pipeline #101", 102, author="maintainer")
+    assert outputs["run"] == "false"
+    validated = gh.latest_status(new_head, "stagebot")
+    assert (
+        validated["state"] == "success"
+        and "Validated by PR_Github #101" in (validated["description"])
+    )
+    reply = next(c for c in replies(gh) if marker_of(c).comment_id == 7102)
+    assert "Reusing PR_Github #101" in reply["body"] and "`README.md`" in reply["body"]
+
+
+def test_reuse_pipeline_of_a_failed_pipeline_is_refused(gh, tmp_path, monkeypatch, capsys) -> None:
+    monkeypatch.chdir(tmp_path)
+    failing = Pipeline(gh, tmp_path, monkeypatch, capsys, suite="check_fail.py")
+    failing.whole("/bot run", 101)
+    failing.comment("/bot reuse-pipeline 101", 102, author="maintainer")
+    reply = next(c for c in replies(gh) if marker_of(c).comment_id == 7102)
+    assert "was not applied: pipeline #101 ended FAILURE" in reply["body"]
+    assert status(gh)["state"] == "failure"
+
+
+def test_kill_marks_the_ledger_pipeline_aborted(gh, pipeline) -> None:
+    gh.add_run(101)
+    pipeline.comment("/bot run", 101)
+    assert ledger_state(pipeline, 101) == "RUNNING"
+    pipeline.comment("/bot kill", 102)
+    assert ledger_state(pipeline, 101) == "ABORTED"
+    assert gh.runs[50101]["conclusion"] == "cancelled"
+    assert BOT  # the replies are the bot's (see replies())

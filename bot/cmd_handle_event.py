@@ -65,7 +65,7 @@ def handle_event(config_path, catalog, ledger, out) -> None:
             ledger=_open_ledger(ledger),
         ).handle()
     elif env.event_name == "push":
-        outcome = _push(payload, catalog, env.run_number)
+        outcome = _push(payload, catalog, env.run_number, _open_ledger(ledger))
     else:
         outcome = Outcome(f"no-op: {env.event_name} events are not handled")
     write_outputs(env.output, outcome.outputs())
@@ -77,7 +77,7 @@ def handle_event(config_path, catalog, ledger, out) -> None:
     click.echo(outcome.reason)
 
 
-def _push(payload: dict, catalog: Path | None, run_number: int | None) -> Outcome:
+def _push(payload: dict, catalog: Path | None, run_number: int | None, book) -> Outcome:
     from stagebot.bot.grammar import parse_comment
     from stagebot.stages.catalog import load_catalog
     from stagebot.stages.matrix import matrix_entries
@@ -87,8 +87,19 @@ def _push(payload: dict, catalog: Path | None, run_number: int | None) -> Outcom
     if not event.on_default_branch:
         return Outcome(f"no-op: push to {event.ref}, not to {event.default_branch}")
     loaded = load_catalog(catalog)
-    plan = plan_run(parse_comment("/bot run --post-merge"), loaded, commit=event.sha)
-    pipeline = run_number or 1
+    command = parse_comment("/bot run --post-merge")
+    plan = plan_run(command, loaded, commit=event.sha, history=book)
+    pipeline = run_number or ((book.latest_number() or 0) + 1 if book else 1)
+    if book is not None:  # the default branch's history, which PR pipelines compare with
+        paths = {stage.name: list(stage.run_if_changed) for stage in loaded.stages}
+        book.start_pipeline(
+            command=command.to_json(),
+            commit=event.sha,
+            plan=plan.to_json(),
+            branch=event.default_branch,
+            number=pipeline,
+            meta={"stage_paths": {s.stage: paths[s.stage] for s in plan.shards}},
+        )
     entries = [e.to_json() for e in matrix_entries(plan, loaded, pipeline)]
     return Outcome(
         f"post-merge pipeline #{pipeline} on {event.sha[:7]}: {len(entries)} shard(s) to run",

@@ -429,11 +429,26 @@ def test_without_run_number_the_pipeline_follows_the_bots_replies(gh, handle) ->
     assert result.outputs["pipeline"] == "42"
 
 
-def test_push_to_the_default_branch_plans_post_merge(gh, handle) -> None:
-    result = handle(fixture="push_main.json", token=None)
+def test_push_to_the_default_branch_plans_post_merge(gh, handle, tmp_path) -> None:
+    from stagebot.bot.ledger import Ledger
+
+    ledger = tmp_path / "main.sqlite"
+    result = handle(fixture="push_main.json", token=None, args=("--ledger", str(ledger)))
     assert result.outputs["run"] == "true" and result.matrix
     assert {e["commit"] for e in result.matrix} == {"0d1a26e67d8f5eaf1f6ba5c57fc3c7d91ac0fd1c"}
     assert gh.requests == []
+    record = Ledger.open(ledger, readonly=True).pipeline(101)
+    assert (record.branch, record.state, record.pr) == ("main", "RUNNING", None)
+
+
+def test_push_to_another_branch_is_a_no_op(gh, handle, tmp_path) -> None:
+    payload = json.loads((EVENTS / "push_main.json").read_text())
+    payload["ref"] = "refs/heads/feature"
+    event = tmp_path / "push-feature.json"
+    event.write_text(json.dumps(payload))
+    result = handle(fixture="push_main.json", token=None, env={"GITHUB_EVENT_PATH": str(event)})
+    assert_nothing_ran(result)
+    assert "push to refs/heads/feature, not to main" in result.out
 
 
 def test_unreachable_github_exits_non_zero(gh, handle) -> None:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -175,14 +176,30 @@ class Ledger:
                     )
             ledger = cls(connection, path, readonly, repo)
             if not readonly:
-                ledger._set_up()
+                ledger._set_up(timeout)
             else:
                 ledger._check_version()
             return ledger
         except sqlite3.Error as error:
             raise _ledger_error(path, error, timeout) from None
 
-    def _set_up(self) -> None:
+    def _set_up(self, timeout: float) -> None:
+        """Switch to WAL and create the schema. SQLite answers "busy" at once, without its busy
+        handler, while another process does the same on a new file (to avoid a deadlock), so
+        retry until the busy timeout has passed."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                return self._set_up_once()
+            except sqlite3.OperationalError as error:
+                busy = "locked" in str(error) or "busy" in str(error)
+                if not busy or time.monotonic() >= deadline:
+                    raise
+                if self.connection.in_transaction:
+                    self.connection.execute("ROLLBACK")
+                time.sleep(0.05)
+
+    def _set_up_once(self) -> None:
         mode = self.connection.execute("PRAGMA journal_mode").fetchone()[0]
         if mode != "wal":
             self.connection.execute("PRAGMA journal_mode = WAL")

@@ -357,10 +357,16 @@ class Ledger:
             )
 
     def record_validation(
-        self, head_commit: str, source: int | None, *, pr: int | None = None
+        self,
+        head_commit: str,
+        source: int | None,
+        *,
+        pr: int | None = None,
+        number: int | None = None,
     ) -> Validation:
         """`/bot reuse-pipeline [N]`: the head commit is validated by N (default: the latest
-        successful gating run of this PR) when N was a successful gating run."""
+        successful gating run of this PR) when N was a successful gating run. The validation is
+        recorded as pipeline ``number`` (in Actions: the workflow run number), else the next."""
         if source is None:
             row = self._query_one(
                 "SELECT number FROM pipelines WHERE repo = ? AND state = 'SUCCESS' AND gating = 1"
@@ -385,6 +391,7 @@ class Ledger:
             commit=head_commit,
             pr=pr,
             state="SUCCESS",
+            number=number,
             meta={"validated_by": source},
         )
         with self._write() as db:

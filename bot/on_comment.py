@@ -218,7 +218,9 @@ class CommentHandler:
             )
         self.api.react(self.event.comment_id, "eyes")
         head = self.pull.head_sha
-        validation = self.ledger.record_validation(head, command.pipeline_id, pr=self.pull.number)
+        validation = self.ledger.record_validation(
+            head, command.pipeline_id, pr=self.pull.number, number=self.pipeline
+        )
         if not validation.ok:
             self._reply("reused", NO_RUN_STATE, ok=False, why=validation.reason, source=None)
             return Outcome(f"reuse-pipeline refused: {validation.reason}", pipeline=self.pipeline)

@@ -109,6 +109,17 @@ def test_validation_records_a_new_successful_pipeline(book: Ledger) -> None:
     assert not book.record_validation("c2", 99).ok
 
 
+def test_validation_takes_the_workflow_run_number(book: Ledger) -> None:
+    """In Actions the validation is numbered by its workflow run, not max + 1 (which a later
+    run's plan job would then collide with)."""
+    gating = book.start_pipeline(command=RUN, commit="c1", plan={"gating": True}, pr=3, number=40)
+    book.finish_pipeline(gating, "SUCCESS")
+    validation = book.record_validation("c2", 40, pr=3, number=57)
+    assert validation.ok and validation.pipeline == 57
+    assert book.pipeline(57).validated_by == 40
+    assert book.start_pipeline(command=RUN, commit="c3", pr=3, number=41) == 41
+
+
 def test_concurrent_processes_get_distinct_numbers(tmp_path: Path) -> None:
     path = tmp_path / "ledger.sqlite"
     Ledger.open(path).close()

@@ -8,7 +8,6 @@ declarations (templates/bot_help.md.j2): one source of truth.
 
 from __future__ import annotations
 
-import difflib
 import re
 import shlex
 from collections.abc import Callable
@@ -16,6 +15,7 @@ from dataclasses import dataclass, replace
 
 from stagebot.bot.command import TEST_BACKENDS, Command, RunOptions
 from stagebot.bot.errors import CommandError
+from stagebot.bot.suggest import unknown
 
 BOT_LINE = re.compile(r"^[ \t]*/bot(?:[ \t]+(?P<args>.*?))?[ \t]*$")
 FENCE = re.compile(r"^[ \t]{0,3}(?P<fence>`{3,}|~{3,})")
@@ -23,6 +23,11 @@ QUOTE = re.compile(r"^[ \t]*>")
 PIPELINE_ID = re.compile(r"^#?(?P<id>[0-9]+)$")
 TYPOGRAPHIC_QUOTES = str.maketrans({"\u201c": '"', "\u201d": '"', "\u2018": "'", "\u2019": "'"})
 HELP_FLAGS = ("-h", "--help")
+# Markdown breaks lines only here (str.splitlines also splits on U+2028 and friends, which GitHub
+# renders inside one line, so a "quoted" command could run).
+LINE_BREAK = re.compile(r"\r\n|\r|\n")
+HTML_COMMENT = re.compile(r"<!--.*?(?:-->|\Z)", re.DOTALL)  # invisible on GitHub
+LIST_ITEM = re.compile(r"^[A-Za-z0-9_*][A-Za-z0-9_*.-]*$")
 
 
 @dataclass(frozen=True)
@@ -123,11 +128,11 @@ def _parse_run(args: list[str]) -> Command:
     i = 0
     while i < len(args):
         name, _, inline = args[i].partition("=")
+        if name in HELP_FLAGS:
+            return Command("help")
         flag = RUN_FLAGS_BY_NAME.get(name)
         if flag is None:
-            raise CommandError(
-                _unknown("run flag", args[i], RUN_FLAGS_BY_NAME) + _usage_hint("run")
-            )
+            raise CommandError(unknown("run flag", args[i], RUN_FLAGS_BY_NAME) + _usage_hint("run"))
         if flag.name in given:
             raise CommandError(f"{flag.name} is given twice; give it once")
         value: object
@@ -171,7 +176,13 @@ def _split_list(flag: Flag, raw: str) -> tuple[str, ...]:
         items = tuple(item.lower() for item in items)
         for item in items:
             if item not in TEST_BACKENDS:
-                raise CommandError(_unknown("test backend", item, TEST_BACKENDS))
+                raise CommandError(unknown("test backend", item, TEST_BACKENDS))
+    for item in items:
+        if not LIST_ITEM.match(item):
+            raise CommandError(
+                f"{flag.name} item {item!r} is not a name (letters, digits, _ . - and * "
+                f"wildcards, not starting with -); write {flag.metavar}"
+            )
     return items
 
 
@@ -284,7 +295,8 @@ def find_command_line(comment: str) -> tuple[int, str] | None:
     """Return (1-based line number, arguments) of the comment's one `/bot` line, or None."""
     found: list[tuple[int, str]] = []
     fence: str | None = None
-    for number, line in enumerate(comment.splitlines(), start=1):
+    visible = HTML_COMMENT.sub(lambda hidden: "\n" * hidden[0].count("\n"), comment)
+    for number, line in enumerate(LINE_BREAK.split(visible), start=1):
         opening = FENCE.match(line)
         if fence is not None:
             if opening and opening["fence"][0] == fence[0] and len(opening["fence"]) >= len(fence):
@@ -319,11 +331,15 @@ def parse_comment(comment: str) -> Command:
     if not args:
         raise CommandError("the /bot line names no command\n\n" + help_text())
     name, rest = args[0], args[1:]
-    if name in HELP_FLAGS or any(arg in HELP_FLAGS for arg in rest):
+    if name in HELP_FLAGS:
         name, rest = "help", []
     spec = SUBCOMMANDS.get(name)
     if spec is None:
-        raise CommandError(_unknown("command", name, SUBCOMMANDS) + "\n\n" + help_text())
+        raise CommandError(unknown("command", name, SUBCOMMANDS) + "\n\n" + help_text())
+    if rest[:1] in (
+        [flag] for flag in HELP_FLAGS
+    ):  # `/bot run --help` (run also checks later flags)
+        spec = SUBCOMMANDS["help"]
     return replace(spec.parse(rest), line=number)
 
 
@@ -353,12 +369,6 @@ def help_text() -> str:
     from stagebot.templates import render_template
 
     return render_template("bot_help.md.j2", subcommands=list(SUBCOMMANDS.values()))
-
-
-def _unknown(what: str, given: str, choices) -> str:
-    close = difflib.get_close_matches(given, list(choices), n=1)
-    hint = f"; did you mean {close[0]!r}?" if close else ""
-    return f"unknown {what} {given!r}{hint} (valid: {', '.join(choices)})"
 
 
 def _usage_hint(name: str) -> str:

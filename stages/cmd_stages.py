@@ -5,13 +5,13 @@ The test -> stage mapping works on path / node-id prefixes (no pytest collection
 
 from __future__ import annotations
 
-import difflib
-
 import click
 
 from stagebot.bot.cli_options import catalog_option
+from stagebot.bot.suggest import unknown
 from stagebot.stages.catalog import Catalog, Stage, load_catalog
 from stagebot.stages.errors import PlanError
+from stagebot.stages.planner import STAGE_LISTING
 
 
 @click.command()
@@ -62,9 +62,7 @@ def _find_stage(catalog: Catalog, name: str) -> Stage:
     stage = catalog.stage(name)
     if stage is None:
         names = [s.name for s in catalog.stages]
-        close = difflib.get_close_matches(name, names, n=3, cutoff=0.6)
-        hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
-        raise PlanError(f"unknown stage {name!r}{hint} (see `bot stages --list`)")
+        raise PlanError(unknown("stage", name, names, listing=STAGE_LISTING))
     return stage
 
 

@@ -6,11 +6,11 @@ reason: (1) base set, (2) additions, (3) filters, (4) path rules, (5) --skip-tes
 
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass, field
 
 from stagebot.bot.command import Command, RunOptions
 from stagebot.bot.grammar import RUN_FLAGS
+from stagebot.bot.suggest import unknown
 from stagebot.stages.catalog import Catalog, Stage
 from stagebot.stages.errors import PlanError
 from stagebot.stages.history import EmptyHistory, History
@@ -18,6 +18,7 @@ from stagebot.stages.patterns import name_matches, path_matches
 from stagebot.stages.plan import Plan, PlannedShard, Step
 
 PASSED_STATES = ("SUCCESS", "REUSED")
+STAGE_LISTING = "see `bot stages --list`"
 
 
 @dataclass
@@ -163,7 +164,7 @@ def _filters(selection: _Selection, options: RunOptions, catalog: Catalog) -> No
     if options.gpu_type:
         for gpu in options.gpu_type:
             if gpu not in catalog.gpu_types:
-                raise PlanError(_unknown("GPU type", gpu, list(catalog.gpu_types), "--gpu-type"))
+                raise PlanError("--gpu-type: " + unknown("GPU type", gpu, catalog.gpu_types))
         wanted = set(options.gpu_type)
         selection.keep(
             "gpu-type",
@@ -326,7 +327,7 @@ def _resolve(catalog: Catalog, names: tuple[str, ...], flag: str) -> dict[str, s
                 )
             picks.update({n: f"{flag} pattern {name!r}" for n in matched})
         elif catalog.stage(name) is None:
-            raise PlanError(_unknown("stage", name, all_names, flag))
+            raise PlanError(f"{flag}: " + unknown("stage", name, all_names, listing=STAGE_LISTING))
         else:
             picks[name] = flag
     return picks
@@ -336,10 +337,3 @@ def _first_match(changed: list[str] | None, patterns: tuple[str, ...]) -> str | 
     if changed is None:
         return "(changed files unknown)"
     return next((path for path in changed if path_matches(path, patterns)), None)
-
-
-def _unknown(what: str, given: str, valid: list[str], flag: str) -> str:
-    close = difflib.get_close_matches(given, valid, n=3, cutoff=0.6)
-    hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
-    listing = "" if close else f" (valid: {', '.join(valid)})"
-    return f"{flag}: unknown {what} {given!r}{hint}{listing}"

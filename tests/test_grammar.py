@@ -45,6 +45,14 @@ PARSES = [
     pytest.param("/bot -h", Command("help"), id="-h"),
     pytest.param("/bot --help", Command("help"), id="--help"),
     pytest.param("/bot run --help", Command("help"), id="run --help gives help"),
+    pytest.param("/bot run --disable-fail-fast -h", Command("help"), id="help flag after a flag"),
+    pytest.param("/bot kill --help", Command("help"), id="kill --help gives help"),
+    pytest.param(
+        "/bot skip --comment -h",
+        Command("skip", comment="-h"),
+        id="a help flag as a value is a value",
+    ),
+    pytest.param("<!-- hidden -->\n/bot kill", Command("kill"), id="HTML comment before a command"),
     pytest.param("/bot run --reuse-test", run(reuse_test="latest"), id="--reuse-test bare"),
     pytest.param("/bot run --reuse-test 12", run(reuse_test=12), id="--reuse-test N"),
     pytest.param("/bot run --reuse-test #12", run(reuse_test=12), id="--reuse-test #N"),
@@ -148,6 +156,11 @@ NO_COMMAND = [
     pytest.param("```python\n/bot run\n", id="unclosed fence swallows the rest"),
     pytest.param("`/bot run`", id="inline code"),
     pytest.param("\\/bot run", id="escaped"),
+    pytest.param("> quoted\u2028/bot kill", id="U+2028 is no line break on GitHub"),
+    pytest.param("hello\u2029/bot run", id="U+2029 is no line break on GitHub"),
+    pytest.param("note\x0b/bot run\x0c", id="vertical tab and form feed are no line breaks"),
+    pytest.param("<!--\n/bot run\n-->", id="inside an HTML comment"),
+    pytest.param("<!-- never closed\n/bot run", id="inside an unclosed HTML comment"),
 ]
 
 
@@ -161,6 +174,19 @@ ERRORS = [
     pytest.param("/bot run\n/bot kill", "found 2 /bot commands (lines 1 and 2)", id="two commands"),
     pytest.param("/bot", "names no command", id="bare /bot"),
     pytest.param("/bot deploy", "unknown command 'deploy'", id="unknown subcommand"),
+    pytest.param(
+        "/bot deploy --help", "unknown command 'deploy'", id="unknown subcommand asking for help"
+    ),
+    pytest.param(
+        "/bot run --stage-list=--x",
+        "--stage-list item '--x' is not a name",
+        id="list item that looks like a flag",
+    ),
+    pytest.param(
+        '/bot run --gpu-type "A30;rm"',
+        "--gpu-type item 'A30;rm' is not a name",
+        id="list item with odd characters",
+    ),
     pytest.param("/bot rnu", "did you mean 'run'", id="subcommand typo"),
     pytest.param("/bot run --stage-lst A", "did you mean '--stage-list'", id="flag typo"),
     pytest.param("/bot run --fast", "unknown run flag '--fast'", id="unknown flag"),
@@ -336,14 +362,16 @@ COMMANDS = st.one_of(
     st.just(Command("help")),
     st.builds(
         lambda c: Command("skip", comment=c),
-        # Typographic quotes are always quote marks on a /bot line, so a reason keeps none.
+        # Typographic quotes are always quote marks on a /bot line, and HTML comments are
+        # invisible (as on GitHub), so a reason that round-trips holds neither.
         st.text(
             st.characters(
-                blacklist_categories=("Cs", "Cc", "Zl", "Zp"),
+                blacklist_categories=("Cs", "Cc"),
                 blacklist_characters="\u201c\u201d\u2018\u2019",
             ),
             min_size=1,
         )
+        .filter(lambda reason: "<!--" not in reason)
         .map(str.strip)
         .filter(bool),
     ),

@@ -1,0 +1,16 @@
+"""One wording for "unknown X": the close matches ("did you mean"), else the valid choices."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+
+def unknown(what: str, given: str, valid: Iterable[str], *, listing: str | None = None) -> str:
+    """``unknown stage 'A10-Pytorch-1'; did you mean 'A10-PyTorch-1'?`` When nothing is close,
+    the valid choices follow, or ``listing`` (e.g. where to find them) when they are many."""
+    choices = list(valid)
+    close = difflib.get_close_matches(given, choices, n=3, cutoff=0.6)
+    if close:
+        return f"unknown {what} {given!r}; did you mean {' or '.join(map(repr, close))}?"
+    return f"unknown {what} {given!r} ({listing or 'valid: ' + ', '.join(choices)})"

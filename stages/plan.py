@@ -43,7 +43,7 @@ class PlannedShard:
     suites: list[dict[str, Any]]
     command: str | None
     selected_by: str  # e.g. "default", "--stage-list", "--extra-stage", "run_if_changed"
-    explicit: bool  # named by the user (exactly or by a pattern): path rules do not apply
+    explicit: bool  # named by the user (exactly or by a pattern)
     action: str  # run | reuse | skip
     reason: str
     reuse_from: int | None = None

@@ -27,15 +27,26 @@ class _Selection:
 
     catalog: Catalog
     why: dict[str, str] = field(default_factory=dict)
-    explicit: set[str] = field(default_factory=set)
+    explicit: set[str] = field(default_factory=set)  # named by the user
+    forced: set[str] = field(default_factory=set)  # path rules do not apply (named, or forced)
     steps: list[Step] = field(default_factory=list)
 
-    def add(self, step: str, reason: str, picks: dict[str, str], explicit: bool = False) -> None:
+    def add(
+        self,
+        step: str,
+        reason: str,
+        picks: dict[str, str],
+        *,
+        explicit: bool = False,
+        forced: bool = False,
+    ) -> None:
         added = [name for name in picks if name not in self.why]
         for name, why in picks.items():
             self.why.setdefault(name, why)
         if explicit:
             self.explicit |= set(picks)
+        if explicit or forced:
+            self.forced |= set(picks)
         self.steps.append(Step(step, reason, added=added))
 
     def keep(self, step: str, reason: str, keep) -> None:
@@ -149,15 +160,18 @@ def _additions(selection: _Selection, options: RunOptions) -> None:
     if options.extra_stage:
         picks = _resolve(catalog, options.extra_stage, "--extra-stage")
         selection.add("extra-stage", "--extra-stage adds the named stages", picks, explicit=True)
-    if options.add_multi_gpu_test:
-        picks = {
-            s.name: "--add-multi-gpu-test"
-            for s in catalog.stages
-            if s.multi_gpu and s.phase == "pre_merge"
-        }
-        selection.add(
-            "add-multi-gpu-test", "--add-multi-gpu-test adds every multi-GPU pre-merge stage", picks
-        )
+    for flag, given in (
+        ("--add-multi-gpu-test", options.add_multi_gpu_test),
+        ("--only-multi-gpu-test", options.only_multi_gpu_test),
+    ):
+        if given:
+            picks = {s.name: flag for s in catalog.stages if s.multi_gpu and s.phase == "pre_merge"}
+            selection.add(
+                "multi-gpu-stages",
+                f"{flag} forces every multi-GPU pre-merge stage (path rules do not skip them)",
+                picks,
+                forced=True,
+            )
 
 
 def _filters(selection: _Selection, options: RunOptions, catalog: Catalog) -> None:
@@ -199,7 +213,7 @@ def _path_rules(selection: _Selection, changed: list[str] | None) -> dict[str, s
     if changed is not None:
         for name in selection.why:
             stage = selection.catalog.stage(name)
-            if name in selection.explicit:
+            if name in selection.forced:
                 continue
             if stage.run_if_changed and _first_match(changed, stage.run_if_changed) is None:
                 skipped[name] = (
@@ -215,7 +229,8 @@ def _path_rules(selection: _Selection, changed: list[str] | None) -> dict[str, s
     reason = (
         "changed files unknown: path rules skip nothing"
         if changed is None
-        else f"path rules over {len(changed)} changed file(s); stages named by the user are exempt"
+        else f"path rules over {len(changed)} changed file(s); stages named by the user or "
+        "forced by a multi-GPU flag are exempt"
     )
     selection.steps.append(Step("path-rules", reason, removed=list(skipped)))
     return skipped

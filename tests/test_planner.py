@@ -102,8 +102,8 @@ SELECTIONS = [
     pytest.param(
         "/bot run --add-multi-gpu-test",
         ["src/x.py"],
-        SINGLE_PRE_MERGE[:3] + ["DGX_H200-4_GPUs-PyTorch-1"],
-        id="--add-multi-gpu-test (path rules still apply to AutoDeploy)",
+        SINGLE_PRE_MERGE[:3] + ["DGX_H200-4_GPUs-AutoDeploy-1", "DGX_H200-4_GPUs-PyTorch-1"],
+        id="--add-multi-gpu-test forces multi-GPU stages past path rules",
     ),
     pytest.param(
         "/bot run --add-multi-gpu-test",
@@ -113,10 +113,16 @@ SELECTIONS = [
         id="--add-multi-gpu-test, changed files unknown",
     ),
     pytest.param(
-        "/bot run --only-multi-gpu-test --post-merge",
+        "/bot run --only-multi-gpu-test",
         ["src/x.py"],
-        ["DGX_H200-4_GPUs-PyTorch-1"],
-        id="--only-multi-gpu-test",
+        ["DGX_H200-4_GPUs-AutoDeploy-1", "DGX_H200-4_GPUs-PyTorch-1"],
+        id="--only-multi-gpu-test selects every multi-GPU pre-merge stage",
+    ),
+    pytest.param(
+        "/bot run --only-multi-gpu-test --post-merge",
+        ["README.md"],
+        ["DGX_H200-4_GPUs-AutoDeploy-1", "DGX_H200-4_GPUs-PyTorch-1"],
+        id="--only-multi-gpu-test on a docs-only change still runs them",
     ),
     pytest.param(
         "/bot run --disable-multi-gpu-test",

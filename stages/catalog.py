@@ -159,16 +159,28 @@ class Catalog:
 
 
 class _LineLoader(yaml.SafeLoader):
-    """A YAML loader whose mappings remember their 1-based line (``_Mapping.line``)."""
+    """A YAML loader whose mappings remember their 1-based line and each key's line."""
 
 
 class _Mapping(dict):
     line = 0
+    key_lines: dict[Any, int] = {}
 
 
 def _construct_mapping(loader: _LineLoader, node: yaml.MappingNode) -> _Mapping:
     mapping = _Mapping(loader.construct_mapping(node, deep=True))
     mapping.line = node.start_mark.line + 1
+    mapping.key_lines = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=True)
+        if key in mapping.key_lines:  # YAML lets a later key silently replace an earlier one
+            raise yaml.constructor.ConstructorError(
+                None,
+                None,
+                f"key {key!r} appears twice (first on line {mapping.key_lines[key]})",
+                key_node.start_mark,
+            )
+        mapping.key_lines[key] = key_node.start_mark.line + 1
     return mapping
 
 
@@ -240,15 +252,16 @@ def load_catalog(path: str | Path | None = None) -> Catalog:
     family_data: list[tuple[_Reader, _Mapping]] = []
     attachments: list[tuple[_Reader, _Mapping]] = []
     for fragment in fragments:
-        text = fragment.read_text(encoding="utf-8")
+        text = _read(fragment)
         digest.update(fragment.name.encode() + b"\0" + text.encode())
         reader = _Reader(fragment)
         data = _parse_yaml(fragment, text)
         reader.keys(data, FRAGMENT_KEYS, "fragment")
-        for name, spec in reader.typed(data, "gpu_types", dict, "fragment", default={}).items():
+        types = reader.typed(data, "gpu_types", dict, "fragment", default={})
+        for name, spec in types.items():
             if name in gpu_types:
-                reader.fail(spec.line, f"gpu type {name!r}", "defined twice")
-            gpu_types[name] = _gpu_type(reader, name, spec)
+                reader.fail(types.key_lines[name], f"gpu type {name!r}", "defined twice")
+            gpu_types[name] = _gpu_type(reader, name, spec, types.key_lines[name])
         family_data += [(reader, f) for f in _mappings(reader, data, "families")]
         attachments += [(reader, a) for a in _mappings(reader, data, "attach")]
     families = [_family(reader, spec, gpu_types) for reader, spec in family_data]
@@ -262,10 +275,17 @@ def load_catalog(path: str | Path | None = None) -> Catalog:
             )
     waives: list[Waive] = []
     for waive_file in waive_files:
-        text = waive_file.read_text(encoding="utf-8")
+        text = _read(waive_file)
         digest.update(waive_file.name.encode() + b"\0" + text.encode())
         waives += _waives(waive_file, text, gpu_types)
     return Catalog(gpu_types, tuple(families), tuple(waives), digest.hexdigest()[:16])
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise CatalogError(f"{path}: cannot read this catalog file: {error}") from None
 
 
 def _parse_yaml(path: Path, text: str) -> _Mapping:
@@ -290,10 +310,10 @@ def _mappings(reader: _Reader, data: _Mapping, key: str) -> list[_Mapping]:
     return items
 
 
-def _gpu_type(reader: _Reader, name: str, spec: Any) -> GpuType:
+def _gpu_type(reader: _Reader, name: str, spec: Any, line: int) -> GpuType:
     item = f"gpu type {name!r}"
     if not isinstance(spec, _Mapping):
-        reader.fail(1, item, f"must be a mapping of {', '.join(GPU_TYPE_KEYS)}")
+        reader.fail(line, item, f"must be a mapping of {', '.join(GPU_TYPE_KEYS)}")
     reader.keys(spec, GPU_TYPE_KEYS, item)
     return GpuType(
         name,
@@ -375,7 +395,9 @@ def _family(reader: _Reader, spec: _Mapping, gpu_types: dict[str, GpuType]) -> F
     timeout = reader.typed(spec, "timeout_minutes", int, item, required=True)
     if timeout < 1:
         reader.fail(spec.line, item, "timeout_minutes must be at least 1")
-    suites = tuple(_suite(reader, s, item) for s in reader.typed(spec, "suites", list, item, []))
+    suites = tuple(
+        _suite(reader, s, item, spec.line) for s in reader.typed(spec, "suites", list, item, [])
+    )
     command = reader.typed(spec, "command", str, item)
     if suites and command is not None:
         reader.fail(spec.line, item, "give either suites or a command, not both")
@@ -413,9 +435,10 @@ def _family(reader: _Reader, spec: _Mapping, gpu_types: dict[str, GpuType]) -> F
     )
 
 
-def _suite(reader: _Reader, spec: Any, item: str) -> SuiteRef:
+def _suite(reader: _Reader, spec: Any, item: str, owner_line: int) -> SuiteRef:
+    """One suite entry; ``owner_line`` locates an entry that is not even a mapping."""
     if not isinstance(spec, _Mapping):
-        reader.fail(1, item, f"each suite must be a mapping of {', '.join(SUITE_KEYS)}")
+        reader.fail(owner_line, item, f"each suite must be a mapping of {', '.join(SUITE_KEYS)}")
     reader.keys(spec, SUITE_KEYS, f"{item} suite")
     path = reader.typed(spec, "path", str, f"{item} suite", required=True)
     if path.startswith("/") or ".." in Path(path.split("::")[0]).parts:
@@ -451,7 +474,7 @@ def _attach(attachments: list[tuple[_Reader, _Mapping]], families: list[Family])
         reader.keys(spec, ATTACH_KEYS, "attach")
         patterns = reader.strings(spec, "families", "attach")
         suites = tuple(
-            _suite(reader, s, "attach")
+            _suite(reader, s, "attach", spec.line)
             for s in reader.typed(spec, "suites", list, "attach", required=True)
         )
         for pattern in patterns:

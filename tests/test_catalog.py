@@ -393,3 +393,36 @@ def test_missing_catalog(tmp_path: Path) -> None:
         load_catalog(tmp_path / "nope")
     with pytest.raises(CatalogError, match="no \\*.yaml catalog fragments"):
         load_catalog(tmp_path)
+
+
+def test_duplicate_keys_are_errors_with_both_lines(tmp_path: Path) -> None:
+    write_catalog(
+        tmp_path,
+        "families:\n  - {name: A10-PyTorch, kind: test, timeout_minutes: 5,\n"
+        "     timeout_minutes: 50, suites: [{path: t}]}\n",
+    )
+    with pytest.raises(
+        CatalogError,
+        match=r"stages.yaml:3: not valid YAML: key 'timeout_minutes' "
+        r"appears twice \(first on line 2\)",
+    ):
+        load_catalog(tmp_path)
+
+
+def test_a_malformed_gpu_type_is_located_on_its_own_line(tmp_path: Path) -> None:
+    (tmp_path / "gpus.yaml").write_text("gpu_types:\n  CPU: {runner_labels: []}\n  A10: [x]\n")
+    with pytest.raises(CatalogError, match=r"gpus.yaml:3: gpu type 'A10': must be a mapping"):
+        load_catalog(tmp_path)
+
+
+def test_unreadable_files_are_catalog_errors(tmp_path: Path) -> None:
+    write_catalog(
+        tmp_path, BASE, {"s.yaml": "attach:\n  - {families: [A10-*Py*], suites: [{path: t}]}\n"}
+    )
+    (tmp_path / "waives.txt").write_bytes(b"\xff\xfe not UTF-8\n")
+    with pytest.raises(CatalogError, match=r"waives.txt: cannot read this catalog file"):
+        load_catalog(tmp_path)
+    (tmp_path / "waives.txt").unlink()
+    (tmp_path / "folder.yaml").mkdir()
+    with pytest.raises(CatalogError, match=r"folder.yaml: cannot read this catalog file"):
+        load_catalog(tmp_path)

@@ -3,7 +3,9 @@ renders the report, edits the pipeline's one reply into it and sets the gating s
 
 - Shards the plan reused are recorded REUSED (their passed tests copied from the source
   pipeline); shards whose job left no ``result.json`` are ABORTED when the run was cancelled
-  (``--cancelled``), else ERROR with that as the evidence.
+  (``--cancelled``), else ERROR with that as the evidence. A ``result.json`` that cannot be read
+  (truncated, not UTF-8, not a StageResult) makes only its shard ERROR ("result.json unreadable:
+  …", an infrastructure failure); the other shards' results are kept and the pipeline still ends.
 - The reply is found by the id the plan job recorded, else by its marker's pipeline number; a
   missing reply is posted (once: the marker makes the post idempotent).
 - The status is set only for gating plans, and only while the newest status of the context is
@@ -126,17 +128,30 @@ def _start_from_plan(book, number: int, plan_path: Path | None):
 
 
 def _record_results(book, number: int, plan: dict[str, Any], folder: Path, cancelled: bool):
-    from stagebot.harness.results import StageResult
+    from stagebot.harness.results import ResultError, StageResult
     from stagebot.harness.streams import read_stream
 
+    planned = {shard["stage"] for shard in plan.get("shards", [])}
     found: dict[str, tuple[StageResult, dict[str, str]]] = {}
+    unreadable: dict[str, str] = {}  # stage -> why its result.json could not be read
+    strays: list[str] = []  # unreadable files in no planned stage's folder
     for path in sorted(folder.rglob("result.json")) if folder.exists() else []:
-        result = StageResult.from_json(json.loads(path.read_text()))
-        logs = {}
-        jsonl = path.with_name("tests.jsonl")
-        if jsonl.exists():
-            stream = read_stream(jsonl)
-            logs = {t: r["log"] for t, r in stream.results.items() if r.get("log")}
+        try:
+            result = StageResult.from_json(json.loads(path.read_text(encoding="utf-8")))
+            logs = {}
+            jsonl = path.with_name("tests.jsonl")
+            if jsonl.exists():
+                stream = read_stream(jsonl)
+                logs = {t: r["log"] for t, r in stream.results.items() if r.get("log")}
+        except (ValueError, ResultError, OSError) as error:
+            # one damaged file (truncated, not UTF-8, an unknown key) costs only its shard
+            why = f"result.json unreadable: {_one_line(error)} ({path.relative_to(folder)})"
+            stage = next((p for p in reversed(path.parent.parts) if p in planned), None)
+            if stage is None:
+                strays.append(why)
+            else:
+                unreadable[stage] = why
+            continue
         found[result.stage] = (result, logs)
     for shard in plan.get("shards", []):
         stage, source = shard["stage"], shard.get("reuse_from")
@@ -147,7 +162,9 @@ def _record_results(book, number: int, plan: dict[str, Any], folder: Path, cance
             book.record_result(number, result, reused_tests=_passed(book, source, stage))
             continue
         result, logs = found.get(stage, (None, {}))
-        if result is None:
+        if result is None and stage in unreadable:
+            result = _placeholder(shard, "ERROR", unreadable[stage])
+        elif result is None:
             result = (
                 _placeholder(shard, "ABORTED", "cancelled before this stage finished")
                 if cancelled
@@ -155,11 +172,17 @@ def _record_results(book, number: int, plan: dict[str, Any], folder: Path, cance
                     shard,
                     "ERROR",
                     "the stage job left no result.json (it failed before writing one or its "
-                    "runner was lost); see the workflow run's log",
+                    "runner was lost); see the workflow run's log"
+                    + "".join(f"; also found {why}" for why in strays),
                 )
             )
         reused = _passed(book, source, stage) if shard.get("reused_tests") else None
         book.record_result(number, result, logs=logs, reused_tests=reused)
+
+
+def _one_line(error: Exception) -> str:
+    text = " ".join(str(error).split())
+    return text if len(text) <= 300 else text[:299] + "…"
 
 
 def _passed(book, source: int | None, stage: str) -> dict[str, tuple[int, float]]:

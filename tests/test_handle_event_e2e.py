@@ -267,3 +267,38 @@ def test_kill_marks_the_ledger_pipeline_aborted(gh, pipeline) -> None:
     assert ledger_state(pipeline, 101) == "ABORTED"
     assert gh.runs[50101]["conclusion"] == "cancelled"
     assert BOT  # the replies are the bot's (see replies())
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        pytest.param(lambda text: text[: len(text) // 2], id="truncated"),
+        pytest.param(
+            lambda text: json.dumps(
+                {**json.loads(text), "tests": [{**json.loads(text)["tests"][0], "bogus": 1}]}
+            ),
+            id="extra-key-in-a-test",
+        ),
+        pytest.param(lambda text: "\udcff", id="not-utf8"),
+    ],
+)
+def test_a_damaged_result_file_is_that_shard_error_and_the_pipeline_still_ends(
+    gh, pipeline, damage
+) -> None:
+    outputs = pipeline.comment("/bot run", 101)
+    results = pipeline.stages(outputs, 101)
+    path = results / "CPU-PyTorch-1" / "result.json"
+    text = damage(path.read_text())
+    path.write_bytes(text.encode("utf-8", "surrogateescape"))
+    pipeline.report(101, results)  # exits 0: one damaged file does not stop the report
+    record = Ledger.open(pipeline.ledger, readonly=True).pipeline(101)
+    assert record.state == "FAILURE"  # a final state, never left RUNNING
+    states = {r.stage: (r.state, r.evidence) for r in record.results}
+    assert states["CPU-Build_Check"][0] == "SUCCESS"  # the other shard's result is kept
+    state, evidence = states["CPU-PyTorch-1"]
+    assert state == "ERROR" and evidence.startswith("result.json unreadable: "), evidence
+    (reply,) = replies(gh)
+    assert "completed with state FAILURE" in reply["body"]
+    assert marker_of(reply).stages == {"CPU-PyTorch-1": "ERROR", "CPU-Build_Check": "SUCCESS"}
+    assert "INFRA" in reply["body"] or "infrastructure" in reply["body"]
+    assert status(gh)["state"] == "failure"

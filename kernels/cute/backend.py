@@ -12,7 +12,7 @@ import importlib.util
 from typing import Any
 
 from stagebot.kernels.backends import Backend, register
-from stagebot.kernels.cute.tactics import DEFAULT_TACTIC
+from stagebot.kernels.cute.tactics import TACTICS
 
 # The kill switch for dispatch: True only while the kernel passes gpu_check on an H200. It passed
 # on 2026-11-29 (9 of 9 checks bit-exact vs the reference, exiting tiles untouched; NOTES.md).
@@ -46,11 +46,21 @@ def can_implement(op: str, **args: Any) -> tuple[bool, str]:
         return False, "nvidia-cutlass-dsl is not installed (pip install stagebot[kernels])"
     if not GPU_VERIFIED:
         return False, "the cute grouped_gemm has not passed its GPU correctness check yet"
+    return _pick_tactic(args)[1:]
+
+
+def _pick_tactic(args: dict[str, Any]):
+    """(tactic or None, ok, why): the first tactic of the dispatcher's list that fits the call."""
     from stagebot.kernels.cute.launch import problem_support
 
-    return problem_support(
-        DEFAULT_TACTIC, args["a"], args["b"], args["a_sf"], args["b_sf"], args["tile_size"]
-    )
+    why = "no tactic"
+    for tactic in TACTICS:
+        ok, why = problem_support(
+            tactic, args["a"], args["b"], args["a_sf"], args["b_sf"], args["tile_size"]
+        )
+        if ok:
+            return tactic, True, ""
+    return None, False, why
 
 
 def grouped_gemm(
@@ -58,8 +68,21 @@ def grouped_gemm(
 ):
     from stagebot.kernels.cute import launch
 
+    tactic, ok, why = _pick_tactic(dict(a=a, b=b, a_sf=a_sf, b_sf=b_sf, tile_size=tile_size))
+    if not ok:
+        from stagebot.kernels.errors import KernelArgumentError
+
+        raise KernelArgumentError(f"the cute grouped_gemm cannot take this call: {why}")
     return launch.grouped_gemm(
-        a, b, a_sf, b_sf, alpha, tile_idx_to_group_idx, num_non_exiting_tiles, tile_size
+        a,
+        b,
+        a_sf,
+        b_sf,
+        alpha,
+        tile_idx_to_group_idx,
+        num_non_exiting_tiles,
+        tile_size,
+        tactic=tactic,
     )
 
 

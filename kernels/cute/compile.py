@@ -26,6 +26,7 @@ class CompileKey:
     num_experts: int
     tile_size: int
     arch: str
+    variant: str = ""  # diagnostic builds only (gpu_check); "" is the kernel
 
 
 _cache: dict[CompileKey, Any] = {}
@@ -45,7 +46,7 @@ def compile_kernel(key: CompileKey, *, keep_ptx: bool = False) -> Any:
     import cutlass.cute as cute
     from cutlass.cute.runtime import make_fake_stream, make_ptr
 
-    kernel = _kernel_class(key.kernel)(key.tactic)
+    kernel = _kernel_class(key.kernel)(key.tactic, key.variant)
     gmem = cute.AddressSpace.gmem
     args = (
         make_ptr(cutlass.Uint8, 0, gmem, assumed_align=16),

@@ -97,6 +97,21 @@ def _graph_us(fn, do_bench) -> float | None:
         return None
 
 
+def bench_variant(name: str, counts, n, k, tile_size, tactic: Tactic, variant: str) -> dict:
+    """Timing of a diagnostic build (its output is wrong by design): where the time goes."""
+    from triton.testing import do_bench
+
+    args, _, _ = make_problem(counts, n, k, tile_size, 0, 7)
+    out = torch.empty(args["a"].shape[0], n, dtype=torch.bfloat16, device="cuda")
+
+    def run_cute():
+        launch.grouped_gemm(**args, tile_size=tile_size, tactic=tactic, out=out, _variant=variant)
+
+    us = 1e3 * do_bench(run_cute, warmup=25, rep=200, return_mode="median")
+    graph_us = _graph_us(run_cute, do_bench)
+    return dict(name=name, tactic=str(tactic), variant=variant, us=min(us, graph_us or us))
+
+
 def bench(name: str, counts, n, k, tile_size, tactic: Tactic, seed: int) -> dict:
     from triton.testing import do_bench
 
@@ -144,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     out_dir = Path(opts.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     print(torch.cuda.get_device_name(), torch.__version__, flush=True)
-    results: dict[str, list] = {"checks": [], "bench": [], "errors": []}
+    results: dict[str, list] = {"checks": [], "bench": [], "variants": [], "errors": []}
 
     def guarded(fn, *a):
         try:
@@ -186,6 +201,12 @@ def main(argv: list[str] | None = None) -> int:
                 r = guarded(bench, name, counts, n, k, 128, tactic, 7)
                 if r:
                     results["bench"].append(r)
+    if not opts.quick:
+        for name, counts, n, k in (shapes[0], shapes[1]):
+            for variant in ("no_dequant", "no_mma"):
+                r = guarded(bench_variant, name, counts, n, k, 128, TACTICS[0], variant)
+                if r:
+                    results["variants"].append(r)
     (out_dir / "gpu_check.json").write_text(json.dumps(results, indent=1))
     print("\n== correctness (fresh random inputs, NaN-poisoned outputs) ==")
     for r in results["checks"]:
@@ -193,6 +214,9 @@ def main(argv: list[str] | None = None) -> int:
             f"{r['name']:<16} {r['tactic']:<30} ok={r['ok']} rel={r['rel_err']:.2e} "
             f"unwritten={r['unwritten']} exiting_written={r['exiting_written']}"
         )
+    print("\n== diagnostic builds (wrong results by design; median us) ==")
+    for r in results["variants"]:
+        print(f"{r['name']:<26}{r['tactic']:<30}{r['variant']:<12}{r['us']:>10.1f}")
     print("\n== timing (median us, do_bench) ==")
     print(
         f"{'shape':<26}{'tactic':<30}{'cute us':>10}{'bf16 peer':>10}{'cute TF':>9}"

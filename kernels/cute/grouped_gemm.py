@@ -31,6 +31,8 @@ import cutlass.cute as cute
 import cutlass.pipeline as pipeline
 import cutlass.utils as utils
 import cutlass.utils.hopper_helpers as sm90_utils
+from cutlass._mlir.dialects import llvm
+from cutlass.cutlass_dsl import T, dsl_user_op
 from cutlass.pipeline import pipeline_init_arrive, pipeline_init_wait
 
 from stagebot.kernels.cute.tactics import Tactic
@@ -38,14 +40,84 @@ from stagebot.kernels.cute.tactics import Tactic
 SMEM_CAPACITY = 227 * 1024  # sm_90 per-block opt-in limit, a constant: nothing queries the device
 BK = 64  # fp4 values per K step: 32 packed bytes per row, 4 scale columns = one swizzled chunk
 SF_CHUNK_ROWS = 128  # rows of one 128x4 swizzled scale block (512 bytes)
-BF16_BUFFERS = 3
+BF16_BUFFERS = 3  # rotating 16-bit operand buffers (fp16 now; the name is kept for the tactics)
+# The dequantised operands are fp16 with both factors pre-scaled: an e2m1 value placed in fp16 bits
+# is value * 2^-14 and the scale is sf * 2^7, so each operand is value * sf * 2^-7 (exact: at most
+# 6 significant bits, smallest 2^-17, largest 21). The epilogue multiplies alpha by 2^14.
+OPERAND_UNSCALE = 16384.0
+
+
+@dsl_user_op
+def _e2m1x8_to_f16x8(word, scale2, *, loc=None, ip=None):
+    """8 packed e2m1 (one uint32) times an f16x2 scale -> 4 f16x2 words.
+
+    Output pairs (n0, n4), (n1, n5), (n2, n6), (n3, n7): a fixed permutation of the 8 K
+    positions, the same for A and B, so the dot products are unchanged. Splitting the nibbles
+    of the odd and even positions into separate words leaves 4-bit gaps, so one mask per
+    output places sign (bit 15) and magnitude (bits 9-11) of each fp16 lane without carries.
+    """
+    res = llvm.inline_asm(
+        llvm.StructType.get_literal([T.i32(), T.i32(), T.i32(), T.i32()]),
+        [
+            cutlass.Uint32(word).ir_value(loc=loc, ip=ip),
+            cutlass.Uint32(scale2).ir_value(loc=loc, ip=ip),
+        ],
+        """{
+        .reg .b32 x, y, t, u;
+        and.b32 x, $4, 0xF0F0F0F0;
+        shl.b32 y, $4, 4;
+        and.b32 y, y, 0xF0F0F0F0;
+        shr.b32 t, x, 3;
+        or.b32 t, t, x;
+        and.b32 u, t, 0x8E008E00;
+        mul.rn.f16x2 $3, u, $5;
+        shl.b32 t, t, 8;
+        and.b32 u, t, 0x8E008E00;
+        mul.rn.f16x2 $1, u, $5;
+        shr.b32 t, y, 3;
+        or.b32 t, t, y;
+        and.b32 u, t, 0x8E008E00;
+        mul.rn.f16x2 $2, u, $5;
+        shl.b32 t, t, 8;
+        and.b32 u, t, 0x8E008E00;
+        mul.rn.f16x2 $0, u, $5;
+        }""",
+        "=r,=r,=r,=r,r,r",
+        loc=loc,
+        ip=ip,
+    )
+    return [cutlass.Uint32(llvm.extractvalue(T.i32(), res, [i], loc=loc, ip=ip)) for i in range(4)]
+
+
+@dsl_user_op
+def _e4m3_to_f16x2(byte_in_low_bits, *, loc=None, ip=None):
+    """The e4m3 scale in bits 0-6 (bit 7, the sign, ignored) -> f16x2 (sf * 2^7, sf * 2^7)."""
+    res = llvm.inline_asm(
+        T.i32(),
+        [cutlass.Uint32(byte_in_low_bits).ir_value(loc=loc, ip=ip)],
+        """{
+        .reg .b32 t, c;
+        and.b32 t, $1, 0x7F;
+        mul.lo.u32 t, t, 0x00800080;
+        mov.b32 c, 0x78007800;
+        mul.rn.f16x2 $0, t, c;
+        }""",
+        "=r,r",
+        loc=loc,
+        ip=ip,
+    )
+    return cutlass.Uint32(res)
 
 
 class Nvfp4GroupedGemmSm90:
     """NVFP4 x NVFP4 -> bf16 contiguous grouped GEMM; the tactic's fields are the knobs."""
 
-    def __init__(self, tactic: Tactic):
+    def __init__(self, tactic: Tactic, variant: str = ""):
         self.tactic = tactic
+        # Diagnostic builds for timing only (their results are wrong): "no_dequant" skips the
+        # dequantisation, "no_mma" skips the WGMMAs. "" is the kernel.
+        assert variant in ("", "no_dequant", "no_mma"), variant
+        self.variant = variant
         self.bm, self.bn = tactic.tile_mn
         self.cluster_mn = tactic.cluster_mn
         self.stages = tactic.stages
@@ -56,7 +128,7 @@ class Nvfp4GroupedGemmSm90:
         self.load_regs = 40
         self.mma_regs = 232
         self.acc_dtype = cutlass.Float32
-        self.ab_dtype = cutlass.BFloat16
+        self.ab_dtype = cutlass.Float16  # exact for e2m1 * e4m3 products (see OPERAND_UNSCALE)
         self.c_dtype = cutlass.BFloat16
 
     # ----------------------------------------------------------------------------------------
@@ -353,9 +425,12 @@ class Nvfp4GroupedGemmSm90:
             out = cute.make_rmem_tensor(tCgC.shape[:3], self.c_dtype)
             num_k_blocks = cute.size(tCrA, mode=[2])
             mma_barrier = pipeline.NamedBarrier(barrier_id=1, num_threads=self.num_mma_threads)
-            sAq8 = sAq
-            sAs8 = cute.recast_tensor(sAs, cutlass.Uint8)
-            sBs8 = cute.recast_tensor(sBs, cutlass.Uint8)
+            # 32-bit views of the staging ring (8 words = 64 fp4 values per row) and the thread's
+            # fixed (row, 16-byte half) unit: row ct // 2 (+128 per extra unit), half ct % 2.
+            sAq32 = cute.recast_tensor(sAq, cutlass.Uint32)
+            sBq32 = cute.recast_tensor(sBq, cutlass.Uint32)
+            unit_row = ct // 2
+            unit_half = ct % 2
 
             read = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.stages)
             step = cutlass.Int32(0)
@@ -369,8 +444,9 @@ class Nvfp4GroupedGemmSm90:
                     ring.consumer_wait(read)
                     s = read.index
                     buf = step % BF16_BUFFERS
-                    self._dequant(sAq8[(None, None, s)], sAs8, s, sA16, buf, self.bm, ct)
-                    self._dequant(sBq[(None, None, s)], sBs8, s, sB16, buf, self.bn, ct, b=True)
+                    if cutlass.const_expr(self.variant != "no_dequant"):
+                        self._dequant(sAq32, sAs, s, sA16, buf, self.bm, unit_row, unit_half)
+                        self._dequant(sBq32, sBs, s, sB16, buf, self.bn, unit_row, unit_half)
                     cute.arch.fence_proxy(
                         cute.arch.ProxyKind.async_shared, space=cute.arch.SharedSpace.shared_cta
                     )
@@ -378,7 +454,9 @@ class Nvfp4GroupedGemmSm90:
                     ring.consumer_release(read)
                     read.advance()
                     cute.nvgpu.warpgroup.fence()
-                    for kb in cutlass.range_constexpr(num_k_blocks):
+                    for kb in cutlass.range_constexpr(
+                        num_k_blocks if self.variant != "no_mma" else 0
+                    ):
                         cute.gemm(
                             tiled_mma,
                             acc,
@@ -390,7 +468,7 @@ class Nvfp4GroupedGemmSm90:
                     cute.nvgpu.warpgroup.wait_group(1)
                     step += 1
                 cute.nvgpu.warpgroup.wait_group(0)
-                alpha = mAlpha[expert]
+                alpha = mAlpha[expert] * OPERAND_UNSCALE
                 out.store((acc.load() * alpha).to(self.c_dtype))
                 cute.autovec_copy(out, tCgC[(None, None, None, m_tile, n_tile)])
 
@@ -399,38 +477,29 @@ class Nvfp4GroupedGemmSm90:
         """(rows, 32 packed bytes, stages), row-major per stage, as TMA writes it."""
         return cute.make_layout((rows, BK // 2, self.stages), stride=(BK // 2, 1, rows * BK // 2))
 
-    def _dequant(self, sq, sf8, s, s16, buf, rows, ct, b=False):
-        """Consumer threads turn one stage of packed FP4 rows (and their scales) into bf16.
+    def _dequant(self, sq32, sf32, s, s16, buf, rows, unit_row, unit_half):
+        """Consumer threads turn one stage of packed FP4 rows (and their scales) into fp16.
 
-        Work unit = (row, 16-value block): 8 packed bytes + 1 scale byte -> 16 bf16 values.
-        Thread ``ct`` takes units ct, ct + T, ... with unit u = (row u // 4, block u % 4), so a
-        warp reads 256 contiguous staging bytes.
+        Unit = (row, 16-byte half): 4 packed words (32 values, 2 scale blocks) -> 4 x 16-byte
+        stores into the swizzled operand tile. A warp reads 512 contiguous staging bytes; the
+        16-byte stores of 8 neighbouring threads land in 8 distinct swizzle chunks.
         """
-        units = rows * (BK // 16)
         dst = s16[(None, None, buf)]
-        for i in range(units // self.num_mma_threads):  # unrolled at trace time
-            u = ct + i * self.num_mma_threads
-            row = u // 4
-            blk = u % 4
-            packed = cute.make_rmem_tensor((1, 8), cutlass.Uint8)
-            cute.autovec_copy(cute.local_tile(sq, (1, 8), (row, blk)), packed)
-            # Scale byte of (row, blk) inside this stage's swizzled 128x4 chunks.
-            sf_idx = (row % 32) * 16 + ((row % 128) // 32) * 4 + blk
-            sf_byte = sf8[(sf_idx, 0, row // 128, s)]
-            # e4m3 -> fp16 bit pattern ((bits & 0x7f) << 7) is the value * 2^-8; e2m1 magnitude
-            # bits << 9 is the value * 2^-14: both exact, rescaled once in fp32 below.
-            sf_bits = cute.make_rmem_tensor((1,), cutlass.Uint16)
-            sf_bits[0] = cutlass.Uint16((cutlass.Int32(sf_byte) & 0x7F) * 128)
-            sf_val = cute.recast_tensor(sf_bits, cutlass.Float16).load().to(cutlass.Float32)
-            factor = sf_val[0] * 4194304.0  # 2^8 * 2^14
-            p = packed.load().to(cutlass.Uint16)
-            lo = p & 15
-            hi = p // 16
-            bits = cute.make_rmem_tensor((16,), cutlass.Uint16)
-            bits_pairs = cute.make_tensor(bits.iterator, cute.make_layout((2, 8), stride=(1, 2)))
-            bits_pairs[0, None].store(((lo & 7) * 512 + (lo & 8) * 4096).to(cutlass.Uint16))
-            bits_pairs[1, None].store(((hi & 7) * 512 + (hi & 8) * 4096).to(cutlass.Uint16))
-            vals = cute.recast_tensor(bits, cutlass.Float16).load().to(cutlass.Float32)
-            res = cute.make_rmem_tensor((1, 16), self.ab_dtype)
-            res.store((vals * factor).to(self.ab_dtype).reshape((1, 16)))
-            cute.autovec_copy(res, cute.local_tile(dst, (1, 16), (row, blk)))
+        for i in range(rows * 2 // self.num_mma_threads):  # unrolled at trace time
+            row = unit_row + i * (self.num_mma_threads // 2)
+            packed = cute.make_rmem_tensor((1, 4), cutlass.Uint32)
+            cute.autovec_copy(
+                cute.local_tile(sq32[(None, None, s)], (1, 4), (row, unit_half)), packed
+            )
+            # Scale word of this row: the 4 blocks' e4m3 bytes in the 128x4 swizzled chunk.
+            sf_word = cutlass.Uint32(sf32[((row % 32) * 4 + (row % 128) // 32, 0, row // 128, s)])
+            sf_half = sf_word >> (unit_half * 16)
+            scales = (_e4m3_to_f16x2(sf_half), _e4m3_to_f16x2(sf_half >> 8))
+            for j in range(4):
+                words = _e2m1x8_to_f16x8(packed[0, j], scales[j // 2])
+                frag = cute.make_rmem_tensor((4,), cutlass.Uint32)
+                for q in range(4):
+                    frag[q] = words[q]
+                frag16 = cute.recast_tensor(frag, self.ab_dtype)
+                src16 = cute.make_tensor(frag16.iterator, cute.make_layout((1, 8), stride=(8, 1)))
+                cute.autovec_copy(src16, cute.local_tile(dst, (1, 8), (row, unit_half * 4 + j)))

@@ -64,6 +64,7 @@ def grouped_gemm(
     *,
     tactic: Tactic = DEFAULT_TACTIC,
     out: torch.Tensor | None = None,
+    _variant: str = "",
 ) -> torch.Tensor:
     """bf16 [m, n]; rows of exiting tiles are left as they were in ``out`` (or uninitialised)."""
     import cuda.bindings.driver as cuda
@@ -74,7 +75,9 @@ def grouped_gemm(
         raise KernelArgumentError(f"the cute grouped_gemm cannot take this call: {why}")
     m, half_k = a.shape
     experts, n, _ = b.shape
-    key = CompileKey("grouped_gemm", tactic, DTYPES, n, 2 * half_k, experts, tile_size, ARCH)
+    key = CompileKey(
+        "grouped_gemm", tactic, DTYPES, n, 2 * half_k, experts, tile_size, ARCH, _variant
+    )
     compiled = compile_kernel(key)
     if out is None:
         out = torch.empty(m, n, dtype=torch.bfloat16, device=a.device)

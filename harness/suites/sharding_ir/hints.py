@@ -10,8 +10,10 @@ single nodes by ``torch.export`` so ``apply_sharding_hints`` can find and rewrit
 - ``split_with_sizes(x, sizes, dim, enable_sharding)``: ``sizes`` divided by TP once sharded.
 - ``all_reduce(x)``: identity until sharded, then a real sum over the ranks.
 - ``moe(x, topk_ids, topk_weights, w1, w2, w3)``: per-expert SwiGLU weights (w1 gate, w3 up,
-  w2 down), token ``t`` summing ``topk_weights[t, k] * expert[topk_ids[t, k]](x[t])``; ids outside
-  ``range(len(w1))`` contribute nothing.
+  w2 down), token ``t`` summing ``topk_weights[t, k] * expert[topk_ids[t, k]](x[t])``. Ids are
+  clamped into ``range(len(w1))``, as gather-based kernels index, so an id outside the range (a
+  token routed to another EP rank's expert) contributes unless its weight is zero: the sharder's
+  routing mask is what makes it contribute nothing.
 
 Custom ops may not return views of their inputs, so view/split/all_reduce return copies.
 ``torch_moe`` is the same MoE computation without hint meaning: what a leftover ``moe`` lowers to.
@@ -87,6 +89,7 @@ def _(x):
 
 def _moe_forward(x, topk_ids, topk_weights, w1, w2, w3) -> Tensor:
     out = torch.zeros_like(x)
+    topk_ids = topk_ids.clamp(0, len(w1) - 1)
     for expert, (gate_w, down_w, up_w) in enumerate(zip(w1, w2, w3, strict=True)):
         token_idx, k_pos = torch.where(topk_ids == expert)
         tokens = x[token_idx]

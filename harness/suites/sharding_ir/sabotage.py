@@ -32,6 +32,26 @@ def add_extra_collective(gm: fx.GraphModule) -> None:
     gm.recompile()
 
 
+def remove_routing_mask(gm: fx.GraphModule) -> int:
+    """Feed every MoE node its unmasked routing weights (the sharder's ``weights * is_local``
+    bypassed); returns how many masks were bypassed."""
+    removed = 0
+    for node in gm.graph.nodes:
+        if node.op != "call_function" or node.target is not torch.ops.stagebot_ir.torch_moe.default:
+            continue
+        weights = node.args[2]
+        if (
+            isinstance(weights, fx.Node)
+            and weights.target is torch.ops.aten.mul.Tensor
+            and getattr(weights.args[1], "target", None) is torch.ops.aten.logical_and.default
+        ):
+            node.args = (*node.args[:2], weights.args[0], *node.args[3:])
+            removed += 1
+    gm.graph.eliminate_dead_code()
+    gm.recompile()
+    return removed
+
+
 def split_on_wrong_dim(
     gm: fx.GraphModule, full: dict[str, Tensor], tp_size: int, tp_rank: int
 ) -> str:

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from stagebot.harness.suites.sharding_ir.worker import CONTROLS, DEFAULT
+from stagebot.harness.suites.sharding_ir.dist_config import NAMED_CONFIGS
+from stagebot.harness.suites.sharding_ir.registry import REGISTRY
+from stagebot.harness.suites.sharding_ir.worker import CONTROLS, DEFAULT, MOE_CONTROLS
 
 CHECKS = (
     "hints-lowered",
@@ -35,6 +37,20 @@ def test_check_passes(equivalence_report, check):
 @pytest.mark.parametrize("control", CONTROLS)
 def test_negative_control_is_caught(equivalence_report, control):
     _assert_on_all_ranks(equivalence_report, f"{DEFAULT}/{control}", expect_ok=False)
+
+
+@pytest.mark.parametrize("control", MOE_CONTROLS)
+def test_moe_negative_control_is_caught(equivalence_report, sharding_ir_case, control):
+    """Where experts are split over EP ranks, the routing mask is load-bearing: without it the
+    lowered MoE (ids clamped, as kernels gather) adds other ranks' tokens to the wrong experts."""
+    model_id, config = sharding_ir_case
+    ep_split = "num_experts" in REGISTRY[model_id].tiny and NAMED_CONFIGS[config][2] >= 2
+    key = f"{DEFAULT}/{control}"
+    if not ep_split:
+        assert key not in equivalence_report, f"{key} ran where experts are not split over EP"
+        pytest.skip("no MoE experts split over EP ranks in this model / dist config")
+    assert key in equivalence_report, f"{key} missing: no routing mask found to remove"
+    _assert_on_all_ranks(equivalence_report, key, expect_ok=False)
 
 
 def test_variants_pass(equivalence_report):

@@ -31,6 +31,8 @@ from stagebot.harness.suites.sharding_ir.sharding import apply_sharding_hints, s
 
 DEFAULT = "default"
 CONTROLS = ("control-no-collectives", "control-wrong-split-dim", "control-extra-collective")
+# Controls that apply only where the model has what they break (must then be present).
+MOE_CONTROLS = ("control-routing-mask-removed",)
 
 
 def run_equivalence(rank: int, model_id: str, dist_config: str) -> dict[str, CheckResult]:
@@ -103,6 +105,13 @@ def _check_variant(
         broken = _copy(gm)
         sabotage.add_extra_collective(broken)
         r[CONTROLS[2]] = collective_count_check(broken, collectives)
+        broken = _copy(gm)
+        unmasked = sabotage.remove_routing_mask(broken)
+        if unmasked:
+            result = numeric_check(broken(ids, pos), reference)
+            r[MOE_CONTROLS[0]] = CheckResult(
+                result.ok, f"{unmasked} routing masks removed; {result.detail}"
+            )
     return {f"{name}/{check}": result for check, result in r.items()}
 
 

@@ -54,7 +54,10 @@ def _e2m1x8_to_f16x8(word, scale2, *, loc=None, ip=None):
     Output pairs (n0, n4), (n1, n5), (n2, n6), (n3, n7): a fixed permutation of the 8 K
     positions, the same for A and B, so the dot products are unchanged. Splitting the nibbles
     of the odd and even positions into separate words leaves 4-bit gaps, so one mask per
-    output places sign (bit 15) and magnitude (bits 9-11) of each fp16 lane without carries.
+    output places sign (bit 15) and magnitude (bits 9-11) of each fp16 lane without carries:
+    (x | x >> 3) & 0x8E008E00 for the lanes at bits 12-15 and 28-31, and the same masked with
+    0x008E008E then shifted left by 8 for the lanes one byte lower (11 integer ops in all, each
+    lop3 = (a | b) & c).
     """
     res = llvm.inline_asm(
         llvm.StructType.get_literal([T.i32(), T.i32(), T.i32(), T.i32()]),
@@ -68,18 +71,16 @@ def _e2m1x8_to_f16x8(word, scale2, *, loc=None, ip=None):
         shl.b32 y, $4, 4;
         and.b32 y, y, 0xF0F0F0F0;
         shr.b32 t, x, 3;
-        or.b32 t, t, x;
-        and.b32 u, t, 0x8E008E00;
+        lop3.b32 u, x, t, 0x8E008E00, 0xA8;
         mul.rn.f16x2 $3, u, $5;
-        shl.b32 t, t, 8;
-        and.b32 u, t, 0x8E008E00;
+        lop3.b32 u, x, t, 0x008E008E, 0xA8;
+        shl.b32 u, u, 8;
         mul.rn.f16x2 $1, u, $5;
         shr.b32 t, y, 3;
-        or.b32 t, t, y;
-        and.b32 u, t, 0x8E008E00;
+        lop3.b32 u, y, t, 0x8E008E00, 0xA8;
         mul.rn.f16x2 $2, u, $5;
-        shl.b32 t, t, 8;
-        and.b32 u, t, 0x8E008E00;
+        lop3.b32 u, y, t, 0x008E008E, 0xA8;
+        shl.b32 u, u, 8;
         mul.rn.f16x2 $0, u, $5;
         }""",
         "=r,=r,=r,=r,r,r",
@@ -121,6 +122,7 @@ class Nvfp4GroupedGemmSm90:
         self.bm, self.bn = tactic.tile_mn
         self.cluster_mn = tactic.cluster_mn
         self.stages = tactic.stages
+        self.wg_split = tactic.wg_split
         self.num_mma_warpgroups = 2
         self.num_threads_per_wg = 128
         self.num_mma_threads = self.num_mma_warpgroups * self.num_threads_per_wg
@@ -136,6 +138,10 @@ class Nvfp4GroupedGemmSm90:
     @staticmethod
     def is_valid_tile(tactic: Tactic) -> bool:
         return tactic.tile_mn[0] == 128 and tactic.tile_mn[1] in (128, 256)
+
+    @staticmethod
+    def is_valid_wg_split(tactic: Tactic) -> bool:
+        return tactic.wg_split in ("m", "n")
 
     @staticmethod
     def is_valid_cluster(tactic: Tactic) -> bool:
@@ -161,6 +167,7 @@ class Nvfp4GroupedGemmSm90:
         checks = (
             (cls.is_valid_tile(tactic), "tile must be 128 x (128 | 256)"),
             (cls.is_valid_cluster(tactic), "only cluster 1x1 is implemented"),
+            (cls.is_valid_wg_split(tactic), "warpgroup split must be 'm' or 'n'"),
             (cls.is_valid_smem(tactic), f"needs {cls.smem_bytes(tactic)} B of smem (> 227 KiB)"),
             (
                 cls.is_valid_problem(tactic, n, k, tile_size),
@@ -217,8 +224,8 @@ class Nvfp4GroupedGemmSm90:
             utils.LayoutEnum.ROW_MAJOR.sm90_mma_major_mode(),
             utils.LayoutEnum.ROW_MAJOR.sm90_mma_major_mode(),
             self.acc_dtype,
-            (2, 1, 1),
-            tiler_mn=(64, self.bn),
+            (2, 1, 1) if self.wg_split == "m" else (1, 2, 1),
+            tiler_mn=(64, self.bn) if self.wg_split == "m" else (64, self.bn // 2),
         )
         tile_mnk = (self.bm, self.bn, BK)
         self.a16_layout = sm90_utils.make_smem_layout_a(
@@ -445,8 +452,13 @@ class Nvfp4GroupedGemmSm90:
                     s = read.index
                     buf = step % BF16_BUFFERS
                     if cutlass.const_expr(self.variant != "no_dequant"):
-                        self._dequant(sAq32, sAs, s, sA16, buf, self.bm, unit_row, unit_half)
-                        self._dequant(sBq32, sBs, s, sB16, buf, self.bn, unit_row, unit_half)
+                        self._dequant(
+                            ((sAq32, sAs, sA16, self.bm), (sBq32, sBs, sB16, self.bn)),
+                            s,
+                            buf,
+                            unit_row,
+                            unit_half,
+                        )
                     cute.arch.fence_proxy(
                         cute.arch.ProxyKind.async_shared, space=cute.arch.SharedSpace.shared_cta
                     )
@@ -477,22 +489,30 @@ class Nvfp4GroupedGemmSm90:
         """(rows, 32 packed bytes, stages), row-major per stage, as TMA writes it."""
         return cute.make_layout((rows, BK // 2, self.stages), stride=(BK // 2, 1, rows * BK // 2))
 
-    def _dequant(self, sq32, sf32, s, s16, buf, rows, unit_row, unit_half):
+    def _dequant(self, operands, s, buf, unit_row, unit_half):
         """Consumer threads turn one stage of packed FP4 rows (and their scales) into fp16.
 
         Unit = (row, 16-byte half): 4 packed words (32 values, 2 scale blocks) -> 4 x 16-byte
         stores into the swizzled operand tile. A warp reads 512 contiguous staging bytes; the
-        16-byte stores of 8 neighbouring threads land in 8 distinct swizzle chunks.
+        16-byte stores of 8 neighbouring threads land in 8 distinct swizzle chunks. Every unit's
+        shared-memory loads are issued before any conversion or store (the compiler cannot move
+        loads above stores to the same memory space), so their latencies overlap.
         """
-        dst = s16[(None, None, buf)]
-        for i in range(rows * 2 // self.num_mma_threads):  # unrolled at trace time
-            row = unit_row + i * (self.num_mma_threads // 2)
-            packed = cute.make_rmem_tensor((1, 4), cutlass.Uint32)
-            cute.autovec_copy(
-                cute.local_tile(sq32[(None, None, s)], (1, 4), (row, unit_half)), packed
-            )
-            # Scale word of this row: the 4 blocks' e4m3 bytes in the 128x4 swizzled chunk.
-            sf_word = cutlass.Uint32(sf32[((row % 32) * 4 + (row % 128) // 32, 0, row // 128, s)])
+        units = []
+        for sq32, sf32, s16, rows in operands:
+            for i in range(rows * 2 // self.num_mma_threads):  # unrolled at trace time
+                row = unit_row + i * (self.num_mma_threads // 2)
+                packed = cute.make_rmem_tensor((1, 4), cutlass.Uint32)
+                cute.autovec_copy(
+                    cute.local_tile(sq32[(None, None, s)], (1, 4), (row, unit_half)), packed
+                )
+                # Scale word of this row: the 4 blocks' e4m3 bytes in the 128x4 swizzled chunk.
+                sf_word = cutlass.Uint32(
+                    sf32[((row % 32) * 4 + (row % 128) // 32, 0, row // 128, s)]
+                )
+                units.append((s16, row, packed, sf_word))
+        for s16, row, packed, sf_word in units:
+            dst = s16[(None, None, buf)]
             sf_half = sf_word >> (unit_half * 16)
             scales = (_e4m3_to_f16x2(sf_half), _e4m3_to_f16x2(sf_half >> 8))
             for j in range(4):

@@ -14,10 +14,15 @@ class Tactic:
     tile_mn: tuple[int, int] = (128, 128)  # CTA tile (rows of the permuted activations, columns)
     cluster_mn: tuple[int, int] = (1, 1)
     stages: int = 4  # depth of the TMA pipeline of packed FP4 + scales
+    # How the two MMA warpgroups share the CTA tile: "m" = 64 rows x all columns each (B read
+    # by both), "n" = all rows x half the columns each (A read by both; fewer smem bytes).
+    # "n" passed gpu_check but measured 3-5% slower (NOTES.md v2), so no listed tactic uses it.
+    wg_split: str = "m"
 
     def __str__(self) -> str:
         (tm, tn), (cm, cn) = self.tile_mn, self.cluster_mn
-        return f"tile{tm}x{tn}_cluster{cm}x{cn}_stages{self.stages}"
+        split = "" if self.wg_split == "m" else f"_wg{self.wg_split}"
+        return f"tile{tm}x{tn}_cluster{cm}x{cn}_stages{self.stages}{split}"
 
 
 # The dispatcher's list, in order of preference; the first one is what CI compiles.

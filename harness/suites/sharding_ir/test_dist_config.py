@@ -45,6 +45,34 @@ def test_local_experts(num_experts, moe_ep, expected):
     assert got == expected
 
 
+def test_expected_experts_are_a_literal_table_not_the_sharders():
+    """The structural check's expectation, against literals (not against DistConfig)."""
+    from stagebot.harness.suites.sharding_ir.models.qwen3_moe import expected_local_experts
+
+    table = {r: list(expected_local_experts(5, 2, r)) for r in range(2)}
+    assert table == {0: [0, 1], 1: [2, 3, 4]}
+    assert {r: list(expected_local_experts(8, 2, r)) for r in range(2)} == {
+        0: [0, 1, 2, 3],
+        1: [4, 5, 6, 7],
+    }
+
+
+def test_moe_model_expects_the_remainder_on_the_last_ep_rank():
+    """5 experts on tep: ranks 0 and 2 (ep 0) keep experts 0-1, ranks 1 and 3 (ep 1) keep 2-4."""
+    from stagebot.harness.suites.sharding_ir.build import build_ir_model
+    from stagebot.harness.suites.sharding_ir.registry import REGISTRY
+
+    model = build_ir_model(REGISTRY["Qwen/Qwen3-30B-A3B"], {"num_experts": 5})
+    for rank, kept in {0: [0, 1], 1: [2, 3, 4], 2: [0, 1], 3: [2, 3, 4]}.items():
+        shapes = model.expected_local_shapes(DistConfig.named("tep", rank))
+        experts = {
+            int(k.split(".")[5])
+            for k, shape in shapes.items()
+            if k.startswith("model.layers.1.mlp.experts.") and shape is not None
+        }
+        assert sorted(experts) == kept, rank
+
+
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [

@@ -82,12 +82,22 @@ class SparseMoeBlock(nn.Module):
         return hints.all_reduce(out).reshape(b, s, h)
 
     def local_shapes(self, dc: DistConfig) -> Shapes:
-        local = dc.local_experts(self.num_experts)
+        local = expected_local_experts(self.num_experts, dc.moe_ep, dc.moe_ep_rank)
         shapes: Shapes = {}
         for e, expert in enumerate(self.experts):
             for name, shape in swiglu_local_shapes(expert, dc.moe_tp).items():
                 shapes[f"experts.{e}.{name}"] = shape if e in local else None
         return shapes
+
+
+def expected_local_experts(num_experts: int, moe_ep: int, ep_rank: int) -> range:
+    """The experts EP rank ``ep_rank`` should keep, written out here on purpose rather than taken
+    from ``DistConfig.local_experts`` (which the sharder uses): an even share each, the
+    remainder on the last EP rank."""
+    share = num_experts // moe_ep
+    start = ep_rank * share
+    stop = num_experts if ep_rank == moe_ep - 1 else start + share
+    return range(start, stop)
 
 
 class Qwen3MoeIRForCausalLM(IRForCausalLM):

@@ -15,6 +15,7 @@ API (also used by the GitHub adapter)::
     record = ledger.pipeline(number)                # PipelineRecord, with its StageResults
     ledger.prior_shard(stage, commit, pipeline)     # the planner's History protocol
     ledger.durations("CPU-PyTorch")                 # test id -> seconds, for shard splitting
+    ledger.pinned_split(family, commit, digest, n)  # the split earlier runs on this commit used
     ledger.base_pipeline(base_commit, "main")       # the pipeline failures are compared with
     ledger.record_validation(head_commit, n, pr=pr) # `/bot reuse-pipeline`
 """
@@ -337,6 +338,35 @@ class Ledger:
     def record_results(self, pipeline: int, results: list[StageResult]) -> None:
         for result in results:
             self.record_result(pipeline, result)
+
+    def record_split(self, pipeline: int, family: str, groups: list[list[str]]) -> None:
+        """Record how ``family``'s tests were split into its shards in ``pipeline`` (shard i's
+        test ids are ``groups[i - 1]``), so later pipelines on the same commit and catalog keep
+        that split and a reused shard still means the same tests."""
+        with self._write() as db:
+            pid = self._id(pipeline)
+            meta = json.loads(
+                db.execute("SELECT meta FROM pipelines WHERE id = ?", (pid,)).fetchone()[0]
+            )
+            meta.setdefault("splits", {})[family] = [list(group) for group in groups]
+            db.execute("UPDATE pipelines SET meta = ? WHERE id = ?", (json.dumps(meta), pid))
+
+    def pinned_split(
+        self, family: str, commit: str | None, catalog_digest: str, shards: int
+    ) -> list[list[str]] | None:
+        """The split of ``family`` recorded by the latest pipeline on ``commit`` with this
+        catalog (digest) and shard count; None when there is none."""
+        if commit is None:
+            return None
+        for row in self._query(
+            "SELECT meta FROM pipelines WHERE repo = ? AND commit_id = ? AND catalog_digest = ?"
+            " ORDER BY id DESC",
+            (self.repo, commit, catalog_digest),
+        ):
+            groups = json.loads(row["meta"] or "{}").get("splits", {}).get(family)
+            if isinstance(groups, list) and len(groups) == shards:
+                return [list(group) for group in groups]
+        return None
 
     def finish_pipeline(
         self, pipeline: int, state: str, meta: dict[str, Any] | None = None

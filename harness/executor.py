@@ -1,7 +1,9 @@
 """Execute a Plan on this host: split, schedule on GPU/CPU slots, run shards, record as they end.
 
 ``execute(plan, catalog, pipeline, settings, ledger=...)``: shards the plan reuses become REUSED
-results (their passed tests are copied forward in the ledger); shards this host cannot run (GPU
+results (their passed tests are copied forward in the ledger) — for a multi-shard family only
+after the split, when every test of the shard's share passed (the split is pinned per commit and
+catalog in the ledger, so it normally is the same); shards this host cannot run (GPU
 type, count, nodes) become NOT_RUN with the reason; the rest run concurrently as their slots
 allow (``harness.scheduler``), each in its own pytest, and each result is written to the ledger
 the moment it ends. Fail-fast (the default): the first FAILURE/ERROR cancels the queue and
@@ -18,7 +20,7 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from stagebot.harness.collect import CollectError, split_family
+from stagebot.harness.collect import CollectError, collect_tests
 from stagebot.harness.gpus import Device, describe, detect_devices, gpu_types_of
 from stagebot.harness.progress import Progress
 from stagebot.harness.results import StageResult
@@ -28,6 +30,7 @@ from stagebot.harness.streams import read_stream
 from stagebot.stages.catalog import Catalog
 from stagebot.stages.matrix import matrix_entries
 from stagebot.stages.plan import MatrixEntry, Plan
+from stagebot.stages.sharding import least_duration
 
 DEFAULT_EXPECTED_S = 60.0
 FAILED_STATES = ("FAILURE", "ERROR")
@@ -78,16 +81,22 @@ def execute(
             ledger.record_result(pipeline, result, logs=_logs(result), reused_tests=reused)
         progress.finished(result)
 
-    for shard in plan.shards_to("reuse"):
-        record(_reused_result(shard), _copied_tests(ledger, shard.stage, shard.reuse_from))
+    # A reused shard of a split family is only decided after the split (see _split).
+    entries = matrix_entries(plan, catalog, pipeline, actions=("run", "reuse"))
+    reuse = {shard.stage for shard in plan.shards_to("reuse")}
+    for entry in entries:
+        if entry.stage in reuse and not _is_split(entry):
+            record(_reused_result(entry), _copied_tests(ledger, entry.stage, entry.reuse_from))
+    entries = [entry for entry in entries if entry.stage not in reuse or _is_split(entry)]
     jobs: dict[str, tuple[Job, MatrixEntry]] = {}
-    for entry in _split(matrix_entries(plan, catalog, pipeline), settings, ledger, record):
+    for entry in _split(entries, reuse, plan, pipeline, settings, ledger, record, partly_reused):
         out = settings.out_dir / entry.stage
         missing = _missing_hardware(entry, scheduler, catalog, devices)
         if missing:
             record(not_run_result(entry, out, "NOT_RUN", missing))
             continue
-        partly_reused[entry.stage] = _reused_tests(ledger, entry)
+        if entry.stage not in partly_reused:
+            partly_reused[entry.stage] = _reused_tests(ledger, entry)
         expected = _expected_s(entry, ledger)
         jobs[entry.stage] = (
             Job(entry.stage, entry.gpu_type, max(entry.gpu_count, 1), expected),
@@ -207,36 +216,87 @@ def _timeout(entry: MatrixEntry, settings: Settings) -> float:
     return min(timeout, settings.shard_timeout_s) if settings.shard_timeout_s else timeout
 
 
-def _split(entries: list[MatrixEntry], settings: Settings, ledger, record) -> list[MatrixEntry]:
-    """Give each shard of a multi-shard family its share of the family's tests."""
-    families: dict[str, list] = {}
+def _is_split(entry: MatrixEntry) -> bool:
+    """A shard of a multi-shard test family: its tests are the family's split, not fixed."""
+    return entry.shards > 1 and entry.command is None and not entry.tests
+
+
+def _split(
+    entries: list[MatrixEntry],
+    reuse: set[str],
+    plan: Plan,
+    pipeline: int,
+    settings: Settings,
+    ledger,
+    record,
+    carried: dict[str, dict[str, tuple[int, float]]],
+) -> list[MatrixEntry]:
+    """Give each shard of a multi-shard family its share of the family's tests.
+
+    The split is pinned per commit and catalog: a later pipeline on the same commit reuses the
+    split the earlier one recorded, so a shard name keeps meaning the same tests. Reuse is checked
+    against the share all the same: a shard the plan reuses is REUSED only when every test of its
+    share passed in its source pipeline, else it runs the tests that did not; a shard that runs
+    skips only the planner's reused tests that are in its share (``carried`` gets them)."""
+    families: dict[str, list[MatrixEntry]] = {}
     out = []
     for entry in entries:
-        if entry.shards == 1 or entry.command is not None or entry.tests:
-            out.append(entry)
-            continue
-        family = entry.stage.rsplit("-", 1)[0]
-        if family not in families:
-            durations = ledger.durations(family) if ledger is not None else {}
-            try:
-                families[family] = split_family(entry, settings.root, durations)
-            except CollectError as error:
-                families[family] = error
-        split = families[family]
-        if isinstance(split, CollectError):
-            record(not_run_result(entry, settings.out_dir / entry.stage, "ERROR", str(split)))
-            continue
-        tests = split[entry.shard - 1].tests
-        remaining = [t for t in tests if t not in set(entry.reused_tests)]
-        if not tests:
-            why = f"this shard's share of {family} is empty ({len(split)} shards, fewer tests)"
-            record(not_run_result(entry, settings.out_dir / entry.stage, "NOT_RUN", why))
-        elif not remaining:
-            result = _reused_result(entry)
-            record(result, _copied_tests(ledger, entry.stage, entry.reuse_from))
+        if _is_split(entry):
+            families.setdefault(entry.stage.rsplit("-", 1)[0], []).append(entry)
         else:
-            out.append(replace(entry, tests=tests))
+            out.append(entry)
+    for family, members in families.items():
+        all_reused = all(entry.stage in reuse for entry in members)
+        groups = _family_split(family, members[0], all_reused, plan, pipeline, settings, ledger)
+        for entry in members:
+            folder = settings.out_dir / entry.stage
+            if isinstance(groups, CollectError):
+                record(not_run_result(entry, folder, "ERROR", str(groups)))
+                continue
+            share = groups[entry.shard - 1]
+            passed = _copied_tests(ledger, entry.stage, entry.reuse_from)
+            allowed = passed if entry.stage in reuse else set(entry.reused_tests)
+            kept = {t: passed[t] for t in share if t in passed and t in allowed}
+            if not share:
+                why = f"this shard's share of {family} is empty ({len(groups)} shards, fewer tests)"
+                record(not_run_result(entry, folder, "NOT_RUN", why))
+            elif len(kept) == len(share):
+                record(_reused_result(entry), kept)
+            else:
+                carried[entry.stage] = kept
+                out.append(replace(entry, tests=share, reused_tests=list(kept)))
     return out
+
+
+def _family_split(
+    family: str,
+    entry: MatrixEntry,
+    all_reused: bool,
+    plan: Plan,
+    pipeline: int,
+    settings: Settings,
+    ledger,
+) -> list[list[str]] | CollectError:
+    pinned = (
+        ledger.pinned_split(family, plan.commit, plan.catalog_digest, entry.shards)
+        if ledger is not None
+        else None
+    )
+    if pinned is not None and all_reused:
+        groups = pinned  # nothing runs: no need to collect the tests again
+    else:
+        try:
+            tests = collect_tests(entry, settings.root)
+        except CollectError as error:
+            return error
+        if pinned is not None and sorted(t for g in pinned for t in g) == sorted(tests):
+            groups = pinned
+        else:
+            durations = ledger.durations(family) if ledger is not None else {}
+            groups = [g.tests for g in least_duration(tests, durations, entry.shards)]
+    if ledger is not None:
+        ledger.record_split(pipeline, family, groups)
+    return groups
 
 
 def _missing_hardware(entry: MatrixEntry, scheduler: Scheduler, catalog, devices) -> str | None:

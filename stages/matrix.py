@@ -6,11 +6,16 @@ from stagebot.stages.catalog import Catalog
 from stagebot.stages.plan import MatrixEntry, Plan
 
 
-def matrix_entries(plan: Plan, catalog: Catalog, pipeline: int) -> list[MatrixEntry]:
-    """One entry per shard the plan runs: the job needs no ledger and no catalog to run it."""
+def matrix_entries(
+    plan: Plan, catalog: Catalog, pipeline: int, actions: tuple[str, ...] = ("run",)
+) -> list[MatrixEntry]:
+    """One entry per shard the plan runs: the job needs no ledger and no catalog to run it.
+
+    ``actions``: the plan actions to include (the local executor also asks for "reuse" shards,
+    to check after splitting a family that a reused shard's share really passed)."""
     options = plan.command["options"]
     entries = []
-    for shard in plan.shards_to("run"):
+    for shard in (shard for shard in plan.shards if shard.action in actions):
         gpu_type = catalog.gpu_types[shard.gpu_type]
         entries.append(
             MatrixEntry(

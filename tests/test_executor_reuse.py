@@ -1,0 +1,73 @@
+"""Reuse stays sound when a multi-shard family is split again (a failing test never hides).
+
+The family's tests: a, c, d quick; b takes 1.5 s and fails when $STAGEBOT_FIXTURE_BROKEN is set.
+Split by equal weights, pipeline #1 runs {a, c} and {b, d}; split again by the recorded
+durations, b alone would fill shard 1, which #1 passed — so shard 1 must not be reused blindly.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+from fixtures.botrun import bot, results
+
+BROKEN = {"STAGEBOT_FIXTURE_BROKEN": "1"}
+CATALOG = """
+gpu_types:
+  CPU: {device_names: [], runner_labels: [ubuntu-latest]}
+families:
+  - name: CPU-PyTorch
+    kind: test
+    shards: 2
+    timeout_minutes: 2
+    suites: [{path: tests/fixtures/suites/check_resplit.py}]
+"""
+
+
+def _run(tmp: Path, out: str):
+    return bot(
+        "run",
+        "--catalog",
+        str(tmp / "catalog.yaml"),
+        "--ledger",
+        str(tmp / "ledger.sqlite"),
+        "--commit",
+        "abc1234",
+        "--out",
+        str(tmp / out),
+        "/bot run",
+        env=BROKEN,
+    )
+
+
+def _executed(out: Path) -> dict[str, str]:
+    return {
+        t["test_id"].split("::")[1]: t["outcome"]
+        for result in results(out).values()
+        for t in result["tests"]
+    }
+
+
+@pytest.mark.parametrize("pinned", [True, False], ids=["split-pinned", "split-not-recorded"])
+def test_a_failing_test_moved_by_a_new_split_is_never_reused(tmp_path, pinned) -> None:
+    (tmp_path / "catalog.yaml").write_text(CATALOG)
+    first = _run(tmp_path, "out1")
+    assert first.returncode == 1, first.stdout + first.stderr
+    assert _executed(tmp_path / "out1")["test_b"] == "failed"
+    if not pinned:  # a ledger written before splits were recorded: the executor must still check
+        with sqlite3.connect(tmp_path / "ledger.sqlite") as db:
+            db.execute("UPDATE pipelines SET meta = json_remove(meta, '$.splits')")
+
+    second = _run(tmp_path, "out2")
+    assert second.returncode == 1, second.stdout + second.stderr
+    assert "state FAILURE" in second.stdout and "state SUCCESS" not in second.stdout
+    assert _executed(tmp_path / "out2")["test_b"] == "failed"  # b ran again, and failed
+    with sqlite3.connect(tmp_path / "ledger.sqlite") as db:
+        metas = [json.loads(m) for (m,) in db.execute("SELECT meta FROM pipelines ORDER BY id")]
+    if pinned:  # the same split both times: shard 1 ({a, c}) is reused, shard 2 re-runs b
+        assert metas[0]["splits"] == metas[1]["splits"]
+        assert "| CPU-PyTorch-1 | REUSED |" in second.stdout
+        assert set(_executed(tmp_path / "out2")) == {"test_b"}

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from stagebot.bot.config import BotConfig
 from stagebot.bot.github import Permission
+from stagebot.bot.replies import escape
 
 REQUIRED_LEVEL = {"help": None, "run": "write", "kill": "write", "skip": "maintain"}
 REQUIRED_LEVEL["reuse-pipeline"] = "maintain"
@@ -25,7 +26,9 @@ ALLOWLIST_GRANTS = "write"  # the allowlist stands in for write, never for maint
 @dataclass(frozen=True)
 class Decision:
     allowed: bool
-    why: str  # what allowed it, or what is missing (said to the user)
+    # what allowed it, or what is missing: markdown said to the user (a reply puts it in as
+    # is), so every user-controlled part in it is escaped here
+    why: str
 
 
 def authorize(command: str, login: str, permission: Permission, config: BotConfig) -> Decision:
@@ -59,5 +62,5 @@ def approve(
     return Decision(
         False,
         f"this plan needs the {config.approval_label!r} label on the PR, which a CI approver "
-        f"applies ({'; '.join(reasons)})",
+        f"applies ({'; '.join(escape(reason) for reason in reasons)})",
     )

@@ -15,7 +15,9 @@ from stagebot.bot.errors import StagebotError
 
 MARKER_VERSION = 1
 PIPELINE_STATES = ("RUNNING", "SUCCESS", "FAILURE", "ABORTED")
-MARKER = re.compile(r"<!-- stagebot:(?P<payload>\{.*?\}) -->", re.DOTALL)
+# One line: render() never writes a newline, so a forged, unclosed "<!-- stagebot:{" earlier in
+# the body cannot run on into (and swallow) the real marker.
+MARKER = re.compile(r"<!-- stagebot:(?P<payload>\{[^\n]*?\}) -->")
 
 
 class MarkerError(StagebotError):
@@ -59,8 +61,12 @@ class ReplyMarker:
 
 
 def find_marker(body: str) -> ReplyMarker | None:
-    """The marker in a comment body, or None; a malformed marker raises MarkerError."""
-    match = MARKER.search(body)
+    """The marker of a comment body: the LAST one, because the bot always ends its replies with
+    its marker, so anything marker-like earlier in the body (user text that was not escaped, a
+    quote) can neither replace nor hide it. None when there is none; a malformed last marker
+    raises MarkerError. Callers must also check who wrote the comment (bot.replies.our_replies
+    counts only the bot login's comments): anyone can paste a marker into their own comment."""
+    match = next(reversed(list(MARKER.finditer(body))), None)
     if match is None:
         return None
     try:

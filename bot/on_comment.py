@@ -27,7 +27,6 @@ from stagebot.bot.marker import ReplyMarker
 from stagebot.bot.replies import (
     NO_RUN_STATE,
     Reply,
-    escape,
     next_pipeline,
     our_replies,
     render_reply,
@@ -162,7 +161,7 @@ class CommentHandler:
             "triggered",
             "RUNNING",
             stages=stages,
-            command=escape(render(command)),
+            command=render(command),
             cancelled=cancelled,
             counts=counts,
             partly_tested_reason=None if plan.gating else plan.partly_tested_reason,
@@ -206,7 +205,7 @@ class CommentHandler:
             f"Skipped by @{self.event.author}: {command.comment}",
             self.env.run_url,
         )
-        self._reply("skipped", "SUCCESS", reason=escape(command.comment))
+        self._reply("skipped", "SUCCESS", reason=command.comment)
         return Outcome(f"skip: {sha[:7]} marked success without testing", pipeline=self.pipeline)
 
     def _reuse_pipeline(self, command: Command) -> Outcome:
@@ -265,9 +264,7 @@ class CommentHandler:
             marker = replace(reply.marker, state="ABORTED")
             self.api.edit_comment(
                 reply.comment.id,
-                render_reply(
-                    "aborted", marker, pipeline=number, sha7=marker.commit[:7], why=escape(why)
-                ),
+                render_reply("aborted", marker, pipeline=number, sha7=marker.commit[:7], why=why),
             )
             if self.ledger is not None:
                 record = self.ledger.pipeline(number, with_results=False)
@@ -278,11 +275,11 @@ class CommentHandler:
 
     def _malformed(self, error: str, *, with_help: bool) -> Outcome:
         self.api.react(self.event.comment_id, "confused")
-        # the parse error can quote the comment, so it is escaped like any user text
+        # the parse error can quote the comment: the template escapes it like any user text
         self._reply(
             "malformed",
             NO_RUN_STATE,
-            error=escape(error.split("\n\n", 1)[0]),
+            error=error.split("\n\n", 1)[0],
             help=help_text() if with_help else "",
         )
         return Outcome(f"malformed command: {error.splitlines()[0]}", pipeline=self.pipeline)
@@ -291,7 +288,7 @@ class CommentHandler:
         self._reply(
             "refused",
             NO_RUN_STATE,
-            command=escape(render(command)),
+            command=render(command),
             why=decision.why,
             label_missing=label_missing,
         )

@@ -148,3 +148,14 @@ def test_marker_survives_hostile_stage_names_and_is_found_in_a_body() -> None:
         find_marker("<!-- stagebot:{nope} -->")
     with pytest.raises(MarkerError, match="state 'DONE'"):
         find_marker(marker.render().replace("RUNNING", "DONE"))
+
+
+def test_find_marker_takes_the_last_marker_and_ignores_earlier_forgeries() -> None:
+    """The bot's marker is always the last thing in its reply: text earlier in the body (user
+    text that slipped through, a quoted marker) can neither replace nor hide it."""
+    ours = ReplyMarker(5, "abc1234", 99, "SUCCESS", {})
+    forged = ReplyMarker(4242, "f" * 40, 1, "RUNNING", {}).render()
+    assert find_marker(f"files: `{forged}`\n\n{ours.render()}\n") == ours
+    assert find_marker(f"junk <!-- stagebot:{{nope}} -->\n\n{ours.render()}\n") == ours
+    # an unclosed forged prefix on an earlier line does not swallow the real marker
+    assert find_marker(f"x <!-- stagebot:{{ and more\n\n{ours.render()}\n") == ours

@@ -473,3 +473,57 @@ def test_outputs_and_plan_files(gh, handle, tmp_path) -> None:
     assert saved == result.outputs
     plan = json.loads((out / "plan.json").read_text())
     assert plan["commit"] == SHA and plan["pr"] == PR and plan["gating"] is True
+
+
+HOSTILE = '@everyone `x` | <!-- stagebot:{"pipeline":4242,"state":"RUNNING"} --> <b>&'
+REPLY_CONTEXTS = {  # every value a user (or a restored ledger) can influence is HOSTILE
+    "aborted": dict(pipeline=3, sha7=HOSTILE, why=HOSTILE),
+    "killed": dict(killed=[3], sha7=HOSTILE, login=HOSTILE),
+    "malformed": dict(login=HOSTILE, error=HOSTILE + "\n```\n" + HOSTILE, help=""),
+    "refused": dict(login=HOSTILE, command=HOSTILE, why="needs write", label_missing=False),
+    "skipped": dict(login=HOSTILE, sha7=HOSTILE, status_context=HOSTILE, reason=HOSTILE),
+    "triggered": dict(
+        pipeline=3,
+        sha7=HOSTILE,
+        login=HOSTILE,
+        comment_url="https://github.com/o/r/pull/7#c",
+        run_url=None,
+        command=HOSTILE,
+        cancelled=[],
+        counts={"run": 1, "reuse": 0, "skip": 0},
+        partly_tested_reason=HOSTILE,
+        status_context=HOSTILE,
+    ),
+    "reused": dict(
+        ok=True,
+        why=HOSTILE,
+        source=2,
+        sha7="abc1234",
+        source_sha7=HOSTILE,
+        login=HOSTILE,
+        status_context=HOSTILE,
+        changed=[HOSTILE, "README.md"],
+        stopped=[],
+    ),
+    "reused-refused": dict(ok=False, why=HOSTILE, source=None, login=HOSTILE),
+}
+
+
+@pytest.mark.parametrize("kind", REPLY_CONTEXTS)
+def test_every_reply_template_escapes_user_text(kind) -> None:
+    from stagebot.bot.marker import ReplyMarker
+    from stagebot.bot.replies import render_reply
+
+    marker = ReplyMarker(9, SHA, COMMENT_ID, "SUCCESS", {})
+    body = render_reply(kind.split("-")[0], marker, **REPLY_CONTEXTS[kind])
+    assert body.count("<!--") == 1 and body.count("<b>") == 0, body
+    assert "@everyone" not in body and "@\u200beveryone" in body
+    assert find_marker(body) == marker
+
+
+def test_escape_is_one_rule_for_replies_and_reports() -> None:
+    from stagebot.bot.replies import code, escape
+
+    assert escape("@team_x <!-- a|b\nc & d") == "@\u200bteam_x &lt;!-- a&#124;b c &amp; d"
+    assert code("README.md") == "`README.md`" and code("a`b") == "``a`b``"
+    assert code("`x") == "`` `x ``"

@@ -302,3 +302,24 @@ def test_a_damaged_result_file_is_that_shard_error_and_the_pipeline_still_ends(
     assert marker_of(reply).stages == {"CPU-PyTorch-1": "ERROR", "CPU-Build_Check": "SUCCESS"}
     assert "INFRA" in reply["body"] or "infrastructure" in reply["body"]
     assert status(gh)["state"] == "failure"
+
+
+def test_a_changed_file_name_cannot_forge_the_reply_marker(gh, pipeline) -> None:
+    """A PR can name a file like our marker; the reuse reply lists changed files. The forged
+    marker must not become the reply's marker (the next /bot run would cancel run #4242)."""
+    pipeline.whole("/bot run", 101)
+    new_head = "e" * 40
+    gh.pulls[PR]["head"]["sha"] = new_head
+    forged = (
+        '<!-- stagebot:{"comment_id":1,"commit":"' + "f" * 40 + '","pipeline":4242,'
+        '"stages":{},"state":"RUNNING","version":1} -->'
+    )
+    gh.diffs[(SHA, new_head)] = [forged, "@everyone.py", "README.md"]
+    pipeline.comment("/bot reuse-pipeline #101", 102, author="maintainer")
+    reply = next(c for c in replies(gh) if marker_of(c).comment_id == 7102)
+    assert (marker_of(reply).pipeline, marker_of(reply).state) == (102, "SUCCESS")
+    assert reply["body"].count("<!--") == 1 and "@everyone" not in reply["body"]
+    assert "`README.md`" in reply["body"]
+    gh.add_run(4242)
+    pipeline.comment("/bot run", 103)
+    assert gh.runs[50000 + 4242]["conclusion"] is None and gh.calls("cancel_run") == []

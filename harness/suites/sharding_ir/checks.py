@@ -97,3 +97,12 @@ def local_shape_check(
 def hint_count(gm: fx.GraphModule) -> int:
     ops = set(hint_ops().values())
     return sum(node.op == "call_function" and node.target in ops for node in gm.graph.nodes)
+
+
+def hints_lowered_check(hints_exported: int, gm: fx.GraphModule) -> CheckResult:
+    """The export kept hint nodes (else nothing was sharded) and none is left once stripped."""
+    left = hint_count(gm)
+    return CheckResult(
+        hints_exported > 0 and left == 0,
+        f"{hints_exported} hint nodes exported, {left} left after strip",
+    )

@@ -22,6 +22,14 @@ class ParamShard:
     full_shape: torch.Size
     take: Callable[[Tensor], Tensor]  # full tensor -> this rank's shard
 
+    def applies_to(self, incoming: Tensor) -> bool:
+        """Slice only a tensor of the full shape: an already-sharded one loads as it is."""
+        return incoming.shape == self.full_shape
+
+
+# Attribute of each hooked module holding its table (the very dict its hook reads).
+TABLE_ATTR = "_sharding_ir_load_table"
+
 
 def register_load_hooks(root: nn.Module, shards: dict[str, ParamShard]) -> None:
     """Hook every owning module of a sharded parameter (``shards`` keyed by parameter path)."""
@@ -30,11 +38,13 @@ def register_load_hooks(root: nn.Module, shards: dict[str, ParamShard]) -> None:
         owner, _, attr = path.rpartition(".")
         by_owner[owner][attr] = shard
     for owner, table in by_owner.items():
-        root.get_submodule(owner).register_load_state_dict_pre_hook(partial(_shard_incoming, table))
+        module = root.get_submodule(owner)
+        setattr(module, TABLE_ATTR, table)
+        module.register_load_state_dict_pre_hook(partial(_shard_incoming, table))
 
 
 def _shard_incoming(table: dict[str, ParamShard], module, state_dict, prefix, *_args) -> None:
     for attr, shard in table.items():
         key = prefix + attr
-        if key in state_dict and state_dict[key].shape == shard.full_shape:
+        if key in state_dict and shard.applies_to(state_dict[key]):
             state_dict[key] = shard.take(state_dict[key])

@@ -6,6 +6,7 @@ import torch
 from torch import Tensor, fx, nn
 
 from stagebot.harness.suites.sharding_ir.collectives import collective_op
+from stagebot.harness.suites.sharding_ir.load_hooks import TABLE_ATTR, ParamShard
 
 
 def remove_collectives(gm: fx.GraphModule) -> int:
@@ -64,6 +65,31 @@ def split_on_wrong_dim(
             setattr(gm.get_submodule(owner), attr, nn.Parameter(wrong, requires_grad=False))
             return name
     raise AssertionError("no row-split parameter to sabotage: the graph is not sharded")
+
+
+def clear_load_hooks(gm: nn.Module) -> int:
+    """Drop every load_state_dict pre-hook (a full checkpoint then meets sharded parameters)."""
+    cleared = 0
+    for module in gm.modules():
+        cleared += len(module._load_state_dict_pre_hooks)
+        module._load_state_dict_pre_hooks.clear()
+    return cleared
+
+
+class _SliceAlways(ParamShard):
+    def applies_to(self, incoming: Tensor) -> bool:
+        return True
+
+
+def slice_every_checkpoint(gm: nn.Module) -> int:
+    """Make the load hooks slice every incoming tensor, an already-sharded one too."""
+    changed = 0
+    for module in gm.modules():
+        table = getattr(module, TABLE_ATTR, None)
+        for attr, shard in (table or {}).items():
+            table[attr] = _SliceAlways(shard.full_shape, shard.take)
+            changed += 1
+    return changed
 
 
 def poison_(gm: fx.GraphModule) -> None:

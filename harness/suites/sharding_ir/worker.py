@@ -22,6 +22,7 @@ from stagebot.harness.suites.sharding_ir.checks import (
     CheckResult,
     collective_count_check,
     hint_count,
+    hints_lowered_check,
     local_shape_check,
     numeric_check,
 )
@@ -30,7 +31,14 @@ from stagebot.harness.suites.sharding_ir.registry import ModelSpec, lookup
 from stagebot.harness.suites.sharding_ir.sharding import apply_sharding_hints, strip_sharding_hints
 
 DEFAULT = "default"
-CONTROLS = ("control-no-collectives", "control-wrong-split-dim", "control-extra-collective")
+CONTROLS = (
+    "control-no-collectives",  # must fail numeric
+    "control-wrong-split-dim",  # must fail local-shapes
+    "control-extra-collective",  # must fail collective-counts
+    "control-strip-skipped",  # must fail hints-lowered
+    "control-load-hooks-cleared",  # must fail load-full-checkpoint
+    "control-hooks-reslice-sharded",  # must fail load-sharded-checkpoint
+)
 # Controls that apply only where the model has what they break (must then be present).
 MOE_CONTROLS = ("control-routing-mask-removed",)
 
@@ -65,33 +73,21 @@ def _check_variant(
     snapshot = {k: v.clone() for k, v in model.state_dict().items()}
     gm = torch.export.export(model, (ids, pos)).module()
     hints_before = hint_count(gm)
-    strip_sharding_hints(apply_sharding_hints(gm, dc))
+    apply_sharding_hints(gm, dc)
+    unstripped = _copy(gm) if name == DEFAULT else None
+    strip_sharding_hints(gm)
     shapes, collectives = model.expected_local_shapes(dc), model.expected_collectives(dc)
+    dropped = sorted(k for k, shape in shapes.items() if shape is None)
     r = {
-        "hints-lowered": CheckResult(
-            hints_before > 0 and hint_count(gm) == 0,
-            f"{hints_before} hint nodes exported, {hint_count(gm)} left after strip",
-        ),
+        "hints-lowered": hints_lowered_check(hints_before, gm),
         "local-shapes": local_shape_check(gm, shapes),
         "collective-counts": collective_count_check(gm, collectives),
+        "load-full-checkpoint": _load_full_check(gm, snapshot, dropped),
     }
-
-    sabotage.poison_(gm)
-    missing, unexpected = gm.load_state_dict(snapshot, strict=False)
-    dropped = sorted(k for k, shape in shapes.items() if shape is None)
-    r["load-full-checkpoint"] = CheckResult(
-        not missing and sorted(unexpected) == dropped,
-        f"missing {missing[:3]}; unexpected {len(unexpected)}, dropped experts {len(dropped)}",
-    )
     sharded = gm(ids, pos)
     r["numeric"] = numeric_check(sharded, reference)
-
     own = {k: v.clone() for k, v in gm.state_dict().items()}
-    sabotage.poison_(gm)
-    gm.load_state_dict(own, strict=True)
-    r["load-sharded-checkpoint"] = CheckResult(
-        torch.equal(gm(ids, pos), sharded), "bitwise vs first load"
-    )
+    r["load-sharded-checkpoint"] = _load_sharded_check(_copy(gm), own, (ids, pos), sharded)
 
     if name == DEFAULT:
         broken = _copy(gm)
@@ -105,6 +101,18 @@ def _check_variant(
         broken = _copy(gm)
         sabotage.add_extra_collective(broken)
         r[CONTROLS[2]] = collective_count_check(broken, collectives)
+        result = hints_lowered_check(hints_before, unstripped)
+        r[CONTROLS[3]] = CheckResult(result.ok, f"strip skipped; {result.detail}")
+        broken = _copy(gm)
+        cleared = sabotage.clear_load_hooks(broken)
+        result = _load_full_check(broken, snapshot, dropped)
+        r[CONTROLS[4]] = CheckResult(result.ok, f"{cleared} load hooks cleared; {result.detail}")
+        broken = _copy(gm)
+        changed = sabotage.slice_every_checkpoint(broken)
+        result = _load_sharded_check(broken, own, (ids, pos), sharded)
+        r[CONTROLS[5]] = CheckResult(
+            result.ok, f"{changed} hooks slice sharded tensors again; {result.detail}"
+        )
         broken = _copy(gm)
         unmasked = sabotage.remove_routing_mask(broken)
         if unmasked:
@@ -113,6 +121,32 @@ def _check_variant(
                 result.ok, f"{unmasked} routing masks removed; {result.detail}"
             )
     return {f"{name}/{check}": result for check, result in r.items()}
+
+
+def _load_full_check(gm: torch.fx.GraphModule, snapshot: dict, dropped: list[str]) -> CheckResult:
+    """Poison every weight, load the full unsharded snapshot: the hooks must slice each tensor to
+    the rank's shard; nothing missing, only dropped experts unexpected, no NaN left."""
+    sabotage.poison_(gm)
+    try:
+        missing, unexpected = gm.load_state_dict(snapshot, strict=False)
+    except RuntimeError as error:
+        return CheckResult(False, f"load raised: {str(error).strip().splitlines()[-1][:200]}")
+    nan_left = [n for n, p in gm.named_parameters() if p.isnan().any()]
+    return CheckResult(
+        not missing and sorted(unexpected) == dropped and not nan_left,
+        f"missing {missing[:3]}; unexpected {len(unexpected)}, dropped experts {len(dropped)}; "
+        f"{len(nan_left)} parameters left poisoned",
+    )
+
+
+def _load_sharded_check(gm: torch.fx.GraphModule, own: dict, args: tuple, expected) -> CheckResult:
+    """Poison, reload the rank's own sharded state dict: the output must be bitwise the same."""
+    sabotage.poison_(gm)
+    try:
+        gm.load_state_dict(own, strict=True)
+    except RuntimeError as error:
+        return CheckResult(False, f"load raised: {str(error).strip().splitlines()[-1][:200]}")
+    return CheckResult(torch.equal(gm(*args), expected), "bitwise vs first load")
 
 
 def _copy(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:

@@ -11,6 +11,10 @@ missing variable or bad settings: 2).
 - push to the default branch: plans the post-merge pipeline (`/bot run --post-merge`) on the
   pushed commit, with no reply and no status;
 - anything else: a no-op.
+
+The ``--ledger`` file is opened only when a step needs it (see on_comment.LedgerSource): a
+damaged restored ledger never blocks a no-op, and one that a step needs is moved aside and
+replaced by an empty one, which the reply and the log say.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ import click
 from stagebot.bot.cli_options import catalog_option
 from stagebot.bot.config import load_config
 from stagebot.bot.events import comment_event, load_payload, push_event
-from stagebot.bot.on_comment import CommentHandler, Outcome
+from stagebot.bot.on_comment import CommentHandler, LedgerSource, Outcome
 
 
 @click.command("handle-event")
@@ -55,6 +59,7 @@ def handle_event(config_path, catalog, ledger, out) -> None:
     config = load_config(config_path)
     policy = RetryPolicy.from_environ()
     payload = load_payload(env.event_path)
+    source = LedgerSource(ledger)  # opened only by a step that needs it
     if env.event_name == "issue_comment":
         outcome = CommentHandler(
             env,
@@ -62,12 +67,14 @@ def handle_event(config_path, catalog, ledger, out) -> None:
             comment_event(payload),
             connect=lambda: connect(env, policy),
             catalog_path=catalog,
-            ledger=_open_ledger(ledger),
+            ledger_source=source,
         ).handle()
     elif env.event_name == "push":
-        outcome = _push(payload, catalog, env.run_number, _open_ledger(ledger))
+        outcome = _push(payload, catalog, env.run_number, source)
     else:
         outcome = Outcome(f"no-op: {env.event_name} events are not handled")
+    if source.notice:
+        click.echo(f"warning: {source.notice}", err=True)
     write_outputs(env.output, outcome.outputs())
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
@@ -77,7 +84,9 @@ def handle_event(config_path, catalog, ledger, out) -> None:
     click.echo(outcome.reason)
 
 
-def _push(payload: dict, catalog: Path | None, run_number: int | None, book) -> Outcome:
+def _push(
+    payload: dict, catalog: Path | None, run_number: int | None, source: LedgerSource
+) -> Outcome:
     from stagebot.bot.grammar import parse_comment
     from stagebot.stages.catalog import load_catalog
     from stagebot.stages.matrix import matrix_entries
@@ -87,6 +96,7 @@ def _push(payload: dict, catalog: Path | None, run_number: int | None, book) -> 
     if not event.on_default_branch:
         return Outcome(f"no-op: push to {event.ref}, not to {event.default_branch}")
     loaded = load_catalog(catalog)
+    book = source.get()
     command = parse_comment("/bot run --post-merge")
     plan = plan_run(command, loaded, commit=event.sha, history=book)
     pipeline = run_number or ((book.latest_number() or 0) + 1 if book else 1)
@@ -109,15 +119,6 @@ def _push(payload: dict, catalog: Path | None, run_number: int | None, book) -> 
         commit=event.sha,
         plan=plan.to_json(),
     )
-
-
-def _open_ledger(path: Path | None):
-    if path is None:
-        return None
-    from stagebot.bot.ledger import Ledger
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return Ledger.open(path)
 
 
 def write_outputs(path: str | None, outputs: dict[str, str]) -> None:

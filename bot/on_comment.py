@@ -66,6 +66,51 @@ class Outcome:
         }
 
 
+class LedgerSource:
+    """The ledger carried from the PR's previous pipeline, opened only when a step needs it (an
+    event that is not for the bot never touches it). A ledger that cannot be opened (corrupt,
+    unreadable, another schema) is moved aside (``<name>.rejected-<time>``) and replaced by an
+    empty one: the pipeline starts without history rather than the PR being stuck; ``notice``
+    says so, and the bot's reply carries it."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self.notice: str | None = None
+        self._book: Ledger | None = None
+
+    def get(self) -> Ledger | None:
+        if self.path is not None and self._book is None:
+            self._book = self._open(self.path)
+        return self._book
+
+    def _open(self, path: Path) -> Ledger:
+        from stagebot.bot.ledger import Ledger, LedgerError
+
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            return Ledger.open(path)
+        except LedgerError as error:
+            aside = self.move_aside(path)
+            self.notice = (
+                f"The pipeline ledger restored from the previous pipeline could not be used "
+                f"({error}); it was moved aside to {aside.name} and this pipeline starts from "
+                "an empty history (nothing is reused)."
+            )
+        return Ledger.open(path)
+
+    @staticmethod
+    def move_aside(path: Path) -> Path:
+        from datetime import UTC, datetime
+
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
+        aside = path.with_name(f"{path.name}.rejected-{stamp}")
+        for suffix in ("", "-wal", "-shm"):
+            part = path.with_name(path.name + suffix)
+            if part.exists():
+                part.rename(aside.with_name(aside.name + suffix))
+        return aside
+
+
 @dataclass
 class CommentHandler:
     env: ActionsEnv
@@ -73,11 +118,15 @@ class CommentHandler:
     event: CommentEvent
     connect: Callable[[], GitHubApi]
     catalog_path: Path | None = None
-    ledger: Ledger | None = None
+    ledger_source: LedgerSource = field(default_factory=lambda: LedgerSource(None))
     api: GitHubApi = field(init=False)
     replies: list[Reply] = field(init=False, default_factory=list)
     pipeline: int = field(init=False, default=0)
     pull: PullRequest = field(init=False)
+
+    @property
+    def ledger(self) -> Ledger | None:
+        return self.ledger_source.get()
 
     def handle(self) -> Outcome:
         reason = ignore_reason(self.event, self.config.bot_login)
@@ -313,6 +362,7 @@ class CommentHandler:
             comment_url=self.event.html_url,
             run_url=self.env.run_url,
             status_context=self.config.status_context,
+            notice=self.ledger_source.notice,
             **context,
         )
 

@@ -87,12 +87,16 @@ def block(text: object) -> str:
     return f"<pre>{escape(text, inline=False)}</pre>"
 
 
-def render_reply(kind: str, marker: ReplyMarker, **context: object) -> str:
-    """Render templates/reply_<kind>.md.j2 and append the marker. Pass user-controlled values
-    raw: the templates escape every one of them with ``md`` / ``code`` / ``block``."""
+def render_reply(
+    kind: str, marker: ReplyMarker, *, notice: str | None = None, **context: object
+) -> str:
+    """Render templates/reply_<kind>.md.j2 and append ``notice`` (escaped) and the marker. Pass
+    user-controlled values raw: the templates escape each with ``md`` / ``code`` / ``block``."""
     from stagebot.templates import render_template
 
     body = render_template(
         f"reply_{kind}.md.j2", md=escape, code=code, block=block, **context
     ).rstrip()
+    if notice:
+        body += f"\n\n⚠️ {escape(notice)}"
     return f"{body}\n\n{marker.render()}\n"

@@ -527,3 +527,41 @@ def test_escape_is_one_rule_for_replies_and_reports() -> None:
     assert escape("@team_x <!-- a|b\nc & d") == "@\u200bteam_x &lt;!-- a&#124;b c &amp; d"
     assert code("README.md") == "`README.md`" and code("a`b") == "``a`b``"
     assert code("`x") == "`` `x ``"
+
+
+# ---------------------------------------------------------------- a damaged restored ledger
+
+CORRUPT = b"SQLite format 3\x00" + b"\xde\xad" * 600  # a header, then garbage
+
+
+def test_a_corrupt_ledger_does_not_stop_events_that_do_not_need_it(gh, handle, tmp_path) -> None:
+    ledger = tmp_path / "ledger.sqlite"
+    ledger.write_bytes(CORRUPT)
+    result = handle("just a review comment", args=("--ledger", str(ledger)))
+    assert_nothing_ran(result)
+    assert "no /bot line" in result.out and ledger.read_bytes() == CORRUPT
+    result = handle("/bot help", comment_id=COMMENT_ID + 1, args=("--ledger", str(ledger)))
+    assert result.code == 0 and ledger.read_bytes() == CORRUPT
+
+
+def test_a_corrupt_ledger_is_moved_aside_and_the_run_starts_empty(gh, handle, tmp_path) -> None:
+    from stagebot.bot.ledger import Ledger
+
+    ledger = tmp_path / "ledger.sqlite"
+    ledger.write_bytes(CORRUPT)
+    result = handle("/bot run", args=("--ledger", str(ledger)))
+    assert result.code == 0 and result.outputs["run"] == "true", result.err
+    (aside,) = tmp_path.glob("ledger.sqlite.rejected-*")
+    assert aside.read_bytes() == CORRUPT
+    assert Ledger.open(ledger, readonly=True).pipeline(101).state == "RUNNING"
+    (reply,) = replies(gh)
+    assert "could not be used" in reply["body"] and aside.name in reply["body"]
+    assert marker_of(reply).pipeline == 101 and "could not be used" in result.err
+
+
+def test_a_corrupt_main_ledger_does_not_stop_the_post_merge_pipeline(handle, tmp_path) -> None:
+    ledger = tmp_path / "main.sqlite"
+    ledger.write_bytes(CORRUPT)
+    result = handle(fixture="push_main.json", token=None, args=("--ledger", str(ledger)))
+    assert result.code == 0 and result.outputs["run"] == "true", result.err
+    assert len(list(tmp_path.glob("main.sqlite.rejected-*"))) == 1

@@ -4,6 +4,11 @@ NCCL (one GPU per rank) when ``backend == "nccl"``, gloo on CPU otherwise. Ranks
 file store (no port to race for). Collectives time out after ``collective_timeout_s``; the parent
 stops every rank once any rank fails or the deadline passes, and raises ``RankFailure`` carrying
 each failed rank's traceback, so it reads in the pytest report itself.
+
+Each child's stderr goes to a file of its own from the moment it starts, so a rank that dies
+before its target runs (an import error while unpickling the target, a crash in the
+interpreter) is reported with the tail of what it printed. A rank that returned a result must
+still exit with code 0.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import queue
+import sys
 import tempfile
 import time
 import traceback
@@ -31,6 +37,7 @@ def run_on_ranks(
     backend: str = "gloo",
     timeout_s: float = 300.0,
     collective_timeout_s: float = 90.0,
+    exit_grace_s: float = 30.0,
 ) -> list[Any]:
     """``[target(rank, *args) for rank in range(world_size)]``, each in its own process."""
     ctx = mp.get_context("spawn")
@@ -54,23 +61,68 @@ def run_on_ranks(
             )
             for rank in range(world_size)
         ]
-        for proc in procs:
-            proc.start()
+        logs = [os.path.join(tmp, f"rank{rank}.stderr") for rank in range(world_size)]
+        for proc, log in zip(procs, logs, strict=True):
+            _start_with_stderr_to(proc, log)
+        stopped: set[int] = set()
         try:
             outcomes = _collect(procs, results, time.monotonic() + timeout_s)
+            if all(ok for ok, _ in outcomes.values()):
+                exit_by = time.monotonic() + exit_grace_s
+                for proc in procs:  # all returned: let them leave on their own
+                    proc.join(timeout=max(0.0, exit_by - time.monotonic()))
         finally:
-            for proc in procs:
+            for rank, proc in enumerate(procs):
                 if proc.is_alive():
                     proc.terminate()
+                    stopped.add(rank)
             for proc in procs:
                 proc.join(timeout=10)
-    failures = {rank: text for rank, (ok, text) in sorted(outcomes.items()) if not ok}
+                if proc.is_alive():
+                    proc.kill()
+                    proc.join(timeout=10)
+        for rank, proc in enumerate(procs):
+            if not outcomes[rank][0]:
+                continue
+            if rank in stopped:
+                outcomes[rank] = (False, f"returned a result but did not exit in {exit_grace_s} s")
+            elif proc.exitcode != 0:
+                outcomes[rank] = (False, f"returned a result but exited with code {proc.exitcode}")
+        failures = {
+            rank: text + _stderr_tail(logs[rank])
+            for rank, (ok, text) in sorted(outcomes.items())
+            if not ok
+        }
     if failures:
         raise RankFailure(
             f"{len(failures)} of {world_size} ranks failed ({backend}):\n"
             + "\n".join(f"--- rank {rank} ---\n{text}" for rank, text in failures.items())
         )
     return [outcomes[rank][1] for rank in range(world_size)]
+
+
+def _start_with_stderr_to(proc, path: str) -> None:
+    """Start ``proc`` with its fd 2 on ``path``: the spawned interpreter inherits it from birth."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    log = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.dup2(log, 2)
+        proc.start()
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(log)
+
+
+def _stderr_tail(path: str, lines: int = 25, chars: int = 4000) -> str:
+    try:
+        with open(path, errors="replace") as f:
+            text = f.read()
+    except OSError:
+        return ""
+    tail = "\n".join(text.rstrip().splitlines()[-lines:])[-chars:]
+    return f"\n--- its stderr (last {lines} lines) ---\n{tail}" if tail else ""
 
 
 def _collect(procs, results: queue.Queue, deadline: float) -> dict[int, tuple[bool, Any]]:

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import math
+import os
+import textwrap
 
 import pytest
 
+from stagebot.harness.suites.sharding_ir._spawn_probes import result_then_exit_3
 from stagebot.harness.suites.sharding_ir.spawn import RankFailure, run_on_ranks
 
 
@@ -15,3 +18,36 @@ def test_failing_rank_reports_its_traceback():
     message = str(info.value)
     assert "--- rank 0 ---" in message and "ValueError: math domain error" in message
     assert "Traceback" in message
+
+
+def test_rank_dying_before_its_target_reports_its_stderr(tmp_path, monkeypatch):
+    """The target's module imports in the parent but raises in the children: they die while
+    unpickling it, before any rank code runs; their traceback must still reach the report."""
+    (tmp_path / "parent_only_mod.py").write_text(
+        textwrap.dedent(
+            f"""
+            import os
+            if os.getpid() != {os.getpid()}:
+                raise ImportError("parent_only_mod only imports in the parent")
+            def target(rank):
+                return rank
+            """
+        )
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    from parent_only_mod import target
+
+    with pytest.raises(RankFailure) as info:
+        run_on_ranks(target, world_size=2, timeout_s=120)
+    message = str(info.value)
+    assert "exited with code 1 and no result" in message
+    assert "--- its stderr" in message and "Traceback" in message
+    assert "ImportError: parent_only_mod only imports in the parent" in message
+
+
+def test_rank_with_a_result_must_exit_zero():
+    with pytest.raises(RankFailure) as info:
+        run_on_ranks(result_then_exit_3, world_size=2, timeout_s=120)
+    message = str(info.value)
+    assert "2 of 2 ranks failed" in message
+    assert message.count("returned a result but exited with code 3") == 2

@@ -1,0 +1,13 @@
+"""Rank targets for test_spawn; a module of the package so that spawned children can import them."""
+
+from __future__ import annotations
+
+import os
+from multiprocessing import util
+
+
+def result_then_exit_3(rank: int) -> int:
+    """Return a result, then exit with code 3 once the result queue has been flushed."""
+    # After the queue's own exit finalizer (priority -5) has flushed the result to the parent.
+    util.Finalize(None, os._exit, args=(3,), exitpriority=-10)
+    return rank

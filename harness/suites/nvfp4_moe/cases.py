@@ -73,6 +73,10 @@ class Case:
     def local(self) -> range:
         return range(self.local_offset, self.local_offset + self.num_local)
 
+    def is_local(self, experts: torch.Tensor) -> torch.Tensor:
+        """bool, per element: the expert id is one of this rank's."""
+        return (experts >= self.local_offset) & (experts < self.local_offset + self.num_local)
+
     def generator(self, salt: str = "") -> torch.Generator:
         g = torch.Generator(device=self.scale.device)
         g.manual_seed(zlib.crc32(f"{self.id}/{salt}".encode()))
@@ -175,25 +179,40 @@ class Routed:
     token_selected_experts: torch.Tensor  # int32 [T, top_k]
     token_final_scales: torch.Tensor  # fp32 [T, top_k]
     tables: MoeSortTables
-    oracle_tokens: list[int]  # the tokens the oracle checks
+    oracle_tokens: list[int]  # the tokens the oracle checks, each with a local (token, k)
 
     @classmethod
-    def build(cls, case: Case, width: int) -> Routed:
-        """Activations of ``width`` columns (hidden for fc1, intermediate for fc2)."""
+    def build(cls, case: Case, width: int, *, no_local: bool = False) -> Routed:
+        """Activations of ``width`` columns (hidden for fc1, intermediate for fc2).
+
+        At least one (token, k) is routed to a local expert, so the oracle has something to
+        check; with ``no_local`` none is (every token picks other ranks' experts; needs EP > 1).
+        The oracle checks only tokens with at least one local (token, k).
+        """
         dev, g = case.scale.device, case.generator("routing")
         x = torch.randn(case.num_tokens, width, generator=g, device=dev).to(torch.bfloat16)
         logits = torch.rand(case.num_tokens, case.scale.num_experts, generator=g, device=dev)
+        local = slice(case.local_offset, case.local_offset + case.num_local)
+        if no_local:
+            assert case.scale.num_experts - case.num_local >= case.top_k, case.id
+            logits[:, local] = -1.0  # below every rand() logit: never picked
         tse = logits.topk(case.top_k, dim=-1).indices.int()
+        if not no_local and not case.is_local(tse).any():
+            logits[0, case.local_offset] = 2.0  # above every rand() logit: token 0's first pick
+            tse = logits.topk(case.top_k, dim=-1).indices.int()
         tfs = torch.randn(case.num_tokens, case.top_k, generator=g, device=dev).softmax(dim=-1)
         tables = ops.moe_sort(
             tse, tfs, case.scale.num_experts, case.top_k, case.local_offset, case.num_local,
             case.tile_size,
         )  # fmt: skip
-        return cls(x, tse, tfs, tables, sample_tokens(case.num_tokens, case.scale.oracle_tokens))
+        with_local = case.is_local(tse).any(dim=1).nonzero().flatten().tolist()
+        assert bool(with_local) != no_local, case.id
+        return cls(x, tse, tfs, tables, sample_tokens(with_local, case.scale.oracle_tokens))
 
 
-def sample_tokens(num_tokens: int, limit: int) -> list[int]:
-    """All tokens, or ``limit`` of them spread evenly, first and last included."""
-    if num_tokens <= limit:
-        return list(range(num_tokens))
-    return torch.linspace(0, num_tokens - 1, limit).round().long().unique().tolist()
+def sample_tokens(candidates: list[int], limit: int) -> list[int]:
+    """All candidate tokens, or ``limit`` of them spread evenly, first and last included."""
+    if len(candidates) <= limit:
+        return list(candidates)
+    picks = torch.linspace(0, len(candidates) - 1, limit).round().long().unique().tolist()
+    return [candidates[i] for i in picks]

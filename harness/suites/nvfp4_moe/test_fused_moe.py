@@ -16,10 +16,15 @@ def _flip_signs(w: torch.Tensor, fraction: float, g: torch.Generator) -> torch.T
     return torch.where(hit, w ^ 0x08, w)
 
 
-def _fused_moe_verdict(
-    case: Case, weights: LayerWeights, backend: str, unfused: bool, perturb: bool = False
-) -> Verdict:
-    routed = Routed.build(case, case.scale.hidden)
+def _fused_moe(
+    case: Case,
+    weights: LayerWeights,
+    backend: str,
+    unfused: bool,
+    perturb: bool = False,
+    no_local: bool = False,
+) -> tuple[Routed, torch.Tensor]:
+    routed = Routed.build(case, case.scale.hidden, no_local=no_local)
     local = weights.local(case)
     if perturb:
         local["w2"] = _flip_signs(local["w2"], 0.1, case.generator("perturb"))
@@ -29,6 +34,13 @@ def _fused_moe_verdict(
         num_experts=case.scale.num_experts, local_expert_offset=case.local_offset,
         tile_size=case.tile_size, disable_finalize_fusion=unfused, backend=backend,
     )  # fmt: skip
+    return routed, out
+
+
+def _fused_moe_verdict(
+    case: Case, weights: LayerWeights, backend: str, unfused: bool, perturb: bool = False
+) -> Verdict:
+    routed, out = _fused_moe(case, weights, backend, unfused, perturb)
     experts = routed.token_selected_experts.tolist()
     scales = routed.token_final_scales.tolist()
     x = routed.x.double()
@@ -56,3 +68,15 @@ def test_fused_moe_negative_control_fails(weight_bank, moe_backend):
     case = one_case()
     verdict = _fused_moe_verdict(case, weight_bank.get(case.scale), moe_backend, False, True)
     assert not verdict.ok, verdict.detail
+
+
+@pytest.mark.moe_op("fused_moe")
+@pytest.mark.parametrize("finalize", ["fused-finalize", "unfused-finalize"])
+def test_fused_moe_without_local_pairs_is_zero(finalize, weight_bank, moe_backend):
+    """Every token routed to other ranks' experts: this rank's output is exactly zero."""
+    case = one_case(num_tokens=128, top_k=8, ep=8)
+    weights = weight_bank.get(case.scale)
+    unfused = finalize.startswith("un")
+    routed, out = _fused_moe(case, weights, moe_backend, unfused, no_local=True)
+    assert routed.oracle_tokens == [] and int(routed.tables.num_non_exiting_tiles) == 0
+    assert out.shape == routed.x.shape and int((out != 0).sum()) == 0

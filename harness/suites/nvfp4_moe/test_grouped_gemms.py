@@ -13,20 +13,22 @@ from stagebot.harness.suites.nvfp4_moe import oracle
 from stagebot.harness.suites.nvfp4_moe.cases import Case, LayerWeights, Routed, matrix, one_case
 from stagebot.harness.suites.nvfp4_moe.tolerances import (
     FINALIZE_MIN_CLOSE,
+    FUSED_MOE_MAX_RMSE,
     SWIGLU_MIN_MATCH,
     Verdict,
     all_close,
     bytes_match,
     close_fraction,
+    relative_rmse,
 )
 from stagebot.kernels import ops
 
 MATRIX = matrix()
 
 
-def _permuted(case: Case, width: int, gs: torch.Tensor):
+def _permuted(case: Case, width: int, gs: torch.Tensor, no_local: bool = False):
     """(routed, a, a_sf): the case's activations of ``width`` columns, quantised and permuted."""
-    routed = Routed.build(case, width)
+    routed = Routed.build(case, width, no_local=no_local)
     x, x_sf = ops.nvfp4_quantize(routed.x, gs)
     t = routed.tables
     a, a_sf = ops.moe_permute(
@@ -55,9 +57,13 @@ def _stack(rows: list[torch.Tensor], width: int, device: str) -> torch.Tensor:
 
 
 def _grouped_gemm_verdict(
-    case: Case, weights: LayerWeights, backend: str, alpha_error: float = 0.0
+    case: Case,
+    weights: LayerWeights,
+    backend: str,
+    alpha_error: float = 0.0,
+    no_local: bool = False,
 ) -> Verdict:
-    routed, a, a_sf = _permuted(case, case.scale.intermediate, weights.fc2_gs)
+    routed, a, a_sf = _permuted(case, case.scale.intermediate, weights.fc2_gs, no_local)
     local = weights.local(case)
     alpha = (1.0 + alpha_error) / (weights.fc2_gs * local["w2_gs"])
     t = routed.tables
@@ -95,10 +101,14 @@ def _plain_interleaved(w1: torch.Tensor, w1_sf: torch.Tensor, hidden: int):
 
 
 def _swiglu_verdicts(
-    case: Case, weights: LayerWeights, backend: str, forget_interleave: bool = False
+    case: Case,
+    weights: LayerWeights,
+    backend: str,
+    forget_interleave: bool = False,
+    no_local: bool = False,
 ) -> list[Verdict]:
     hidden, inter = case.scale.hidden, case.scale.intermediate
-    routed, a, a_sf = _permuted(case, hidden, weights.fc1_gs)
+    routed, a, a_sf = _permuted(case, hidden, weights.fc1_gs, no_local)
     local = weights.local(case)
     w1, w1_sf = local["w1"], local["w1_sf"]
     if forget_interleave:
@@ -136,9 +146,14 @@ def test_grouped_gemm_swiglu_negative_control_fails(weight_bank, moe_backend):
 
 
 def _finalize(
-    case: Case, weights: LayerWeights, backend: str, scale_error: float, deterministic: bool
+    case: Case,
+    weights: LayerWeights,
+    backend: str,
+    scale_error: float,
+    deterministic: bool,
+    no_local: bool = False,
 ):
-    routed, a, a_sf = _permuted(case, case.scale.intermediate, weights.fc2_gs)
+    routed, a, a_sf = _permuted(case, case.scale.intermediate, weights.fc2_gs, no_local)
     local = weights.local(case)
     t = routed.tables
     out = ops.grouped_gemm_finalize(
@@ -181,3 +196,54 @@ def test_grouped_gemm_finalize_negative_control_fails(weight_bank, moe_backend):
     weights = weight_bank.get(case.scale)
     routed, out = _finalize(case, weights, moe_backend, 0.05, deterministic=False)
     assert not _finalize_verdict(case, routed, out, weights).ok
+
+
+def test_an_empty_comparison_fails():
+    """A check of zero elements would pass any output: it is a failing verdict."""
+    empty = torch.zeros(0, 8)
+    verdicts = [
+        bytes_match(empty.to(torch.uint8), empty.to(torch.uint8), SWIGLU_MIN_MATCH, "bytes"),
+        close_fraction(empty, empty, FINALIZE_MIN_CLOSE, "rows"),
+        all_close(empty, empty, "rows"),
+        relative_rmse(empty, empty, FUSED_MOE_MAX_RMSE, "out"),
+    ]
+    assert not any(v.ok for v in verdicts)
+    assert all("nothing compared" in v.detail for v in verdicts), [v.detail for v in verdicts]
+
+
+NO_LOCAL = one_case(num_tokens=128, top_k=8, ep=8)  # every token routed to other ranks
+
+
+@pytest.mark.moe_op("grouped_gemm")
+def test_grouped_gemm_without_local_pairs(weight_bank, moe_backend):
+    """No tile is non-exiting: the op runs and returns its shape; the oracle has nothing to check
+    (tiles at or past num_non_exiting_tiles are not written, so the output holds no claim)."""
+    case, weights = NO_LOCAL, weight_bank.get(NO_LOCAL.scale)
+    routed, a, a_sf = _permuted(case, case.scale.intermediate, weights.fc2_gs, no_local=True)
+    assert routed.oracle_tokens == [] and int(routed.tables.num_non_exiting_tiles) == 0
+    local, t = weights.local(case), routed.tables
+    y = ops.grouped_gemm(
+        a, local["w2"], a_sf, local["w2_sf"], 1.0 / (weights.fc2_gs * local["w2_gs"]),
+        t.tile_idx_to_group_idx, t.num_non_exiting_tiles, tile_size=case.tile_size,
+        backend=moe_backend,
+    )  # fmt: skip
+    assert y.shape == (a.shape[0], case.scale.hidden) and y.dtype == torch.bfloat16
+    verdict = _grouped_gemm_verdict(case, weights, moe_backend, no_local=True)
+    assert not verdict.ok and "nothing compared" in verdict.detail
+
+
+@pytest.mark.moe_op("grouped_gemm_swiglu")
+def test_grouped_gemm_swiglu_without_local_pairs(weight_bank, moe_backend):
+    case, weights = NO_LOCAL, weight_bank.get(NO_LOCAL.scale)
+    verdicts = _swiglu_verdicts(case, weights, moe_backend, no_local=True)
+    assert not any(v.ok for v in verdicts) and "nothing compared" in verdicts[0].detail
+
+
+@pytest.mark.moe_op("grouped_gemm_finalize")
+@pytest.mark.parametrize("deterministic", [True, False])
+def test_grouped_gemm_finalize_without_local_pairs_is_zero(weight_bank, moe_backend, deterministic):
+    """No local (token, k): every token's finalized row is exactly zero."""
+    weights = weight_bank.get(NO_LOCAL.scale)
+    routed, out = _finalize(NO_LOCAL, weights, moe_backend, 0.0, deterministic, no_local=True)
+    assert out.shape == (NO_LOCAL.num_tokens, NO_LOCAL.scale.hidden)
+    assert int((out != 0).sum()) == 0, "a token with no local expert must finalize to zero"

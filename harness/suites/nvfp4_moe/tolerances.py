@@ -2,7 +2,8 @@
 
 Tolerances follow the design's tests: quantiser bytes >= 99.9% equal; SwiGLU output and scale
 bytes >= 95% equal; plain GEMM rows within bf16 assert_close defaults; finalize > 99% of
-elements within rtol 1.6e-2, atol 1e-5; fused_moe relative RMSE < 2e-2.
+elements within rtol 1.6e-2, atol 1e-5; fused_moe relative RMSE < 2e-2. A comparison of nothing
+(no elements) fails: it would pass any output.
 """
 
 from __future__ import annotations
@@ -24,11 +25,19 @@ class Verdict:
     detail: str
 
 
+def _nothing_compared(actual: torch.Tensor, what: str) -> Verdict | None:
+    if actual.numel():
+        return None
+    return Verdict(False, f"{what}: nothing compared (shape {tuple(actual.shape)})")
+
+
 def bytes_match(
     actual: torch.Tensor, expected: torch.Tensor, min_rate: float, what: str
 ) -> Verdict:
     assert actual.shape == expected.shape, f"{what}: shape {actual.shape} vs {expected.shape}"
-    rate = (actual == expected).double().mean().item() if actual.numel() else 1.0
+    if empty := _nothing_compared(actual, what):
+        return empty
+    rate = (actual == expected).double().mean().item()
     return Verdict(rate >= min_rate, f"{what}: {rate:.5%} of bytes equal (need >= {min_rate:.3%})")
 
 
@@ -42,10 +51,12 @@ def close_fraction(
 ) -> Verdict:
     """Fraction of elements with |a - e| <= atol + rtol * |e| (NaN never counts as close)."""
     assert actual.shape == expected.shape, f"{what}: shape {actual.shape} vs {expected.shape}"
+    if empty := _nothing_compared(actual, what):
+        return empty
     a, e = actual.double(), expected.double()
     close = (a - e).abs() <= atol + rtol * e.abs()
-    fraction = close.double().mean().item() if close.numel() else 1.0
-    worst = ((a - e).abs() - rtol * e.abs()).nan_to_num(torch.inf).max().item() if a.numel() else 0
+    fraction = close.double().mean().item()
+    worst = ((a - e).abs() - rtol * e.abs()).nan_to_num(torch.inf).max().item()
     passed = fraction > min_fraction if min_fraction < 1 else fraction == 1.0
     return Verdict(
         passed,
@@ -62,6 +73,9 @@ def all_close(actual: torch.Tensor, expected: torch.Tensor, what: str) -> Verdic
 def relative_rmse(
     actual: torch.Tensor, expected: torch.Tensor, max_rmse: float, what: str
 ) -> Verdict:
+    assert actual.shape == expected.shape, f"{what}: shape {actual.shape} vs {expected.shape}"
+    if empty := _nothing_compared(actual, what):
+        return empty
     a, e = actual.double(), expected.double()
     rmse = ((a - e).norm() / e.norm().clamp(min=1e-300)).item()
     ok = rmse < max_rmse  # NaN fails

@@ -71,9 +71,23 @@ class _Attempt:
     log_path: Path | None = None
 
 
+# What a shard run writes into its folder; an earlier run's copies are removed first, so a
+# reused --out folder never lends its stale results to this run (the plugin appends to streams).
+SHARD_OUTPUTS = ("tests.jsonl", "log.txt", "junit.xml", "result.json", "waives.json")
+
+
+def clear_shard_folder(out: Path) -> None:
+    """Remove an earlier run's outputs from the shard folder ``out`` (and create it)."""
+    out.mkdir(parents=True, exist_ok=True)
+    for path in [*(out / name for name in SHARD_OUTPUTS), *out.glob("rerun-*.jsonl")]:
+        path.unlink(missing_ok=True)
+    shutil.rmtree(out / "raw", ignore_errors=True)
+    shutil.rmtree(out / "work", ignore_errors=True)
+
+
 def run_shard(entry: MatrixEntry, context: ShardContext) -> StageResult:
     out = context.out_dir
-    out.mkdir(parents=True, exist_ok=True)
+    clear_shard_folder(out)
     work = out / "work"
     work.mkdir(exist_ok=True)
     timeout_s = context.timeout_s or entry.timeout_minutes * 60
@@ -134,9 +148,8 @@ def not_run_result(entry: MatrixEntry, out: Path | None, state: str, evidence: s
         evidence=evidence,
     )
     if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        for name in ("tests.jsonl", "log.txt"):
-            (out / name).touch()
+        clear_shard_folder(out)
+        (out / "tests.jsonl").touch()
         (out / "log.txt").write_text(f"{state}: {evidence}\n")
         write_junit(out / "junit.xml", entry.stage, [])
         result = StageResult(**{**result.__dict__, "log_path": str(out / "log.txt")})

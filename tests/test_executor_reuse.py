@@ -71,3 +71,25 @@ def test_a_failing_test_moved_by_a_new_split_is_never_reused(tmp_path, pinned) -
         assert metas[0]["splits"] == metas[1]["splits"]
         assert "| CPU-PyTorch-1 | REUSED |" in second.stdout
         assert set(_executed(tmp_path / "out2")) == {"test_b"}
+
+
+def test_a_reused_out_folder_lends_no_stale_results(tmp_path) -> None:
+    from fixtures.botrun import run_stages
+
+    ledger, out = tmp_path / "ledger.sqlite", tmp_path / "out"
+    assert run_stages(ledger, out, "CPU-PyTorch-Fail-1").returncode == 1
+    shard = out / "CPU-PyTorch-Fail-1"
+    (shard / "rerun-3.jsonl").write_text('{"event": "result"}\n')
+    (shard / "raw" / "ghost.xml").write_text("<testsuite/>")
+    # The same commit and the same --out: per-test reuse re-runs only the two failed tests.
+    second = run_stages(ledger, out, "CPU-PyTorch-Fail-1")
+    assert second.returncode == 1, second.stdout + second.stderr
+    ran = results(out)["CPU-PyTorch-Fail-1"]
+    assert sorted(t["test_id"].split("::")[1] for t in ran["tests"]) == [
+        "test_numeric_mismatch",
+        "test_wrong_sum",
+    ]  # not the first run's test_passes, streamed into the same tests.jsonl
+    stream = (shard / "tests.jsonl").read_text()
+    assert "test_passes" not in stream and stream.count('"session_end"') == 1
+    assert not (shard / "rerun-3.jsonl").exists() and not (shard / "raw" / "ghost.xml").exists()
+    assert (shard / "log.txt").read_text().count("$ ") == 3  # this run's pytest and 2 re-runs

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import torch
 from torch import Tensor, fx, nn
 
+from stagebot.harness.suites.sharding_ir import sharding
 from stagebot.harness.suites.sharding_ir.collectives import collective_op
 from stagebot.harness.suites.sharding_ir.load_hooks import TABLE_ATTR, ParamShard
 
@@ -51,6 +55,18 @@ def remove_routing_mask(gm: fx.GraphModule) -> int:
     gm.graph.eliminate_dead_code()
     gm.recompile()
     return removed
+
+
+@contextmanager
+def sharder_splits_colwise_on_dim_1() -> Iterator[None]:
+    """A sharder bug: colwise weights (attention q/k/v, MLP gate/up, experts' w1/w3) split on
+    dim 1 instead of dim 0, within the block only."""
+    saved = dict(sharding.SPLIT_DIM)
+    sharding.SPLIT_DIM["colwise"] = 1
+    try:
+        yield
+    finally:
+        sharding.SPLIT_DIM.update(saved)
 
 
 def split_on_wrong_dim(

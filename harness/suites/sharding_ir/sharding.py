@@ -26,6 +26,8 @@ from stagebot.harness.suites.sharding_ir.hints import TP_MODES, hint_args, hint_
 from stagebot.harness.suites.sharding_ir.load_hooks import ParamShard, register_load_hooks
 
 aten = torch.ops.aten
+# The weight dim each TP mode splits (a colwise bias is split on its only dim, 0).
+SPLIT_DIM = {"colwise": 0, "rowwise": 1}
 Shards = dict[str, ParamShard]  # parameter path -> how a full tensor becomes the rank's shard
 
 
@@ -150,31 +152,25 @@ def _shard_linear(gm: fx.GraphModule, node: fx.Node, dc: DistConfig, shards: Sha
         )
     if mode == "none":
         return
-    out_size, in_size = gm.get_parameter(weight.target).shape
+    shape = gm.get_parameter(weight.target).shape
     tp, rank, min_size = dc.tp_size, dc.tp_rank, a["tp_min_local_shape"]
+    dim = SPLIT_DIM[mode]
     if mode == "colwise":
-        take, local = _splitter(
-            node,
-            weight.target,
-            out_size,
-            0,
-            tp,
-            rank,
-            min_size=min_size,
-            pieces=a["output_sizes"],
-            replicate=True,
-        )
+        pieces = a["output_sizes"]
+        split = dict(min_size=min_size, pieces=pieces, replicate=True)
+        take, local = _splitter(node, weight.target, shape[dim], dim, tp, rank, **split)
         _shard_param(gm, weight, shards, take)
         if bias is not None:
-            _shard_param(gm, bias, shards, take)
-        if a["output_sizes"]:
+            take_bias, _ = _splitter(node, bias.target, shape[0], 0, tp, rank, **split)
+            _shard_param(gm, bias, shards, take_bias)
+        if pieces:
             _set_args(node, output_sizes=local)
         return
     if a["output_sizes"]:
         raise ShardingIRError(
             f"node {node.name!r}: output_sizes apply to colwise linears, not rowwise."
         )
-    take, _ = _splitter(node, weight.target, in_size, 1, tp, rank, min_size=min_size)
+    take, _ = _splitter(node, weight.target, shape[dim], dim, tp, rank, min_size=min_size)
     _shard_param(gm, weight, shards, take)
     if bias is not None:
         _shard_param(gm, bias, shards, lambda b: b if rank == 0 else torch.zeros_like(b))
@@ -209,22 +205,13 @@ def _shard_moe(gm: fx.GraphModule, node: fx.Node, dc: DistConfig, shards: Shards
     a = hint_args(node)
     w1, w2, w3 = a["w1"], a["w2"], a["w3"]
     local = dc.local_experts(len(w1))
-    for e in local:
-        rows, cols = gm.get_parameter(w1[e].target).shape
-        if dc.moe_tp > 1:
-            for attr in (w1[e], w3[e]):
-                _shard_param(
-                    gm,
-                    attr,
-                    shards,
-                    _splitter(node, attr.target, rows, 0, dc.moe_tp, dc.moe_tp_rank)[0],
-                )
-            _shard_param(
-                gm,
-                w2[e],
-                shards,
-                _splitter(node, w2[e].target, rows, 1, dc.moe_tp, dc.moe_tp_rank)[0],
-            )
+    if dc.moe_tp > 1:  # w1/w3 colwise, w2 rowwise over the MoE-TP ranks
+        for e in local:
+            for attr, mode in ((w1[e], "colwise"), (w3[e], "colwise"), (w2[e], "rowwise")):
+                dim = SPLIT_DIM[mode]
+                size = gm.get_parameter(attr.target).shape[dim]
+                take, _ = _splitter(node, attr.target, size, dim, dc.moe_tp, dc.moe_tp_rank)
+                _shard_param(gm, attr, shards, take)
     ids, weights = a["topk_ids"], a["topk_weights"]
     if len(local) < len(w1):
         graph = gm.graph

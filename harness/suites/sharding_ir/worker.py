@@ -38,6 +38,7 @@ CONTROLS = (
     "control-strip-skipped",  # must fail hints-lowered
     "control-load-hooks-cleared",  # must fail load-full-checkpoint
     "control-hooks-reslice-sharded",  # must fail load-sharded-checkpoint
+    "control-param-resplit-dim-1",  # must fail local-shapes (one parameter of the sharded graph)
 )
 # Controls that apply only where the model has what they break (must then be present).
 MOE_CONTROLS = ("control-routing-mask-removed",)
@@ -73,6 +74,7 @@ def _check_variant(
     snapshot = {k: v.clone() for k, v in model.state_dict().items()}
     gm = torch.export.export(model, (ids, pos)).module()
     hints_before = hint_count(gm)
+    pristine = _copy(gm) if name == DEFAULT else None
     apply_sharding_hints(gm, dc)
     unstripped = _copy(gm) if name == DEFAULT else None
     strip_sharding_hints(gm)
@@ -94,10 +96,14 @@ def _check_variant(
         removed = sabotage.remove_collectives(broken)
         result = numeric_check(broken(ids, pos), reference)
         r[CONTROLS[0]] = CheckResult(result.ok, f"{removed} collectives removed; {result.detail}")
+        with sabotage.sharder_splits_colwise_on_dim_1():
+            broken = apply_sharding_hints(pristine, dc)
+        result = local_shape_check(strip_sharding_hints(broken), shapes)
+        r[CONTROLS[1]] = CheckResult(result.ok, f"sharder: colwise on dim 1; {result.detail}")
         broken = _copy(gm)
         param = sabotage.split_on_wrong_dim(broken, snapshot, dc.tp_size, dc.tp_rank)
         result = local_shape_check(broken, shapes)
-        r[CONTROLS[1]] = CheckResult(result.ok, f"{param} split on dim 1; {result.detail}")
+        r[CONTROLS[6]] = CheckResult(result.ok, f"{param} re-split on dim 1; {result.detail}")
         broken = _copy(gm)
         sabotage.add_extra_collective(broken)
         r[CONTROLS[2]] = collective_count_check(broken, collectives)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import torch
-from torch import nn
+from torch import fx, nn
 
 from stagebot.harness.suites.sharding_ir.registry import ModelSpec
 
@@ -58,3 +58,10 @@ def build_hf_model(spec: ModelSpec, ir_model: nn.Module) -> nn.Module:
         for name, buf in ir_model.named_buffers():
             hf.get_buffer(name).copy_(buf)
     return hf
+
+
+def poison_(gm: fx.GraphModule) -> None:
+    """Fill every parameter with NaN, so only a working load can make the outputs right again."""
+    with torch.no_grad():
+        for param in gm.parameters():
+            param.fill_(float("nan"))

@@ -99,38 +99,30 @@ def _moe_forward(x, topk_ids, topk_weights, w1, w2, w3) -> Tensor:
     return out
 
 
-@torch.library.custom_op(f"{NAMESPACE}::moe", mutates_args=())
-def moe(
-    x: Tensor,
-    topk_ids: Tensor,
-    topk_weights: Tensor,
-    w1: list[Tensor],
-    w2: list[Tensor],
-    w3: list[Tensor],
-) -> Tensor:
-    return _moe_forward(x, topk_ids, topk_weights, w1, w2, w3)
+def _define_moe_op(name: str):
+    """One MoE custom op computing ``_moe_forward``: the ``moe`` hint and its lowering share it."""
+
+    def compute(
+        x: Tensor,
+        topk_ids: Tensor,
+        topk_weights: Tensor,
+        w1: list[Tensor],
+        w2: list[Tensor],
+        w3: list[Tensor],
+    ) -> Tensor:
+        return _moe_forward(x, topk_ids, topk_weights, w1, w2, w3)
+
+    op = torch.library.custom_op(f"{NAMESPACE}::{name}", compute, mutates_args=())
+
+    @op.register_fake
+    def _(x, topk_ids, topk_weights, w1, w2, w3):
+        return torch.empty_like(x)
+
+    return op
 
 
-@moe.register_fake
-def _(x, topk_ids, topk_weights, w1, w2, w3):
-    return torch.empty_like(x)
-
-
-@torch.library.custom_op(f"{NAMESPACE}::torch_moe", mutates_args=())
-def torch_moe(
-    x: Tensor,
-    topk_ids: Tensor,
-    topk_weights: Tensor,
-    w1: list[Tensor],
-    w2: list[Tensor],
-    w3: list[Tensor],
-) -> Tensor:
-    return _moe_forward(x, topk_ids, topk_weights, w1, w2, w3)
-
-
-@torch_moe.register_fake
-def _(x, topk_ids, topk_weights, w1, w2, w3):
-    return torch.empty_like(x)
+moe = _define_moe_op("moe")
+torch_moe = _define_moe_op("torch_moe")
 
 
 def hint_ops() -> dict[str, torch._ops.OpOverload]:

@@ -1,6 +1,6 @@
 """Command-line options of the sharding-IR equivalence suite (registered by the project plugin)."""
 
-DIST_CONFIGS = ("tp-only", "ep-only", "tep")
+from stagebot.harness.suites.sharding_ir.dist_config import NAMED_CONFIGS  # no torch: stays light
 
 
 def add_options(group) -> None:
@@ -16,6 +16,6 @@ def add_options(group) -> None:
         "--sharding-ir-dist-config",
         action="append",
         default=[],
-        choices=DIST_CONFIGS,
+        choices=tuple(NAMED_CONFIGS),
         help="distributed config to check (repeatable; default: tep).",
     )

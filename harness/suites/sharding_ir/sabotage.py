@@ -106,10 +106,3 @@ def slice_every_checkpoint(gm: nn.Module) -> int:
             table[attr] = _SliceAlways(shard.full_shape, shard.take)
             changed += 1
     return changed
-
-
-def poison_(gm: fx.GraphModule) -> None:
-    """Fill every parameter with NaN, so only a working load can make the outputs right again."""
-    with torch.no_grad():
-        for param in gm.parameters():
-            param.fill_(float("nan"))

@@ -24,14 +24,14 @@ def _logits(spec, overrides: dict):
     hf = build_hf_model(spec, ir)
     ids, pos = prefill_inputs(ir.config.vocab_size, batch=2, seq=64)
     with torch.no_grad():
-        return ir(ids, pos), hf(input_ids=ids, position_ids=pos, use_cache=False).logits, hf
+        return ir(ids, pos), hf(input_ids=ids, position_ids=pos, use_cache=False).logits
 
 
 @pytest.mark.parametrize(("model_id", "variant"), CASES)
 def test_ir_matches_hf(model_id, variant):
     spec = REGISTRY[model_id]
     overrides = spec.variants[variant](DistConfig.named("tep")) if variant else {}
-    ir_logits, hf_logits, _ = _logits(spec, overrides)
+    ir_logits, hf_logits = _logits(spec, overrides)
     torch.testing.assert_close(ir_logits, hf_logits, rtol=1e-5, atol=1e-5)
 
 

@@ -35,7 +35,25 @@ def test_variants_exercise_what_they_name(name):
         assert experts["num_experts"] % dc.moe_ep != 0
 
 
+def test_dist_config_choices_are_the_named_configs():
+    from stagebot.harness.suites.sharding_ir import options
+
+    seen = {}
+
+    class Group:
+        def addoption(self, name, **kwargs):
+            seen[name] = kwargs
+
+    options.add_options(Group())
+    assert seen["--sharding-ir-dist-config"]["choices"] == tuple(NAMED_CONFIGS)
+
+
 def test_options_module_stays_light():
+    code = (
+        "import sys, stagebot.harness.suites.sharding_ir.options; "
+        "assert 'torch' not in sys.modules, 'options imports torch'"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
     code = (
         "import sys, stagebot.harness.suites.sharding_ir.options as o, "
         "stagebot.harness.suites.sharding_ir.registry; "

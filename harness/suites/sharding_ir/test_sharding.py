@@ -10,10 +10,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from stagebot.harness.suites.sharding_ir import hints
+from stagebot.harness.suites.sharding_ir.build import poison_
 from stagebot.harness.suites.sharding_ir.checks import hint_count
 from stagebot.harness.suites.sharding_ir.dist_config import DistConfig
 from stagebot.harness.suites.sharding_ir.errors import ShardingIRError
-from stagebot.harness.suites.sharding_ir.sabotage import poison_, remove_collectives
+from stagebot.harness.suites.sharding_ir.sabotage import remove_collectives
 from stagebot.harness.suites.sharding_ir.sharding import apply_sharding_hints, strip_sharding_hints
 
 HIDDEN, INTER = 8, 16

@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 
 from stagebot.harness.suites.sharding_ir import sabotage
-from stagebot.harness.suites.sharding_ir.build import build_ir_model, prefill_inputs
+from stagebot.harness.suites.sharding_ir.build import build_ir_model, poison_, prefill_inputs
 from stagebot.harness.suites.sharding_ir.checks import (
     CheckResult,
     collective_count_check,
@@ -132,7 +132,7 @@ def _check_variant(
 def _load_full_check(gm: torch.fx.GraphModule, snapshot: dict, dropped: list[str]) -> CheckResult:
     """Poison every weight, load the full unsharded snapshot: the hooks must slice each tensor to
     the rank's shard; nothing missing, only dropped experts unexpected, no NaN left."""
-    sabotage.poison_(gm)
+    poison_(gm)
     try:
         missing, unexpected = gm.load_state_dict(snapshot, strict=False)
     except RuntimeError as error:
@@ -147,7 +147,7 @@ def _load_full_check(gm: torch.fx.GraphModule, snapshot: dict, dropped: list[str
 
 def _load_sharded_check(gm: torch.fx.GraphModule, own: dict, args: tuple, expected) -> CheckResult:
     """Poison, reload the rank's own sharded state dict: the output must be bitwise the same."""
-    sabotage.poison_(gm)
+    poison_(gm)
     try:
         gm.load_state_dict(own, strict=True)
     except RuntimeError as error:

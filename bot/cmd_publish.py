@@ -11,6 +11,8 @@ renders the report, edits the pipeline's one reply into it and sets the gating s
 - The status is set only for gating plans, and only while the newest status of the context is
   this pipeline's own (a newer pipeline or a skip is never overwritten). SUCCESS -> success;
   FAILURE -> failure; ABORTED or shards that could not run -> error.
+- The reply records the sha256 of the ledger as this job leaves it (a hidden line before the
+  marker); `bot handle-event` accepts the next restored ledger only when it matches.
 - Exits 0 once published (whatever the pipeline's state); 3 when GitHub stayed unreachable,
   2 for bad input.
 """
@@ -73,6 +75,7 @@ def publish(results, ledger, plan_path, base_ledger, pipeline, cancelled, out, c
     from stagebot.bot.config import load_config
     from stagebot.bot.github import ActionsEnv, RetryPolicy, connect
     from stagebot.bot.ledger import Ledger
+    from stagebot.bot.marker import file_digest
     from stagebot.harness.report import render_report, report_from_record
 
     env = ActionsEnv.from_environ()
@@ -102,9 +105,10 @@ def publish(results, ledger, plan_path, base_ledger, pipeline, cancelled, out, c
         (out / "report.md").write_text(render_report(report, "md"))
         (out / "report.html").write_text(render_report(report, "html"))
     lines = [f"pipeline #{number}: {report.state}"]
+    book.close()  # final: the bytes the report job saves for the PR's next pipeline
     if record.pr is not None:
         api = connect(env, RetryPolicy.from_environ())
-        lines += _publish_to_pr(api, env, config, record, report)
+        lines += _publish_to_pr(api, env, config, record, report, file_digest(ledger))
     else:
         lines.append("no pull request: nothing to reply to (post-merge history recorded)")
     click.echo("\n".join(lines))
@@ -207,9 +211,9 @@ def _placeholder(shard: dict[str, Any], state: str, evidence: str, source: int |
     )
 
 
-def _publish_to_pr(api, env, config, record, report) -> list[str]:
+def _publish_to_pr(api, env, config, record, report, ledger_digest: str) -> list[str]:
     from stagebot.bot.marker import ReplyMarker
-    from stagebot.bot.replies import our_replies, reply_for_pipeline
+    from stagebot.bot.replies import our_replies, reply_for_pipeline, with_ledger_digest
     from stagebot.harness.report import render_report, reply_completed
 
     lines = []
@@ -223,7 +227,8 @@ def _publish_to_pr(api, env, config, record, report) -> list[str]:
         stages={r.stage: r.state for r in report.results},
     )
     head = reply_completed(report).rstrip() + "\n\n"
-    tail = "\n\n" + marker.render() + "\n"
+    # the ledger's digest: handle-event accepts the next restored ledger only if it matches
+    tail = "\n\n" + with_ledger_digest(marker.render(), ledger_digest) + "\n"
     body_md = render_report(report, "md").rstrip()
     budget = COMMENT_LIMIT - len(head) - len(tail)
     if len(body_md) > budget:

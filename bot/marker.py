@@ -6,9 +6,11 @@ once, and read a compact pipeline summary back (schema: bot/schemas/reply_marker
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from stagebot.bot.errors import StagebotError
@@ -74,3 +76,26 @@ def find_marker(body: str) -> ReplyMarker | None:
     except json.JSONDecodeError as error:
         raise MarkerError(f"reply marker payload is not JSON: {error}") from None
     return ReplyMarker.from_json(data)
+
+
+# The ledger's digest, a second hidden line the bot writes just before its marker: the sha256 of
+# the ledger file the bot saved for the PR's next pipeline. handle-event accepts a restored
+# ledger only when one of the bot's own replies names its digest (the Actions cache it travels
+# in can be written by the PR code of a stage job). Not part of the marker's schema.
+LEDGER_DIGEST = re.compile(r"<!-- stagebot-ledger:sha256:(?P<digest>[0-9a-f]{64}) -->")
+
+
+def render_ledger_digest(digest: str) -> str:
+    return f"<!-- stagebot-ledger:sha256:{digest} -->"
+
+
+def find_ledger_digests(body: str) -> set[str]:
+    return {match["digest"] for match in LEDGER_DIGEST.finditer(body)}
+
+
+def file_digest(path: str | Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as stream:
+        for chunk in iter(lambda: stream.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()

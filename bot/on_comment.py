@@ -27,6 +27,7 @@ from stagebot.bot.marker import ReplyMarker
 from stagebot.bot.replies import (
     NO_RUN_STATE,
     Reply,
+    ledger_digests,
     next_pipeline,
     our_replies,
     render_reply,
@@ -76,17 +77,45 @@ class LedgerSource:
     def __init__(self, path: Path | None) -> None:
         self.path = path
         self.notice: str | None = None
+        # the digests the bot recorded for this PR's ledger; None: not checked (a push)
+        self.trusted: Callable[[], set[str]] | None = None
         self._book: Ledger | None = None
+        self._checked = False
 
     def get(self) -> Ledger | None:
         if self.path is not None and self._book is None:
             self._book = self._open(self.path)
         return self._book
 
+    def digest(self) -> str | None:
+        """Close the ledger (when a step opened it) and return its file's sha256, the value
+        the bot records in its reply; None when no step used the ledger."""
+        from stagebot.bot.marker import file_digest
+
+        if self._book is None or self.path is None:
+            return None
+        self._book.close()
+        self._book = None
+        return file_digest(self.path)
+
     def _open(self, path: Path) -> Ledger:
         from stagebot.bot.ledger import Ledger, LedgerError
+        from stagebot.bot.marker import file_digest
 
         path.parent.mkdir(parents=True, exist_ok=True)
+        if not self._checked and self.trusted is not None and path.exists():
+            self._checked = True
+            if file_digest(path) not in self.trusted():
+                aside = self.move_aside(path)
+                self.notice = (
+                    "The pipeline ledger restored from the Actions cache is not one the bot "
+                    "saved for this PR (its sha256 is in none of the bot's replies; the cache "
+                    f"can be written by the code a stage job runs); it was moved aside to "
+                    f"{aside.name} and this pipeline starts from an empty history (nothing is "
+                    "reused)."
+                )
+                return Ledger.open(path)
+        self._checked = True
         try:
             return Ledger.open(path)
         except LedgerError as error:
@@ -135,6 +164,7 @@ class CommentHandler:
         self.api = self.connect()
         number = self.event.number
         self.replies = our_replies(self.api.comments(number), self.config.bot_login)
+        self.ledger_source.trusted = lambda: ledger_digests(self.replies)
         earlier = reply_to(self.replies, self.event.comment_id)
         if earlier is not None:
             return Outcome(
@@ -363,6 +393,7 @@ class CommentHandler:
             run_url=self.env.run_url,
             status_context=self.config.status_context,
             notice=self.ledger_source.notice,
+            ledger_digest=self.ledger_source.digest(),  # the ledger as this job saves it
             **context,
         )
 

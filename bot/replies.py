@@ -13,7 +13,13 @@ import re
 from dataclasses import dataclass
 
 from stagebot.bot.github import Comment
-from stagebot.bot.marker import MarkerError, ReplyMarker, find_marker
+from stagebot.bot.marker import (
+    MarkerError,
+    ReplyMarker,
+    find_ledger_digests,
+    find_marker,
+    render_ledger_digest,
+)
 
 NO_RUN_STATE = "ABORTED"  # a reply that started no pipeline: the marker schema has no "none"
 # "@" before anything a login or team (org/team, with "_") can start with
@@ -56,6 +62,11 @@ def running(replies: list[Reply], current: int) -> list[Reply]:
     return [r for r in replies if r.marker.state == "RUNNING" and r.marker.pipeline != current]
 
 
+def ledger_digests(replies: list[Reply]) -> set[str]:
+    """The ledger digests the bot recorded in its replies (only the bot login's comments)."""
+    return set().union(*(find_ledger_digests(r.comment.body) for r in replies))
+
+
 def next_pipeline(replies: list[Reply]) -> int:
     """Without GITHUB_RUN_NUMBER: one more than the highest pipeline the bot replied about."""
     return 1 + max((r.marker.pipeline for r in replies), default=0)
@@ -88,7 +99,12 @@ def block(text: object) -> str:
 
 
 def render_reply(
-    kind: str, marker: ReplyMarker, *, notice: str | None = None, **context: object
+    kind: str,
+    marker: ReplyMarker,
+    *,
+    notice: str | None = None,
+    ledger_digest: str | None = None,
+    **context: object,
 ) -> str:
     """Render templates/reply_<kind>.md.j2 and append ``notice`` (escaped) and the marker. Pass
     user-controlled values raw: the templates escape each with ``md`` / ``code`` / ``block``."""
@@ -99,4 +115,10 @@ def render_reply(
     ).rstrip()
     if notice:
         body += f"\n\n⚠️ {escape(notice)}"
-    return f"{body}\n\n{marker.render()}\n"
+    return f"{body}\n\n{with_ledger_digest(marker.render(), ledger_digest)}\n"
+
+
+def with_ledger_digest(marker: str, digest: str | None) -> str:
+    """The reply's hidden tail: the ledger digest line (when the bot saved a ledger), then the
+    marker, which is always last."""
+    return f"{render_ledger_digest(digest)}\n{marker}" if digest else marker

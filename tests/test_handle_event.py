@@ -546,15 +546,17 @@ def test_a_corrupt_ledger_does_not_stop_events_that_do_not_need_it(gh, handle, t
 
 def test_a_corrupt_ledger_is_moved_aside_and_the_run_starts_empty(gh, handle, tmp_path) -> None:
     from stagebot.bot.ledger import Ledger
+    from stagebot.bot.marker import file_digest, render_ledger_digest
 
     ledger = tmp_path / "ledger.sqlite"
-    ledger.write_bytes(CORRUPT)
+    ledger.write_bytes(CORRUPT)  # damaged although the bot saved it (its digest is recorded)
+    gh.add_comment(PR, render_ledger_digest(file_digest(ledger)) + _running_marker(99), BOT)
     result = handle("/bot run", args=("--ledger", str(ledger)))
     assert result.code == 0 and result.outputs["run"] == "true", result.err
     (aside,) = tmp_path.glob("ledger.sqlite.rejected-*")
     assert aside.read_bytes() == CORRUPT
     assert Ledger.open(ledger, readonly=True).pipeline(101).state == "RUNNING"
-    (reply,) = replies(gh)
+    reply = next(c for c in replies(gh) if marker_of(c).comment_id == COMMENT_ID)
     assert "could not be used" in reply["body"] and aside.name in reply["body"]
     assert marker_of(reply).pipeline == 101 and "could not be used" in result.err
 

@@ -318,8 +318,37 @@ def test_a_changed_file_name_cannot_forge_the_reply_marker(gh, pipeline) -> None
     pipeline.comment("/bot reuse-pipeline #101", 102, author="maintainer")
     reply = next(c for c in replies(gh) if marker_of(c).comment_id == 7102)
     assert (marker_of(reply).pipeline, marker_of(reply).state) == (102, "SUCCESS")
-    assert reply["body"].count("<!--") == 1 and "@everyone" not in reply["body"]
+    assert reply["body"].count("<!-- stagebot:") == 1 and "@everyone" not in reply["body"]
+    assert "<!--" not in reply["body"].split("`README.md`")[0]  # the file names are inert
     assert "`README.md`" in reply["body"]
     gh.add_run(4242)
     pipeline.comment("/bot run", 103)
     assert gh.runs[50000 + 4242]["conclusion"] is None and gh.calls("cancel_run") == []
+
+
+def test_a_restored_ledger_the_bot_did_not_save_is_refused(gh, pipeline) -> None:
+    """Cache poisoning: the stage job runs PR code in the default branch's cache scope, so it
+    can plant a ledger for the next plan job. Only a ledger whose sha256 one of the bot's own
+    replies records is used; a forged one (here: a pipeline added after the bot saved it) is
+    moved aside and nothing is reused from it."""
+    pipeline.whole("/bot run", 101)
+    genuine = pipeline.ledger.read_bytes()
+    book = Ledger.open(pipeline.ledger)
+    book.start_pipeline(
+        command={"version": 1, "command": "run"}, commit=SHA, plan={}, pr=PR, number=900
+    )
+    book.close()
+    outputs = pipeline.comment("/bot run", 102)
+    assert outputs["run"] == "true" and json.loads(outputs["matrix"]) != []  # nothing reused
+    (aside,) = pipeline.tmp.glob("ledger.sqlite.rejected-*")
+    assert aside.read_bytes() != genuine
+    reply = next(c for c in replies(gh) if marker_of(c).pipeline == 102)
+    assert "is not one the bot saved for this PR" in reply["body"]
+
+
+def test_the_ledger_the_bot_saved_is_accepted_after_kill(gh, pipeline) -> None:
+    pipeline.comment("/bot run", 101)  # the plan job's reply records the ledger it handed on
+    pipeline.comment("/bot kill", 102)
+    assert ledger_state(pipeline, 101) == "ABORTED"
+    pipeline.whole("/bot run", 103)  # the kill reply recorded the ledger the kill job saved
+    assert list(pipeline.tmp.glob("*.rejected-*")) == []

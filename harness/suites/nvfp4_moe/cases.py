@@ -33,7 +33,7 @@ class Scale:
     intermediate: int
     tokens: tuple[int, ...]
     ep_sizes: tuple[int, ...]
-    oracle_tokens: int  # the oracle checks at most this many tokens of a case
+    oracle_tokens: int  # the oracle checks this many tokens of a case, plus tile-covering ones
 
 
 CPU = Scale("cpu", 16, 256, 512, (1, 128, 515), (1, 8), oracle_tokens=48)
@@ -153,9 +153,12 @@ class LayerWeights:
 
     @cached_property
     def oracle(self) -> MoeOracle:
+        cache = 16 << 30
+        if self.w1.is_cuda:  # all decoded experts (51 GiB at GPU scale) if the device has room
+            cache = int(0.45 * torch.cuda.get_device_properties(self.w1.device).total_memory)
         return MoeOracle(
             self.w1, self.w1_sf, self.w1_gs, self.w2, self.w2_sf, self.w2_gs,
-            self.fc1_gs.item(), self.fc2_gs.item(),
+            self.fc1_gs.item(), self.fc2_gs.item(), cache_bytes=cache,
         )  # fmt: skip
 
 
@@ -207,7 +210,32 @@ class Routed:
         )  # fmt: skip
         with_local = case.is_local(tse).any(dim=1).nonzero().flatten().tolist()
         assert bool(with_local) != no_local, case.id
-        return cls(x, tse, tfs, tables, sample_tokens(with_local, case.scale.oracle_tokens))
+        spread = sample_tokens(with_local, case.scale.oracle_tokens)
+        covering = tile_covering_tokens(tables, case, case.generator("cover"))
+        return cls(x, tse, tfs, tables, sorted(set(spread) | set(covering)))
+
+
+def tile_covering_tokens(tables: MoeSortTables, case: Case, g: torch.Generator) -> list[int]:
+    """Tokens such that every non-exiting tile holds a valid row of one of them.
+
+    A random valid row of each tile not yet covered names a token; that token covers the tiles
+    of all its local (token, k). A bug confined to later tiles or waves cannot go unseen.
+    """
+    tile = case.tile_size
+    tiles = int(tables.num_non_exiting_tiles)
+    start = torch.arange(tiles) * tile
+    mn_limit = tables.tile_idx_to_mn_limit[:tiles].long().cpu()
+    pick = torch.rand(tiles, generator=g, device=case.scale.device).cpu()
+    rows = start + (pick * (mn_limit - start)).long().clamp(max=tile - 1)
+    tokens = (tables.permuted_idx_to_expanded_idx.long().cpu()[rows] // case.top_k).tolist()
+    tiles_of = tables.expanded_idx_to_permuted_idx.long().cpu().floor_divide(tile).tolist()
+    covered: set[int] = set()
+    chosen: list[int] = []
+    for index, token in enumerate(tokens):
+        if index not in covered:
+            chosen.append(token)
+            covered.update(t for t in tiles_of[token] if t >= 0)
+    return chosen
 
 
 def sample_tokens(candidates: list[int], limit: int) -> list[int]:

@@ -176,25 +176,51 @@ class MoeOracle:
             self._cache.popitem(last=False)
         return w
 
-    def fc1(self, expert: int, x_row: torch.Tensor) -> torch.Tensor:
-        """[2I]: linear then gate, from the NVFP4-rounded activation row."""
-        return self.weight("w1", expert) @ round_trip(x_row, self.fc1_gs)
+    def fc1(self, expert: int, x_rows: torch.Tensor) -> torch.Tensor:
+        """[..., 2I]: linear then gate, from the NVFP4-rounded activation rows [..., H]."""
+        return round_trip(x_rows, self.fc1_gs) @ self.weight("w1", expert).T
 
-    def swiglu(self, expert: int, x_row: torch.Tensor) -> torch.Tensor:
-        """[I]: linear * silu(gate), before its NVFP4 rounding."""
-        linear, gate = self.fc1(expert, x_row).split(self.intermediate)
+    def swiglu(self, expert: int, x_rows: torch.Tensor) -> torch.Tensor:
+        """[..., I]: linear * silu(gate), before its NVFP4 rounding."""
+        linear, gate = self.fc1(expert, x_rows).split(self.intermediate, dim=-1)
         return linear * gate / (1.0 + torch.exp(-gate))
 
-    def fc2(self, expert: int, act_row: torch.Tensor) -> torch.Tensor:
-        """[H] from the NVFP4-rounded (with fc2_gs) activation row."""
-        return self.weight("w2", expert) @ round_trip(act_row, self.fc2_gs)
+    def fc2(self, expert: int, act_rows: torch.Tensor) -> torch.Tensor:
+        """[..., H] from the NVFP4-rounded (with fc2_gs) activation rows [..., I]."""
+        return round_trip(act_rows, self.fc2_gs) @ self.weight("w2", expert).T
 
     def layer(
-        self, x_row: torch.Tensor, experts: list[int], scales: list[float], local: range
+        self,
+        x_rows: torch.Tensor,
+        experts: list[list[int]],
+        scales: list[list[float]],
+        local: range,
     ) -> torch.Tensor:
-        """[H]: the token's output, summed over its experts that are local to this rank."""
-        out = torch.zeros(self.w2.shape[1], dtype=F64, device=x_row.device)
-        for expert, scale in zip(experts, scales, strict=True):
-            if expert in local:
-                out += scale * self.fc2(expert, self.swiglu(expert, x_row))
+        """[n, H]: each token's MoE output, summed over its experts local to this rank."""
+        return self.combine(
+            x_rows, experts, scales, local, lambda e, rows: self.fc2(e, self.swiglu(e, rows))
+        )
+
+    def combine(
+        self,
+        x_rows: torch.Tensor,
+        experts: list[list[int]],
+        scales: list[list[float]],
+        local: range,
+        expert_fn,
+    ) -> torch.Tensor:
+        """[n, H]: per token, sum of scale * expert_fn(expert, its row) over its local experts.
+
+        Each output row depends only on its own token; one expert's rows are evaluated together.
+        """
+        out = torch.zeros(len(experts), self.w2.shape[1], dtype=F64, device=x_rows.device)
+        by_expert: dict[int, list[tuple[int, float]]] = {}
+        for i, (row_experts, row_scales) in enumerate(zip(experts, scales, strict=True)):
+            for expert, scale in zip(row_experts, row_scales, strict=True):
+                if expert in local:
+                    by_expert.setdefault(expert, []).append((i, scale))
+        for expert, items in sorted(by_expert.items()):
+            rows = torch.tensor([i for i, _ in items], device=x_rows.device)
+            weight = torch.tensor([w for _, w in items], dtype=F64, device=x_rows.device)
+            out.index_add_(0, rows, expert_fn(expert, x_rows[rows]) * weight.unsqueeze(1))
         return out

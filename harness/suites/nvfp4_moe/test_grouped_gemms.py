@@ -18,6 +18,7 @@ from stagebot.harness.suites.nvfp4_moe.tolerances import (
     Verdict,
     all_close,
     bytes_match,
+    bytes_match_per_group,
     close_fraction,
     relative_rmse,
 )
@@ -50,10 +51,14 @@ def _local_pairs(case: Case, routed: Routed) -> list[tuple[int, int, int]]:
     ]
 
 
-def _stack(rows: list[torch.Tensor], width: int, device: str) -> torch.Tensor:
-    if rows:
-        return torch.stack(rows)
-    return torch.zeros(0, width, dtype=torch.float64, device=device)
+def _per_pair(pairs, x: torch.Tensor, width: int, fn) -> torch.Tensor:
+    """float64 [len(pairs), width]: fn(expert, x[tokens]) evaluated one expert at a time."""
+    out = torch.zeros(len(pairs), width, dtype=torch.float64, device=x.device)
+    for expert in sorted({e for _, e, _ in pairs}):
+        at = [i for i, (_, e, _) in enumerate(pairs) if e == expert]
+        tokens = [pairs[i][0] for i in at]
+        out[at] = fn(expert, x[tokens].double())
+    return out
 
 
 def _grouped_gemm_verdict(
@@ -72,10 +77,9 @@ def _grouped_gemm_verdict(
         t.num_non_exiting_tiles, tile_size=case.tile_size, backend=backend,
     )  # fmt: skip
     pairs = _local_pairs(case, routed)
-    x = routed.x.double()
-    expected = [weights.oracle.fc2(expert, x[token]) for token, expert, _ in pairs]
+    expected = _per_pair(pairs, routed.x, case.scale.hidden, weights.oracle.fc2)
     actual = y[[row for _, _, row in pairs]]
-    return all_close(actual, _stack(expected, case.scale.hidden, case.scale.device), "rows")
+    return all_close(actual, expected, "rows")
 
 
 @pytest.mark.moe_op("grouped_gemm")
@@ -119,13 +123,14 @@ def _swiglu_verdicts(
         t.num_non_exiting_tiles, weights.fc2_gs, tile_size=case.tile_size, backend=backend,
     )  # fmt: skip
     pairs = _local_pairs(case, routed)
-    x = routed.x.double()
-    act = [weights.oracle.swiglu(expert, x[token]) for token, expert, _ in pairs]
-    codes, sf = oracle.quantize(_stack(act, inter, case.scale.device), weights.fc2_gs.item())
+    act = _per_pair(pairs, routed.x, inter, weights.oracle.swiglu)
+    codes, sf = oracle.quantize(act, weights.fc2_gs.item())
     rows = [row for _, _, row in pairs]
     c_scales = oracle.read_scales(c_sf, c.shape[0], inter // 16)
+    tiles = torch.tensor(rows, device=c.device) // case.tile_size
     return [
         bytes_match(c[rows], oracle.pack(codes), SWIGLU_MIN_MATCH, "c bytes"),
+        bytes_match_per_group(c[rows], oracle.pack(codes), tiles, SWIGLU_MIN_MATCH, "c per tile"),
         bytes_match(c_scales[rows], sf, SWIGLU_MIN_MATCH, "c_sf bytes"),
     ]
 
@@ -167,13 +172,14 @@ def _finalize(
 
 
 def _finalize_verdict(case: Case, routed: Routed, out: torch.Tensor, weights: LayerWeights):
-    x, scales = routed.x.double(), routed.token_final_scales.double()
-    expected = torch.zeros(len(routed.oracle_tokens), case.scale.hidden, dtype=torch.float64)
-    expected = expected.to(case.scale.device)
-    index = {token: i for i, token in enumerate(routed.oracle_tokens)}
-    for token, expert, _ in _local_pairs(case, routed):
-        k = routed.token_selected_experts[token].tolist().index(expert)
-        expected[index[token]] += scales[token, k] * weights.oracle.fc2(expert, x[token])
+    tokens = routed.oracle_tokens
+    expected = weights.oracle.combine(
+        routed.x[tokens].double(),
+        routed.token_selected_experts[tokens].tolist(),
+        routed.token_final_scales[tokens].tolist(),
+        case.local,
+        weights.oracle.fc2,
+    )
     actual = out[routed.oracle_tokens]
     return close_fraction(actual, expected, FINALIZE_MIN_CLOSE, "finalized tokens")
 
@@ -206,6 +212,7 @@ def test_an_empty_comparison_fails():
         close_fraction(empty, empty, FINALIZE_MIN_CLOSE, "rows"),
         all_close(empty, empty, "rows"),
         relative_rmse(empty, empty, FUSED_MOE_MAX_RMSE, "out"),
+        bytes_match_per_group(empty, empty, torch.zeros(0), SWIGLU_MIN_MATCH, "tiles"),
     ]
     assert not any(v.ok for v in verdicts)
     assert all("nothing compared" in v.detail for v in verdicts), [v.detail for v in verdicts]

@@ -41,6 +41,27 @@ def bytes_match(
     return Verdict(rate >= min_rate, f"{what}: {rate:.5%} of bytes equal (need >= {min_rate:.3%})")
 
 
+def bytes_match_per_group(
+    actual: torch.Tensor, expected: torch.Tensor, groups: torch.Tensor, min_rate: float, what: str
+) -> Verdict:
+    """bytes_match within every group of rows (e.g. each tile): a bug in one tile cannot hide
+    in the average."""
+    assert actual.shape == expected.shape, f"{what}: shape {actual.shape} vs {expected.shape}"
+    if empty := _nothing_compared(actual, what):
+        return empty
+    equal = (actual == expected).reshape(actual.shape[0], -1).double().mean(dim=1)
+    worst_rate, worst_group = 2.0, -1
+    for group in groups.unique().tolist():
+        rate = equal[groups == group].mean().item()
+        if rate < worst_rate:
+            worst_rate, worst_group = rate, group
+    return Verdict(
+        worst_rate >= min_rate,
+        f"{what}: worst group {worst_group} has {worst_rate:.5%} of bytes equal "
+        f"(need >= {min_rate:.3%} in each)",
+    )
+
+
 def close_fraction(
     actual: torch.Tensor,
     expected: torch.Tensor,

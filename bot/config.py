@@ -55,7 +55,14 @@ def load_config(path: str | Path | None = None) -> BotConfig:
         if explicit:
             raise ConfigError(f"{file}: no such file; give an existing .github/stagebot.yml")
         return BotConfig()
-    text = file.read_text(encoding="utf-8")
+    try:
+        text = file.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise ConfigError(
+            f"{file}: not UTF-8 text (byte {error.start}); save it as UTF-8"
+        ) from None
+    except OSError as error:
+        raise ConfigError(f"{file}: cannot be read ({error.strerror or error})") from None
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.YAMLError as error:

@@ -73,3 +73,14 @@ def test_invalid_settings_name_file_and_line(tmp_path, text: str, message: str) 
 def test_an_explicit_missing_file_is_an_error(tmp_path) -> None:
     with pytest.raises(ConfigError, match="no such file"):
         load_config(tmp_path / "nope.yml")
+
+
+def test_a_settings_file_that_cannot_be_read_is_a_config_error(tmp_path) -> None:
+    latin1 = tmp_path / "stagebot.yml"
+    latin1.write_bytes("approval_label: gepr\xfcft\n".encode("latin-1"))
+    with pytest.raises(ConfigError, match=rf"{latin1}: not UTF-8 text"):
+        load_config(latin1)
+    folder = tmp_path / "folder.yml"
+    folder.mkdir()
+    with pytest.raises(ConfigError, match=rf"{folder}: cannot be read"):
+        load_config(folder)

@@ -146,14 +146,6 @@ def _run(
     shard_timeout,
     root,
 ) -> int:
-    from stagebot.bot.ledger import Ledger
-    from stagebot.harness.executor import Settings, execute
-    from stagebot.harness.report import (
-        render_report,
-        reply_completed,
-        reply_triggered,
-        report_from_record,
-    )
     from stagebot.stages.catalog import load_catalog
     from stagebot.stages.planner import plan_run
 
@@ -181,6 +173,66 @@ def _run(
         number=number,
         meta={"stage_paths": {s.stage: stage_paths[s.stage] for s in plan.shards}},
     )
+    try:
+        return _execute(
+            book,
+            number,
+            plan,
+            catalog,
+            command,
+            out_dir,
+            cpu_slots,
+            base_commit,
+            base_ledger,
+            shard_timeout,
+            root,
+        )
+    except BaseException as error:
+        _abort(book, number, error)
+        raise
+
+
+def _abort(book, number: int, error: BaseException) -> None:
+    """Best effort after an error mid-run: the pipeline ends ABORTED, never stays RUNNING."""
+    from stagebot.bot.ledger import busy_timeout_s, retry_busy
+
+    why = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+    try:
+        retry_busy(
+            lambda: book.finish_pipeline(number, "ABORTED", meta={"error": why}),
+            patience_s=busy_timeout_s(),
+        )
+        click.echo(f"pipeline #{number} ended ABORTED: {why}", err=True)
+    except Exception as failure:  # noqa: BLE001 - the original error is what the user sees
+        click.echo(
+            f"pipeline #{number} could not be marked ABORTED in {book.path} ({failure}); "
+            f"it stopped because of {why}",
+            err=True,
+        )
+
+
+def _execute(
+    book,
+    number,
+    plan,
+    catalog,
+    command,
+    out_dir,
+    cpu_slots,
+    base_commit,
+    base_ledger,
+    shard_timeout,
+    root,
+) -> int:
+    from stagebot.bot.ledger import Ledger, retry_busy
+    from stagebot.harness.executor import Settings, execute
+    from stagebot.harness.report import (
+        render_report,
+        reply_completed,
+        reply_triggered,
+        report_from_record,
+    )
+
     out = out_dir or Path("out") / f"pipeline-{number}"
     record = book.pipeline(number)
     click.echo(reply_triggered(report_from_record(record)), nl=False)
@@ -205,10 +257,12 @@ def _run(
         record, base=base_outcomes, base_pipeline=base, cancelled=execution.cancelled
     )
     report.slots, report.host = execution.slots, execution.host
-    book.finish_pipeline(
-        number,
-        report.analysis.state,
-        meta={"slots": execution.slots, "host": execution.host, "base_pipeline": base},
+    retry_busy(
+        lambda: book.finish_pipeline(
+            number,
+            report.analysis.state,
+            meta={"slots": execution.slots, "host": execution.host, "base_pipeline": base},
+        )
     )
     report.state = report.analysis.state
     out.mkdir(parents=True, exist_ok=True)

@@ -26,20 +26,22 @@ import json
 import os
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from stagebot.bot.errors import StagebotError
 from stagebot.harness.results import StageResult, TestOutcome
 from stagebot.stages.history import PriorShard
 
+T = TypeVar("T")
 SCHEMA_VERSION = 1
 DEFAULT_BUSY_TIMEOUT_S = 30.0
 BUSY_TIMEOUT_ENV = "STAGEBOT_LEDGER_BUSY_TIMEOUT"
+RECORD_PATIENCE_S = 60.0
 SQLITE_HEADER = b"SQLite format 3\x00"
 DEFAULT_REPO = "local"
 FINAL_STATES = ("SUCCESS", "FAILURE", "ABORTED")
@@ -92,6 +94,26 @@ class LedgerError(StagebotError):
     """The ledger cannot be used (locked, corrupt, unwritable); nothing ran or changed."""
 
     exit_code = 3
+
+
+class LedgerBusyError(LedgerError):
+    """The ledger stayed locked by another process past the busy timeout."""
+
+
+def retry_busy(call: Callable[[], T], patience_s: float | None = None) -> T:
+    """``call()``, retried while the ledger stays busy, for up to ``patience_s`` seconds in all
+    (default: ten busy timeouts, at least 60 s). For writes during a run: a result that was
+    produced must not be lost because another process held the lock a little too long."""
+    if patience_s is None:
+        patience_s = max(10 * busy_timeout_s(), RECORD_PATIENCE_S)
+    deadline = time.monotonic() + patience_s
+    while True:
+        try:
+            return call()
+        except LedgerBusyError:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.2)
 
 
 @dataclass(frozen=True)
@@ -236,8 +258,13 @@ class Ledger:
             raise _ledger_error(self.path, error, busy_timeout_s()) from None
         try:
             yield self.connection
+        except sqlite3.Error as error:
+            if self.connection.in_transaction:
+                self.connection.execute("ROLLBACK")
+            raise _ledger_error(self.path, error, busy_timeout_s()) from None
         except BaseException:
-            self.connection.execute("ROLLBACK")
+            if self.connection.in_transaction:
+                self.connection.execute("ROLLBACK")
             raise
         else:
             try:
@@ -634,7 +661,7 @@ def _check_file(path: Path, readonly: bool) -> None:
 def _ledger_error(path: Path, error: sqlite3.Error, timeout: float) -> LedgerError:
     text = str(error)
     if "locked" in text or "busy" in text:
-        return LedgerError(
+        return LedgerBusyError(
             f"ledger {path} is still locked by another process after the {timeout:g} s busy "
             f"timeout; wait for it to finish (or raise ${BUSY_TIMEOUT_ENV})"
         )

@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from stagebot.bot.ledger import retry_busy
 from stagebot.harness.collect import CollectError, collect_tests
 from stagebot.harness.gpus import Device, describe, detect_devices, gpu_types_of
 from stagebot.harness.progress import Progress
@@ -78,7 +79,10 @@ def execute(
         execution.results.append(result)
         reused = partly_reused.get(result.stage) if reused is None else reused
         if ledger is not None:
-            ledger.record_result(pipeline, result, logs=_logs(result), reused_tests=reused)
+            logs = _logs(result)
+            retry_busy(
+                lambda: ledger.record_result(pipeline, result, logs=logs, reused_tests=reused)
+            )
         progress.finished(result)
 
     # A reused shard of a split family is only decided after the split (see _split).
@@ -165,6 +169,11 @@ def _run_jobs(jobs, scheduler, settings, ledger, progress, execution, record) ->
         for future in list(running):
             record(future.result())
         execution.cancelled = True
+    except BaseException:
+        # e.g. the ledger stayed locked: stop the running shards rather than wait for them.
+        for _, cancel in running.values():
+            cancel.set()
+        raise
     finally:
         pool.shutdown(wait=True)
         _restore_sigterm(previous)
@@ -295,7 +304,7 @@ def _family_split(
             durations = ledger.durations(family) if ledger is not None else {}
             groups = [g.tests for g in least_duration(tests, durations, entry.shards)]
     if ledger is not None:
-        ledger.record_split(pipeline, family, groups)
+        retry_busy(lambda: ledger.record_split(pipeline, family, groups))
     return groups
 
 

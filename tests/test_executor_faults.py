@@ -12,6 +12,8 @@ import os
 import sqlite3
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -239,3 +241,55 @@ def test_report_of_a_ledger_pipeline_that_does_not_exist(tmp_path) -> None:
     assert done.returncode == 2 and "has no pipeline #42" in done.stderr
     latest = json.loads(bot("report", "--ledger", str(ledger), "--format", "json").stdout)
     assert latest["pipeline"] == 1
+
+
+def _hold_when_running(ledger: Path, seconds: float, stage_log: Path) -> threading.Thread:
+    """Another process's transaction: hold the ledger's write lock for ``seconds`` from the moment
+    the shard has started (its log exists), so the shard's result has to wait to be recorded."""
+
+    def hold() -> None:
+        deadline = time.monotonic() + 60
+        while not stage_log.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        holder = sqlite3.connect(ledger, isolation_level=None, timeout=30)
+        holder.execute("BEGIN EXCLUSIVE")
+        time.sleep(seconds)
+        holder.execute("ROLLBACK")
+        holder.close()
+
+    thread = threading.Thread(target=hold)
+    thread.start()
+    return thread
+
+
+def test_a_ledger_locked_mid_run_is_waited_for(tmp_path) -> None:
+    ledger, out = tmp_path / "ledger.sqlite", tmp_path / "out"
+    holder = _hold_when_running(ledger, 8, out / "CPU-PyTorch-Waived-1" / "log.txt")
+    done = run_stages(
+        ledger, out, "CPU-PyTorch-Waived-1", env={"STAGEBOT_LEDGER_BUSY_TIMEOUT": "1"}
+    )
+    holder.join()
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "completed with state SUCCESS" in done.stdout and (out / "report.md").exists()
+    with sqlite3.connect(ledger) as db:
+        assert db.execute("SELECT state FROM pipelines").fetchall() == [("SUCCESS",)]
+
+
+def test_an_error_after_the_start_ends_the_pipeline_aborted(tmp_path, monkeypatch) -> None:
+    from click.testing import CliRunner
+
+    from stagebot.bot.cmd_run import run
+    from stagebot.harness import executor
+
+    def broken(*args, **kwargs):
+        raise LedgerError("ledger x is still locked by another process")
+
+    monkeypatch.setattr(executor, "execute", broken)
+    ledger = tmp_path / "ledger.sqlite"
+    args = ["--catalog", str(ROOT / "tests/fixtures/catalog"), "--ledger", str(ledger)]
+    args += ["--commit", "c0ffee", "--out", str(tmp_path / "out")]
+    done = CliRunner().invoke(run, [*args, '/bot run --stage-list "CPU-PyTorch-Waived-1"'])
+    assert isinstance(done.exception, LedgerError)  # the CLI prints it and exits 3
+    with sqlite3.connect(ledger) as db:
+        ((state, meta),) = db.execute("SELECT state, meta FROM pipelines").fetchall()
+    assert state == "ABORTED" and "still locked" in json.loads(meta)["error"]

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from github_server import FakeGitHub
 
@@ -256,9 +254,9 @@ def test_every_write_survives_two_failures_each(gh) -> None:
 def test_timeouts_on_reads_are_retried(gh) -> None:
     gh.hold_s = 1.3
     gh.fail("timeout", route="get_pull", times=1)
-    start = time.monotonic()
     assert api_for(gh).pull(7).number == 7
-    assert time.monotonic() - start < 5
+    # exactly one retry after the held request (no wall-clock bound: flaky under load)
+    assert [r.fault for r in gh.calls("get_pull")] == ["timeout", None]
 
 
 # ---------------------------------------------------------------- configuration

@@ -352,3 +352,16 @@ def test_the_ledger_the_bot_saved_is_accepted_after_kill(gh, pipeline) -> None:
     assert ledger_state(pipeline, 101) == "ABORTED"
     pipeline.whole("/bot run", 103)  # the kill reply recorded the ledger the kill job saved
     assert list(pipeline.tmp.glob("*.rejected-*")) == []
+
+
+def test_publish_with_a_corrupt_ledger_exits_3_and_leaves_it_untouched(gh, pipeline) -> None:
+    outputs = pipeline.comment("/bot run", 101)
+    results = pipeline.stages(outputs, 101)
+    damaged = b"SQLite format 3\x00" + b"\xde\xad" * 600
+    pipeline.ledger.write_bytes(damaged)
+    pipeline.env(101, pipeline.tmp / "event-101.json")
+    code, text = pipeline.bot(
+        "publish", "--results", str(results), "--ledger", str(pipeline.ledger)
+    )
+    assert code == 3 and f"ledger {pipeline.ledger} is corrupt" in text, text
+    assert pipeline.ledger.read_bytes() == damaged

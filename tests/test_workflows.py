@@ -4,6 +4,7 @@ read-only jobs on the pinned SHA; stagebot itself from the default branch."""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -31,7 +32,10 @@ def steps(job: dict) -> list[dict]:
 def test_zizmor_finds_nothing(persona: str) -> None:
     zizmor = shutil.which("zizmor")
     if zizmor is None:
-        pytest.skip("zizmor is not installed (it comes with the [test] extra: pip install zizmor)")
+        missing = "zizmor is not installed (it comes with the [test] extra: pip install zizmor)"
+        if os.environ.get("CI", "").lower() in ("true", "1", "yes"):
+            pytest.fail(f"{missing}; CI must run the workflow audit, not skip it")
+        pytest.skip(missing)
     done = subprocess.run(
         [zizmor, "--offline", "--no-progress", f"--persona={persona}", str(WORKFLOWS)],
         capture_output=True,
@@ -115,3 +119,13 @@ def test_ci_workflow_runs_the_project_ci_script() -> None:
     ci = load("ci.yml")
     assert steps(ci["jobs"]["test"])[-1]["run"] == "bash .ci/run"
     assert ci["permissions"] == {"contents": "read"}
+
+
+def test_a_missing_zizmor_fails_under_ci_and_skips_elsewhere(monkeypatch) -> None:
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match="CI must run the workflow audit"):
+        test_zizmor_finds_nothing("regular")
+    monkeypatch.delenv("CI")
+    with pytest.raises(pytest.skip.Exception, match="zizmor is not installed"):
+        test_zizmor_finds_nothing("regular")

@@ -27,7 +27,7 @@ import click
 from stagebot.bot.cli_options import catalog_option
 from stagebot.bot.config import load_config
 from stagebot.bot.events import comment_event, load_payload, push_event
-from stagebot.bot.on_comment import CommentHandler, LedgerSource, Outcome
+from stagebot.bot.on_comment import CommentHandler, LedgerSource, Outcome, stage_paths
 
 
 @click.command("handle-event")
@@ -101,14 +101,13 @@ def _push(
     plan = plan_run(command, loaded, commit=event.sha, history=book)
     pipeline = run_number or ((book.latest_number() or 0) + 1 if book else 1)
     if book is not None:  # the default branch's history, which PR pipelines compare with
-        paths = {stage.name: list(stage.run_if_changed) for stage in loaded.stages}
         book.start_pipeline(
             command=command.to_json(),
             commit=event.sha,
             plan=plan.to_json(),
             branch=event.default_branch,
             number=pipeline,
-            meta={"stage_paths": {s.stage: paths[s.stage] for s in plan.shards}},
+            meta={"stage_paths": stage_paths(loaded, plan)},
         )
     entries = [e.to_json() for e in matrix_entries(plan, loaded, pipeline)]
     return Outcome(

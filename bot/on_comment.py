@@ -67,6 +67,13 @@ class Outcome:
         }
 
 
+def stage_paths(catalog, plan) -> dict[str, list[str]]:
+    """Each planned stage's ``run_if_changed`` patterns: the ledger meta the failure analysis
+    uses to name suspects among the changed files."""
+    paths = {stage.name: list(stage.run_if_changed) for stage in catalog.stages}
+    return {shard.stage: paths[shard.stage] for shard in plan.shards}
+
+
 class LedgerSource:
     """The ledger carried from the PR's previous pipeline, opened only when a step needs it (an
     event that is not for the bot never touches it). A ledger that cannot be opened (corrupt,
@@ -223,7 +230,6 @@ class CommentHandler:
         cancelled = self._stop_running(f"Superseded by PR_Github #{self.pipeline}.")
         entries = [entry.to_json() for entry in matrix_entries(plan, catalog, self.pipeline)]
         if self.ledger is not None:
-            paths = {stage.name: list(stage.run_if_changed) for stage in catalog.stages}
             self.ledger.start_pipeline(
                 command=command.to_json(),
                 commit=commit,
@@ -231,7 +237,7 @@ class CommentHandler:
                 pr=self.pull.number,
                 base_commit=self.pull.base_sha,
                 number=self.pipeline,
-                meta={"stage_paths": {s.stage: paths[s.stage] for s in plan.shards}},
+                meta={"stage_paths": stage_paths(catalog, plan)},
             )
         counts = {action: len(plan.shards_to(action)) for action in ("run", "reuse", "skip")}
         stages = {s.stage: "PENDING" for s in plan.shards_to("run")}

@@ -2,7 +2,8 @@
 
 The child's stdout and stderr go, line by line, to a log file (and to ``echo`` when given). On
 the deadline or on cancel the whole group gets SIGTERM, then SIGKILL after a grace period, so a
-pytest and every worker it spawned go away together.
+pytest and every worker it spawned go away together; after a normal exit, whatever is left in the
+group gets SIGKILL.
 """
 
 from __future__ import annotations
@@ -75,6 +76,7 @@ def run_process(
                 break
             time.sleep(POLL_S)
         proc.wait()
+        _kill_leftovers(proc)
         pump.join(timeout=grace_s)
     return Finished(proc.returncode, timed_out, cancelled, time.monotonic() - start)
 
@@ -85,6 +87,15 @@ def _pump(proc: subprocess.Popen, log, echo) -> None:
         log.flush()
         if echo is not None:
             echo(line.decode("utf-8", "replace").rstrip("\n"))
+
+
+def _kill_leftovers(proc: subprocess.Popen) -> None:
+    """The child has exited: whatever it left running in its group (workers, a background
+    process holding the log pipe) goes too."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass  # the group is empty (PermissionError: macOS, for a group of zombies)
 
 
 def _kill_group(proc: subprocess.Popen, grace_s: float) -> None:

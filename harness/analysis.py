@@ -9,11 +9,13 @@
 | INFRA        | timeout, OOM, NCCL/distributed error, crashed worker | FAILURE (exit 3) |
 | WAIVED       | skipped by the waives file                           | not a failure    |
 
-INFRA is decided first (from the evidence: the executor writes ``timeout:`` / ``crashed:`` /
-``corrupt output:``, and runtime errors name OOM or NCCL), then the base comparison. Pipeline
-state and exit code: any NEW / PRE-EXISTING / UNCLASSIFIED -> FAILURE, 1; only INFRA -> FAILURE, 3;
-cancelled -> ABORTED, 1; otherwise SUCCESS, 0. NEW failures list "suspects": the PR's changed
-files that the stage's ``run_if_changed`` patterns or the test's own folder point to.
+INFRA is decided first (from the start of an evidence line: the executor writes ``timeout:`` /
+``crashed:`` / ``corrupt output:``, an infrastructure exception's name, or an error message that
+opens with an OOM / NCCL signature; never an AssertionError line), then the base comparison.
+Pipeline state and exit code: any NEW / PRE-EXISTING / UNCLASSIFIED -> FAILURE, 1; only
+INFRA -> FAILURE, 3; cancelled -> ABORTED, 1; otherwise SUCCESS, 0. NEW failures list "suspects":
+the PR's changed files that the stage's ``run_if_changed`` patterns or the test's own folder point
+to.
 """
 
 from __future__ import annotations
@@ -29,12 +31,21 @@ from stagebot.stages.patterns import path_matches
 
 CATEGORIES = ("NEW", "PRE-EXISTING", "UNCLASSIFIED", "INFRA", "FLAKY", "WAIVED")
 BLOCKING = ("NEW", "PRE-EXISTING", "UNCLASSIFIED")
-INFRA_EVIDENCE = re.compile(
-    r"^(?:timeout|crashed|corrupt output):|out of memory|OutOfMemoryError|\bOOM\b|NCCL|"
-    r"ProcessGroup|DistBackendError|ChildFailedError|torch\.distributed|"
-    r"worker (?:\w+ )?(?:died|crashed|exited)|Killed by signal",
-    re.IGNORECASE,
+# INFRA is read from the start of an evidence line: the executor's own prefixes, the names of
+# infrastructure exceptions, or an exception whose message opens with a known signature. A line
+# that merely mentions such a word (an assertion about NCCL calls, say) is not infrastructure.
+_PREFIXES = r"(?:timeout|crashed|corrupt output):"
+_EXCEPTIONS = (
+    r"(?:[\w.]+\.)?(?:OutOfMemoryError|DistBackendError|DistNetworkError|DistStoreError|"
+    r"ChildFailedError|NcclError|NCCLError)\b"
 )
+_SIGNATURES = (
+    r"(?:(?:[\w.]+\.)?\w*(?:Error|Exception):\s*)?(?i:CUDA out of memory|"
+    r"CUDA error: out of memory|out of memory|NCCL (?:error|communicator|timeout)|ProcessGroupNCCL|"
+    r"\[Rank \d+\] Watchdog|Killed by signal|worker (?:\w+ )?(?:died|crashed|exited))"
+)
+INFRA_LINE = re.compile(rf"^\s*(?:{_PREFIXES}|{_EXCEPTIONS}|{_SIGNATURES})")
+ASSERTION_LINE = re.compile(r"^\s*(?:E\s+)?(?:(?:[\w.]+\.)?AssertionError\b|assert\b)")
 
 
 @dataclass(frozen=True)
@@ -66,7 +77,12 @@ class Analysis:
 
 
 def is_infra(evidence: str | None) -> bool:
-    return bool(evidence and INFRA_EVIDENCE.search(evidence))
+    """Whether a line of ``evidence`` opens with an infrastructure signature (never an
+    assertion: a test's own check about OOM or NCCL is the code's failure)."""
+    return any(
+        INFRA_LINE.match(line) and not ASSERTION_LINE.match(line)
+        for line in (evidence or "").splitlines()
+    )
 
 
 def analyse(

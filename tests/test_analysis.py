@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from stagebot.harness.analysis import analyse
+from stagebot.harness.analysis import analyse, is_infra
 from stagebot.harness.evidence import error_line, log_error_line, mismatch, test_evidence
 from stagebot.harness.results import StageResult
 from stagebot.harness.results import TestOutcome as Outcome
@@ -138,3 +138,25 @@ def test_a_whole_shard_error_is_listed_with_its_evidence() -> None:
     analysis = analyse([shard(state="ERROR", evidence="corrupt output: junit.xml is truncated")])
     (failure,) = analysis.failures
     assert failure.category == "INFRA" and failure.evidence.startswith("corrupt output")
+
+
+@pytest.mark.parametrize(
+    ("evidence", "infra"),
+    [
+        ("AssertionError: expected 2 NCCL all-reduce calls, got 3", False),
+        ("AssertionError: OOM guard did not trigger (out of memory expected)", False),
+        ("assert oom_count == 0", False),
+        ("ValueError: the ProcessGroup size must be 4, not 3", False),
+        ("RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:1970, unhandled system error", True),
+        ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", True),
+        ("torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:3", True),
+        ("timeout: still running when the shard was killed after 60 s", True),
+        ("crashed: the worker was killed by SIGKILL during this test", True),
+    ],
+)
+def test_infra_is_read_from_a_line_start_never_an_assertion(evidence, infra) -> None:
+    assert is_infra(evidence) is infra
+    tests = [Outcome("t.py::x", "failed", 1, evidence)]
+    analysis = analyse([shard(tests=tests)])
+    assert analysis.failures[0].category == ("INFRA" if infra else "UNCLASSIFIED")
+    assert analysis.exit_code == (3 if infra else 1)  # a real failure never exits 3

@@ -27,8 +27,6 @@ import click
 
 from stagebot.bot.errors import StagebotError
 
-COMMENT_LIMIT = 65_536
-
 
 @click.command("publish")
 @click.option(
@@ -93,7 +91,7 @@ def publish(results, ledger, plan_path, base_ledger, pipeline, cancelled, out, c
         Ledger.open(base_ledger, readonly=True) if base_ledger and base_ledger.exists() else None
     )
     base = (base_book or book).base_pipeline(
-        record.base_commit, "main", exclude=None if base_book else number
+        record.base_commit, default_branch(env.event_path), exclude=None if base_book else number
     )
     outcomes = (base_book or book).test_outcomes(base) if base is not None else None
     record = book.pipeline(number)
@@ -112,6 +110,20 @@ def publish(results, ledger, plan_path, base_ledger, pipeline, cancelled, out, c
     else:
         lines.append("no pull request: nothing to reply to (post-merge history recorded)")
     click.echo("\n".join(lines))
+
+
+def default_branch(event_path: str | None, fallback: str = "main") -> str:
+    """The repository's default branch from the event payload (``repository.default_branch``,
+    in issue_comment and push payloads alike); ``fallback`` without a readable payload."""
+    from stagebot.bot.events import EventError, load_payload
+
+    if not event_path:
+        return fallback
+    try:
+        branch = (load_payload(event_path).get("repository") or {}).get("default_branch")
+    except (EventError, OSError, AttributeError):
+        return fallback
+    return branch if isinstance(branch, str) and branch else fallback
 
 
 def _start_from_plan(book, number: int, plan_path: Path | None):
@@ -214,7 +226,7 @@ def _placeholder(shard: dict[str, Any], state: str, evidence: str, source: int |
 def _publish_to_pr(api, env, config, record, report, ledger_digest: str) -> list[str]:
     from stagebot.bot.marker import ReplyMarker
     from stagebot.bot.replies import our_replies, reply_for_pipeline, with_ledger_digest
-    from stagebot.harness.report import render_report, reply_completed
+    from stagebot.harness.report import COMMENT_LIMIT, render_report, reply_completed
 
     lines = []
     replies = our_replies(api.comments(record.pr), config.bot_login)

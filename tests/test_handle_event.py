@@ -567,3 +567,15 @@ def test_a_corrupt_main_ledger_does_not_stop_the_post_merge_pipeline(handle, tmp
     result = handle(fixture="push_main.json", token=None, args=("--ledger", str(ledger)))
     assert result.code == 0 and result.outputs["run"] == "true", result.err
     assert len(list(tmp_path.glob("main.sqlite.rejected-*"))) == 1
+
+
+def test_publish_reads_the_default_branch_from_the_event(tmp_path) -> None:
+    from stagebot.bot.cmd_publish import default_branch
+
+    payload = json.loads((EVENTS / "pr_comment_created.json").read_text())
+    payload["repository"]["default_branch"] = "trunk"
+    event = tmp_path / "event.json"
+    event.write_text(json.dumps(payload))
+    assert default_branch(str(event)) == "trunk"
+    event.write_text("{not json")
+    assert default_branch(str(event)) == "main" and default_branch(None) == "main"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 
 import torch
@@ -92,3 +93,38 @@ def check_positive_int(name: str, value: object) -> int:
         "it must be a positive int",
     )
     return value
+
+
+def check_finite_positive(name: str, value: float | torch.Tensor) -> None:
+    """A global scale (one value or a tensor of them): finite and > 0. One host sync."""
+    if isinstance(value, torch.Tensor):
+        if value.numel() == 0:
+            return
+        v = value.double()
+        low, high, bad = torch.stack(
+            [v.amin(), v.amax(), (~torch.isfinite(v) | (v <= 0)).sum().double()]
+        ).tolist()
+        got = f"holds values in [{low}, {high}]" if bad else ""
+        require(bad == 0, name, got, "every global scale must be finite and > 0")
+    else:
+        require(
+            math.isfinite(value) and value > 0,
+            name,
+            f"is {value!r}",
+            "a global scale must be finite and > 0",
+        )
+
+
+def check_index_range(
+    name: str, values: torch.Tensor, low: int, high: int, rule: str, where: str = ""
+) -> None:
+    """Every element of ``values`` in [low, high); ``rule`` says what it indexes. One host sync."""
+    if values.numel() == 0:
+        return
+    lo, hi = (int(v) for v in torch.stack([values.amin(), values.amax()]).tolist())
+    require(
+        lo >= low and hi < high,
+        name,
+        f"holds values in [{lo}, {hi}]{where}",
+        f"they must lie in [{low}, {high}) ({rule})",
+    )

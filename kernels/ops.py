@@ -18,6 +18,8 @@ import torch
 from stagebot.kernels import backends, layouts, moe_tables, nvfp4
 from stagebot.kernels.checks import (
     check_choice,
+    check_finite_positive,
+    check_index_range,
     check_multiple,
     check_numel,
     check_positive_int,
@@ -41,6 +43,7 @@ def _check_bool(name: str, value: object) -> None:
 def _check_scalar_scale(name: str, t: object, device: torch.device) -> torch.Tensor:
     check_tensor(name, t, torch.float32, device=device)
     check_numel(name, t, 1, "a global scale is one fp32 value")
+    check_finite_positive(name, t)
     return t
 
 
@@ -49,8 +52,10 @@ def _global_scale_grid(
 ) -> torch.Tensor:
     """One fp32 scale, or one per matrix of the batch dims, shaped to broadcast over blocks."""
     if isinstance(global_scale, float):
+        check_finite_positive("global_scale", global_scale)
         return torch.tensor(global_scale, dtype=torch.float32, device=device)
     check_tensor("global_scale", global_scale, torch.float32, device=device)
+    check_finite_positive("global_scale", global_scale)
     if global_scale.numel() == 1:
         return global_scale.reshape(())
     check_shape("global_scale", global_scale, batch, "one value, or one per matrix of the batch")
@@ -207,6 +212,58 @@ def _check_tile_tables(
     check_numel("num_non_exiting_tiles", num_non_exiting_tiles, 1, "a count")
 
 
+def _check_tile_values(
+    num_non_exiting_tiles: torch.Tensor,
+    num_tiles: int,
+    tile_size: int,
+    *,
+    tile_idx_to_group_idx: torch.Tensor | None = None,
+    num_experts: int = 0,
+    tile_idx_to_mn_limit: torch.Tensor | None = None,
+) -> int:
+    """The table values the ops index with (one host sync each): returns the tile count."""
+    nnet = int(num_non_exiting_tiles.reshape(-1)[0])
+    require(
+        0 <= nnet <= num_tiles,
+        "num_non_exiting_tiles",
+        f"is {nnet}",
+        f"it must lie in [0, {num_tiles}] (the rows hold {num_tiles} tiles of {tile_size})",
+    )
+    if tile_idx_to_group_idx is not None:
+        check_index_range(
+            "tile_idx_to_group_idx",
+            tile_idx_to_group_idx[:nnet],
+            0,
+            num_experts,
+            f"the experts of b: b.shape[0] = {num_experts}",
+            " for the non-exiting tiles",
+        )
+    if tile_idx_to_mn_limit is not None:
+        start = torch.arange(nnet, device=tile_idx_to_mn_limit.device) * tile_size
+        check_index_range(
+            "tile_idx_to_mn_limit",
+            tile_idx_to_mn_limit[:nnet].long() - start,
+            0,
+            tile_size + 1,
+            "each non-exiting tile's limit minus its first row: the limit lies in its tile",
+            " (minus each tile's first row)",
+        )
+    return nnet
+
+
+def _check_valid_row_targets(
+    name: str,
+    table: torch.Tensor,
+    tile_idx_to_mn_limit: torch.Tensor,
+    nnet: int,
+    tile_size: int,
+    high: int,
+    rule: str,
+) -> None:
+    valid = moe_tables.valid_rows(tile_idx_to_mn_limit, nnet, tile_size)
+    check_index_range(name, table[valid], 0, high, rule, " in valid rows")
+
+
 def moe_permute(
     x: torch.Tensor,
     x_scales: torch.Tensor,
@@ -239,6 +296,21 @@ def moe_permute(
     _check_tile_tables(
         tile_idx_to_mn_limit, num_non_exiting_tiles, p2e.numel(), tile_size, x.device
     )
+    nnet = _check_tile_values(
+        num_non_exiting_tiles,
+        p2e.numel() // tile_size,
+        tile_size,
+        tile_idx_to_mn_limit=tile_idx_to_mn_limit,
+    )
+    _check_valid_row_targets(
+        "permuted_idx_to_expanded_idx",
+        p2e,
+        tile_idx_to_mn_limit,
+        nnet,
+        tile_size,
+        x.shape[0] * top_k,
+        f"expanded indices: x.shape[0] * top_k = {x.shape[0]} * {top_k}",
+    )
     return moe_tables.moe_permute(
         x, x_scales, tile_idx_to_mn_limit, p2e, num_non_exiting_tiles, tile_size, top_k
     )
@@ -260,6 +332,13 @@ def moe_unpermute(
     )
     check_tensor("token_final_scales", token_final_scales, torch.float32, device=permuted.device)
     check_shape("token_final_scales", token_final_scales, e2p.shape, "one per (token, k)")
+    check_index_range(
+        "expanded_idx_to_permuted_idx",
+        e2p,
+        -1,
+        permuted.shape[0],
+        f"rows of permuted ({permuted.shape[0]}), or -1 for a non-local (token, k)",
+    )
     return moe_tables.moe_unpermute(permuted, e2p, token_final_scales)
 
 
@@ -289,6 +368,13 @@ def _check_grouped_operands(
     check_shape("tile_idx_to_group_idx", tile_idx_to_group_idx, (m // tile_size,), "one per tile")
     check_tensor("num_non_exiting_tiles", num_non_exiting_tiles, torch.int32, device=device)
     check_numel("num_non_exiting_tiles", num_non_exiting_tiles, 1, "a count")
+    _check_tile_values(
+        num_non_exiting_tiles,
+        m // tile_size,
+        tile_size,
+        tile_idx_to_group_idx=tile_idx_to_group_idx,
+        num_experts=experts,
+    )
     return m, n, k
 
 
@@ -403,6 +489,19 @@ def grouped_gemm_finalize(
         f"has shape {tuple(token_final_scales.shape)}",
         f"it must be [num_tokens = {num_tokens}, top_k]",
     )
+    top_k = token_final_scales.shape[1]
+    nnet = _check_tile_values(
+        num_non_exiting_tiles, m // tile_size, tile_size, tile_idx_to_mn_limit=tile_idx_to_mn_limit
+    )
+    _check_valid_row_targets(
+        "permuted_idx_to_expanded_idx",
+        permuted_idx_to_expanded_idx,
+        tile_idx_to_mn_limit,
+        nnet,
+        tile_size,
+        num_tokens * top_k,
+        f"expanded indices: num_tokens * top_k = {num_tokens} * {top_k}",
+    )
     return backends.dispatch(
         "grouped_gemm_finalize",
         backend,
@@ -480,6 +579,7 @@ def fused_moe(
     for name, gs in (("w1_gs", w1_gs), ("w2_gs", w2_gs)):
         check_tensor(name, gs, torch.float32, device=device)
         check_shape(name, gs, (experts,), "one global scale per local expert")
+        check_finite_positive(name, gs)
     _check_scalar_scale("fc1_input_gs", fc1_input_gs, device)
     _check_scalar_scale("fc2_input_gs", fc2_input_gs, device)
     return backends.dispatch(

@@ -77,10 +77,33 @@ BAD_GEMM_CALLS = [
     ),
     pytest.param(
         {"tile_idx_to_group_idx": torch.full((1,), 5, dtype=torch.int32)},
-        "maps a non-exiting tile to expert 5",
+        "`tile_idx_to_group_idx` holds values in [5, 5] for the non-exiting tiles; "
+        "they must lie in [0, 2)",
         id="group index past the experts",
     ),
+    pytest.param(
+        {"tile_idx_to_group_idx": torch.full((1,), -3, dtype=torch.int32)},
+        "`tile_idx_to_group_idx` holds values in [-3, -3] for the non-exiting tiles",
+        id="negative group index",
+    ),
+    pytest.param(
+        {"num_non_exiting_tiles": torch.full((1,), 5, dtype=torch.int32)},
+        "`num_non_exiting_tiles` is 5; it must lie in [0, 1]",
+        id="more non-exiting tiles than tiles",
+    ),
+    pytest.param(
+        {"num_non_exiting_tiles": torch.full((1,), -1, dtype=torch.int32)},
+        "`num_non_exiting_tiles` is -1; it must lie in [0, 1]",
+        id="negative tile count",
+    ),
 ]
+
+
+def test_group_ids_of_exiting_tiles_are_not_checked():
+    """Entries past the non-exiting tiles are unspecified (moe_sort pads them with 2e9)."""
+    groups = torch.tensor([1, 2_000_000_000], dtype=torch.int32)
+    positional, keywords = _positional(_gemm_args(m=256, tile_idx_to_group_idx=groups))
+    assert ops.grouped_gemm(*positional, **keywords).shape == (256, 128)
 
 
 @pytest.mark.parametrize(("override", "message"), BAD_GEMM_CALLS)
@@ -153,7 +176,96 @@ BAD_SMALL_OPS = [
         "`expanded_idx_to_permuted_idx` has dtype torch.int64",
         id="unpermute index dtype",
     ),
+    pytest.param(
+        lambda: ops.moe_unpermute(
+            torch.zeros(4, 8), torch.full((2, 2), 10, dtype=torch.int32), torch.zeros(2, 2)
+        ),
+        "`expanded_idx_to_permuted_idx` holds values in [10, 10]; they must lie in [-1, 4)",
+        id="unpermute index past the rows",
+    ),
+    pytest.param(
+        lambda: ops.moe_unpermute(
+            torch.zeros(4, 8), torch.full((2, 2), -2, dtype=torch.int32), torch.zeros(2, 2)
+        ),
+        "`expanded_idx_to_permuted_idx` holds values in [-2, -2]; they must lie in [-1, 4)",
+        id="unpermute index below -1",
+    ),
+    pytest.param(
+        lambda: ops.moe_permute(*_permute_args(p2e=100)),
+        "`permuted_idx_to_expanded_idx` holds values in [100, 100] in valid rows; "
+        "they must lie in [0, 8)",
+        id="permute index past the tokens",
+    ),
+    pytest.param(
+        lambda: ops.moe_permute(*_permute_args(mn_limit=300)),
+        "`tile_idx_to_mn_limit` holds values in [300, 300]",
+        id="permute mn_limit outside its tile",
+    ),
+    pytest.param(
+        lambda: ops.moe_permute(*_permute_args(nnet=2)),
+        "`num_non_exiting_tiles` is 2; it must lie in [0, 1]",
+        id="permute tile count",
+    ),
+    pytest.param(
+        lambda: ops.grouped_gemm_finalize(*_finalize_args(p2e=999), num_tokens=4, tile_size=128),
+        "`permuted_idx_to_expanded_idx` holds values in [999, 999] in valid rows; "
+        "they must lie in [0, 8)",
+        id="finalize index past the (token, k) slots",
+    ),
+    pytest.param(
+        lambda: ops.grouped_gemm_finalize(*_finalize_args(p2e=-1), num_tokens=4, tile_size=128),
+        "`permuted_idx_to_expanded_idx` holds values in [-1, -1] in valid rows",
+        id="finalize valid row without a (token, k)",
+    ),
+    pytest.param(
+        lambda: ops.nvfp4_quantize(torch.ones(1, 16), -1.0, swizzled=False),
+        "`global_scale` is -1.0; a global scale must be finite and > 0",
+        id="negative global scale",
+    ),
+    pytest.param(
+        lambda: ops.nvfp4_quantize(torch.ones(1, 16), float("nan"), swizzled=False),
+        "`global_scale` is nan; a global scale must be finite and > 0",
+        id="NaN global scale",
+    ),
+    pytest.param(
+        lambda: ops.nvfp4_quantize(torch.ones(2, 1, 16), torch.tensor([1.0, float("inf")])),
+        "`global_scale` holds values in [1.0, inf]; every global scale must be finite and > 0",
+        id="infinite global scale of one matrix",
+    ),
+    pytest.param(
+        lambda: ops.nvfp4_dequantize(
+            torch.zeros(1, 8, dtype=U8), torch.full((1, 1), 0x38, dtype=U8), 0.0, swizzled=False
+        ),
+        "`global_scale` is 0.0; a global scale must be finite and > 0",
+        id="zero global scale",
+    ),
+    pytest.param(
+        lambda: ops.grouped_gemm_swiglu(
+            *_positional(_gemm_args())[0], torch.zeros(1), tile_size=128
+        ),
+        "`global_sf` holds values in [0.0, 0.0]; every global scale must be finite and > 0",
+        id="zero global_sf",
+    ),
 ]
+
+
+def _permute_args(p2e=0, mn_limit=1, nnet=1) -> tuple:
+    """x of 4 tokens (K = 64), top_k 2, one tile of 128 rows with mn_limit valid rows."""
+    return (
+        torch.zeros(4, 32, dtype=U8),
+        torch.zeros(128 * 4, dtype=U8),
+        torch.full((1,), mn_limit, dtype=torch.int32),
+        torch.full((128,), p2e, dtype=torch.int32),
+        torch.full((1,), nnet, dtype=torch.int32),
+        128,
+        2,
+    )
+
+
+def _finalize_args(p2e=0) -> list:
+    positional, _ = _positional(_gemm_args())
+    tables = [torch.full((1,), 1, dtype=torch.int32), torch.full((128,), p2e, dtype=torch.int32)]
+    return [*positional, *tables, torch.ones(4, 2)]
 
 
 @pytest.mark.parametrize(("call", "message"), BAD_SMALL_OPS)

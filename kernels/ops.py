@@ -16,7 +16,8 @@ from __future__ import annotations
 import torch
 
 from stagebot.kernels import backends, layouts, moe_tables, nvfp4
-from stagebot.kernels.checks import (
+from stagebot.kernels.moe_tables import MoeSortTables
+from stagebot.kernels.validate import (
     check_choice,
     check_finite_positive,
     check_index_range,
@@ -27,7 +28,6 @@ from stagebot.kernels.checks import (
     check_tensor,
     require,
 )
-from stagebot.kernels.moe_tables import MoeSortTables
 
 TILE_SIZES = (128, 256)
 K_ALIGN = 64

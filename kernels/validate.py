@@ -1,4 +1,4 @@
-"""Argument checks shared by the op API; each failure raises KernelArgumentError."""
+"""Argument validation for the op API; each failure raises KernelArgumentError."""
 
 from __future__ import annotations
 

@@ -43,6 +43,7 @@ DEFAULT_BUSY_TIMEOUT_S = 30.0
 BUSY_TIMEOUT_ENV = "STAGEBOT_LEDGER_BUSY_TIMEOUT"
 RECORD_PATIENCE_S = 60.0
 SQLITE_HEADER = b"SQLite format 3\x00"
+LEDGER_TABLES = {"pipelines", "shards", "tests"}
 DEFAULT_REPO = "local"
 FINAL_STATES = ("SUCCESS", "FAILURE", "ABORTED")
 SCHEMA = """
@@ -201,7 +202,7 @@ class Ledger:
             if not readonly:
                 ledger._set_up(timeout)
             else:
-                ledger._check_version()
+                ledger._check_schema()
             return ledger
         except sqlite3.Error as error:
             raise _ledger_error(path, error, timeout) from None
@@ -223,6 +224,7 @@ class Ledger:
                 time.sleep(0.05)
 
     def _set_up_once(self) -> None:
+        self._check_schema(new_ok=True)  # before anything is written (the WAL switch included)
         mode = self.connection.execute("PRAGMA journal_mode").fetchone()[0]
         if mode != "wal":
             self.connection.execute("PRAGMA journal_mode = WAL")
@@ -238,12 +240,31 @@ class Ledger:
                     self.connection.execute(statement)
                 self.connection.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
-    def _check_version(self) -> None:
+    def _check_schema(self, new_ok: bool = False) -> None:
+        """Refuse, without writing, a database that is not a stagebot ledger of our version (an
+        empty database is a new ledger when ``new_ok``)."""
         version = self.connection.execute("PRAGMA user_version").fetchone()[0]
-        if version != SCHEMA_VERSION:
-            raise LedgerError(
-                f"ledger {self.path} has schema version {version}, expected {SCHEMA_VERSION}"
+        tables = {
+            row[0]
+            for row in self.connection.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
             )
+        }
+        if new_ok and version == 0 and not tables:
+            return
+        if version == SCHEMA_VERSION and LEDGER_TABLES <= tables:
+            return
+        if version > SCHEMA_VERSION and LEDGER_TABLES <= tables:
+            raise LedgerError(
+                f"ledger {self.path} has schema version {version}; this stagebot reads "
+                f"version {SCHEMA_VERSION} (upgrade stagebot or use another --ledger)"
+            )
+        listing = ", ".join(sorted(tables)) or "none"
+        raise LedgerError(
+            f"ledger {self.path} is an SQLite database but not a stagebot ledger (schema version "
+            f"{version}, tables: {listing}); it was left as it is: give --ledger a new file path "
+            "or an existing stagebot ledger"
+        )
 
     def close(self) -> None:
         self.connection.close()

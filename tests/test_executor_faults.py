@@ -293,3 +293,24 @@ def test_an_error_after_the_start_ends_the_pipeline_aborted(tmp_path, monkeypatc
     with sqlite3.connect(ledger) as db:
         ((state, meta),) = db.execute("SELECT state, meta FROM pipelines").fetchall()
     assert state == "ABORTED" and "still locked" in json.loads(meta)["error"]
+
+
+@pytest.mark.parametrize(
+    "tables",
+    [
+        "CREATE TABLE pipelines (x INTEGER); CREATE TABLE other (y TEXT)",  # a clashing table
+        "CREATE TABLE notes (body TEXT)",  # nothing in common: must not gain our tables
+    ],
+    ids=["clashing", "foreign"],
+)
+def test_another_sqlite_database_exits_3_untouched(tmp_path, tables: str) -> None:
+    ledger = tmp_path / "app.db"
+    with sqlite3.connect(ledger) as db:
+        db.executescript(tables + "; INSERT INTO " + tables.split()[2] + " VALUES (1);")
+    before = _digest(ledger)
+    _refused(tmp_path, ledger, "is an SQLite database but not a stagebot ledger")
+    assert _digest(ledger) == before  # byte 18/19 (the WAL switch) included
+    assert not Path(f"{ledger}-wal").exists()
+    with pytest.raises(LedgerError, match="not a stagebot ledger"):
+        Ledger.open(ledger, readonly=True)
+    assert _digest(ledger) == before

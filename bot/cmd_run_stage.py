@@ -39,7 +39,13 @@ def run_stage(entry_arg, out_dir, shard_timeout, root) -> None:
     out = (out_dir or Path("out") / f"pipeline-{entry.pipeline}") / entry.stage
     devices = detect_devices()
     usable = [d.id for d in devices if _serves(d.name, entry)]
-    if entry.gpu_count and len(usable) < entry.gpu_count:
+    if entry.gpu_count and not entry.device_names:
+        why = (
+            f"the matrix entry names no device-name pattern for {entry.gpu_type} (device_names "
+            "is empty): re-plan it with this stagebot"
+        )
+        result = not_run_result(entry, out, "NOT_RUN", why)
+    elif entry.gpu_count and len(usable) < entry.gpu_count:
         result = not_run_result(
             entry,
             out,
@@ -71,13 +77,11 @@ def run_stage(entry_arg, out_dir, shard_timeout, root) -> None:
 
 
 def _serves(name: str, entry) -> bool:
+    """Whether a GPU named ``name`` serves the entry's GPU type (its own device-name patterns:
+    a matrix entry needs no catalog)."""
     import fnmatch
 
-    from stagebot.stages.catalog import load_catalog
-
-    gpu = load_catalog().gpu_types.get(entry.gpu_type)
-    patterns = gpu.device_names if gpu else ()
-    return any(fnmatch.fnmatchcase(name, p) for p in patterns)
+    return any(fnmatch.fnmatchcase(name, pattern) for pattern in entry.device_names)
 
 
 def _timeout(entry, cap):

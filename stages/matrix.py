@@ -29,6 +29,7 @@ def matrix_entries(
                 gpu_type=shard.gpu_type,
                 gpu_count=shard.gpu_count,
                 runner_labels=list(gpu_type.runner_labels),
+                device_names=list(gpu_type.device_names),
                 timeout_minutes=shard.timeout_minutes,
                 suites=shard.suites,
                 command=shard.command,

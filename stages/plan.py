@@ -102,6 +102,9 @@ class MatrixEntry:
     catalog_digest: str
     detailed_log: bool = False
     debug: bool = False
+    # The GPU type's device-name patterns (fnmatch), so the job can tell which of its host's GPUs
+    # serve the shard without a catalog; empty for CPU (and in entries written before it).
+    device_names: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {"version": MATRIX_ENTRY_VERSION, **asdict(self)}
@@ -110,9 +113,8 @@ class MatrixEntry:
     def from_json(cls, data: dict[str, Any]) -> MatrixEntry:
         _check_version("matrix entry", data, MATRIX_ENTRY_VERSION)
         names = {f.name for f in fields(cls)}
-        missing = sorted(
-            name for name in names if name not in data and name not in ("detailed_log", "debug")
-        )
+        optional = ("detailed_log", "debug", "device_names")
+        missing = sorted(name for name in names if name not in data and name not in optional)
         if missing:
             raise PlanError(f"matrix entry lacks {', '.join(missing)}")
         return cls(**{name: data[name] for name in names if name in data})

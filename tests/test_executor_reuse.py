@@ -93,3 +93,40 @@ def test_a_reused_out_folder_lends_no_stale_results(tmp_path) -> None:
     assert "test_passes" not in stream and stream.count('"session_end"') == 1
     assert not (shard / "rerun-3.jsonl").exists() and not (shard / "raw" / "ghost.xml").exists()
     assert (shard / "log.txt").read_text().count("$ ") == 3  # this run's pytest and 2 re-runs
+
+
+def test_run_stage_takes_the_gpu_type_from_the_entry_not_the_default_catalog(tmp_path) -> None:
+    """A GPU type only a custom catalog knows: the entry carries its device names."""
+    import os
+
+    from fixtures.botrun import ROOT
+
+    from stagebot.stages.catalog import load_catalog
+    from stagebot.stages.matrix import matrix_entries
+    from stagebot.stages.plan import Plan
+
+    smi = tmp_path / "bin" / "nvidia-smi"  # this host "has" one GPU of a type no default knows
+    smi.parent.mkdir()
+    smi.write_text("#!/bin/sh\necho '0, ACME Widget 9000'\n")
+    smi.chmod(0o755)
+    catalog = tmp_path / "catalog.yaml"
+    catalog.write_text(
+        "gpu_types:\n"
+        "  CPU: {device_names: [], runner_labels: [ubuntu-latest]}\n"
+        "  WIDGET: {device_names: ['ACME Widget*'], runner_labels: [self-hosted]}\n"
+        "families:\n"
+        "  - {name: WIDGET-PyTorch, kind: test, timeout_minutes: 2,\n"
+        "     suites: [{path: tests/fixtures/suites/check_toggle.py}]}\n"
+    )
+    plan = json.loads(bot("dry-run", "--json", "--catalog", str(catalog), "/bot run").stdout)
+    (entry,) = matrix_entries(Plan.from_json(plan), load_catalog(catalog), 4)
+    assert entry.device_names == ["ACME Widget*"]
+    env = {"PATH": f"{smi.parent}{os.pathsep}{os.environ['PATH']}"}
+    env["CUDA_VISIBLE_DEVICES"] = "0"
+    done = bot(
+        "run-stage", "--entry", json.dumps(entry.to_json()), "--out", str(tmp_path / "out"), env=env
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    result = results(tmp_path / "out")["WIDGET-PyTorch-1"]
+    assert result["state"] == "SUCCESS" and result["gpus"] == ["0"], result
+    assert (ROOT / "stages" / "catalog").is_dir()  # the default catalog exists, and was not asked

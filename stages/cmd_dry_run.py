@@ -17,7 +17,7 @@ from stagebot.bot.cli_options import (
     read_comment,
 )
 from stagebot.bot.grammar import parse_comment
-from stagebot.bot.run_options import ledger_option
+from stagebot.bot.run_options import DEFAULT_LEDGER, ledger_option
 from stagebot.stages.catalog import load_catalog
 from stagebot.stages.plan import Plan
 from stagebot.stages.planner import plan_run
@@ -34,8 +34,9 @@ from stagebot.stages.planner import plan_run
 def dry_run(as_json, catalog, changed_files, commit, pr, ledger, comment) -> None:
     """Plan COMMENT (or '-' for stdin) against the catalog and print the plan.
 
-    With --ledger, earlier pipelines count as `bot run` would count them (reuse included); the
-    commit defaults to this work tree's identity then, as in `bot run`.
+    With a ledger (--ledger, else `bot run`'s default ledger when it exists; opened read-only),
+    earlier pipelines count as `bot run` would count them (reuse included); the commit defaults
+    to this work tree's identity then, as in `bot run`.
     """
     command = parse_comment(read_comment(comment))
     if command.name != "run":
@@ -43,6 +44,8 @@ def dry_run(as_json, catalog, changed_files, commit, pr, ledger, comment) -> Non
         click.echo(f"{what}: nothing to plan (only `/bot run` runs stages)")
         return
     history = None
+    if ledger is None and DEFAULT_LEDGER.exists():
+        ledger = DEFAULT_LEDGER  # what `bot run` without --ledger reads
     if ledger is not None:
         from pathlib import Path
 
@@ -53,14 +56,18 @@ def dry_run(as_json, catalog, changed_files, commit, pr, ledger, comment) -> Non
             commit, _ = tree_identity(Path("."))
         # A ledger `bot run` has not created yet holds no history: everything would run.
         history = Ledger.open(ledger, readonly=True) if ledger.exists() else None
-    plan = plan_run(
-        command,
-        load_catalog(catalog),
-        changed_files=read_changed_files(changed_files),
-        commit=commit,
-        pr=pr,
-        history=history,
-    )
+    try:
+        plan = plan_run(
+            command,
+            load_catalog(catalog),
+            changed_files=read_changed_files(changed_files),
+            commit=commit,
+            pr=pr,
+            history=history,
+        )
+    finally:
+        if history is not None:
+            history.close()
     if as_json:
         click.echo(json.dumps(plan.to_json(), indent=2))
     else:

@@ -130,3 +130,34 @@ def test_run_stage_takes_the_gpu_type_from_the_entry_not_the_default_catalog(tmp
     result = results(tmp_path / "out")["WIDGET-PyTorch-1"]
     assert result["state"] == "SUCCESS" and result["gpus"] == ["0"], result
     assert (ROOT / "stages" / "catalog").is_dir()  # the default catalog exists, and was not asked
+
+
+def test_dry_run_reads_bot_runs_default_ledger(tmp_path) -> None:
+    """Without --ledger both use out/ledger.sqlite: dry-run shows the reuse that run would do."""
+    import subprocess
+    import sys
+
+    from fixtures.botrun import CATALOG, ROOT
+
+    def bot_here(*args: str):
+        return subprocess.run(
+            [sys.executable, "-c", "from stagebot.bot.cli import main; main()", *args],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    comment = '/bot run --stage-list "CPU-Build_Check"'
+    common = ["--catalog", str(CATALOG), "--commit", "c0ffee"]
+    before = bot_here("dry-run", *common, comment)
+    assert before.returncode == 0 and "no result for this stage on c0ffee" in before.stdout
+    assert not (tmp_path / "out").exists()  # dry-run creates no ledger
+    done = bot_here("run", *common, "--root", str(ROOT), "--out", str(tmp_path / "o"), comment)
+    assert done.returncode == 0, done.stdout + done.stderr
+    ledger = tmp_path / "out" / "ledger.sqlite"
+    snapshot = ledger.read_bytes()
+    after = bot_here("dry-run", *common, comment)
+    assert after.returncode == 0, after.stderr
+    assert "passed in #1 on c0ffee" in after.stdout and "1 reused" in after.stdout
+    assert ledger.read_bytes() == snapshot  # read-only

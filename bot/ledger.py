@@ -191,13 +191,6 @@ class Ledger:
                 connection = sqlite3.connect(path, timeout=timeout, isolation_level=None)
             connection.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
             connection.row_factory = sqlite3.Row
-            if path.exists() and path.stat().st_size > 0:
-                check = connection.execute("PRAGMA quick_check").fetchone()[0]
-                if check != "ok":
-                    raise LedgerError(
-                        f"ledger {path} is corrupt (integrity check: {check}); restore it from a "
-                        "copy or give a new path with --ledger"
-                    )
             ledger = cls(connection, path, readonly, repo)
             if not readonly:
                 ledger._set_up(timeout)
@@ -510,18 +503,21 @@ class Ledger:
 
     def durations(self, family: str) -> dict[str, float]:
         """The latest executed duration of each test of a stage family's shards."""
+        # "<family>" <= stage < "<family>." ('.' follows '-'): one range of the stage index
+        # (tests drive the join); the exact family or "<family>-<n>" is picked below.
         rows = self._query(
             "SELECT t.stage, t.test_id, t.duration_s FROM tests t"
-            " JOIN pipelines p ON p.id = t.pipeline_id"
-            " WHERE p.repo = ? AND (t.stage = ? OR t.stage LIKE ? ESCAPE '\\')"
+            " CROSS JOIN pipelines p ON p.id = t.pipeline_id"
+            " WHERE t.stage >= ? AND t.stage < ? AND p.repo = ?"
             " AND t.reused_from IS NULL AND t.outcome IN ('passed', 'failed', 'flaky')"
             " ORDER BY p.id",
-            (self.repo, family, _like_prefix(family) + "%"),
+            (family, family + ".", self.repo),
         )
         return {
             row["test_id"]: row["duration_s"]
             for row in rows
-            if row["stage"] == family or row["stage"][len(family) + 1 :].isdigit()
+            if row["stage"] == family
+            or (row["stage"].startswith(family + "-") and row["stage"][len(family) + 1 :].isdigit())
         }
 
     def shard_duration(self, stage: str) -> float | None:
@@ -693,10 +689,6 @@ def _ledger_error(path: Path, error: sqlite3.Error, timeout: float) -> LedgerErr
     if "readonly" in text or "read-only" in text or "unable to open" in text:
         return LedgerError(f"ledger {path} is not writable ({text}); fix its permissions")
     return LedgerError(f"ledger {path} cannot be used: {text}")
-
-
-def _like_prefix(family: str) -> str:
-    return family.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "-"
 
 
 def _now() -> str:

@@ -85,6 +85,13 @@ def execute(
             )
         progress.finished(result)
 
+    cache: dict[str, dict[str, float]] = {}
+
+    def durations(family: str) -> dict[str, float]:  # one query per family and run
+        if family not in cache:
+            cache[family] = ledger.durations(family) if ledger is not None else {}
+        return cache[family]
+
     # A reused shard of a split family is only decided after the split (see _split).
     entries = matrix_entries(plan, catalog, pipeline, actions=("run", "reuse"))
     reuse = {shard.stage for shard in plan.shards_to("reuse")}
@@ -93,7 +100,10 @@ def execute(
             record(_reused_result(entry), _copied_tests(ledger, entry.stage, entry.reuse_from))
     entries = [entry for entry in entries if entry.stage not in reuse or _is_split(entry)]
     jobs: dict[str, tuple[Job, MatrixEntry]] = {}
-    for entry in _split(entries, reuse, plan, pipeline, settings, ledger, record, partly_reused):
+    shares = _split(
+        entries, reuse, plan, pipeline, settings, ledger, durations, record, partly_reused
+    )
+    for entry in shares:
         out = settings.out_dir / entry.stage
         missing = _missing_hardware(entry, scheduler, catalog, devices)
         if missing:
@@ -101,7 +111,7 @@ def execute(
             continue
         if entry.stage not in partly_reused:
             partly_reused[entry.stage] = _reused_tests(ledger, entry)
-        expected = _expected_s(entry, ledger)
+        expected = _expected_s(entry, ledger, durations)
         jobs[entry.stage] = (
             Job(entry.stage, entry.gpu_type, max(entry.gpu_count, 1), expected),
             entry,
@@ -237,6 +247,7 @@ def _split(
     pipeline: int,
     settings: Settings,
     ledger,
+    durations,
     record,
     carried: dict[str, dict[str, tuple[int, float]]],
 ) -> list[MatrixEntry]:
@@ -256,7 +267,9 @@ def _split(
             out.append(entry)
     for family, members in families.items():
         all_reused = all(entry.stage in reuse for entry in members)
-        groups = _family_split(family, members[0], all_reused, plan, pipeline, settings, ledger)
+        groups = _family_split(
+            family, members[0], all_reused, plan, pipeline, settings, ledger, durations
+        )
         for entry in members:
             folder = settings.out_dir / entry.stage
             if isinstance(groups, CollectError):
@@ -285,6 +298,7 @@ def _family_split(
     pipeline: int,
     settings: Settings,
     ledger,
+    durations,
 ) -> list[list[str]] | CollectError:
     pinned = (
         ledger.pinned_split(family, plan.commit, plan.catalog_digest, entry.shards)
@@ -301,8 +315,7 @@ def _family_split(
         if pinned is not None and sorted(t for g in pinned for t in g) == sorted(tests):
             groups = pinned
         else:
-            durations = ledger.durations(family) if ledger is not None else {}
-            groups = [g.tests for g in least_duration(tests, durations, entry.shards)]
+            groups = [g.tests for g in least_duration(tests, durations(family), entry.shards)]
     if ledger is not None:
         retry_busy(lambda: ledger.record_split(pipeline, family, groups))
     return groups
@@ -323,12 +336,12 @@ def _missing_hardware(entry: MatrixEntry, scheduler: Scheduler, catalog, devices
     )
 
 
-def _expected_s(entry: MatrixEntry, ledger) -> float:
+def _expected_s(entry: MatrixEntry, ledger, durations) -> float:
     if ledger is None:
         return DEFAULT_EXPECTED_S
     if entry.tests:
-        durations = ledger.durations(entry.stage.rsplit("-", 1)[0])
-        known = [durations[t] for t in entry.tests if t in durations]
+        recorded = durations(entry.stage.rsplit("-", 1)[0])
+        known = [recorded[t] for t in entry.tests if t in recorded]
         if known:
             return sum(known) * len(entry.tests) / len(known)
     return ledger.shard_duration(entry.stage) or DEFAULT_EXPECTED_S

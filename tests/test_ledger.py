@@ -139,3 +139,33 @@ def test_concurrent_processes_get_distinct_numbers(tmp_path: Path) -> None:
         )
     ]
     assert numbers == list(range(1, 101))
+
+
+def test_open_scans_nothing_and_durations_use_the_stage_index(tmp_path, monkeypatch) -> None:
+    import sqlite3
+
+    path = tmp_path / "ledger.sqlite"
+    book = Ledger.open(path)
+    number = book.start_pipeline(command=RUN, commit="c")
+    book.record_result(number, shard("A_B-PyTorch-1", tests=[Outcome("t::a", "passed", 2.0)]))
+    book.record_result(number, shard("A%B-PyTorch-1", tests=[Outcome("t::x", "passed", 5.0)]))
+    book.close()
+    statements: list[str] = []
+    real_connect = sqlite3.connect
+
+    def traced(*args, **kwargs):
+        connection = real_connect(*args, **kwargs)
+        connection.set_trace_callback(statements.append)
+        return connection
+
+    monkeypatch.setattr(sqlite3, "connect", traced)
+    for readonly in (False, True):
+        Ledger.open(path, readonly=readonly).close()
+    assert statements and not [s for s in statements if "check" in s.lower()]  # no full scan
+    book = Ledger.open(path, readonly=True)
+    assert book.durations("A_B-PyTorch") == {"t::a": 2.0}  # '_' and '%' are not wildcards
+    query = next(s for s in reversed(statements) if "FROM tests t" in s)
+    plan = " ".join(
+        str(row[-1]) for row in book.connection.execute("EXPLAIN QUERY PLAN " + query).fetchall()
+    )
+    assert "tests_by_stage" in plan, plan

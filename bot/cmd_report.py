@@ -2,22 +2,17 @@
 
 from __future__ import annotations
 
+from contextlib import ExitStack
 from pathlib import Path
 
 import click
 
-from stagebot.bot.run_options import ledger_option
+from stagebot.bot.run_options import base_ledger_option, ledger_option, pipeline_option
 
 
 @click.command("report")
 @ledger_option
-@click.option(
-    "--pipeline",
-    "number",
-    type=click.IntRange(min=1),
-    default=None,
-    help="The pipeline to render (with --ledger; default: the latest).",
-)
+@pipeline_option("The pipeline to render (with --ledger; default: the latest).")
 @click.option(
     "--results",
     type=click.Path(exists=True, file_okay=False, path_type=Path),
@@ -27,12 +22,7 @@ from stagebot.bot.run_options import ledger_option
 @click.option(
     "--format", "fmt", type=click.Choice(["md", "html", "json"]), default="md", show_default=True
 )
-@click.option(
-    "--base-ledger",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    default=None,
-    help="A read-only ledger holding the base pipelines.",
-)
+@base_ledger_option
 def report(ledger, number, results, fmt, base_ledger) -> None:
     """Render a pipeline's report (--ledger PATH [--pipeline N] | --results DIR)."""
     from stagebot.bot.ledger import Ledger
@@ -45,18 +35,19 @@ def report(ledger, number, results, fmt, base_ledger) -> None:
     if results is not None:
         click.echo(render_report(report_from_results(results, pipeline=number), fmt), nl=False)
         return
-    book = Ledger.open(ledger, readonly=True)
-    number = number or book.latest_number()
-    record = book.pipeline(number) if number else None
-    if record is None:
-        raise click.BadParameter(
-            f"{ledger} has no pipeline #{number}" if number else f"{ledger} has no pipeline yet",
-            param_hint="--pipeline",
+    with ExitStack() as stack:
+        book = stack.enter_context(Ledger.open(ledger, readonly=True))
+        number = number or book.latest_number()
+        record = book.pipeline(number) if number else None
+        if record is None:
+            why = f"has no pipeline #{number}" if number else "has no pipeline yet"
+            raise click.BadParameter(f"{ledger} {why}", param_hint="--pipeline")
+        base_book = (
+            stack.enter_context(Ledger.open(base_ledger, readonly=True)) if base_ledger else book
         )
-    base_book = Ledger.open(base_ledger, readonly=True) if base_ledger else book
-    base = record.meta.get("base_pipeline")
-    if base_ledger:
-        base = base_book.base_pipeline(record.base_commit, "main")
-    outcomes = base_book.test_outcomes(base) if base else None
+        base = record.meta.get("base_pipeline")
+        if base_ledger:
+            base = base_book.base_pipeline(record.base_commit, "main")
+        outcomes = base_book.test_outcomes(base) if base else None
     rendered = report_from_record(record, base=outcomes, base_pipeline=base)
     click.echo(render_report(rendered, fmt), nl=False)

@@ -8,7 +8,8 @@ Exit codes: 0 SUCCESS; 1 a NEW / PRE-EXISTING / UNCLASSIFIED failure, or the run
 from __future__ import annotations
 
 import sys
-from dataclasses import replace
+from contextlib import ExitStack
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import click
@@ -24,8 +25,10 @@ from stagebot.bot.cli_options import (
 )
 from stagebot.bot.run_options import (
     DEFAULT_LEDGER,
+    base_ledger_option,
     ledger_option,
     out_option,
+    pipeline_option,
     root_option,
     shard_timeout_option,
 )
@@ -54,19 +57,8 @@ DEFAULT_BRANCH = "main"
     help="The branch this run tests (recorded; a run on "
     f"{DEFAULT_BRANCH} is the base for PRs without a base-commit pipeline).",
 )
-@click.option(
-    "--base-ledger",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    default=None,
-    help="A second, read-only ledger holding the base pipelines.",
-)
-@click.option(
-    "--pipeline",
-    "number",
-    type=click.IntRange(min=1),
-    default=None,
-    help="Use this pipeline number (in Actions: the workflow run number).",
-)
+@base_ledger_option
+@pipeline_option("Use this pipeline number (in Actions: the workflow run number).")
 @shard_timeout_option
 @root_option
 @comment_argument
@@ -105,54 +97,59 @@ def run(
     dirty = False
     if commit is None:
         commit, dirty = tree_identity(root)
-    book = Ledger.open(ledger_path)
-    if command.name == "reuse-pipeline":
-        sys.exit(_reuse_pipeline(book, command, commit, pr, root))
-    sys.exit(
-        _run(
-            command,
-            book,
-            catalog,
-            changed_files,
-            commit,
-            dirty,
-            pr,
-            out_dir,
-            cpu_slots,
-            base_commit,
-            branch,
-            base_ledger,
-            number,
-            shard_timeout,
-            root,
-        )
-    )
+    with Ledger.open(ledger_path) as book:
+        if command.name == "reuse-pipeline":
+            code = _reuse_pipeline(book, command, commit, pr, root)
+        else:
+            request = RunRequest(
+                catalog_path=catalog,
+                changed_files=changed_files,
+                commit=commit,
+                dirty=dirty,
+                pr=pr,
+                out_dir=out_dir,
+                cpu_slots=cpu_slots,
+                base_commit=base_commit,
+                branch=branch,
+                base_ledger=base_ledger,
+                number=number,
+                shard_timeout=shard_timeout,
+                root=root,
+            )
+            code = _run(command, book, request)
+    sys.exit(code)
 
 
-def _run(
-    command,
-    book,
-    catalog_path,
-    changed_files,
-    commit,
-    dirty,
-    pr,
-    out_dir,
-    cpu_slots,
-    base_commit,
-    branch,
-    base_ledger,
-    number,
-    shard_timeout,
-    root,
-) -> int:
+@dataclass(frozen=True)
+class RunRequest:
+    """What `bot run` was asked, besides the command and the ledger."""
+
+    catalog_path: Path | None
+    changed_files: str | None
+    commit: str | None
+    dirty: bool
+    pr: int | None
+    out_dir: Path | None
+    cpu_slots: int
+    base_commit: str | None
+    branch: str | None
+    base_ledger: Path | None
+    number: int | None
+    shard_timeout: float | None
+    root: Path
+
+
+def _run(command, book, request: RunRequest) -> int:
     from stagebot.stages.catalog import load_catalog
     from stagebot.stages.planner import plan_run
 
-    catalog = load_catalog(catalog_path)
-    changed = read_changed_files(changed_files)
-    plan = plan_run(command, catalog, changed_files=changed, commit=commit, pr=pr, history=book)
-    if dirty:
+    commit = request.commit
+    catalog = load_catalog(request.catalog_path)
+    changed = read_changed_files(request.changed_files)
+    plan = plan_run(
+        command, catalog, changed_files=changed, commit=commit, pr=request.pr, history=book
+    )
+    if request.dirty:
         plan = replace(
             plan,
             notes=[
@@ -167,26 +164,14 @@ def _run(
         command=command.to_json(),
         commit=commit,
         plan=plan.to_json(),
-        pr=pr,
-        branch=branch,
-        base_commit=base_commit,
-        number=number,
+        pr=request.pr,
+        branch=request.branch,
+        base_commit=request.base_commit,
+        number=request.number,
         meta={"stage_paths": {s.stage: stage_paths[s.stage] for s in plan.shards}},
     )
     try:
-        return _execute(
-            book,
-            number,
-            plan,
-            catalog,
-            command,
-            out_dir,
-            cpu_slots,
-            base_commit,
-            base_ledger,
-            shard_timeout,
-            root,
-        )
+        return _execute(book, number, plan, catalog, command, request)
     except BaseException as error:
         _abort(book, number, error)
         raise
@@ -211,19 +196,7 @@ def _abort(book, number: int, error: BaseException) -> None:
         )
 
 
-def _execute(
-    book,
-    number,
-    plan,
-    catalog,
-    command,
-    out_dir,
-    cpu_slots,
-    base_commit,
-    base_ledger,
-    shard_timeout,
-    root,
-) -> int:
+def _execute(book, number: int, plan, catalog, command, request: RunRequest) -> int:
     from stagebot.bot.ledger import Ledger, retry_busy
     from stagebot.harness.executor import Settings, execute
     from stagebot.harness.report import (
@@ -233,25 +206,30 @@ def _execute(
         report_from_record,
     )
 
-    out = out_dir or Path("out") / f"pipeline-{number}"
+    out = request.out_dir or Path("out") / f"pipeline-{number}"
     record = book.pipeline(number)
     click.echo(reply_triggered(report_from_record(record)), nl=False)
     options = command.run
     settings = Settings(
         out_dir=out,
-        root=root,
-        cpu_slots=cpu_slots,
+        root=request.root,
+        cpu_slots=request.cpu_slots,
         fail_fast=not options.disable_fail_fast,
         detailed_log=options.detailed_log,
         debug=options.debug,
-        shard_timeout_s=shard_timeout,
+        shard_timeout_s=request.shard_timeout,
     )
     execution = execute(plan, catalog, number, settings, ledger=book)
-    base_book = Ledger.open(base_ledger, readonly=True) if base_ledger else book
-    base = base_book.base_pipeline(
-        base_commit, DEFAULT_BRANCH, exclude=number if base_book is book else None
-    )
-    base_outcomes = base_book.test_outcomes(base) if base is not None else None
+    with ExitStack() as stack:
+        base_book = (
+            stack.enter_context(Ledger.open(request.base_ledger, readonly=True))
+            if request.base_ledger
+            else book
+        )
+        base = base_book.base_pipeline(
+            request.base_commit, DEFAULT_BRANCH, exclude=number if base_book is book else None
+        )
+        base_outcomes = base_book.test_outcomes(base) if base is not None else None
     record = book.pipeline(number)
     report = report_from_record(
         record, base=base_outcomes, base_pipeline=base, cancelled=execution.cancelled

@@ -32,7 +32,12 @@ def run_stage(entry_arg, out_dir, shard_timeout, root) -> None:
     """Run the shard a matrix entry describes; write its folder and print its state."""
     from stagebot.harness.collect import CollectError, split_family
     from stagebot.harness.gpus import describe, detect_devices
-    from stagebot.harness.shard import ShardContext, not_run_result, run_shard
+    from stagebot.harness.shard import (
+        ShardContext,
+        not_run_result,
+        run_shard,
+        shard_timeout_s,
+    )
     from stagebot.stages.plan import MatrixEntry
 
     entry = MatrixEntry.from_json(_load(entry_arg))
@@ -61,7 +66,7 @@ def run_stage(entry_arg, out_dir, shard_timeout, root) -> None:
                 out_dir=out,
                 root=root,
                 devices=tuple(usable[: entry.gpu_count]),
-                timeout_s=_timeout(entry, shard_timeout),
+                timeout_s=shard_timeout_s(entry, shard_timeout),
                 echo=click.echo if entry.detailed_log else None,
                 keep_work=entry.debug,
             )
@@ -82,11 +87,6 @@ def _serves(name: str, entry) -> bool:
     import fnmatch
 
     return any(fnmatch.fnmatchcase(name, pattern) for pattern in entry.device_names)
-
-
-def _timeout(entry, cap):
-    timeout = entry.timeout_minutes * 60.0
-    return min(timeout, cap) if cap else timeout
 
 
 def _load(arg: str) -> dict:

@@ -8,7 +8,7 @@ and the file is left as it was.
 
 API (also used by the GitHub adapter)::
 
-    ledger = Ledger.open(path)                      # or Ledger.open(path, readonly=True)
+    ledger = Ledger.open(path)                      # or readonly=True; `with` closes it
     number = ledger.start_pipeline(commit=..., command=..., plan=..., pr=..., branch=...)
     ledger.record_result(number, result, logs={test_id: text}, reused_tests={test_id: (n, s)})
     ledger.finish_pipeline(number, "SUCCESS")
@@ -262,6 +262,12 @@ class Ledger:
     def close(self) -> None:
         self.connection.close()
 
+    def __enter__(self) -> Ledger:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
         if self.readonly:
@@ -375,10 +381,6 @@ class Ledger:
                 for test_id, (source, duration) in (reused_tests or {}).items()
             ]
             db.executemany("INSERT OR REPLACE INTO tests VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
-
-    def record_results(self, pipeline: int, results: list[StageResult]) -> None:
-        for result in results:
-            self.record_result(pipeline, result)
 
     def record_split(self, pipeline: int, family: str, groups: list[list[str]]) -> None:
         """Record how ``family``'s tests were split into its shards in ``pipeline`` (shard i's

@@ -14,6 +14,19 @@ ledger_option = click.option(
     default=None,
     help=f"The pipeline ledger (SQLite). `bot run` default: {DEFAULT_LEDGER}.",
 )
+base_ledger_option = click.option(
+    "--base-ledger",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="A second, read-only ledger holding the base pipelines.",
+)
+
+
+def pipeline_option(help: str):  # noqa: A002 - click's own word
+    """``--pipeline N`` (a positive number, the parameter ``number``)."""
+    return click.option("--pipeline", "number", type=click.IntRange(min=1), default=None, help=help)
+
+
 out_option = click.option(
     "--out",
     "out_dir",

@@ -26,7 +26,14 @@ from stagebot.harness.gpus import Device, describe, detect_devices, gpu_types_of
 from stagebot.harness.progress import Progress
 from stagebot.harness.results import StageResult
 from stagebot.harness.scheduler import CPU, Job, Running, Scheduler
-from stagebot.harness.shard import ShardContext, not_run_result, pytest_argv, run_shard
+from stagebot.harness.shard import (
+    ShardContext,
+    not_run_result,
+    placeholder_result,
+    pytest_argv,
+    run_shard,
+    shard_timeout_s,
+)
 from stagebot.harness.streams import read_stream
 from stagebot.stages.catalog import Catalog
 from stagebot.stages.matrix import matrix_entries
@@ -200,7 +207,7 @@ def _run_one(entry, slots, settings: Settings, cancel, progress: Progress) -> St
         out_dir=out,
         root=settings.root,
         devices=devices,
-        timeout_s=_timeout(entry, settings),
+        timeout_s=shard_timeout_s(entry, settings.shard_timeout_s),
         cancel=cancel,
         echo=echo,
         keep_work=settings.debug,
@@ -228,11 +235,6 @@ def debug_hint(entry: MatrixEntry, context: ShardContext) -> str:
         f"debug: {entry.stage}'s folder (work, log, streams) is kept at {context.out_dir}; "
         f"re-run it with: cd {context.root} && {env} {shlex.join(argv)}"
     )
-
-
-def _timeout(entry: MatrixEntry, settings: Settings) -> float:
-    timeout = entry.timeout_minutes * 60.0
-    return min(timeout, settings.shard_timeout_s) if settings.shard_timeout_s else timeout
 
 
 def _is_split(entry: MatrixEntry) -> bool:
@@ -348,18 +350,8 @@ def _expected_s(entry: MatrixEntry, ledger, durations) -> float:
 
 
 def _reused_result(shard) -> StageResult:
-    return StageResult(
-        stage=shard.stage,
-        shard=shard.shard,
-        shards=shard.shards,
-        state="REUSED",
-        started_at=None,
-        finished_at=None,
-        duration_s=0.0,
-        gpu_type=shard.gpu_type,
-        gpus=[],
-        evidence=f"passed in #{shard.reuse_from}; not re-run",
-        reused_from=shard.reuse_from,
+    return placeholder_result(
+        shard, "REUSED", f"passed in #{shard.reuse_from}; not re-run", shard.reuse_from
     )
 
 

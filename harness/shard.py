@@ -39,13 +39,21 @@ PYTEST_EXIT = {2: "interrupted", 3: "an internal error", 4: "a usage error"}
 
 
 def max_reruns(entry: MatrixEntry) -> int:
-    """Re-runs of a failed test. Precedence: catalog (none yet) > default (2)."""
+    """Re-runs of a failed test: always the default (2); the catalog cannot set it yet."""
     return DEFAULT_MAX_RERUNS
 
 
 def rerun_max_failures(entry: MatrixEntry) -> int:
-    """Re-run only when at most this many tests failed. Precedence: catalog > default (5)."""
+    """Re-run only when at most this many tests failed: always the default (5); the catalog
+    cannot set it yet."""
     return DEFAULT_RERUN_MAX_FAILURES
+
+
+def shard_timeout_s(entry: MatrixEntry, cap_s: float | None = None) -> float:
+    """The shard's timeout: the catalog's ``timeout_minutes``, capped at ``cap_s`` when given
+    (``--shard-timeout``)."""
+    timeout = entry.timeout_minutes * 60.0
+    return min(timeout, cap_s) if cap_s else timeout
 
 
 @dataclass
@@ -133,9 +141,12 @@ def write_result(out: Path, result: StageResult) -> None:
     (out / "result.json").write_text(json.dumps(result.to_json(), indent=2) + "\n")
 
 
-def not_run_result(entry: MatrixEntry, out: Path | None, state: str, evidence: str) -> StageResult:
-    """A shard that never started (NOT_RUN for missing hardware, ABORTED when cancelled)."""
-    result = StageResult(
+def placeholder_result(
+    entry, state: str, evidence: str, reused_from: int | None = None
+) -> StageResult:
+    """The StageResult of a shard that did not run here (``entry``: a MatrixEntry or a
+    PlannedShard): NOT_RUN, ABORTED, ERROR before starting, or REUSED."""
+    return StageResult(
         stage=entry.stage,
         shard=entry.shard,
         shards=entry.shards,
@@ -146,7 +157,13 @@ def not_run_result(entry: MatrixEntry, out: Path | None, state: str, evidence: s
         gpu_type=entry.gpu_type,
         gpus=[],
         evidence=evidence,
+        reused_from=reused_from,
     )
+
+
+def not_run_result(entry: MatrixEntry, out: Path | None, state: str, evidence: str) -> StageResult:
+    """A shard that never started (NOT_RUN for missing hardware, ABORTED when cancelled)."""
+    result = placeholder_result(entry, state, evidence)
     if out is not None:
         clear_shard_folder(out)
         (out / "tests.jsonl").touch()

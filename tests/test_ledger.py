@@ -169,3 +169,13 @@ def test_open_scans_nothing_and_durations_use_the_stage_index(tmp_path, monkeypa
         str(row[-1]) for row in book.connection.execute("EXPLAIN QUERY PLAN " + query).fetchall()
     )
     assert "tests_by_stage" in plan, plan
+
+
+def test_a_ledger_is_a_context_manager_that_closes_it(tmp_path) -> None:
+    import sqlite3
+
+    with Ledger.open(tmp_path / "ledger.sqlite") as book:
+        book.start_pipeline(command=RUN, commit="c")
+    with pytest.raises(sqlite3.ProgrammingError, match="closed"):
+        book.connection.execute("SELECT 1")
+    assert not hasattr(Ledger, "record_results")  # record_result, one shard at a time

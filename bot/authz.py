@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from stagebot.bot.config import BotConfig
 from stagebot.bot.github import Permission
-from stagebot.bot.replies import escape
+from stagebot.templates.markdown import escape
 
 REQUIRED_LEVEL = {"help": None, "run": "write", "kill": "write", "skip": "maintain"}
 REQUIRED_LEVEL["reuse-pipeline"] = "maintain"

@@ -27,7 +27,7 @@ import click
 from stagebot.bot.cli_options import catalog_option
 from stagebot.bot.config import load_config
 from stagebot.bot.events import comment_event, load_payload, push_event
-from stagebot.bot.on_comment import CommentHandler, LedgerSource, Outcome, stage_paths
+from stagebot.bot.on_comment import CommentHandler, LedgerSource, Outcome
 
 
 @click.command("handle-event")
@@ -107,7 +107,7 @@ def _push(
             plan=plan.to_json(),
             branch=event.default_branch,
             number=pipeline,
-            meta={"stage_paths": stage_paths(loaded, plan)},
+            meta={"stage_paths": loaded.suspect_patterns([s.stage for s in plan.shards])},
         )
     entries = [e.to_json() for e in matrix_entries(plan, loaded, pipeline)]
     return Outcome(

@@ -241,11 +241,7 @@ def _publish_to_pr(api, env, config, record, report, ledger_digest: str) -> list
     head = reply_completed(report).rstrip() + "\n\n"
     # the ledger's digest: handle-event accepts the next restored ledger only if it matches
     tail = "\n\n" + with_ledger_digest(marker.render(), ledger_digest) + "\n"
-    body_md = render_report(report, "md").rstrip()
-    budget = COMMENT_LIMIT - len(head) - len(tail)
-    if len(body_md) > budget:
-        pointer = "\n\n… cut to fit GitHub's comment limit; the full report is in the run's logs."
-        body_md = body_md[: budget - len(pointer)] + pointer
+    body_md = render_report(report, "md", limit=COMMENT_LIMIT - len(head) - len(tail)).rstrip()
     body = head + body_md + tail
     if existing is not None:
         api.edit_comment(existing.comment.id, body)

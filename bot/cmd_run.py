@@ -159,7 +159,6 @@ def _run(command, book, request: RunRequest) -> int:
                 "state can reuse results",
             ],
         )
-    stage_paths = {s.name: list(s.run_if_changed) for s in catalog.stages}
     number = book.start_pipeline(
         command=command.to_json(),
         commit=commit,
@@ -168,7 +167,7 @@ def _run(command, book, request: RunRequest) -> int:
         branch=request.branch,
         base_commit=request.base_commit,
         number=request.number,
-        meta={"stage_paths": {s.stage: stage_paths[s.stage] for s in plan.shards}},
+        meta={"stage_paths": catalog.suspect_patterns([s.stage for s in plan.shards])},
     )
     try:
         return _execute(book, number, plan, catalog, command, request)

@@ -67,13 +67,6 @@ class Outcome:
         }
 
 
-def stage_paths(catalog, plan) -> dict[str, list[str]]:
-    """Each planned stage's ``run_if_changed`` patterns: the ledger meta the failure analysis
-    uses to name suspects among the changed files."""
-    paths = {stage.name: list(stage.run_if_changed) for stage in catalog.stages}
-    return {shard.stage: paths[shard.stage] for shard in plan.shards}
-
-
 class LedgerSource:
     """The ledger carried from the PR's previous pipeline, opened only when a step needs it (an
     event that is not for the bot never touches it). A ledger that cannot be opened (corrupt,
@@ -237,7 +230,7 @@ class CommentHandler:
                 pr=self.pull.number,
                 base_commit=self.pull.base_sha,
                 number=self.pipeline,
-                meta={"stage_paths": stage_paths(catalog, plan)},
+                meta={"stage_paths": catalog.suspect_patterns([s.stage for s in plan.shards])},
             )
         counts = {action: len(plan.shards_to(action)) for action in ("run", "reuse", "skip")}
         stages = {s.stage: "PENDING" for s in plan.shards_to("run")}

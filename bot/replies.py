@@ -8,8 +8,6 @@ count: anyone can paste a marker-looking text into a comment.
 
 from __future__ import annotations
 
-import html
-import re
 from dataclasses import dataclass
 
 from stagebot.bot.github import Comment
@@ -20,11 +18,10 @@ from stagebot.bot.marker import (
     find_marker,
     render_ledger_digest,
 )
+from stagebot.templates.markdown import block, code, escape
 
 NO_RUN_STATE = "ABORTED"  # a reply that started no pipeline: the marker schema has no "none"
 # "@" before anything a login or team (org/team, with "_") can start with
-MENTION = re.compile(r"@(?=[A-Za-z0-9_-])")
-BACKTICKS = re.compile(r"`+")
 
 
 @dataclass(frozen=True)
@@ -70,32 +67,6 @@ def ledger_digests(replies: list[Reply]) -> set[str]:
 def next_pipeline(replies: list[Reply]) -> int:
     """Without GITHUB_RUN_NUMBER: one more than the highest pipeline the bot replied about."""
     return 1 + max((r.marker.pipeline for r in replies), default=0)
-
-
-def escape(text: object, *, inline: bool = True) -> str:
-    """The project's one escaper for text a user controls (comments, file and stage names, test
-    output) in GitHub markdown: HTML-escaped (no tags, nothing that looks like our marker: "<"
-    never survives), @mentions defused with a zero-width space, "|" escaped (safe in table
-    cells); ``inline``: newlines become spaces. The reply templates call it as ``md`` and
-    ``code``; harness/report.py's ``md_safe`` is the same rule."""
-    escaped = html.escape(str(text), quote=False).replace("|", "&#124;")
-    escaped = MENTION.sub("@\u200b", escaped)
-    return escaped.replace("\n", " ") if inline else escaped
-
-
-def code(text: object) -> str:
-    """User text as inline code: escaped, in a backtick fence longer than any backtick run in
-    it (so it cannot close the span early). Rare characters (<, >, &, |) show as entities."""
-    inner = escape(text)
-    fence = "`" * (1 + max((len(run) for run in BACKTICKS.findall(inner)), default=0))
-    pad = " " if inner.startswith("`") or inner.endswith("`") else ""
-    return f"{fence}{pad}{inner}{pad}{fence}"
-
-
-def block(text: object) -> str:
-    """Multi-line user text (a parse error quoting the comment) as a preformatted HTML block:
-    escaped, newlines kept; nothing in it can end the block or become markup."""
-    return f"<pre>{escape(text, inline=False)}</pre>"
 
 
 def render_reply(

@@ -14,9 +14,7 @@ looks like HTML (so test output can never forge the bot's hidden reply marker).
 
 from __future__ import annotations
 
-import html
 import json
-import re
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -25,9 +23,9 @@ from typing import Any
 from stagebot.harness.analysis import BLOCKING, Analysis, analyse
 from stagebot.harness.results import ResultError, StageResult, TestOutcome
 from stagebot.harness.streams import read_stream
+from stagebot.templates.markdown import escape
 
 COMMENT_LIMIT = 65_536
-MENTION = re.compile(r"@(?=[A-Za-z0-9_-])")
 PARTLY_TESTED = (
     "(Partly Tested): this run did not cover the whole default selection, so it cannot set the "
     "PR's status; comment plain `/bot run` for that."
@@ -223,7 +221,9 @@ def report_from_results(folder: Path, *, pipeline: int | None = None) -> Report:
     )
 
 
-def render_report(report: Report, fmt: str = "md") -> str:
+def render_report(report: Report, fmt: str = "md", *, limit: int = COMMENT_LIMIT) -> str:
+    """The report as md (at most ``limit`` characters: sections compacted, then cut with a pointer
+    to the HTML report), html or json."""
     if fmt == "json":
         return json.dumps(_json(report), indent=2) + "\n"
     from stagebot.templates import render_template
@@ -237,17 +237,17 @@ def render_report(report: Report, fmt: str = "md") -> str:
             "report.md.j2",
             r=report,
             compact=compact,
-            md=md_safe,
+            md=escape,
             code=md_code,
             partly=PARTLY_TESTED,
         )
-        if len(text) <= COMMENT_LIMIT:
+        if len(text) <= limit:
             return text
     pointer = (
         "\n\n… report cut to fit GitHub's comment limit; the full report is report.html "
         "(`bot report --format html`)."
     )
-    return text[: COMMENT_LIMIT - len(pointer)] + pointer
+    return text[: limit - len(pointer)] + pointer
 
 
 def reply_triggered(report: Report) -> str:
@@ -262,15 +262,9 @@ def reply_completed(report: Report) -> str:
     return render_template("report_reply_completed.md.j2", r=report, partly=PARTLY_TESTED)
 
 
-def md_safe(text: object) -> str:
-    """Text for markdown: HTML escaped (no forged markers or tags), @mentions defused, | escaped."""
-    escaped = html.escape(str(text), quote=False).replace("|", "&#124;")
-    return MENTION.sub("@\u200b", escaped).replace("\n", " ")
-
-
 def md_code(text: object) -> str:
     """Inline code that survives any content: an HTML <code> with escaped text."""
-    return f"<code>{md_safe(text)}</code>"
+    return f"<code>{escape(text)}</code>"
 
 
 def _json(report: Report) -> dict[str, Any]:

@@ -154,6 +154,11 @@ class Catalog:
     def stage(self, name: str) -> Stage | None:
         return self._by_name.get(name)
 
+    def suspect_patterns(self, stages: list[str]) -> dict[str, list[str]]:
+        """Each stage's ``run_if_changed`` patterns: recorded with a pipeline, so the failure
+        analysis can name suspects among the changed files."""
+        return {name: list(self._by_name[name].run_if_changed) for name in stages}
+
     def waives_for(self, gpu_type: str) -> list[Waive]:
         return [waive for waive in self.waives if waive.applies_to(gpu_type)]
 

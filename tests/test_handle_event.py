@@ -522,7 +522,7 @@ def test_every_reply_template_escapes_user_text(kind) -> None:
 
 
 def test_escape_is_one_rule_for_replies_and_reports() -> None:
-    from stagebot.bot.replies import code, escape
+    from stagebot.templates.markdown import code, escape
 
     assert escape("@team_x <!-- a|b\nc & d") == "@\u200bteam_x &lt;!-- a&#124;b c &amp; d"
     assert code("README.md") == "`README.md`" and code("a`b") == "``a`b``"

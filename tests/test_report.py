@@ -151,6 +151,14 @@ def test_markdown_fits_the_comment_limit() -> None:
     assert "more (see the HTML report)" in text
 
 
+def test_markdown_fits_a_smaller_limit_with_a_pointer() -> None:
+    """What `bot publish` asks for: the room left beside the reply's header and marker."""
+    full = render_report(fixture_report(), "md")
+    cut = render_report(fixture_report(), "md", limit=len(full) // 2)
+    assert len(cut) <= len(full) // 2 < len(full)
+    assert cut.endswith("(`bot report --format html`).")
+
+
 def test_replies() -> None:
     report = fixture_report()
     assert reply_triggered(report) == "PR_Github #12 [ run ] triggered by Bot. Commit: `0123456`\n"

@@ -30,7 +30,7 @@ def pipeline_option(help: str):  # noqa: A002 - click's own word
 out_option = click.option(
     "--out",
     "out_dir",
-    type=click.Path(file_okay=False, path_type=Path),
+    type=click.Path(file_okay=False, path_type=Path, resolve_path=True),
     default=None,
     help="Output folder: one folder per shard (result.json, junit.xml, tests.jsonl, log.txt).",
 )

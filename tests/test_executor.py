@@ -346,3 +346,37 @@ def _head() -> str:
     return subprocess.run(
         ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True
     ).stdout.strip()
+
+
+def test_a_relative_out_is_taken_from_where_bot_runs_not_from_root(tmp_path: Path) -> None:
+    """`bot run --root R --out rel` from another folder: the shard folders (and a build stage's
+    $STAGEBOT_WORK) land under ./rel, not under R/rel."""
+    import subprocess
+    import sys
+
+    from fixtures.botrun import CATALOG, ROOT
+
+    args = [
+        "run",
+        "--catalog",
+        str(CATALOG),
+        "--ledger",
+        str(tmp_path / "l.sqlite"),
+        "--root",
+        str(ROOT),
+        "--out",
+        "rel",
+        "--commit",
+        "c0ffee",
+        '/bot run --stage-list "CPU-Build_Check"',
+    ]
+    done = subprocess.run(
+        [sys.executable, "-c", "from stagebot.bot.cli import main; main()", *args],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (tmp_path / "rel" / "CPU-Build_Check" / "result.json").is_file()
+    assert not (ROOT / "rel").exists()

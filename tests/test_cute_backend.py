@@ -37,7 +37,9 @@ def test_compiled_kernels_are_cached_by_key(monkeypatch):
     from stagebot.kernels.cute import compile as cc
     from stagebot.kernels.cute.tactics import DEFAULT_TACTIC
 
-    key = cc.CompileKey("grouped_gemm", DEFAULT_TACTIC, cc.DTYPES, 256, 256, 2, 128, "sm_90a")
+    key = cc.CompileKey(
+        "grouped_gemm", DEFAULT_TACTIC, cc.DTYPES["grouped_gemm"], 256, 256, 2, 128, "sm_90a"
+    )
     sentinel = object()
     monkeypatch.setitem(cc._cache, key, sentinel)
     assert cc.compile_kernel(key) is sentinel

@@ -1,27 +1,35 @@
 """The ``cute`` backend: registers the Hopper CuTe DSL kernels with the op dispatcher.
 
 ``can_implement`` says no (with the reason) unless: the tensors are on a CUDA sm_90 GPU,
-nvidia-cutlass-dsl is importable, the kernel has passed its GPU correctness check
-(``GPU_VERIFIED``), and a tactic fits the call. So on CPU machines ``backend="auto"`` keeps
-choosing the reference, and no untested kernel is ever chosen silently.
+nvidia-cutlass-dsl is importable, the kernels have passed their GPU correctness check
+(``GPU_VERIFIED``), and a tactic fits the call (the pinned one, if one is pinned). So on CPU
+machines ``backend="auto"`` keeps choosing the reference, and no untested kernel is ever chosen
+silently. Which fitting tactic runs is stagebot.kernels.cute.autotune's choice.
+
+``grouped_gemm_finalize`` with ``deterministic=True`` runs the plain GEMM with fp32 rows, then
+sums each token's rows over k in order (moe_tables.moe_unpermute, fp32): no atomics.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib.util
+from collections.abc import Callable
 from typing import Any
 
+from stagebot.kernels import moe_pipeline
 from stagebot.kernels.backends import Backend, register
-from stagebot.kernels.cute.tactics import TACTICS
+from stagebot.kernels.cute import autotune
+from stagebot.kernels.cute.tactics import TACTICS, Tactic
 
-# The kill switch for dispatch: True only while the kernel passes gpu_check on an H200. It passed
-# on 2026-11-29 (9 of 9 checks bit-exact vs the reference, exiting tiles untouched; NOTES.md).
+# The kill switch for dispatch: True only while the kernels pass their GPU checks on an H200
+# (NOTES.md has the runs: gpu_check and the suite with --moe-backend cute).
 GPU_VERIFIED = True
 PRIORITY = 10  # above the reference (0)
 
 
-def _cutlass_importable() -> bool:
-    return importlib.util.find_spec("cutlass") is not None
+def _missing_module(name: str, install: str) -> str:
+    return "" if importlib.util.find_spec(name) else f"{name} is not installed ({install})"
 
 
 def _device_reason(a: Any) -> str:
@@ -38,59 +46,209 @@ def _device_reason(a: Any) -> str:
     return ""
 
 
-def can_implement(op: str, **args: Any) -> tuple[bool, str]:
-    reason = _device_reason(args.get("a"))
-    if reason:
-        return False, reason
-    if not _cutlass_importable():
-        return False, "nvidia-cutlass-dsl is not installed (pip install stagebot[kernels])"
-    if not GPU_VERIFIED:
-        return False, "the cute grouped_gemm has not passed its GPU correctness check yet"
-    return _pick_tactic(args)[1:]
+def _kernel_of(op: str, args: dict[str, Any]) -> str:
+    if op == "grouped_gemm_finalize" and args.get("deterministic"):
+        return "grouped_gemm_f32_rows"
+    return op
 
 
-def _pick_tactic(args: dict[str, Any]):
-    """(tactic or None, ok, why): the first tactic of the dispatcher's list that fits the call."""
+def _fitting(kernel: str, tactics: tuple[Tactic, ...], fits: Callable) -> tuple[list[Tactic], str]:
+    """(tactics of ``tactics`` that fit, the last refusal); the pinned tactic alone if pinned."""
+    pinned = autotune.pinned()
+    chosen, why = [], "no tactic"
+    for tactic in (pinned,) if pinned else tactics:
+        ok, why = fits(tactic, kernel)
+        if ok:
+            chosen.append(tactic)
+    return chosen, why
+
+
+def _operand_fit(args: dict[str, Any]) -> Callable:
     from stagebot.kernels.cute.launch import problem_support
 
-    why = "no tactic"
-    for tactic in TACTICS:
-        ok, why = problem_support(
-            tactic, args["a"], args["b"], args["a_sf"], args["b_sf"], args["tile_size"]
+    a, b, a_sf, b_sf = args["a"], args["b"], args["a_sf"], args["b_sf"]
+    return lambda tactic, kernel: problem_support(
+        tactic, a, b, a_sf, b_sf, args["tile_size"], kernel
+    )
+
+
+def _moe_fit(args: dict[str, Any]) -> Callable:
+    """Shape-only fit of fused_moe's two GEMMs (their operands are made inside, aligned)."""
+    from stagebot.kernels.cute.compile import EPILOGUES
+    from stagebot.kernels.cute.grouped_gemm import Nvfp4GroupedGemmSm90
+
+    w1, w2, tile_size = args["w1"], args["w2"], args["tile_size"]
+    (_, n1, half_k1), (_, n2, half_k2) = w1.shape, w2.shape
+    shapes = {"grouped_gemm_swiglu": (n1, 2 * half_k1)}
+    if args["disable_finalize_fusion"]:
+        shapes["grouped_gemm"] = (n2, 2 * half_k2)
+    else:
+        shapes[_kernel_of("grouped_gemm_finalize", args)] = (n2, 2 * half_k2)
+
+    def fits(tactic: Tactic, _kernel: str) -> tuple[bool, str]:
+        for kernel, (n, k) in shapes.items():
+            ok, why = Nvfp4GroupedGemmSm90.can_implement(tactic, n, k, tile_size, EPILOGUES[kernel])
+            if not ok:
+                return False, f"{kernel}: {why}"
+        return True, ""
+
+    return fits
+
+
+def can_implement(op: str, **args: Any) -> tuple[bool, str]:
+    reason = _device_reason(args.get("x" if op == "fused_moe" else "a"))
+    reason = reason or _missing_module("cutlass", "pip install stagebot[kernels]")
+    if not reason and not GPU_VERIFIED:
+        reason = "the cute kernels have not passed their GPU correctness check yet"
+    if reason:
+        return False, reason
+    fit = _moe_fit(args) if op == "fused_moe" else _operand_fit(args)
+    tactics, why = _fitting(_kernel_of(op, args), TACTICS, fit)
+    return (True, "") if tactics else (False, why)
+
+
+def _launch(kernel: str, args: dict[str, Any], run: Callable[[Tactic, Any], Any], scratch):
+    """Runs ``run(tactic, None)`` with the tactic autotune picks among those that fit;
+    ``scratch()`` makes the outputs a timed trial may overwrite."""
+    from stagebot.kernels.errors import KernelArgumentError
+
+    tactics, why = _fitting(kernel, TACTICS, _operand_fit(args))
+    if not tactics:
+        raise KernelArgumentError(f"the cute {kernel} cannot take this call: {why}")
+    a, b = args["a"], args["b"]
+    limit = args.get("tile_idx_to_mn_limit")
+    key = (
+        kernel,
+        tuple(b.shape),
+        args["tile_size"],
+        limit is not None,
+        autotune.row_bucket(a.shape[0]),
+    )
+    outputs: list[Any] = []
+
+    def trial(tactic: Tactic) -> None:
+        outputs[:] = outputs or [scratch()]
+        run(tactic, outputs[0])
+
+    tactic = autotune.choose(key, tactics, trial)
+    autotune.record_launch(kernel, tactic)
+    return run(tactic, None)
+
+
+def _operands(args: dict[str, Any]) -> tuple:
+    return tuple(
+        args[name]
+        for name in (
+            "a",
+            "b",
+            "a_sf",
+            "b_sf",
+            "alpha",
+            "tile_idx_to_group_idx",
+            "num_non_exiting_tiles",
         )
-        if ok:
-            return tactic, True, ""
-    return None, False, why
+    )
 
 
-def grouped_gemm(
-    *, a, b, a_sf, b_sf, alpha, tile_idx_to_group_idx, num_non_exiting_tiles, tile_size
-):
+def grouped_gemm(**args: Any):
+    return _grouped_gemm_rows(args, "grouped_gemm")
+
+
+def _grouped_gemm_rows(args: dict[str, Any], kernel: str):
+    """The plain kernel's rows: bf16, or fp32 for kernel "grouped_gemm_f32_rows"."""
+    import torch
+
     from stagebot.kernels.cute import launch
 
-    tactic, ok, why = _pick_tactic(dict(a=a, b=b, a_sf=a_sf, b_sf=b_sf, tile_size=tile_size))
-    if not ok:
-        from stagebot.kernels.errors import KernelArgumentError
+    dtype = torch.float32 if kernel == "grouped_gemm_f32_rows" else torch.bfloat16
 
-        raise KernelArgumentError(f"the cute grouped_gemm cannot take this call: {why}")
-    return launch.grouped_gemm(
-        a,
-        b,
-        a_sf,
-        b_sf,
-        alpha,
-        tile_idx_to_group_idx,
-        num_non_exiting_tiles,
-        tile_size,
-        tactic=tactic,
+    def outputs():
+        return launch.grouped_gemm_outputs(args["a"], args["b"], dtype)
+
+    def run(tactic: Tactic, out):
+        return launch.grouped_gemm(
+            *_operands(args),
+            args["tile_size"],
+            tile_idx_to_mn_limit=args.get("tile_idx_to_mn_limit"),
+            tactic=tactic,
+            out=outputs() if out is None else out,
+        )
+
+    return _launch(kernel, args, run, outputs)
+
+
+def grouped_gemm_swiglu(**args: Any):
+    from stagebot.kernels.cute import launch
+
+    def run(tactic: Tactic, out):
+        return launch.grouped_gemm_swiglu(
+            *_operands(args),
+            args["global_sf"],
+            args["tile_size"],
+            tile_idx_to_mn_limit=args.get("tile_idx_to_mn_limit"),
+            tactic=tactic,
+            out=out,
+        )
+
+    return _launch(
+        "grouped_gemm_swiglu", args, run, lambda: launch.swiglu_outputs(args["a"], args["b"])
     )
+
+
+def grouped_gemm_finalize(**args: Any):
+    from stagebot.kernels.cute import launch
+
+    if args["deterministic"]:
+        return _deterministic_finalize(args)
+
+    def run(tactic: Tactic, out):
+        return launch.grouped_gemm_finalize(
+            *_operands(args),
+            args["tile_idx_to_mn_limit"],
+            args["permuted_idx_to_expanded_idx"],
+            args["token_final_scales"],
+            args["num_tokens"],
+            args["tile_size"],
+            tactic=tactic,
+            out=out,
+        )
+
+    def scratch():
+        return launch.finalize_outputs(args["a"], args["b"], args["num_tokens"])
+
+    return _launch("grouped_gemm_finalize", args, run, scratch)
+
+
+def _deterministic_finalize(args: dict[str, Any]):
+    """The plain GEMM's fp32 rows, then a sum per token over k in order (no atomics)."""
+    import torch
+
+    from stagebot.kernels import moe_tables
+
+    limit, p2e = args["tile_idx_to_mn_limit"], args["permuted_idx_to_expanded_idx"]
+    rows = _grouped_gemm_rows(args, "grouped_gemm_f32_rows")
+    scales = args["token_final_scales"]
+    slots = scales.numel()
+    valid = moe_tables.valid_rows(limit, args["num_non_exiting_tiles"], args["tile_size"])
+    # Invert permuted -> expanded for the valid rows (invalid ones land in a spare slot).
+    expanded = torch.where(valid, p2e.long(), slots)
+    slot_to_row = torch.full((slots + 1,), -1, dtype=torch.int32, device=p2e.device)
+    row_ids = torch.arange(p2e.numel(), dtype=torch.int32, device=p2e.device)
+    slot_to_row.scatter_(0, expanded, row_ids)
+    out = moe_tables.moe_unpermute(rows, slot_to_row[:slots].view(scales.shape), scales)
+    return out.to(torch.bfloat16)
 
 
 register(
     Backend(
         name="cute",
         priority=PRIORITY,
-        implementations={"grouped_gemm": grouped_gemm},
+        implementations={
+            "grouped_gemm": grouped_gemm,
+            "grouped_gemm_swiglu": grouped_gemm_swiglu,
+            "grouped_gemm_finalize": grouped_gemm_finalize,
+            "fused_moe": functools.partial(moe_pipeline.fused_moe, backend="cute"),
+        },
         can_implement=can_implement,
     )
 )

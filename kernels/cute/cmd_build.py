@@ -15,9 +15,18 @@ import click
 from stagebot.kernels.cute.tactics import TACTICS, Tactic
 
 ARCHES = ("sm_90a",)
-KERNELS = ("grouped_gemm",)  # the dispatcher's list (SwiGLU and finalize fusions: not yet)
-# Compile-time constants the check builds with: GEMM1 of the MoE shapes (N=4096, K=7168).
-BUILD_CONSTANTS = {"n": 4096, "k": 7168, "num_experts": 8, "tile_size": 128}
+# The dispatcher's kernels and the compile-time constants each is built with: the MoE shapes'
+# GEMM1 (N = 2 x 2048, K = 7168) for the plain and SwiGLU kernels, GEMM2 (N = 7168, K = 2048,
+# top-8) for finalize and the fp32 rows of the deterministic finalize; the decode build
+# (mn_limit) for all but the plain one.
+BUILD_CONSTANTS = {
+    "grouped_gemm": {"n": 4096, "k": 7168, "mn_limit": False, "top_k": 1},
+    "grouped_gemm_f32_rows": {"n": 7168, "k": 2048, "mn_limit": True, "top_k": 1},
+    "grouped_gemm_swiglu": {"n": 4096, "k": 7168, "mn_limit": True, "top_k": 1},
+    "grouped_gemm_finalize": {"n": 7168, "k": 2048, "mn_limit": True, "top_k": 8},
+}
+KERNELS = tuple(BUILD_CONSTANTS)
+NUM_EXPERTS, TILE_SIZE = 8, 128
 REQUIRED_PTX = "wgmma.mma_async"
 _TACTIC_RE = re.compile(r"^(\d+)x(\d+):(\d+)x(\d+):(\d+)$")
 
@@ -33,14 +42,27 @@ def parse_tactic(text: str) -> Tactic:
 
 def build_one(kernel: str, tactic: Tactic, arch: str) -> tuple[bool, str]:
     """(ok, detail) for one kernel and tactic."""
-    from stagebot.kernels.cute.compile import DTYPES, CompileKey, compile_kernel
+    from stagebot.kernels.cute.compile import DTYPES, EPILOGUES, CompileKey, compile_kernel
     from stagebot.kernels.cute.grouped_gemm import Nvfp4GroupedGemmSm90
 
-    c = BUILD_CONSTANTS
-    ok, why = Nvfp4GroupedGemmSm90.can_implement(tactic, c["n"], c["k"], c["tile_size"])
+    c = BUILD_CONSTANTS[kernel]
+    ok, why = Nvfp4GroupedGemmSm90.can_implement(
+        tactic, c["n"], c["k"], TILE_SIZE, EPILOGUES[kernel]
+    )
     if not ok:
         return False, f"cannot implement: {why}"
-    key = CompileKey(kernel, tactic, DTYPES, c["n"], c["k"], c["num_experts"], c["tile_size"], arch)
+    key = CompileKey(
+        kernel,
+        tactic,
+        DTYPES[kernel],
+        c["n"],
+        c["k"],
+        NUM_EXPERTS,
+        TILE_SIZE,
+        arch,
+        mn_limit=c["mn_limit"],
+        top_k=c["top_k"],
+    )
     started = time.monotonic()
     try:
         compiled = compile_kernel(key, keep_ptx=True)

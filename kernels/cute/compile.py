@@ -13,7 +13,19 @@ from typing import Any
 
 from stagebot.kernels.cute.tactics import Tactic
 
-DTYPES = ("nvfp4", "nvfp4", "bfloat16")  # a, b, c: the only combination implemented
+# The kernel behind each op, and the (a, b, c) dtypes each implements (the only ones).
+EPILOGUES = {
+    "grouped_gemm": "store",
+    "grouped_gemm_f32_rows": "store",  # fp32 rows for the deterministic finalize's gather-sum
+    "grouped_gemm_swiglu": "swiglu",
+    "grouped_gemm_finalize": "finalize",
+}
+DTYPES = {
+    "grouped_gemm": ("nvfp4", "nvfp4", "bfloat16"),
+    "grouped_gemm_f32_rows": ("nvfp4", "nvfp4", "float32"),
+    "grouped_gemm_swiglu": ("nvfp4", "nvfp4", "nvfp4"),
+    "grouped_gemm_finalize": ("nvfp4", "nvfp4", "bfloat16"),
+}
 
 
 @dataclass(frozen=True)
@@ -26,16 +38,30 @@ class CompileKey:
     num_experts: int
     tile_size: int
     arch: str
+    mn_limit: bool = False  # reads tile_idx_to_mn_limit (finalize always does)
+    top_k: int = 1  # finalize only: expanded index // top_k is the token
     variant: str = ""  # diagnostic builds only (gpu_check); "" is the kernel
 
+
+# Alignment the launcher guarantees for each pointer (TMA operands and vector stores: 16 bytes).
+POINTER_ALIGNS = (16, 16, 16, 16, 4, 4, 4, 4, 16, 4, 4, 4, 4)
 
 _cache: dict[CompileKey, Any] = {}
 
 
-def _kernel_class(name: str):
-    from stagebot.kernels.cute import grouped_gemm
+def store_dtype(kernel: str):
+    import cutlass
 
-    return {"grouped_gemm": grouped_gemm.Nvfp4GroupedGemmSm90}[name]
+    return cutlass.Float32 if DTYPES[kernel][2] == "float32" else cutlass.BFloat16
+
+
+def pointer_dtypes(kernel: str):
+    """cutlass dtypes of the kernel's pointer arguments, in order (see Nvfp4GroupedGemmSm90)."""
+    import cutlass
+
+    c = cutlass.Uint32 if EPILOGUES[kernel] == "swiglu" else store_dtype(kernel)
+    i32, f32, u8 = cutlass.Int32, cutlass.Float32, cutlass.Uint8
+    return (u8, u8, i32, i32, f32, i32, i32, i32, c, u8, f32, i32, f32)
 
 
 def compile_kernel(key: CompileKey, *, keep_ptx: bool = False) -> Any:
@@ -46,23 +72,25 @@ def compile_kernel(key: CompileKey, *, keep_ptx: bool = False) -> Any:
     import cutlass.cute as cute
     from cutlass.cute.runtime import make_fake_stream, make_ptr
 
-    kernel = _kernel_class(key.kernel)(key.tactic, key.variant)
+    from stagebot.kernels.cute.grouped_gemm import Nvfp4GroupedGemmSm90
+
+    kernel = Nvfp4GroupedGemmSm90(
+        key.tactic, EPILOGUES[key.kernel], key.mn_limit, key.variant, store_dtype(key.kernel)
+    )
     gmem = cute.AddressSpace.gmem
+    pointers = [
+        make_ptr(dtype, 0, gmem, assumed_align=align)
+        for dtype, align in zip(pointer_dtypes(key.kernel), POINTER_ALIGNS, strict=True)
+    ]
     args = (
-        make_ptr(cutlass.Uint8, 0, gmem, assumed_align=16),
-        make_ptr(cutlass.Uint8, 0, gmem, assumed_align=16),
-        make_ptr(cutlass.Int32, 0, gmem, assumed_align=16),
-        make_ptr(cutlass.Int32, 0, gmem, assumed_align=16),
-        make_ptr(cutlass.Float32, 0, gmem, assumed_align=4),
-        make_ptr(cutlass.Int32, 0, gmem, assumed_align=4),
-        make_ptr(cutlass.Int32, 0, gmem, assumed_align=4),
-        make_ptr(cutlass.BFloat16, 0, gmem, assumed_align=16),
+        *pointers,
         cutlass.Int32(key.tile_size),
         cutlass.Int32(1),
         key.n,
         key.k,
         key.num_experts,
         key.tile_size,
+        key.top_k,
         make_fake_stream(),
     )
     options = f"--gpu-arch {key.arch}"

@@ -1,9 +1,11 @@
-"""Contiguous NVFP4 grouped GEMM for Hopper (sm_90a), CuTe DSL 4.3.5.
+"""Contiguous NVFP4 grouped GEMMs for Hopper (sm_90a), CuTe DSL 4.3.5: plain, SwiGLU, finalize.
 
-Computes, for each non-exiting tile of the permuted activations,
-``C[rows, :] = bf16(alpha[e] * (A[rows] @ B[e]^T))`` with ``e = tile_idx_to_group_idx[tile]``;
-A and B are NVFP4 (packed e2m1 pairs, one e4m3 scale per 16 values in the 128x4-swizzled
-layout), so ``A[r, k] = e2m1 * e4m3`` exactly (no global scale: alpha carries it).
+Computes, for each non-exiting tile of the permuted activations, ``acc = alpha[e] * (A[rows] @
+B[e]^T)`` with ``e = tile_idx_to_group_idx[tile]``, and hands it to the epilogue
+(stagebot.kernels.cute.epilogues): "store" writes bf16 C rows; "swiglu" writes NVFP4(linear *
+silu(gate)) and its swizzled scales; "finalize" adds router weight * row into out[token] with
+bf16x2 atomics. A and B are NVFP4 (packed e2m1 pairs, one e4m3 scale per 16 values in the
+128x4-swizzled layout), so ``A[r, k] = e2m1 * e4m3`` exactly (no global scale: alpha carries it).
 
 Pipeline (one CTA per SM, persistent, warp-specialised):
 1. Producer warp: for each work item (M-tile, N-tile) and each 64-wide K step, TMA-loads the
@@ -15,14 +17,19 @@ Pipeline (one CTA per SM, persistent, warp-specialised):
    proxy, sync on a named barrier, free the stage, then issue bf16 WGMMA with fp32 accumulators.
    Three bf16 buffers rotate, so one barrier per K step suffices: a buffer is rewritten only
    after every warpgroup waited for the WGMMA that read it (wait_group(1) one step earlier).
-3. Epilogue: accumulators times alpha[e], converted to bf16, stored straight to global memory.
-   Tiles at or past ``num_non_exiting_tiles`` are never scheduled, so they are not written.
+3. Epilogue (above), straight from the accumulator registers to global memory. Tiles at or
+   past ``num_non_exiting_tiles`` are never scheduled, so they are not written.
+
+With ``tile_idx_to_mn_limit`` (always for finalize, optional for the others) a warpgroup whose
+64 rows all lie at or past the tile's limit skips its A dequantisation and its WGMMAs: at decode
+a 128-row tile holds a few valid rows, and rows past the limit may then hold anything.
 
 Work items: ``num_non_exiting_tiles * (tile_size // BM)`` M-tiles times ``n // BN`` N-tiles, M
 fastest (CTAs running at once share B tiles in L2), strided over the grid.
 
 Constraints (each checked once, by the ``is_valid_*`` predicates): BM 128; BN 128 or 256;
-cluster 1x1; n a multiple of BN; K a multiple of 64; the smem budget of sm_90.
+cluster 1x1; n a multiple of BN; K a multiple of 64; the smem budget of sm_90; SwiGLU needs
+each linear column's gate column in the same thread (warpgroups split M).
 """
 
 import cuda.bindings.driver as cuda
@@ -31,10 +38,10 @@ import cutlass.cute as cute
 import cutlass.pipeline as pipeline
 import cutlass.utils as utils
 import cutlass.utils.hopper_helpers as sm90_utils
-from cutlass._mlir.dialects import llvm
-from cutlass.cutlass_dsl import T, dsl_user_op
 from cutlass.pipeline import pipeline_init_arrive, pipeline_init_wait
 
+from stagebot.kernels.cute import epilogues
+from stagebot.kernels.cute.ptx import e2m1x8_to_f16x8, e4m3_to_f16x2
 from stagebot.kernels.cute.tactics import Tactic
 
 SMEM_CAPACITY = 227 * 1024  # sm_90 per-block opt-in limit, a constant: nothing queries the device
@@ -47,74 +54,25 @@ BF16_BUFFERS = 3  # rotating 16-bit operand buffers (fp16 now; the name is kept 
 OPERAND_UNSCALE = 16384.0
 
 
-@dsl_user_op
-def _e2m1x8_to_f16x8(word, scale2, *, loc=None, ip=None):
-    """8 packed e2m1 (one uint32) times an f16x2 scale -> 4 f16x2 words.
-
-    Output pairs (n0, n4), (n1, n5), (n2, n6), (n3, n7): a fixed permutation of the 8 K
-    positions, the same for A and B, so the dot products are unchanged. Splitting the nibbles
-    of the odd and even positions into separate words leaves 4-bit gaps, so one mask per
-    output places sign (bit 15) and magnitude (bits 9-11) of each fp16 lane without carries:
-    (x | x >> 3) & 0x8E008E00 for the lanes at bits 12-15 and 28-31, and the same masked with
-    0x008E008E then shifted left by 8 for the lanes one byte lower (11 integer ops in all, each
-    lop3 = (a | b) & c).
-    """
-    res = llvm.inline_asm(
-        llvm.StructType.get_literal([T.i32(), T.i32(), T.i32(), T.i32()]),
-        [
-            cutlass.Uint32(word).ir_value(loc=loc, ip=ip),
-            cutlass.Uint32(scale2).ir_value(loc=loc, ip=ip),
-        ],
-        """{
-        .reg .b32 x, y, t, u;
-        and.b32 x, $4, 0xF0F0F0F0;
-        shl.b32 y, $4, 4;
-        and.b32 y, y, 0xF0F0F0F0;
-        shr.b32 t, x, 3;
-        lop3.b32 u, x, t, 0x8E008E00, 0xA8;
-        mul.rn.f16x2 $3, u, $5;
-        lop3.b32 u, x, t, 0x008E008E, 0xA8;
-        shl.b32 u, u, 8;
-        mul.rn.f16x2 $1, u, $5;
-        shr.b32 t, y, 3;
-        lop3.b32 u, y, t, 0x8E008E00, 0xA8;
-        mul.rn.f16x2 $2, u, $5;
-        lop3.b32 u, y, t, 0x008E008E, 0xA8;
-        shl.b32 u, u, 8;
-        mul.rn.f16x2 $0, u, $5;
-        }""",
-        "=r,=r,=r,=r,r,r",
-        loc=loc,
-        ip=ip,
-    )
-    return [cutlass.Uint32(llvm.extractvalue(T.i32(), res, [i], loc=loc, ip=ip)) for i in range(4)]
-
-
-@dsl_user_op
-def _e4m3_to_f16x2(byte_in_low_bits, *, loc=None, ip=None):
-    """The e4m3 scale in bits 0-6 (bit 7, the sign, ignored) -> f16x2 (sf * 2^7, sf * 2^7)."""
-    res = llvm.inline_asm(
-        T.i32(),
-        [cutlass.Uint32(byte_in_low_bits).ir_value(loc=loc, ip=ip)],
-        """{
-        .reg .b32 t, c;
-        and.b32 t, $1, 0x7F;
-        mul.lo.u32 t, t, 0x00800080;
-        mov.b32 c, 0x78007800;
-        mul.rn.f16x2 $0, t, c;
-        }""",
-        "=r,r",
-        loc=loc,
-        ip=ip,
-    )
-    return cutlass.Uint32(res)
+EPILOGUES = ("store", "swiglu", "finalize")
 
 
 class Nvfp4GroupedGemmSm90:
-    """NVFP4 x NVFP4 -> bf16 contiguous grouped GEMM; the tactic's fields are the knobs."""
+    """NVFP4 x NVFP4 contiguous grouped GEMM; the tactic's fields are the knobs, ``epilogue``
+    says what is written, ``mn_limit`` whether tile_idx_to_mn_limit is read (finalize: always)."""
 
-    def __init__(self, tactic: Tactic, variant: str = ""):
+    def __init__(
+        self,
+        tactic: Tactic,
+        epilogue: str = "store",
+        mn_limit: bool = False,
+        variant: str = "",
+        store_dtype: type[cutlass.Numeric] = cutlass.BFloat16,
+    ):
+        assert epilogue in EPILOGUES, epilogue
         self.tactic = tactic
+        self.epilogue = epilogue
+        self.uses_limit = mn_limit or epilogue == "finalize"
         # Diagnostic builds for timing only (their results are wrong): "no_dequant" skips the
         # dequantisation, "no_mma" skips the WGMMAs. "" is the kernel.
         assert variant in ("", "no_dequant", "no_mma"), variant
@@ -131,7 +89,7 @@ class Nvfp4GroupedGemmSm90:
         self.mma_regs = 232
         self.acc_dtype = cutlass.Float32
         self.ab_dtype = cutlass.Float16  # exact for e2m1 * e4m3 products (see OPERAND_UNSCALE)
-        self.c_dtype = cutlass.BFloat16
+        self.c_dtype = store_dtype  # what the "store" epilogue writes: bf16, or fp32 rows
 
     # ----------------------------------------------------------------------------------------
     # Support: named predicates, composed by can_implement.
@@ -162,9 +120,20 @@ class Nvfp4GroupedGemmSm90:
     def is_valid_problem(tactic: Tactic, n: int, k: int, tile_size: int) -> bool:
         return n % tactic.tile_mn[1] == 0 and k % BK == 0 and tile_size % tactic.tile_mn[0] == 0
 
+    @staticmethod
+    def is_valid_epilogue(tactic: Tactic, epilogue: str) -> bool:
+        return epilogue in EPILOGUES and (epilogue != "swiglu" or tactic.wg_split == "m")
+
     @classmethod
-    def can_implement(cls, tactic: Tactic, n: int, k: int, tile_size: int) -> tuple[bool, str]:
+    def can_implement(
+        cls, tactic: Tactic, n: int, k: int, tile_size: int, epilogue: str = "store"
+    ) -> tuple[bool, str]:
         checks = (
+            (
+                cls.is_valid_epilogue(tactic, epilogue),
+                f"epilogue {epilogue!r} needs the warpgroups to split M (linear and gate columns "
+                "in one thread)",
+            ),
             (cls.is_valid_tile(tactic), "tile must be 128 x (128 | 256)"),
             (cls.is_valid_cluster(tactic), "only cluster 1x1 is implemented"),
             (cls.is_valid_wg_split(tactic), "warpgroup split must be 'm' or 'n'"),
@@ -191,15 +160,22 @@ class Nvfp4GroupedGemmSm90:
         alpha_ptr: cute.Pointer,  # fp32 [l]
         group_ptr: cute.Pointer,  # int32 [m / tile_size]
         num_tiles_ptr: cute.Pointer,  # int32 [1]
-        c_ptr: cute.Pointer,  # bf16 [m, n]
+        limit_ptr: cute.Pointer,  # int32 [m / tile_size]: tile_idx_to_mn_limit (if read)
+        c_ptr: cute.Pointer,  # store: bf16 [m, n]; swiglu: uint32 [m, n / 16]; finalize: bf16 out
+        c_sf_ptr: cute.Pointer,  # swiglu: uint8 swizzled scales of c [m * n / 32]
+        global_sf_ptr: cute.Pointer,  # swiglu: fp32 [1]
+        p2e_ptr: cute.Pointer,  # finalize: int32 [m] permuted_idx_to_expanded_idx
+        router_ptr: cute.Pointer,  # finalize: fp32 [num_tokens * top_k] token_final_scales
         m: cutlass.Int32,
         grid_ctas: cutlass.Int32,
         n: cutlass.Constexpr,
         k: cutlass.Constexpr,
         num_experts: cutlass.Constexpr,
         tile_size: cutlass.Constexpr,
+        top_k: cutlass.Constexpr,
         stream: cuda.CUstream,
     ):
+        """Pointers an epilogue does not read may point anywhere (they are never dereferenced)."""
         kh = k // 2
         kt = k // BK
         mA = cute.make_tensor(a_ptr, cute.make_layout((m, kh), stride=(kh, 1)))
@@ -213,7 +189,13 @@ class Nvfp4GroupedGemmSm90:
             b_sf_ptr,
             cute.make_layout((128, kt, nt, num_experts), stride=(1, 128, kt * 128, nt * kt * 128)),
         )
-        mC = cute.make_tensor(c_ptr, cute.make_layout((m, n), stride=(n, 1)))
+        c_cols = n // 16 if self.epilogue == "swiglu" else n
+        mC = cute.make_tensor(c_ptr, cute.make_layout((m, c_cols), stride=(c_cols, 1)))
+        mCsf = cute.make_tensor(c_sf_ptr, cute.make_layout(m * n // 32))
+        mGlobalSf = cute.make_tensor(global_sf_ptr, cute.make_layout(1))
+        mLimit = cute.make_tensor(limit_ptr, cute.make_layout(m // tile_size))
+        mP2e = cute.make_tensor(p2e_ptr, cute.make_layout(m))
+        mRouter = cute.make_tensor(router_ptr, cute.make_layout(1 << 30))
         mAlpha = cute.make_tensor(alpha_ptr, cute.make_layout(num_experts))
         mGroup = cute.make_tensor(group_ptr, cute.make_layout(m // tile_size))
         mNumTiles = cute.make_tensor(num_tiles_ptr, cute.make_layout(1))
@@ -286,13 +268,16 @@ class Nvfp4GroupedGemmSm90:
             tma_bs,
             tma_mBs,
             mC,
+            (mCsf, mGlobalSf, mLimit, mP2e, mRouter),
             mAlpha,
             mGroup,
             mNumTiles,
             self.tiled_mma,
             self.a16_layout,
             self.b16_layout,
+            n,
             tile_size,
+            top_k,
         ).launch(
             grid=[grid_ctas, 1, 1],
             block=[self.threads_per_cta, 1, 1],
@@ -314,14 +299,18 @@ class Nvfp4GroupedGemmSm90:
         tma_bs: cute.CopyAtom,
         mBs: cute.Tensor,
         mC: cute.Tensor,
+        epilogue_tensors: tuple,  # (mCsf, mGlobalSf, mLimit, mP2e, mRouter)
         mAlpha: cute.Tensor,
         mGroup: cute.Tensor,
         mNumTiles: cute.Tensor,
         tiled_mma: cute.TiledMma,
         a16_layout: cute.ComposedLayout,
         b16_layout: cute.ComposedLayout,
+        n: cutlass.Constexpr,
         tile_size: cutlass.Constexpr,
+        top_k: cutlass.Constexpr,
     ):
+        mCsf, mGlobalSf, mLimit, mP2e, mRouter = epilogue_tensors
         tidx, _, _ = cute.arch.thread_idx()
         bidx, _, _ = cute.arch.block_idx()
         gdim, _, _ = cute.arch.grid_dim()
@@ -377,7 +366,7 @@ class Nvfp4GroupedGemmSm90:
 
         k_tiles = cute.size(gAq, mode=[3])
         m_per_table_tile = tile_size // self.bm
-        n_tiles = mC.shape[1] // self.bn
+        n_tiles = n // self.bn
         num_m_tiles = mNumTiles[0] * m_per_table_tile
         total_work = num_m_tiles * n_tiles
 
@@ -424,12 +413,14 @@ class Nvfp4GroupedGemmSm90:
             tCsB = thr_mma.partition_B(sB16)
             tCrA = tiled_mma.make_fragment_A(tCsA)
             tCrB = tiled_mma.make_fragment_B(tCsB)
-            gC = cute.local_tile(mC, (self.bm, self.bn), (None, None))  # (bm, bn, mt, nt)
             # The operand partitions above are per warpgroup (WGMMA reads smem as a group); the
-            # accumulator's global positions are per thread, so C is partitioned by thread.
-            tCgC = tiled_mma.get_slice(ct).partition_C(gC)
-            acc = cute.make_rmem_tensor(tCgC.shape[:3], self.acc_dtype)
-            out = cute.make_rmem_tensor(tCgC.shape[:3], self.c_dtype)
+            # accumulator's positions are per thread, so C is partitioned by thread.
+            tCcC = tiled_mma.get_slice(ct).partition_C(
+                cute.make_identity_tensor((self.bm, self.bn))
+            )
+            acc = cute.make_rmem_tensor(tCcC.shape, self.acc_dtype)
+            # Rows of the tile this warpgroup multiplies start here (all rows if it splits N).
+            wg_row = wg * 64 if self.wg_split == "m" else 0
             num_k_blocks = cute.size(tCrA, mode=[2])
             mma_barrier = pipeline.NamedBarrier(barrier_id=1, num_threads=self.num_mma_threads)
             # 32-bit views of the staging ring (8 words = 64 fp4 values per row) and the thread's
@@ -445,20 +436,27 @@ class Nvfp4GroupedGemmSm90:
                 m_tile = work % num_m_tiles
                 n_tile = work // num_m_tiles
                 expert = mGroup[m_tile // m_per_table_tile]
+                row0 = m_tile * self.bm
+                limit = row0 + self.bm
+                if cutlass.const_expr(self.uses_limit):
+                    limit = mLimit[m_tile // m_per_table_tile]
+                live = row0 + wg_row < limit
                 acc.fill(0.0)
                 tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)
                 for _kk in cutlass.range(k_tiles, unroll=1):
                     ring.consumer_wait(read)
                     s = read.index
                     buf = step % BF16_BUFFERS
-                    if cutlass.const_expr(self.variant != "no_dequant"):
-                        self._dequant(
-                            ((sAq32, sAs, sA16, self.bm), (sBq32, sBs, sB16, self.bn)),
-                            s,
-                            buf,
-                            unit_row,
-                            unit_half,
-                        )
+                    a_operand = (sAq32, sAs, sA16, self.bm)
+                    b_operand = (sBq32, sBs, sB16, self.bn)
+                    if cutlass.const_expr(self.variant == "no_dequant"):
+                        pass
+                    elif cutlass.const_expr(self.uses_limit):
+                        self._dequant([b_operand], s, buf, unit_row, unit_half)
+                        if live:
+                            self._dequant([a_operand], s, buf, unit_row, unit_half)
+                    else:  # both operands at once: all their loads are issued first
+                        self._dequant([a_operand, b_operand], s, buf, unit_row, unit_half)
                     cute.arch.fence_proxy(
                         cute.arch.ProxyKind.async_shared, space=cute.arch.SharedSpace.shared_cta
                     )
@@ -466,31 +464,54 @@ class Nvfp4GroupedGemmSm90:
                     ring.consumer_release(read)
                     read.advance()
                     cute.nvgpu.warpgroup.fence()
-                    for kb in cutlass.range_constexpr(
-                        num_k_blocks if self.variant != "no_mma" else 0
-                    ):
-                        cute.gemm(
-                            tiled_mma,
-                            acc,
-                            tCrA[(None, None, kb, buf)],
-                            tCrB[(None, None, kb, buf)],
-                            acc,
-                        )
+                    k_blocks = num_k_blocks if self.variant != "no_mma" else 0
+                    if cutlass.const_expr(self.uses_limit):
+                        if live:
+                            self._mma(tiled_mma, acc, tCrA, tCrB, buf, k_blocks)
+                    else:
+                        self._mma(tiled_mma, acc, tCrA, tCrB, buf, k_blocks)
                     cute.nvgpu.warpgroup.commit_group()
                     cute.nvgpu.warpgroup.wait_group(1)
                     step += 1
                 cute.nvgpu.warpgroup.wait_group(0)
-                alpha = mAlpha[expert] * OPERAND_UNSCALE
-                out.store((acc.load() * alpha).to(self.c_dtype))
-                cute.autovec_copy(out, tCgC[(None, None, None, m_tile, n_tile)])
+                scale = mAlpha[expert] * OPERAND_UNSCALE
+                if cutlass.const_expr(self.epilogue == "store"):
+                    gC = cute.local_tile(mC, (self.bm, self.bn), (m_tile, n_tile))
+                    out = cute.make_rmem_tensor(acc.shape, self.c_dtype)
+                    out.store((acc.load() * scale).to(self.c_dtype))
+                    cute.autovec_copy(out, tiled_mma.get_slice(ct).partition_C(gC))
+                if cutlass.const_expr(self.epilogue == "swiglu"):
+                    epilogues.swiglu_quantize_store(
+                        acc, tCcC, scale, mGlobalSf[0], row0, n_tile, self.bn, mC, mCsf
+                    )
+                if cutlass.const_expr(self.epilogue == "finalize"):
+                    epilogues.finalize_scatter_add(
+                        acc,
+                        tCcC,
+                        scale,
+                        row0,
+                        limit,
+                        n_tile * self.bn,
+                        mP2e,
+                        mRouter,
+                        mC.iterator.toint(),
+                        cutlass.Int64(n * 2),
+                        top_k,
+                    )
 
     # ----------------------------------------------------------------------------------------
     def _staging_layout(self, rows: int):
         """(rows, 32 packed bytes, stages), row-major per stage, as TMA writes it."""
         return cute.make_layout((rows, BK // 2, self.stages), stride=(BK // 2, 1, rows * BK // 2))
 
+    @staticmethod
+    def _mma(tiled_mma, acc, tCrA, tCrB, buf, k_blocks):
+        """The WGMMAs of one K step on operand buffer ``buf`` (issued, not awaited)."""
+        for kb in range(k_blocks):  # unrolled at trace time
+            cute.gemm(tiled_mma, acc, tCrA[(None, None, kb, buf)], tCrB[(None, None, kb, buf)], acc)
+
     def _dequant(self, operands, s, buf, unit_row, unit_half):
-        """Consumer threads turn one stage of packed FP4 rows (and their scales) into fp16.
+        """Consumer threads turn one stage of packed FP4 rows (and scales) into fp16.
 
         Unit = (row, 16-byte half): 4 packed words (32 values, 2 scale blocks) -> 4 x 16-byte
         stores into the swizzled operand tile. A warp reads 512 contiguous staging bytes; the
@@ -514,9 +535,9 @@ class Nvfp4GroupedGemmSm90:
         for s16, row, packed, sf_word in units:
             dst = s16[(None, None, buf)]
             sf_half = sf_word >> (unit_half * 16)
-            scales = (_e4m3_to_f16x2(sf_half), _e4m3_to_f16x2(sf_half >> 8))
+            scales = (e4m3_to_f16x2(sf_half), e4m3_to_f16x2(sf_half >> 8))
             for j in range(4):
-                words = _e2m1x8_to_f16x8(packed[0, j], scales[j // 2])
+                words = e2m1x8_to_f16x8(packed[0, j], scales[j // 2])
                 frag = cute.make_rmem_tensor((4,), cutlass.Uint32)
                 for q in range(4):
                     frag[q] = words[q]

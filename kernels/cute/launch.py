@@ -11,7 +11,15 @@ import functools
 
 import torch
 
-from stagebot.kernels.cute.compile import DTYPES, CompileKey, compile_kernel
+from stagebot.kernels import layouts
+from stagebot.kernels.cute.compile import (
+    DTYPES,
+    EPILOGUES,
+    POINTER_ALIGNS,
+    CompileKey,
+    compile_kernel,
+    pointer_dtypes,
+)
 from stagebot.kernels.cute.tactics import DEFAULT_TACTIC, Tactic
 from stagebot.kernels.errors import KernelArgumentError
 
@@ -24,13 +32,6 @@ def _sm_count(device_index: int) -> int:
     return torch.cuda.get_device_properties(device_index).multi_processor_count
 
 
-def _ptr(dtype, t: torch.Tensor, align: int):
-    import cutlass.cute as cute
-    from cutlass.cute.runtime import make_ptr
-
-    return make_ptr(dtype, t.data_ptr(), cute.AddressSpace.gmem, assumed_align=align)
-
-
 def problem_support(
     tactic: Tactic,
     a: torch.Tensor,
@@ -38,18 +39,92 @@ def problem_support(
     a_sf: torch.Tensor,
     b_sf: torch.Tensor,
     tile_size: int,
+    kernel: str = "grouped_gemm",
 ) -> tuple[bool, str]:
     """(ok, reason): the tactic's predicates plus what the launcher needs of the tensors."""
     from stagebot.kernels.cute.grouped_gemm import Nvfp4GroupedGemmSm90
 
     _, n, half_k = b.shape
-    ok, why = Nvfp4GroupedGemmSm90.can_implement(tactic, n, 2 * half_k, tile_size)
+    ok, why = Nvfp4GroupedGemmSm90.can_implement(
+        tactic, n, 2 * half_k, tile_size, EPILOGUES[kernel]
+    )
     if not ok:
         return ok, why
     for name, t in (("a", a), ("b", b), ("a_sf", a_sf), ("b_sf", b_sf)):
         if not t.is_contiguous() or t.data_ptr() % TMA_ALIGN:
             return False, f"{name} must be contiguous and {TMA_ALIGN}-byte aligned for TMA"
     return True, ""
+
+
+def _run(
+    kernel: str,
+    tactic: Tactic,
+    operands: tuple[torch.Tensor, ...],
+    tile_size: int,
+    epilogue_tensors: dict[str, torch.Tensor],
+    top_k: int = 1,
+    variant: str = "",
+) -> None:
+    """Compiles (cached) and launches ``kernel``; epilogue tensors it does not read may be absent
+    (their pointers then repeat ``a``'s, never dereferenced)."""
+    import cuda.bindings.driver as cuda
+    import cutlass
+    import cutlass.cute as cute
+    from cutlass.cute.runtime import make_ptr
+
+    a, b, a_sf, b_sf, alpha, group, num_tiles = operands
+    ok, why = problem_support(tactic, a, b, a_sf, b_sf, tile_size, kernel)
+    if not ok:
+        raise KernelArgumentError(f"the cute {kernel} cannot take this call: {why}")
+    m, half_k = a.shape
+    experts, n, _ = b.shape
+    limit = epilogue_tensors.get("limit")
+    key = CompileKey(
+        kernel,
+        tactic,
+        DTYPES[kernel],
+        n,
+        2 * half_k,
+        experts,
+        tile_size,
+        ARCH,
+        mn_limit=limit is not None,
+        top_k=top_k,
+        variant=variant,
+    )
+    compiled = compile_kernel(key)
+    names = ("limit", "c", "c_sf", "global_sf", "p2e", "router")
+    tensors = (a, b, a_sf, b_sf, alpha, group, num_tiles) + tuple(
+        epilogue_tensors.get(name, a) for name in names
+    )
+    pointers = [
+        make_ptr(dtype, t.data_ptr(), cute.AddressSpace.gmem, assumed_align=align)
+        for t, dtype, align in zip(tensors, pointer_dtypes(kernel), POINTER_ALIGNS, strict=True)
+    ]
+    bm, bn = tactic.tile_mn
+    grid = max(1, min(_sm_count(a.device.index or 0), (m // bm) * (n // bn)))
+    stream = cuda.CUstream(torch.cuda.current_stream(a.device).cuda_stream)
+    compiled(*pointers, cutlass.Int32(m), cutlass.Int32(grid), stream)
+
+
+def grouped_gemm_outputs(
+    a: torch.Tensor, b: torch.Tensor, dtype: torch.dtype = torch.bfloat16
+) -> torch.Tensor:
+    return torch.empty(a.shape[0], b.shape[1], dtype=dtype, device=a.device)
+
+
+def swiglu_outputs(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(packed c [m, n/4], swizzled c_sf), uninitialised."""
+    m, n = a.shape[0], b.shape[1]
+    return (
+        torch.empty(m, n // 4, dtype=torch.uint8, device=a.device),
+        torch.empty(layouts.swizzled_sf_size(m, n // 32), dtype=torch.uint8, device=a.device),
+    )
+
+
+def finalize_outputs(a: torch.Tensor, b: torch.Tensor, num_tokens: int) -> torch.Tensor:
+    """Zeros: the finalize kernel adds into its output."""
+    return torch.zeros(num_tokens, b.shape[1], dtype=torch.bfloat16, device=a.device)
 
 
 def grouped_gemm(
@@ -62,39 +137,76 @@ def grouped_gemm(
     num_non_exiting_tiles: torch.Tensor,
     tile_size: int,
     *,
+    tile_idx_to_mn_limit: torch.Tensor | None = None,
     tactic: Tactic = DEFAULT_TACTIC,
     out: torch.Tensor | None = None,
     _variant: str = "",
 ) -> torch.Tensor:
-    """bf16 [m, n]; rows of exiting tiles are left as they were in ``out`` (or uninitialised)."""
-    import cuda.bindings.driver as cuda
-    import cutlass
+    """bf16 [m, n] (fp32 if ``out`` is fp32); rows of exiting tiles are left as they were in
+    ``out`` (or uninitialised), and with ``tile_idx_to_mn_limit`` rows past their tile's limit
+    may hold anything."""
+    operands = (a, b, a_sf, b_sf, alpha, tile_idx_to_group_idx, num_non_exiting_tiles)
+    out = grouped_gemm_outputs(a, b) if out is None else out
+    kernel = "grouped_gemm_f32_rows" if out.dtype == torch.float32 else "grouped_gemm"
+    epilogue = {"c": out}
+    if tile_idx_to_mn_limit is not None:
+        epilogue["limit"] = tile_idx_to_mn_limit
+    _run(kernel, tactic, operands, tile_size, epilogue, variant=_variant)
+    return out
 
-    ok, why = problem_support(tactic, a, b, a_sf, b_sf, tile_size)
-    if not ok:
-        raise KernelArgumentError(f"the cute grouped_gemm cannot take this call: {why}")
-    m, half_k = a.shape
-    experts, n, _ = b.shape
-    key = CompileKey(
-        "grouped_gemm", tactic, DTYPES, n, 2 * half_k, experts, tile_size, ARCH, _variant
-    )
-    compiled = compile_kernel(key)
-    if out is None:
-        out = torch.empty(m, n, dtype=torch.bfloat16, device=a.device)
-    bm, bn = tactic.tile_mn
-    grid = max(1, min(_sm_count(a.device.index or 0), (m // bm) * (n // bn)))
-    stream = cuda.CUstream(torch.cuda.current_stream(a.device).cuda_stream)
-    compiled(
-        _ptr(cutlass.Uint8, a, TMA_ALIGN),
-        _ptr(cutlass.Uint8, b, TMA_ALIGN),
-        _ptr(cutlass.Int32, a_sf, TMA_ALIGN),
-        _ptr(cutlass.Int32, b_sf, TMA_ALIGN),
-        _ptr(cutlass.Float32, alpha, 4),
-        _ptr(cutlass.Int32, tile_idx_to_group_idx, 4),
-        _ptr(cutlass.Int32, num_non_exiting_tiles, 4),
-        _ptr(cutlass.BFloat16, out, TMA_ALIGN),
-        cutlass.Int32(m),
-        cutlass.Int32(grid),
-        stream,
-    )
+
+def grouped_gemm_swiglu(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    a_sf: torch.Tensor,
+    b_sf: torch.Tensor,
+    alpha: torch.Tensor,
+    tile_idx_to_group_idx: torch.Tensor,
+    num_non_exiting_tiles: torch.Tensor,
+    global_sf: torch.Tensor,
+    tile_size: int,
+    *,
+    tile_idx_to_mn_limit: torch.Tensor | None = None,
+    tactic: Tactic = DEFAULT_TACTIC,
+    out: tuple[torch.Tensor, torch.Tensor] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(c uint8 [m, n/4], c_sf uint8 [m * n / 32] swizzled): NVFP4(linear * silu(gate))."""
+    c, c_sf = swiglu_outputs(a, b) if out is None else out
+    epilogue = {"c": c, "c_sf": c_sf, "global_sf": global_sf.reshape(1)}
+    if tile_idx_to_mn_limit is not None:
+        epilogue["limit"] = tile_idx_to_mn_limit
+    operands = (a, b, a_sf, b_sf, alpha, tile_idx_to_group_idx, num_non_exiting_tiles)
+    _run("grouped_gemm_swiglu", tactic, operands, tile_size, epilogue)
+    return c, c_sf
+
+
+def grouped_gemm_finalize(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    a_sf: torch.Tensor,
+    b_sf: torch.Tensor,
+    alpha: torch.Tensor,
+    tile_idx_to_group_idx: torch.Tensor,
+    num_non_exiting_tiles: torch.Tensor,
+    tile_idx_to_mn_limit: torch.Tensor,
+    permuted_idx_to_expanded_idx: torch.Tensor,
+    token_final_scales: torch.Tensor,
+    num_tokens: int,
+    tile_size: int,
+    *,
+    tactic: Tactic = DEFAULT_TACTIC,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """bf16 [num_tokens, n]: each valid row times its router weight, added into its token's row
+    with atomics (the order of the adds varies run to run). ``out`` must start zeroed."""
+    out = finalize_outputs(a, b, num_tokens) if out is None else out
+    epilogue = {
+        "limit": tile_idx_to_mn_limit,
+        "c": out,
+        "p2e": permuted_idx_to_expanded_idx,
+        "router": token_final_scales.contiguous(),
+    }
+    operands = (a, b, a_sf, b_sf, alpha, tile_idx_to_group_idx, num_non_exiting_tiles)
+    top_k = token_final_scales.shape[1]
+    _run("grouped_gemm_finalize", tactic, operands, tile_size, epilogue, top_k=top_k)
     return out

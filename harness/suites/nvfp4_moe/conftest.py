@@ -4,9 +4,15 @@ Each test of a dispatched op carries ``@pytest.mark.moe_op(name)``. The run ends
 how many cases of each op every backend ran and how many skipped; with ``--moe-backend NAME`` a
 case that skipped or ran elsewhere fails the session. A BackendUnavailableError raised by an op
 turns the case into a skip with the backend's reason.
+
+The cute kernels run with a pinned tactic, the dispatcher's list in turn case by case (so every
+tactic runs, and a failure names a fixed tactic, not the autotuner's pick); the run ends with
+the launches per kernel and tactic.
 """
 
 from __future__ import annotations
+
+import itertools
 
 import pytest
 
@@ -15,6 +21,7 @@ from stagebot.harness.suites.nvfp4_moe.cases import WeightBank
 
 TALLY = pytest.StashKey[BackendTally]()
 DISPATCH_LOG = pytest.StashKey[list]()
+CASE_COUNTER = pytest.StashKey[itertools.count]()
 PREFIX = "[nvfp4_moe]"
 
 
@@ -28,6 +35,7 @@ def pytest_configure(config: pytest.Config) -> None:
         if forced not in names:
             raise pytest.UsageError(f"--moe-backend {forced!r}: it must be one of {names}")
     config.stash[TALLY] = BackendTally(forced=forced)
+    config.stash[CASE_COUNTER] = itertools.count()
 
 
 @pytest.fixture(scope="session")
@@ -47,6 +55,33 @@ def _dispatch_log(request: pytest.FixtureRequest):
     with backends.record_dispatch() as log:
         request.node.stash[DISPATCH_LOG] = log
         yield
+
+
+@pytest.fixture(autouse=True)
+def _pinned_cute_tactic(request: pytest.FixtureRequest):
+    if request.node.get_closest_marker("moe_op") is None:
+        yield
+        return
+    from stagebot.kernels.cute import autotune
+    from stagebot.kernels.cute.tactics import TACTICS
+
+    case_number = next(request.config.stash[CASE_COUNTER])
+    with autotune.fixed_tactic(TACTICS[case_number % len(TACTICS)]):
+        yield
+
+
+def _tactic_lines() -> list[str]:
+    from stagebot.kernels.cute import autotune
+    from stagebot.kernels.cute.tactics import TACTICS
+
+    if not autotune.launched:
+        return []
+    lines = [
+        f"{kernel:<24}{tactic:<36}{count:>7}"
+        for (kernel, tactic), count in sorted(autotune.launched.items())
+    ]
+    never = sorted({str(t) for t in TACTICS} - {tactic for _, tactic in autotune.launched})
+    return lines + ([f"tactics never launched: {', '.join(never)}"] if never else [])
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -88,3 +123,8 @@ def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
         terminalreporter.write_line(line)
     for violation in tally.violations:
         terminalreporter.write_line(f"{PREFIX} FAIL forced backend: {violation}", red=True)
+    tactic_lines = _tactic_lines()
+    if tactic_lines:
+        terminalreporter.section(f"{PREFIX} cute launches per kernel and pinned tactic")
+        for line in tactic_lines:
+            terminalreporter.write_line(line)

@@ -28,6 +28,7 @@ class Backend:
     priority: int  # "auto" tries higher priorities first
     implementations: Mapping[str, Callable[..., Any]]
     can_implement: Callable[..., tuple[bool, str]]  # (op, **args) -> (ok, reason if not ok)
+    devices: tuple[str, ...] = ("cpu", "cuda")  # torch device types it can ever run on
 
     def check(self, op: str, args: Mapping[str, Any]) -> tuple[bool, str]:
         if op not in self.implementations:

@@ -250,5 +250,6 @@ register(
             "fused_moe": functools.partial(moe_pipeline.fused_moe, backend="cute"),
         },
         can_implement=can_implement,
+        devices=("cuda",),
     )
 )

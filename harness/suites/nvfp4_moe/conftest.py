@@ -2,7 +2,9 @@
 
 Each test of a dispatched op carries ``@pytest.mark.moe_op(name)``. The run ends with a table of
 how many cases of each op every backend ran and how many skipped; with ``--moe-backend NAME`` a
-case that skipped or ran elsewhere fails the session. A BackendUnavailableError raised by an op
+case that skipped or ran elsewhere fails the session. A forced backend that runs on some devices
+only (cute: CUDA) deselects the matrix cases of the other devices, and the controls run at the
+scale of a device it serves. A BackendUnavailableError raised by an op
 turns the case into a skip with the backend's reason.
 
 The cute kernels run with a pinned tactic, the dispatcher's list in turn case by case (so every
@@ -17,11 +19,12 @@ import itertools
 import pytest
 
 from stagebot.harness.suites.nvfp4_moe.backend_report import BackendTally
-from stagebot.harness.suites.nvfp4_moe.cases import WeightBank
+from stagebot.harness.suites.nvfp4_moe.cases import CPU, GPU, Scale, WeightBank
 
 TALLY = pytest.StashKey[BackendTally]()
 DISPATCH_LOG = pytest.StashKey[list]()
 CASE_COUNTER = pytest.StashKey[itertools.count]()
+FORCED_DEVICES = pytest.StashKey[tuple]()
 PREFIX = "[nvfp4_moe]"
 
 
@@ -31,9 +34,12 @@ def pytest_configure(config: pytest.Config) -> None:
     if forced is not None:
         from stagebot.kernels import backends
 
-        names = [b.name for b in backends.registered()]
-        if forced not in names:
-            raise pytest.UsageError(f"--moe-backend {forced!r}: it must be one of {names}")
+        by_name = {b.name: b for b in backends.registered()}
+        if forced not in by_name:
+            raise pytest.UsageError(
+                f"--moe-backend {forced!r}: it must be one of {sorted(by_name)}"
+            )
+        config.stash[FORCED_DEVICES] = by_name[forced].devices
     config.stash[TALLY] = BackendTally(forced=forced)
     config.stash[CASE_COUNTER] = itertools.count()
 
@@ -41,6 +47,26 @@ def pytest_configure(config: pytest.Config) -> None:
 @pytest.fixture(scope="session")
 def moe_backend(pytestconfig: pytest.Config) -> str:
     return pytestconfig.stash[TALLY].forced or "auto"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    devices = config.stash.get(FORCED_DEVICES, None)
+    if devices is None:
+        return
+    kept, dropped = [], []
+    for item in items:
+        case = getattr(item, "callspec", None) and item.callspec.params.get("case")
+        on_other_device = case is not None and case.scale.device not in devices
+        (dropped if on_other_device else kept).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
+
+
+@pytest.fixture(scope="session")
+def control_scale(pytestconfig: pytest.Config) -> Scale:
+    """The scale negative controls run at: the CPU one unless the forced backend lacks CPU."""
+    return CPU if "cpu" in pytestconfig.stash.get(FORCED_DEVICES, ("cpu",)) else GPU
 
 
 @pytest.fixture(scope="session")

@@ -58,18 +58,18 @@ def test_fused_moe_matches_the_oracle(case, finalize, weight_bank, moe_backend):
 
 
 @pytest.mark.moe_op("fused_moe")
-def test_fused_moe_negative_control_fails(weight_bank, moe_backend):
+def test_fused_moe_negative_control_fails(weight_bank, moe_backend, control_scale):
     """Signs flipped in 10% of w2's bytes must fail the relative RMSE tolerance."""
-    case = one_case()
+    case = one_case(control_scale)
     verdict = _fused_moe_verdict(case, weight_bank.get(case.scale), moe_backend, False, True)
     assert not verdict.ok, verdict.detail
 
 
 @pytest.mark.moe_op("fused_moe")
 @pytest.mark.parametrize("finalize", ["fused-finalize", "unfused-finalize"])
-def test_fused_moe_without_local_pairs_is_zero(finalize, weight_bank, moe_backend):
+def test_fused_moe_without_local_pairs_is_zero(finalize, weight_bank, moe_backend, control_scale):
     """Every token routed to other ranks' experts: this rank's output is exactly zero."""
-    case = one_case(num_tokens=128, top_k=8, ep=8)
+    case = one_case(control_scale, num_tokens=128, top_k=8, ep=8)
     weights = weight_bank.get(case.scale)
     unfused = finalize.startswith("un")
     routed, out = _fused_moe(case, weights, moe_backend, unfused, no_local=True)

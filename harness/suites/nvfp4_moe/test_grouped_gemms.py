@@ -90,9 +90,9 @@ def test_grouped_gemm_matches_the_oracle(case, weight_bank, moe_backend):
 
 
 @pytest.mark.moe_op("grouped_gemm")
-def test_grouped_gemm_negative_control_fails(weight_bank, moe_backend):
+def test_grouped_gemm_negative_control_fails(weight_bank, moe_backend, control_scale):
     """Every expert's alpha 3% off must fail the bf16 assert_close tolerance."""
-    case = one_case()
+    case = one_case(control_scale)
     assert not _grouped_gemm_verdict(case, weight_bank.get(case.scale), moe_backend, 0.03).ok
 
 
@@ -143,9 +143,9 @@ def test_grouped_gemm_swiglu_matches_the_oracle(case, weight_bank, moe_backend):
 
 
 @pytest.mark.moe_op("grouped_gemm_swiglu")
-def test_grouped_gemm_swiglu_negative_control_fails(weight_bank, moe_backend):
+def test_grouped_gemm_swiglu_negative_control_fails(weight_bank, moe_backend, control_scale):
     """Weights without the linear/gate interleave must fail the 95% byte tolerance."""
-    case = one_case()
+    case = one_case(control_scale)
     verdicts = _swiglu_verdicts(case, weight_bank.get(case.scale), moe_backend, True)
     assert not any(v.ok for v in verdicts), [v.detail for v in verdicts]
 
@@ -196,9 +196,9 @@ def test_grouped_gemm_finalize_matches_the_oracle(case, weight_bank, moe_backend
 
 
 @pytest.mark.moe_op("grouped_gemm_finalize")
-def test_grouped_gemm_finalize_negative_control_fails(weight_bank, moe_backend):
+def test_grouped_gemm_finalize_negative_control_fails(weight_bank, moe_backend, control_scale):
     """Router weights 5% off must fail the > 99%-within-tolerance check."""
-    case = one_case()
+    case = one_case(control_scale)
     weights = weight_bank.get(case.scale)
     routed, out = _finalize(case, weights, moe_backend, 0.05, deterministic=False)
     assert not _finalize_verdict(case, routed, out, weights).ok
@@ -218,14 +218,17 @@ def test_an_empty_comparison_fails():
     assert all("nothing compared" in v.detail for v in verdicts), [v.detail for v in verdicts]
 
 
-NO_LOCAL = one_case(num_tokens=128, top_k=8, ep=8)  # every token routed to other ranks
+def _no_local_case(scale):
+    """A case whose tokens are all routed to other ranks' experts."""
+    return one_case(scale, num_tokens=128, top_k=8, ep=8)
 
 
 @pytest.mark.moe_op("grouped_gemm")
-def test_grouped_gemm_without_local_pairs(weight_bank, moe_backend):
+def test_grouped_gemm_without_local_pairs(weight_bank, moe_backend, control_scale):
     """No tile is non-exiting: the op runs and returns its shape; the oracle has nothing to check
     (tiles at or past num_non_exiting_tiles are not written, so the output holds no claim)."""
-    case, weights = NO_LOCAL, weight_bank.get(NO_LOCAL.scale)
+    case = _no_local_case(control_scale)
+    weights = weight_bank.get(case.scale)
     routed, a, a_sf = _permuted(case, case.scale.intermediate, weights.fc2_gs, no_local=True)
     assert routed.oracle_tokens == [] and int(routed.tables.num_non_exiting_tiles) == 0
     local, t = weights.local(case), routed.tables
@@ -240,17 +243,21 @@ def test_grouped_gemm_without_local_pairs(weight_bank, moe_backend):
 
 
 @pytest.mark.moe_op("grouped_gemm_swiglu")
-def test_grouped_gemm_swiglu_without_local_pairs(weight_bank, moe_backend):
-    case, weights = NO_LOCAL, weight_bank.get(NO_LOCAL.scale)
+def test_grouped_gemm_swiglu_without_local_pairs(weight_bank, moe_backend, control_scale):
+    case = _no_local_case(control_scale)
+    weights = weight_bank.get(case.scale)
     verdicts = _swiglu_verdicts(case, weights, moe_backend, no_local=True)
     assert not any(v.ok for v in verdicts) and "nothing compared" in verdicts[0].detail
 
 
 @pytest.mark.moe_op("grouped_gemm_finalize")
 @pytest.mark.parametrize("deterministic", [True, False])
-def test_grouped_gemm_finalize_without_local_pairs_is_zero(weight_bank, moe_backend, deterministic):
+def test_grouped_gemm_finalize_without_local_pairs_is_zero(
+    weight_bank, moe_backend, deterministic, control_scale
+):
     """No local (token, k): every token's finalized row is exactly zero."""
-    weights = weight_bank.get(NO_LOCAL.scale)
-    routed, out = _finalize(NO_LOCAL, weights, moe_backend, 0.0, deterministic, no_local=True)
-    assert out.shape == (NO_LOCAL.num_tokens, NO_LOCAL.scale.hidden)
+    case = _no_local_case(control_scale)
+    weights = weight_bank.get(case.scale)
+    routed, out = _finalize(case, weights, moe_backend, 0.0, deterministic, no_local=True)
+    assert out.shape == (case.num_tokens, case.scale.hidden)
     assert int((out != 0).sum()) == 0, "a token with no local expert must finalize to zero"

@@ -340,8 +340,17 @@ backends.register(backends.Backend(
 """
 
 
+GPU_ONLY_PLUGIN = """
+from stagebot.kernels import backends
+backends.register(backends.Backend(
+    "gpuonly", 1, {"grouped_gemm": None}, lambda op, **args: (True, ""), devices=("cuda",)
+))
+"""
+
+
 def _run_suite(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
     (tmp_path / "unable_backend.py").write_text(UNABLE_PLUGIN)
+    (tmp_path / "gpu_only_backend.py").write_text(GPU_ONLY_PLUGIN)
     path = os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))
     # The project plugin is named explicitly, so this works installed or from a PYTHONPATH.
     env = {**os.environ, "PYTHONPATH": path, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
@@ -365,3 +374,13 @@ def test_an_unknown_forced_backend_is_a_usage_error(tmp_path):
     result = _run_suite(tmp_path, "--moe-backend", "nope", "--collect-only")
     assert result.returncode == pytest.ExitCode.USAGE_ERROR, result.stdout + result.stderr
     assert "--moe-backend 'nope'" in result.stderr
+
+
+def test_a_forced_cuda_only_backend_deselects_the_cpu_matrix(tmp_path):
+    only = ["-k", "grouped_gemm_matches", "--collect-only"]
+    result = _run_suite(tmp_path, "-p", "gpu_only_backend", "--moe-backend", "gpuonly", *only)
+    assert result.returncode == pytest.ExitCode.OK, result.stdout + result.stderr
+    collected = [line for line in result.stdout.splitlines() if "::" in line]
+    assert collected and all("[cuda-" in line for line in collected), collected[:3]
+    unforced = _run_suite(tmp_path, *only)
+    assert any("[cpu-" in line for line in unforced.stdout.splitlines()), unforced.stdout

@@ -1,0 +1,67 @@
+"""Tactic choice of the cute kernels (pure logic: timings are injected, no GPU)."""
+
+from __future__ import annotations
+
+import pytest
+
+from stagebot.kernels.cute import autotune
+from stagebot.kernels.cute.tactics import TACTICS
+
+
+@pytest.fixture(autouse=True)
+def _fresh_choices(monkeypatch):
+    monkeypatch.setattr(autotune, "_choices", {})
+    monkeypatch.setattr(autotune, "measurements", {})
+
+
+def _timer_from(table):
+    """A timer that runs the trial once (so it records the tactic) and reads its time."""
+    ran = []
+
+    def timer(run):
+        run()
+        return table[ran[-1]]
+
+    return timer, ran
+
+
+@pytest.mark.parametrize(
+    ("rows", "bucket"), [(0, 1), (1, 1), (2, 2), (3, 4), (128, 128), (129, 256), (8192, 8192)]
+)
+def test_row_bucket_is_the_next_power_of_two(rows, bucket):
+    assert autotune.row_bucket(rows) == bucket
+
+
+def test_outside_tuning_the_first_fitting_tactic_runs_and_nothing_is_measured():
+    timer, ran = _timer_from({})
+    assert autotune.choose("k", TACTICS[1:], ran.append, timer) == TACTICS[1]
+    assert ran == [] and autotune.measurements == {}
+
+
+def test_tuning_picks_the_fastest_once_per_key_and_remembers_it():
+    table = {TACTICS[0]: 3.0, TACTICS[1]: 1.0, TACTICS[2]: 2.0}
+    timer, ran = _timer_from(table)
+    with autotune.tuning():
+        assert autotune.choose("k", TACTICS, ran.append, timer) == TACTICS[1]
+        assert ran == list(TACTICS)
+        assert autotune.choose("k", TACTICS, ran.append, timer) == TACTICS[1]
+    assert len(ran) == 3, "a tuned key is not measured again"
+    assert autotune.choose("k", TACTICS, ran.append, timer) == TACTICS[1]
+    assert autotune.measurements["k"] == {str(t): ms for t, ms in table.items()}
+
+
+def test_a_slower_first_tactic_loses_and_ties_keep_the_earlier_one():
+    timer, ran = _timer_from({TACTICS[0]: 2.0, TACTICS[1]: 2.0, TACTICS[2]: 9.0})
+    with autotune.tuning():
+        assert autotune.choose("tie", TACTICS, ran.append, timer) == TACTICS[0]
+    timer, ran = _timer_from({TACTICS[0]: 5.0, TACTICS[1]: 4.0})
+    with autotune.tuning():
+        assert autotune.choose("other", TACTICS[:2], ran.append, timer) == TACTICS[1]
+
+
+def test_a_pinned_tactic_wins_over_tuning_and_is_unpinned_after_the_block():
+    timer, ran = _timer_from({})
+    with autotune.fixed_tactic(TACTICS[2]), autotune.tuning():
+        assert autotune.pinned() == TACTICS[2]
+        assert autotune.choose("k", TACTICS[:2], ran.append, timer) == TACTICS[2]
+    assert autotune.pinned() is None and ran == []

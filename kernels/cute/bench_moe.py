@@ -1,0 +1,482 @@
+"""Benchmark of the CuTe NVFP4 MoE GEMMs against torch's grouped GEMMs, with the issue's floors.
+
+    python3 -m stagebot.kernels.cute.bench_moe [--out DIR] [--quick]
+
+Shapes: S1, a plain grouped GEMM of 8 experts x 8192 rows, N = K = 4096; then the MoE layer of
+256 experts over EP 32 (8 local experts), top-8, hidden 7168, intermediate 2048, at 16, 128 and
+8192 tokens: GEMM1 (N = 4096, K = 7168, SwiGLU) and GEMM2 (N = 7168, K = 2048, finalize), tables
+from ops.moe_sort over a balanced routing (max(1, tokens * 8 / 256) rows per local expert, tiles
+of 128). ``--quick`` runs the 16-token layer only (both GEMMs).
+
+Implementations, timed in the same run (min of do_bench's median and CUDA-graph replay):
+- ours: the cute backend's implementation of the op, called without the op API's validation
+  (which syncs the host); GEMM1 fused and unfused (plain GEMM + Triton swiglu_quantize over the
+  non-exiting tiles' rows), GEMM2 fused with atomics, fused deterministic, and unfused (plain
+  GEMM + Triton unpermute). Each is checked once against backend="reference" (ok / FAIL):
+  SwiGLU codes and scales of the valid rows >= 95% equal; other outputs isclose (rtol 1.6e-2,
+  atol 1% of the largest value) on > 99% of the valid elements and relative error < 1%.
+- peers: torch._grouped_mm in bf16 and torch._scaled_grouped_mm in fp8 e4m3 with rowwise scales,
+  over the valid rows only, the GEMM alone (no SwiGLU, no finalize).
+
+Per shape: useful FLOPs = 2 * valid rows * N * K; bytes = NVFP4 weights and activations at 4.5
+bits per value plus the output at its real size; floor = max(FLOPs / bf16 matmul rate, bytes /
+copy bandwidth), both measured in this run. The issue's floors and targets are printed as met /
+MISSED (``targets``), the full results go to DIR/bench_moe.json, and a markdown table comes last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+TILE = 128
+LOCAL_EXPERTS = 8
+NVFP4_BYTES = 4.5 / 8  # per value: a 4-bit code and an 8-bit scale per 16 values
+MOE = dict(experts=256, top_k=8, hidden=7168, inter=2048)
+DECODE_TOKENS = 128  # shapes with at most this many tokens are the decode shapes
+DEVICE = "cuda"  # the benchmark is for the GPU; "cpu" only dry-runs its plumbing
+
+
+@dataclass(frozen=True)
+class Shape:
+    name: str
+    kind: str  # "plain" | "swiglu" | "finalize"
+    tokens: int
+    experts: int  # routed experts of the model; the first LOCAL_EXPERTS are this rank's
+    top_k: int
+    n: int
+    k: int
+
+
+def shapes(quick: bool) -> list[Shape]:
+    e, top_k, hidden, inter = MOE["experts"], MOE["top_k"], MOE["hidden"], MOE["inter"]
+    layer = [
+        s
+        for t in ((16,) if quick else (16, 128, 8192))
+        for s in (
+            Shape(f"T{t} GEMM1 SwiGLU", "swiglu", t, e, top_k, 2 * inter, hidden),
+            Shape(f"T{t} GEMM2 finalize", "finalize", t, e, top_k, hidden, inter),
+        )
+    ]
+    plain = Shape("S1 8x8192 N=K=4096", "plain", 8 * 8192, LOCAL_EXPERTS, 1, 4096, 4096)
+    return layer if quick else [plain, *layer]
+
+
+@dataclass
+class Problem:
+    shape: Shape
+    op_args: dict[str, dict[str, Any]]  # op -> its keyword arguments (ops API names)
+    valid: Any  # bool [m]: rows inside a non-exiting tile and below its mn_limit
+    padded_rows: int  # rows of the non-exiting tiles
+    counts: list[int]  # valid rows per local expert
+
+
+def _balanced_routing(tokens: int, experts: int, top_k: int):
+    """[tokens, top_k] experts: token t takes g*t + (j % g) + stride * (j // g) (mod E), with
+    g = 2 for an even top_k and stride = E * g / top_k. Each of the first experts gets
+    max(1, tokens * top_k / E) rows, and a token that reaches them does so with g consecutive k,
+    so the finalize sums more than one row per token."""
+    import torch
+
+    g = 2 if top_k % 2 == 0 else 1
+    t, j = torch.arange(tokens).unsqueeze(1), torch.arange(top_k)
+    return ((g * t + j % g + experts * g // top_k * (j // g)) % experts).int()
+
+
+def build_problem(shape: Shape, seed: int) -> Problem:
+    import torch
+
+    from stagebot.kernels import moe_tables, ops
+
+    g = torch.Generator(device=DEVICE).manual_seed(seed)
+    tse = _balanced_routing(shape.tokens, shape.experts, shape.top_k).to(DEVICE)
+    weights = torch.rand(tse.shape, generator=g, device=DEVICE)
+    scales = weights / weights.sum(dim=1, keepdim=True)
+    tables = ops.moe_sort(tse, scales, shape.experts, shape.top_k, 0, LOCAL_EXPERTS, TILE)
+    x = torch.randn(shape.tokens, shape.k, generator=g, device=DEVICE)
+    gs_x = (448.0 * 6 / x.abs().amax()).reshape(1)
+    a, a_sf = ops.moe_permute(
+        *ops.nvfp4_quantize(x, gs_x),
+        tables.tile_idx_to_mn_limit,
+        tables.permuted_idx_to_expanded_idx,
+        tables.num_non_exiting_tiles,
+        TILE,
+        shape.top_k,
+    )
+    del x
+    w = torch.randn(LOCAL_EXPERTS, shape.n, shape.k, generator=g, device=DEVICE)
+    w /= math.sqrt(shape.k)  # GEMM outputs of unit scale
+    gs_w = 448.0 * 6 / w.abs().amax(dim=(1, 2))
+    b, b_sf = ops.nvfp4_quantize(w, gs_w)
+    del w
+    gemm = dict(
+        a=a,
+        b=b,
+        a_sf=a_sf.reshape(-1),
+        b_sf=b_sf.reshape(-1),
+        alpha=(1.0 / (gs_x * gs_w)).float(),
+        tile_idx_to_group_idx=tables.tile_idx_to_group_idx,
+        num_non_exiting_tiles=tables.num_non_exiting_tiles,
+        tile_idx_to_mn_limit=tables.tile_idx_to_mn_limit,
+        tile_size=TILE,
+    )
+    finalize = dict(
+        gemm,
+        permuted_idx_to_expanded_idx=tables.permuted_idx_to_expanded_idx,
+        token_final_scales=scales,
+        num_tokens=shape.tokens,
+        deterministic=False,
+    )
+    swiglu_gs = torch.tensor([448.0 * 6 / 32], device=DEVICE)  # |linear * silu(gate)| <~ 32
+    nnet = int(tables.num_non_exiting_tiles)
+    valid = moe_tables.valid_rows(tables.tile_idx_to_mn_limit, nnet, TILE)
+    local = tse.flatten().long()
+    counts = torch.bincount(local[local < LOCAL_EXPERTS], minlength=LOCAL_EXPERTS).tolist()
+    return Problem(
+        shape=shape,
+        op_args={
+            "grouped_gemm": gemm,
+            "grouped_gemm_swiglu": dict(gemm, global_sf=swiglu_gs),
+            "grouped_gemm_finalize": finalize,
+        },
+        valid=valid,
+        padded_rows=nnet * TILE,
+        counts=counts,
+    )
+
+
+# ---- implementations: each returns a no-argument callable (timed) producing the output ----
+
+KIND_OP = {
+    "plain": "grouped_gemm",
+    "swiglu": "grouped_gemm_swiglu",
+    "finalize": "grouped_gemm_finalize",
+}
+
+
+def _cute(op: str, args: dict[str, Any]) -> Callable[[], Any]:
+    """The cute backend's implementation bound to ``args``, skipping the op API's validation."""
+    from stagebot.kernels import backends
+
+    impl = backends.resolve(op, "cute", args).implementations[op]
+    return lambda: impl(**args)
+
+
+def _fused(p: Problem, **overrides: Any) -> Callable[[], Any]:
+    op = KIND_OP[p.shape.kind]
+    return _cute(op, dict(p.op_args[op], **overrides))
+
+
+def _unfused_swiglu(p: Problem) -> Callable[[], Any]:
+    from stagebot.kernels.triton_elementwise import swiglu_quantize
+
+    gemm, rows = _cute("grouped_gemm", p.op_args["grouped_gemm"]), p.padded_rows
+    global_sf = p.op_args["grouped_gemm_swiglu"]["global_sf"]
+    return lambda: swiglu_quantize(gemm()[:rows], global_sf)
+
+
+def _unfused_finalize(p: Problem) -> Callable[[], Any]:
+    from stagebot.kernels.triton_elementwise import unpermute
+
+    gemm = _cute("grouped_gemm", p.op_args["grouped_gemm"])
+    e2p = _expanded_to_permuted(p)
+    scales = p.op_args["grouped_gemm_finalize"]["token_final_scales"]
+    return lambda: unpermute(gemm(), e2p, scales)
+
+
+def _expanded_to_permuted(p: Problem):
+    import torch
+
+    args = p.op_args["grouped_gemm_finalize"]
+    scales, p2e = args["token_final_scales"], args["permuted_idx_to_expanded_idx"]
+    e2p = torch.full((scales.numel() + 1,), -1, dtype=torch.int32, device=DEVICE)
+    slots = torch.where(p.valid, p2e.long(), scales.numel())
+    e2p.scatter_(0, slots, torch.arange(p2e.numel(), dtype=torch.int32, device=DEVICE))
+    return e2p[:-1].view(scales.shape)
+
+
+def _peer_operands(p: Problem, dtype):
+    import torch
+
+    rows, s = sum(p.counts), p.shape
+    x = torch.randn(rows, s.k, device=DEVICE, dtype=torch.bfloat16).to(dtype)
+    w = torch.randn(LOCAL_EXPERTS, s.n, s.k, device=DEVICE, dtype=torch.bfloat16).to(dtype)
+    offs = torch.tensor(p.counts, device=DEVICE).cumsum(0).int()
+    return x, w.transpose(-2, -1), offs
+
+
+def _peer_bf16(p: Problem) -> Callable[[], Any]:
+    import torch
+
+    x, wt, offs = _peer_operands(p, torch.bfloat16)
+    return lambda: torch._grouped_mm(x, wt, offs=offs, out_dtype=torch.bfloat16)
+
+
+def _peer_fp8(p: Problem) -> Callable[[], Any]:
+    import torch
+
+    x, wt, offs = _peer_operands(p, torch.float8_e4m3fn)
+    scale_a = torch.ones(x.shape[0], device=DEVICE)  # rowwise: one per row of x
+    scale_b = torch.ones(wt.shape[0], wt.shape[2], device=DEVICE)  # one per (expert, n)
+    return lambda: torch._scaled_grouped_mm(
+        x, wt, scale_a, scale_b, offs=offs, out_dtype=torch.bfloat16, use_fast_accum=True
+    )
+
+
+PEERS = {"bf16 peer": _peer_bf16, "fp8 peer": _peer_fp8}
+OURS = {
+    "plain": {"ours": _fused},
+    "swiglu": {"ours fused": _fused, "ours unfused": _unfused_swiglu},
+    "finalize": {
+        "ours fused": _fused,
+        "ours fused det": lambda p: _fused(p, deterministic=True),
+        "ours unfused": _unfused_finalize,
+    },
+}
+PRIMARY = {"plain": "ours", "swiglu": "ours fused", "finalize": "ours fused"}
+
+
+# ---- correctness against backend="reference" ----
+
+
+def reference(p: Problem):
+    from stagebot.kernels import ops
+
+    op = KIND_OP[p.shape.kind]
+    return getattr(ops, op)(**p.op_args[op], backend="reference")
+
+
+def check(p: Problem, got, want) -> dict:
+    import torch
+
+    if p.shape.kind == "swiglu":
+        return _check_swiglu(p, got, want)
+    if p.shape.kind == "plain":
+        got, want = got[p.valid], want[p.valid]
+    got, want = got.float(), want.float()
+    # atol: 1% of the largest value, so that rows rounded to bf16 before the weighted sum (where
+    # the k terms cancel) pass; a wrong row, weight or scale does not.
+    atol = 1e-2 * want.abs().max().item()
+    close = torch.isclose(got, want, rtol=1.6e-2, atol=atol).float().mean().item()
+    rel = ((got - want).norm() / want.norm().clamp_min(1e-30)).item()
+    return dict(ok=close > 0.99 and rel < 1e-2, close_fraction=close, rel_err=rel)
+
+
+def _check_swiglu(p: Problem, got, want) -> dict:
+    from stagebot.kernels import layouts
+
+    def valid_rows(c, c_sf):
+        rows, cols = c.shape[0], c.shape[1] // 8  # n/2 values per row, one scale per 16
+        sf = layouts.unswizzle_sf(c_sf.reshape(-1), rows, cols)
+        keep = p.valid[:rows]
+        return c[keep], sf[keep]
+
+    (c, sf), (want_c, want_sf) = valid_rows(*got), valid_rows(*want)
+    codes = (c == want_c).float().mean().item()
+    scales = (sf == want_sf).float().mean().item()
+    return dict(ok=codes >= 0.95 and scales >= 0.95, codes_equal=codes, scales_equal=scales)
+
+
+# ---- measurement ----
+
+
+def time_us(fn: Callable[[], Any]) -> dict:
+    from triton.testing import do_bench
+
+    from stagebot.kernels.cute.gpu_check import _graph_us
+
+    bench = 1e3 * do_bench(fn, warmup=25, rep=200, return_mode="median")
+    graph = _graph_us(fn, do_bench)
+    return dict(us=min(bench, graph or bench), do_bench_us=bench, graph_us=graph)
+
+
+def machine_rates() -> dict:
+    """bf16 dense matmul rate (8192^3) and device-to-device copy bandwidth (2 GiB)."""
+    import torch
+
+    a = torch.randn(8192, 8192, device=DEVICE, dtype=torch.bfloat16)
+    matmul_us = time_us(lambda: torch.matmul(a, a))["us"]
+    src = torch.empty(2 << 30, dtype=torch.uint8, device=DEVICE)
+    dst = torch.empty_like(src)
+    copy_us = time_us(lambda: dst.copy_(src))["us"]
+    return dict(
+        bf16_tflops=2 * 8192**3 / matmul_us / 1e6, copy_gbps=2 * src.numel() / copy_us / 1e3
+    )
+
+
+def useful_work(p: Problem) -> tuple[float, float]:
+    """(FLOPs, bytes) of the shape: NVFP4 inputs at 4.5 bits per value, outputs as stored."""
+    s, rows = p.shape, sum(p.counts)
+    out = {
+        "plain": rows * s.n * 2,
+        "swiglu": rows * s.n // 2 * NVFP4_BYTES,
+        "finalize": s.tokens * s.n * 2,
+    }[s.kind]
+    inputs = (rows + LOCAL_EXPERTS * s.n) * s.k * NVFP4_BYTES
+    return 2.0 * rows * s.n * s.k, inputs + out
+
+
+def _short(error: Exception) -> str:
+    return f"{type(error).__name__}: {str(error)[:400]}"
+
+
+def measure_impl(p: Problem, make, want, errors: list[str], label: str) -> dict:
+    result: dict[str, Any] = {}
+    try:
+        fn = make(p)
+        if want is not None:
+            result["check"] = check(p, fn(), want)
+            if p.shape.kind == "finalize":
+                result["check"]["repeatable"] = bool((fn() == fn()).all())
+        result.update(time_us(fn))
+    except Exception as error:  # one failure must not hide the others
+        traceback.print_exc()
+        result["error"] = _short(error)
+        errors.append(f"{label}: {result['error']}")
+    print(json.dumps({label: result}), flush=True)
+    return result
+
+
+def run_shape(shape: Shape, rates: dict, errors: list[str], seed: int) -> dict:
+    import torch
+
+    p = build_problem(shape, seed)
+    flops, nbytes = useful_work(p)
+    compute_floor_us = flops / rates["bf16_tflops"] / 1e6
+    byte_floor_us = nbytes / rates["copy_gbps"] / 1e3
+    want = None
+    try:
+        want = reference(p)
+    except Exception as error:
+        errors.append(f"{shape.name} reference: {_short(error)}")
+        traceback.print_exc()
+    impls = {}
+    for name, make in {**OURS[shape.kind], **PEERS}.items():
+        checked_against = want if name.startswith("ours") else None
+        impls[name] = measure_impl(p, make, checked_against, errors, f"{shape.name} / {name}")
+    for r in impls.values():
+        if "us" in r:
+            r["tflops"] = flops / r["us"] / 1e6
+            r["gbps"] = nbytes / r["us"] / 1e3
+    del p, want
+    torch.cuda.empty_cache()
+    result = dict(
+        name=shape.name,
+        kind=shape.kind,
+        tokens=shape.tokens,
+        n=shape.n,
+        k=shape.k,
+        flops=flops,
+        bytes=nbytes,
+        floor_us=max(compute_floor_us, byte_floor_us),
+        compute_floor_us=compute_floor_us,
+        byte_floor_us=byte_floor_us,
+        impls=impls,
+    )
+    result["targets"] = targets(result)
+    return result
+
+
+def targets(r: dict) -> list[dict]:
+    """The issue's floors and targets for one shape: (what, value, needed, met)."""
+    us = {name: i["us"] for name, i in r["impls"].items() if "us" in i}
+    ours, bf16, fp8 = us.get(PRIMARY[r["kind"]]), us.get("bf16 peer"), us.get("fp8 peer")
+    rows: list[dict] = []
+
+    def add(what: str, value: float | None, need: float, better: str = "higher"):
+        met = None if value is None else (value >= need if better == "higher" else value <= need)
+        rows.append(dict(what=what, value=value, need=need, met=met))
+
+    def ratio(num, den):
+        return num / den if num and den else None
+
+    if r["kind"] == "plain":
+        add("floor: ours TF/s / bf16 peer TF/s", ratio(bf16, ours), 0.6)
+        add("target: ours TF/s", ratio(r["flops"] / 1e6, ours), 600.0)
+    if r["kind"] != "plain" and r["tokens"] <= DECODE_TOKENS:
+        add("floor: speedup over bf16 peer", ratio(bf16, ours), 1.5)
+        add("target: time / byte floor", ratio(ours, r["byte_floor_us"]), 2.0, better="lower")
+        add("target: speedup over fp8 peer", ratio(fp8, ours), 1.0 + 1e-9)
+    fusion = {"swiglu": 1.3, "finalize": 1.2}.get(r["kind"])
+    if fusion:
+        unfused = us.get("ours unfused")
+        add("floor: fused speedup over unfused", ratio(unfused, ours), 1.0 + 1e-9)
+        add("target: fused speedup over unfused", ratio(unfused, ours), fusion)
+        if r["kind"] == "finalize":
+            det = us.get("ours fused det")
+            add("info: fused det speedup over unfused", ratio(unfused, det), 1.0 + 1e-9)
+    return rows
+
+
+# ---- report ----
+
+
+def _fmt(value, spec: str = ".1f") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def print_report(results: dict) -> None:
+    print("\n== floors and targets ==")
+    for s in results["shapes"]:
+        for t in s["targets"]:
+            met = {True: "met", False: "MISSED", None: "n/a"}[t["met"]]
+            print(
+                f"{s['name']:<22} {t['what']:<40} {_fmt(t['value'], '.2f'):>8} "
+                f"(need {t['need']:.3g}) {met}"
+            )
+    for e in results["errors"]:
+        print("ERROR", e[:300])
+    print("\n| shape | impl | us | TFLOP/s | GB/s | x floor | vs bf16 | check |")
+    print("|---|---|---:|---:|---:|---:|---:|---|")
+    for s in results["shapes"]:
+        bf16 = s["impls"].get("bf16 peer", {}).get("us")
+        for name, i in s["impls"].items():
+            us = i.get("us")
+            chk = i.get("check")
+            status = [("ok" if chk["ok"] else "FAIL")] if chk else []
+            status = " ".join(status + (["error"] if "error" in i else [])) or "-"
+            print(
+                f"| {s['name']} | {name} | {_fmt(us)} | {_fmt(i.get('tflops'))} "
+                f"| {_fmt(i.get('gbps'), '.0f')} | {_fmt(us and us / s['floor_us'], '.2f')} "
+                f"| {_fmt(bf16 and us and bf16 / us, '.2f')} | {status} |"
+            )
+
+
+def main(argv: list[str] | None = None) -> int:
+    import torch
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default=".", help="folder for bench_moe.json")
+    parser.add_argument("--quick", action="store_true", help="the 16-token layer only")
+    opts = parser.parse_args(argv)
+    out_dir = Path(opts.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    results: dict[str, Any] = dict(
+        device=torch.cuda.get_device_name(), torch=torch.__version__, shapes=[], errors=[]
+    )
+    print(results["device"], results["torch"], flush=True)
+    results["rates"] = rates = machine_rates()
+    print(json.dumps(rates), flush=True)
+    for i, shape in enumerate(shapes(opts.quick)):
+        try:
+            results["shapes"].append(run_shape(shape, rates, results["errors"], seed=i))
+        except Exception as error:
+            results["errors"].append(f"{shape.name}: {_short(error)}")
+            traceback.print_exc()
+    (out_dir / "bench_moe.json").write_text(json.dumps(results, indent=1))
+    print_report(results)
+    failed = any(
+        not i["check"]["ok"] for s in results["shapes"] for i in s["impls"].values() if "check" in i
+    )
+    return 1 if results["errors"] or failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

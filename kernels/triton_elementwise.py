@@ -1,0 +1,286 @@
+"""Triton kernels for the elementwise steps of the unfused MoE compositions (GPU paths only).
+
+- ``swiglu_quantize``: GEMM1's bf16 output (linear and gate interleaved in 64-column groups)
+  -> NVFP4(linear * silu(gate)), packed codes and 128x4-swizzled scales, in one launch. With a
+  plain grouped GEMM before it, this is what the SwiGLU-fused GEMM replaces.
+- ``unpermute``: out[t] = sum over k, in order, of scale[t, k] * permuted[idx[t, k]] in fp32
+  (idx -1 skips), bf16 or fp32 rows in, bf16 out, one launch, no atomics: bit-identical run to
+  run. With a plain grouped GEMM before it, this is what the finalize-fused GEMM replaces.
+
+Both follow the reference's fp32 order of operations (stagebot.kernels.nvfp4,
+stagebot.kernels.moe_tables.moe_unpermute): IEEE division, no FMA contraction, and on the GPU
+libdevice's expf, as torch's silu uses. The bf16 and e4m3 conversions are integer arithmetic
+(round to nearest even), so Triton's CPU interpreter (TRITON_INTERPRET=1 at import time), whose
+float casts do not round to nearest even, runs the same code exactly; only its exp (numpy's) can
+differ from torch's in the last bit.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+from triton.language.extra import libdevice
+
+from stagebot.kernels import layouts
+from stagebot.kernels.errors import KernelArgumentError
+
+# Tiles from a sweep on the H200 (swiglu_quantize at 2048 and 65536 rows of n = 4096;
+# unpermute at 16 and 8192 tokens of n = 7168, bf16 and fp32 rows).
+SWIGLU_BLOCK_M = 16  # rows per program; divides the 128-row scale tile
+UNPERMUTE_BLOCK_T = 1  # tokens per program
+UNPERMUTE_BLOCK_N = 1024  # columns per program
+UNPERMUTE_WARPS = 2
+_GROUP = layouts.SWIGLU_GROUP_SIZE  # 64 output columns = 4 scale blocks = one swizzle column
+
+
+@triton.jit
+def _bf16_to_f32(bits16):
+    """bf16 bits (int16) -> fp32, exactly."""
+    return (bits16.to(tl.uint16).to(tl.uint32) << 16).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _f32_to_bf16(x):
+    """fp32 -> bf16 bits (int16), round to nearest even (as cvt.rn.bf16.f32; NaN not kept)."""
+    bits = x.to(tl.uint32, bitcast=True)
+    rounded = bits + 0x7FFF + ((bits >> 16) & 1)
+    return (rounded >> 16).to(tl.uint16).to(tl.int16, bitcast=True)
+
+
+@triton.jit
+def _e4m3(v):
+    """Finite fp32 in [0, 448] -> (e4m3 code, its fp32 value), round to nearest even."""
+    bits = v.to(tl.uint32, bitcast=True)
+    # Normal (>= 2^-6): round the mantissa to 3 bits; a carry moves into the exponent.
+    rounded = bits + 0x7FFFF + ((bits >> 20) & 1)
+    normal_code = (rounded >> 20) - (120 << 3)  # fp32 exponent bias 127, e4m3 bias 7
+    normal_value = (rounded & 0xFFF00000).to(tl.float32, bitcast=True)
+    # Subnormal (< 2^-6): multiples of 2^-9; adding 2^23 rounds v * 512 to an integer.
+    steps = (v * 512.0 + 8388608.0) - 8388608.0
+    is_normal = v >= 0.015625
+    code = tl.where(is_normal, normal_code, steps.to(tl.uint32))
+    return code, tl.where(is_normal, normal_value, steps * 0.001953125)
+
+
+@triton.jit
+def _bf16_pair(w):
+    """int32 holding bf16 elements 2i (low half) and 2i+1 (high half) -> two fp32 values."""
+    even = (w << 16).to(tl.float32, bitcast=True)
+    odd = (w & -65536).to(tl.float32, bitcast=True)
+    return even, odd
+
+
+@triton.jit
+def _swiglu(linear, gate, PRECISE_EXP: tl.constexpr):
+    """linear * silu(gate) in fp32, silu(g) = g / (1 + exp(-g)) as torch computes it."""
+    if PRECISE_EXP:
+        e = libdevice.exp(-gate)
+    else:
+        e = tl.exp(-gate)
+    return linear * tl.math.div_rn(gate, 1.0 + e)
+
+
+@triton.jit
+def _e2m1(v):
+    """Scaled fp32 -> e2m1 code (sign in bit 3), round to nearest even, saturating at 6."""
+    a = tl.abs(v)
+    code = (a > 0.25).to(tl.uint32) + (a >= 0.75).to(tl.uint32) + (a > 1.25).to(tl.uint32)
+    code += (a >= 1.75).to(tl.uint32) + (a > 2.5).to(tl.uint32) + (a >= 3.5).to(tl.uint32)
+    code += (a > 5.0).to(tl.uint32)
+    return code | ((v.to(tl.uint32, bitcast=True) >> 31) << 3)
+
+
+@triton.jit
+def _swiglu_quantize_kernel(
+    y_ptr,  # int32 view of bf16 [m, n]: element pairs
+    gs_ptr,  # fp32 [1]
+    out_ptr,  # uint8 [m, n / 4]
+    sf_ptr,  # uint8 [swizzled_sf_size(m, n / 32)]
+    m,
+    y_row,  # n / 2: int32 pairs per input row
+    out_row,  # n / 4: bytes per output row
+    sf_tile,  # 4 * n: bytes per 128-row scale tile (128 rows x n / 32 scales)
+    BLOCK_M: tl.constexpr,
+    GROUPS: tl.constexpr,  # 64-column output groups per program (1 or 2)
+    PRECISE_EXP: tl.constexpr,
+):
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    groups = tl.program_id(1) * GROUPS + tl.arange(0, GROUPS)
+    r = rows[:, None, None, None]
+    g = groups[None, :, None, None]
+    block = tl.arange(0, 4)[None, None, :, None]
+    pair = tl.arange(0, 8)[None, None, None, :]
+    # Input group g: pairs of linear at [64g, 64g + 32), pairs of gate at [64g + 32, 64g + 64).
+    lin_off = y_row * r.to(tl.int64) + g * 64 + block * 8 + pair
+    valid = r < m
+    lin_even, lin_odd = _bf16_pair(tl.load(y_ptr + lin_off, mask=valid, other=0))
+    gate_even, gate_odd = _bf16_pair(tl.load(y_ptr + lin_off + 32, mask=valid, other=0))
+    even = _swiglu(lin_even, gate_even, PRECISE_EXP)
+    odd = _swiglu(lin_odd, gate_odd, PRECISE_EXP)
+
+    gs = tl.load(gs_ptr)
+    inv_gs = tl.math.div_rn(1.0, gs)
+    vmax = tl.maximum(tl.max(tl.abs(even), axis=3), tl.max(tl.abs(odd), axis=3))
+    sf, sf_value = _e4m3(tl.minimum(gs * (vmax * 0.16666666666666666), 448.0))
+    is_zero = sf_value == 0.0
+    out_scale = tl.where(
+        is_zero, 0.0, tl.math.div_rn(1.0, tl.where(is_zero, 1.0, sf_value * inv_gs))
+    )
+    out_scale = out_scale[:, :, :, None]
+    packed = _e2m1(even * out_scale) | (_e2m1(odd * out_scale) << 4)
+    out_off = out_row * r.to(tl.int64) + g * 32 + block * 8 + pair
+    tl.store(out_ptr + out_off, packed.to(tl.uint8), mask=valid)
+
+    # 128x4 swizzle: (row // 128, col // 4, row % 32, (row % 128) // 32, col % 4), col // 4 = g.
+    r3 = rows[:, None, None]
+    sf_off = (
+        (r3 // 128).to(tl.int64) * sf_tile
+        + groups[None, :, None] * 512
+        + (r3 % 32) * 16
+        + (r3 % 128) // 32 * 4
+        + tl.arange(0, 4)[None, None, :]
+    )
+    tl.store(sf_ptr + sf_off, sf.to(tl.uint8))  # rows m..Mp write zero padding
+
+
+@triton.jit
+def _unpermute_kernel(
+    src_ptr,
+    idx_ptr,
+    scale_ptr,
+    out_ptr,
+    num_tokens,
+    n,
+    src_stride,
+    idx_stride_t,
+    idx_stride_k,
+    scale_stride_t,
+    scale_stride_k,
+    TOP_K: tl.constexpr,
+    BLOCK_T: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    SRC_F32: tl.constexpr,  # fp32 rows, else bf16 bits (int16)
+):
+    tokens = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
+    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    token_ok = tokens < num_tokens
+    col_ok = cols[None, :] < n
+    tokens = tokens.to(tl.int64)
+    acc = tl.zeros([BLOCK_T, BLOCK_N], dtype=tl.float32)
+    for k in tl.static_range(TOP_K):
+        row = tl.load(idx_ptr + tokens * idx_stride_t + k * idx_stride_k, mask=token_ok, other=-1)
+        scale = tl.load(scale_ptr + tokens * scale_stride_t + k * scale_stride_k, mask=token_ok)
+        taken = (row >= 0)[:, None]
+        src = src_ptr + row.to(tl.int64)[:, None] * src_stride + cols[None, :]
+        x = tl.load(src, mask=taken & col_ok, other=0)
+        if not SRC_F32:
+            x = _bf16_to_f32(x)
+        acc += tl.where(taken, scale[:, None] * x, 0.0)
+    out = out_ptr + tokens[:, None] * n + cols[None, :]
+    tl.store(out, _f32_to_bf16(acc), mask=token_ok[:, None] & col_ok)
+
+
+def _precise_exp() -> bool:
+    """libdevice's exp when compiled for the GPU; the interpreter cannot call libdevice."""
+    return isinstance(_swiglu_quantize_kernel, triton.runtime.JITFunction)
+
+
+def _require(ok: bool, message: str) -> None:
+    if not ok:
+        raise KernelArgumentError(message)
+
+
+def swiglu_quantize(y: torch.Tensor, global_sf: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """bf16 y [m, n] (64-column linear/gate groups) -> (packed uint8 [m, n/4], swizzled scales).
+
+    The scales are uint8 [swizzled_sf_size(m, n/32)], padding rows zero; global_sf is fp32 [1].
+    """
+    _require(
+        y.dtype == torch.bfloat16 and y.dim() == 2 and y.is_contiguous(),
+        f"argument `y` is {y.dtype} {tuple(y.shape)}; it must be contiguous bf16 [m, n]",
+    )
+    m, n = y.shape
+    _require(n % (2 * _GROUP) == 0, f"argument `y` has n = {n}; it must be a multiple of 128")
+    _require(
+        global_sf.dtype == torch.float32 and global_sf.numel() == 1,
+        "argument `global_sf` must be one fp32 value",
+    )
+    out = torch.empty(m, n // 4, dtype=torch.uint8, device=y.device)
+    sf = torch.empty(layouts.swizzled_sf_size(m, n // 32), dtype=torch.uint8, device=y.device)
+    if m == 0:
+        return out, sf
+    groups = n // (2 * _GROUP)
+    per_program = 2 if groups % 2 == 0 else 1
+    padded_rows = sf.numel() // (n // 32)
+    grid = (padded_rows // SWIGLU_BLOCK_M, groups // per_program)
+    _swiglu_quantize_kernel[grid](
+        y.view(torch.int32),
+        global_sf,
+        out,
+        sf,
+        m,
+        n // 2,
+        n // 4,
+        4 * n,
+        BLOCK_M=SWIGLU_BLOCK_M,
+        GROUPS=per_program,
+        PRECISE_EXP=_precise_exp(),
+        num_warps=4,
+        enable_fp_fusion=False,
+    )
+    return out, sf
+
+
+def unpermute(
+    permuted: torch.Tensor,
+    expanded_idx_to_permuted_idx: torch.Tensor,
+    token_final_scales: torch.Tensor,
+) -> torch.Tensor:
+    """bf16 out [T, n] = sum over k of [idx >= 0] * scale[t, k] * permuted[idx[t, k]], in fp32.
+
+    ``permuted`` is bf16 or fp32 [m, n] (rows dense); the fp32 sum is rounded to bf16 once.
+    """
+    idx, scales = expanded_idx_to_permuted_idx, token_final_scales
+    src_f32 = permuted.dtype == torch.float32
+    _require(
+        permuted.dtype in (torch.bfloat16, torch.float32)
+        and permuted.dim() == 2
+        and permuted.stride(1) == 1,
+        f"argument `permuted` is {permuted.dtype} {tuple(permuted.shape)}; "
+        "it must be bf16 or fp32 [m, n] with dense rows",
+    )
+    _require(
+        idx.dtype == torch.int32 and idx.dim() == 2,
+        f"argument `expanded_idx_to_permuted_idx` is {idx.dtype} {tuple(idx.shape)}; "
+        "it must be int32 [T, top_k]",
+    )
+    _require(
+        scales.dtype == torch.float32 and scales.shape == idx.shape,
+        f"argument `token_final_scales` is {scales.dtype} {tuple(scales.shape)}; "
+        f"it must be fp32 {tuple(idx.shape)}",
+    )
+    num_tokens, top_k = idx.shape
+    n = permuted.shape[1]
+    out = torch.empty(num_tokens, n, dtype=torch.bfloat16, device=permuted.device)
+    if num_tokens == 0 or n == 0:
+        return out
+    grid = (triton.cdiv(num_tokens, UNPERMUTE_BLOCK_T), triton.cdiv(n, UNPERMUTE_BLOCK_N))
+    _unpermute_kernel[grid](
+        permuted if src_f32 else permuted.view(torch.int16),
+        idx,
+        scales,
+        out.view(torch.int16),
+        num_tokens,
+        n,
+        permuted.stride(0),
+        *idx.stride(),
+        *scales.stride(),
+        TOP_K=top_k,
+        BLOCK_T=UNPERMUTE_BLOCK_T,
+        BLOCK_N=UNPERMUTE_BLOCK_N,
+        SRC_F32=src_f32,
+        num_warps=UNPERMUTE_WARPS,
+        enable_fp_fusion=False,
+    )
+    return out

@@ -61,19 +61,8 @@ def _grouped_matmul(
 
 
 def grouped_gemm(
-    *,
-    a,
-    b,
-    a_sf,
-    b_sf,
-    alpha,
-    tile_idx_to_group_idx,
-    num_non_exiting_tiles,
-    tile_size,
-    tile_idx_to_mn_limit=None,
+    *, a, b, a_sf, b_sf, alpha, tile_idx_to_group_idx, num_non_exiting_tiles, tile_size
 ) -> torch.Tensor:
-    """Every row of each non-exiting tile (the mn_limit, a permission to skip, is not used)."""
-    del tile_idx_to_mn_limit
     acc = _grouped_matmul(
         a, b, a_sf, b_sf, alpha, tile_idx_to_group_idx, num_non_exiting_tiles, tile_size
     )
@@ -81,19 +70,8 @@ def grouped_gemm(
 
 
 def grouped_gemm_swiglu(
-    *,
-    a,
-    b,
-    a_sf,
-    b_sf,
-    alpha,
-    tile_idx_to_group_idx,
-    num_non_exiting_tiles,
-    global_sf,
-    tile_size,
-    tile_idx_to_mn_limit=None,
+    *, a, b, a_sf, b_sf, alpha, tile_idx_to_group_idx, num_non_exiting_tiles, global_sf, tile_size
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    del tile_idx_to_mn_limit  # as in grouped_gemm
     acc = _grouped_matmul(
         a, b, a_sf, b_sf, alpha, tile_idx_to_group_idx, num_non_exiting_tiles, tile_size
     )

@@ -7,7 +7,8 @@ machines ``backend="auto"`` keeps choosing the reference, and no untested kernel
 silently. Which fitting tactic runs is stagebot.kernels.cute.autotune's choice.
 
 ``grouped_gemm_finalize`` with ``deterministic=True`` runs the plain GEMM with fp32 rows, then
-sums each token's rows over k in order (moe_tables.moe_unpermute, fp32): no atomics.
+sums each token's rows over k in order in fp32 (the Triton gather-sum
+stagebot.kernels.triton_elementwise.unpermute): no atomics.
 """
 
 from __future__ import annotations
@@ -95,9 +96,16 @@ def _moe_fit(args: dict[str, Any]) -> Callable:
     return fits
 
 
+def _runs_deterministic_finalize(op: str, args: dict[str, Any]) -> bool:
+    finalize = op == "grouped_gemm_finalize" or not args.get("disable_finalize_fusion")
+    return op in ("grouped_gemm_finalize", "fused_moe") and finalize and args["deterministic"]
+
+
 def can_implement(op: str, **args: Any) -> tuple[bool, str]:
     reason = _device_reason(args.get("x" if op == "fused_moe" else "a"))
     reason = reason or _missing_module("cutlass", "pip install stagebot[kernels]")
+    if not reason and _runs_deterministic_finalize(op, args):
+        reason = _missing_module("triton", "the deterministic finalize sums with a Triton kernel")
     if not reason and not GPU_VERIFIED:
         reason = "the cute kernels have not passed their GPU correctness check yet"
     if reason:
@@ -116,14 +124,7 @@ def _launch(kernel: str, args: dict[str, Any], run: Callable[[Tactic, Any], Any]
     if not tactics:
         raise KernelArgumentError(f"the cute {kernel} cannot take this call: {why}")
     a, b = args["a"], args["b"]
-    limit = args.get("tile_idx_to_mn_limit")
-    key = (
-        kernel,
-        tuple(b.shape),
-        args["tile_size"],
-        limit is not None,
-        autotune.row_bucket(a.shape[0]),
-    )
+    key = (kernel, tuple(b.shape), args["tile_size"], autotune.row_bucket(a.shape[0]))
     outputs: list[Any] = []
 
     def trial(tactic: Tactic) -> None:
@@ -169,7 +170,6 @@ def _grouped_gemm_rows(args: dict[str, Any], kernel: str):
         return launch.grouped_gemm(
             *_operands(args),
             args["tile_size"],
-            tile_idx_to_mn_limit=args.get("tile_idx_to_mn_limit"),
             tactic=tactic,
             out=outputs() if out is None else out,
         )
@@ -185,7 +185,6 @@ def grouped_gemm_swiglu(**args: Any):
             *_operands(args),
             args["global_sf"],
             args["tile_size"],
-            tile_idx_to_mn_limit=args.get("tile_idx_to_mn_limit"),
             tactic=tactic,
             out=out,
         )
@@ -224,6 +223,7 @@ def _deterministic_finalize(args: dict[str, Any]):
     import torch
 
     from stagebot.kernels import moe_tables
+    from stagebot.kernels.triton_elementwise import unpermute
 
     limit, p2e = args["tile_idx_to_mn_limit"], args["permuted_idx_to_expanded_idx"]
     rows = _grouped_gemm_rows(args, "grouped_gemm_f32_rows")
@@ -235,8 +235,7 @@ def _deterministic_finalize(args: dict[str, Any]):
     slot_to_row = torch.full((slots + 1,), -1, dtype=torch.int32, device=p2e.device)
     row_ids = torch.arange(p2e.numel(), dtype=torch.int32, device=p2e.device)
     slot_to_row.scatter_(0, expanded, row_ids)
-    out = moe_tables.moe_unpermute(rows, slot_to_row[:slots].view(scales.shape), scales)
-    return out.to(torch.bfloat16)
+    return unpermute(rows, slot_to_row[:slots].view(scales.shape), scales)
 
 
 register(

@@ -10,7 +10,9 @@ of 128). ``--quick`` runs the 16-token layer only (both GEMMs).
 
 Implementations, timed in the same run (min of do_bench's median and CUDA-graph replay):
 - ours: the cute backend's implementation of the op, called without the op API's validation
-  (which syncs the host); GEMM1 fused and unfused (plain GEMM + Triton swiglu_quantize over the
+  (which syncs the host), its tactic picked by the autotuner (autotune.tuning() is on: the first
+  call of each kernel and row bucket measures every fitting tactic; the picks are printed);
+  GEMM1 fused and unfused (plain GEMM + Triton swiglu_quantize over the
   non-exiting tiles' rows), GEMM2 fused with atomics, fused deterministic, and unfused (plain
   GEMM + Triton unpermute). Each is checked once against backend="reference" (ok / FAIL):
   SwiGLU codes and scales of the valid rows >= 95% equal; other outputs isclose (rtol 1.6e-2,
@@ -124,11 +126,11 @@ def build_problem(shape: Shape, seed: int) -> Problem:
         alpha=(1.0 / (gs_x * gs_w)).float(),
         tile_idx_to_group_idx=tables.tile_idx_to_group_idx,
         num_non_exiting_tiles=tables.num_non_exiting_tiles,
-        tile_idx_to_mn_limit=tables.tile_idx_to_mn_limit,
         tile_size=TILE,
     )
     finalize = dict(
         gemm,
+        tile_idx_to_mn_limit=tables.tile_idx_to_mn_limit,
         permuted_idx_to_expanded_idx=tables.permuted_idx_to_expanded_idx,
         token_final_scales=scales,
         num_tokens=shape.tokens,
@@ -422,6 +424,14 @@ def _fmt(value, spec: str = ".1f") -> str:
     return "-" if value is None else format(value, spec)
 
 
+def print_autotune(measurements: dict) -> None:
+    print("\n== autotuner: median ms per tactic, per (kernel, b shape, tile, row bucket) ==")
+    for key, timings in measurements.items():
+        best = min(timings, key=timings.get)
+        cells = "  ".join(f"{t}={ms:.3f}" for t, ms in timings.items())
+        print(f"{key[0]} {key[1]} rows<={key[-1]}: picked {best}; {cells}")
+
+
 def print_report(results: dict) -> None:
     print("\n== floors and targets ==")
     for s in results["shapes"]:
@@ -464,13 +474,18 @@ def main(argv: list[str] | None = None) -> int:
     print(results["device"], results["torch"], flush=True)
     results["rates"] = rates = machine_rates()
     print(json.dumps(rates), flush=True)
-    for i, shape in enumerate(shapes(opts.quick)):
-        try:
-            results["shapes"].append(run_shape(shape, rates, results["errors"], seed=i))
-        except Exception as error:
-            results["errors"].append(f"{shape.name}: {_short(error)}")
-            traceback.print_exc()
+    from stagebot.kernels.cute import autotune
+
+    with autotune.tuning():
+        for i, shape in enumerate(shapes(opts.quick)):
+            try:
+                results["shapes"].append(run_shape(shape, rates, results["errors"], seed=i))
+            except Exception as error:
+                results["errors"].append(f"{shape.name}: {_short(error)}")
+                traceback.print_exc()
+    results["autotune"] = {repr(key): ms for key, ms in autotune.measurements.items()}
     (out_dir / "bench_moe.json").write_text(json.dumps(results, indent=1))
+    print_autotune(autotune.measurements)
     print_report(results)
     failed = any(
         not i["check"]["ok"] for s in results["shapes"] for i in s["impls"].values() if "check" in i

@@ -20,10 +20,6 @@ Pipeline (one CTA per SM, persistent, warp-specialised):
 3. Epilogue (above), straight from the accumulator registers to global memory. Tiles at or
    past ``num_non_exiting_tiles`` are never scheduled, so they are not written.
 
-With ``tile_idx_to_mn_limit`` (always for finalize, optional for the others) a warpgroup whose
-64 rows all lie at or past the tile's limit skips its A dequantisation and its WGMMAs: at decode
-a 128-row tile holds a few valid rows, and rows past the limit may then hold anything.
-
 Work items: ``num_non_exiting_tiles * (tile_size // BM)`` M-tiles times ``n // BN`` N-tiles, M
 fastest (CTAs running at once share B tiles in L2), strided over the grid.
 
@@ -59,20 +55,18 @@ EPILOGUES = ("store", "swiglu", "finalize")
 
 class Nvfp4GroupedGemmSm90:
     """NVFP4 x NVFP4 contiguous grouped GEMM; the tactic's fields are the knobs, ``epilogue``
-    says what is written, ``mn_limit`` whether tile_idx_to_mn_limit is read (finalize: always)."""
+    says what is written (finalize also reads tile_idx_to_mn_limit: rows past it are padding)."""
 
     def __init__(
         self,
         tactic: Tactic,
         epilogue: str = "store",
-        mn_limit: bool = False,
         variant: str = "",
         store_dtype: type[cutlass.Numeric] = cutlass.BFloat16,
     ):
         assert epilogue in EPILOGUES, epilogue
         self.tactic = tactic
         self.epilogue = epilogue
-        self.uses_limit = mn_limit or epilogue == "finalize"
         # Diagnostic builds for timing only (their results are wrong): "no_dequant" skips the
         # dequantisation, "no_mma" skips the WGMMAs. "" is the kernel.
         assert variant in ("", "no_dequant", "no_mma"), variant
@@ -160,7 +154,7 @@ class Nvfp4GroupedGemmSm90:
         alpha_ptr: cute.Pointer,  # fp32 [l]
         group_ptr: cute.Pointer,  # int32 [m / tile_size]
         num_tiles_ptr: cute.Pointer,  # int32 [1]
-        limit_ptr: cute.Pointer,  # int32 [m / tile_size]: tile_idx_to_mn_limit (if read)
+        limit_ptr: cute.Pointer,  # finalize: int32 [m / tile_size] tile_idx_to_mn_limit
         c_ptr: cute.Pointer,  # store: bf16 [m, n]; swiglu: uint32 [m, n / 16]; finalize: bf16 out
         c_sf_ptr: cute.Pointer,  # swiglu: uint8 swizzled scales of c [m * n / 32]
         global_sf_ptr: cute.Pointer,  # swiglu: fp32 [1]
@@ -419,8 +413,6 @@ class Nvfp4GroupedGemmSm90:
                 cute.make_identity_tensor((self.bm, self.bn))
             )
             acc = cute.make_rmem_tensor(tCcC.shape, self.acc_dtype)
-            # Rows of the tile this warpgroup multiplies start here (all rows if it splits N).
-            wg_row = wg * 64 if self.wg_split == "m" else 0
             num_k_blocks = cute.size(tCrA, mode=[2])
             mma_barrier = pipeline.NamedBarrier(barrier_id=1, num_threads=self.num_mma_threads)
             # 32-bit views of the staging ring (8 words = 64 fp4 values per row) and the thread's
@@ -437,26 +429,20 @@ class Nvfp4GroupedGemmSm90:
                 n_tile = work // num_m_tiles
                 expert = mGroup[m_tile // m_per_table_tile]
                 row0 = m_tile * self.bm
-                limit = row0 + self.bm
-                if cutlass.const_expr(self.uses_limit):
-                    limit = mLimit[m_tile // m_per_table_tile]
-                live = row0 + wg_row < limit
                 acc.fill(0.0)
                 tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)
                 for _kk in cutlass.range(k_tiles, unroll=1):
                     ring.consumer_wait(read)
                     s = read.index
                     buf = step % BF16_BUFFERS
-                    a_operand = (sAq32, sAs, sA16, self.bm)
-                    b_operand = (sBq32, sBs, sB16, self.bn)
-                    if cutlass.const_expr(self.variant == "no_dequant"):
-                        pass
-                    elif cutlass.const_expr(self.uses_limit):
-                        self._dequant([b_operand], s, buf, unit_row, unit_half)
-                        if live:
-                            self._dequant([a_operand], s, buf, unit_row, unit_half)
-                    else:  # both operands at once: all their loads are issued first
-                        self._dequant([a_operand, b_operand], s, buf, unit_row, unit_half)
+                    if cutlass.const_expr(self.variant != "no_dequant"):
+                        self._dequant(
+                            ((sAq32, sAs, sA16, self.bm), (sBq32, sBs, sB16, self.bn)),
+                            s,
+                            buf,
+                            unit_row,
+                            unit_half,
+                        )
                     cute.arch.fence_proxy(
                         cute.arch.ProxyKind.async_shared, space=cute.arch.SharedSpace.shared_cta
                     )
@@ -464,12 +450,16 @@ class Nvfp4GroupedGemmSm90:
                     ring.consumer_release(read)
                     read.advance()
                     cute.nvgpu.warpgroup.fence()
-                    k_blocks = num_k_blocks if self.variant != "no_mma" else 0
-                    if cutlass.const_expr(self.uses_limit):
-                        if live:
-                            self._mma(tiled_mma, acc, tCrA, tCrB, buf, k_blocks)
-                    else:
-                        self._mma(tiled_mma, acc, tCrA, tCrB, buf, k_blocks)
+                    for kb in cutlass.range_constexpr(
+                        num_k_blocks if self.variant != "no_mma" else 0
+                    ):
+                        cute.gemm(
+                            tiled_mma,
+                            acc,
+                            tCrA[(None, None, kb, buf)],
+                            tCrB[(None, None, kb, buf)],
+                            acc,
+                        )
                     cute.nvgpu.warpgroup.commit_group()
                     cute.nvgpu.warpgroup.wait_group(1)
                     step += 1
@@ -490,7 +480,7 @@ class Nvfp4GroupedGemmSm90:
                         tCcC,
                         scale,
                         row0,
-                        limit,
+                        mLimit[m_tile // m_per_table_tile],
                         n_tile * self.bn,
                         mP2e,
                         mRouter,
@@ -504,14 +494,8 @@ class Nvfp4GroupedGemmSm90:
         """(rows, 32 packed bytes, stages), row-major per stage, as TMA writes it."""
         return cute.make_layout((rows, BK // 2, self.stages), stride=(BK // 2, 1, rows * BK // 2))
 
-    @staticmethod
-    def _mma(tiled_mma, acc, tCrA, tCrB, buf, k_blocks):
-        """The WGMMAs of one K step on operand buffer ``buf`` (issued, not awaited)."""
-        for kb in range(k_blocks):  # unrolled at trace time
-            cute.gemm(tiled_mma, acc, tCrA[(None, None, kb, buf)], tCrB[(None, None, kb, buf)], acc)
-
     def _dequant(self, operands, s, buf, unit_row, unit_half):
-        """Consumer threads turn one stage of packed FP4 rows (and scales) into fp16.
+        """Consumer threads turn one stage of packed FP4 rows (and their scales) into fp16.
 
         Unit = (row, 16-byte half): 4 packed words (32 values, 2 scale blocks) -> 4 x 16-byte
         stores into the swizzled operand tile. A warp reads 512 contiguous staging bytes; the

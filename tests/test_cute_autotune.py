@@ -14,6 +14,10 @@ def _fresh_choices(monkeypatch):
     monkeypatch.setattr(autotune, "measurements", {})
 
 
+def _not_capturing():
+    return False
+
+
 def _timer_from(table):
     """A timer that runs the trial once (so it records the tactic) and reads its time."""
     ran = []
@@ -34,7 +38,7 @@ def test_row_bucket_is_the_next_power_of_two(rows, bucket):
 
 def test_outside_tuning_the_first_fitting_tactic_runs_and_nothing_is_measured():
     timer, ran = _timer_from({})
-    assert autotune.choose("k", TACTICS[1:], ran.append, timer) == TACTICS[1]
+    assert autotune.choose("k", TACTICS[1:], ran.append, timer, _not_capturing) == TACTICS[1]
     assert ran == [] and autotune.measurements == {}
 
 
@@ -42,26 +46,35 @@ def test_tuning_picks_the_fastest_once_per_key_and_remembers_it():
     table = {TACTICS[0]: 3.0, TACTICS[1]: 1.0, TACTICS[2]: 2.0}
     timer, ran = _timer_from(table)
     with autotune.tuning():
-        assert autotune.choose("k", TACTICS, ran.append, timer) == TACTICS[1]
+        assert autotune.choose("k", TACTICS, ran.append, timer, _not_capturing) == TACTICS[1]
         assert ran == list(TACTICS)
-        assert autotune.choose("k", TACTICS, ran.append, timer) == TACTICS[1]
+        assert autotune.choose("k", TACTICS, ran.append, timer, _not_capturing) == TACTICS[1]
     assert len(ran) == 3, "a tuned key is not measured again"
-    assert autotune.choose("k", TACTICS, ran.append, timer) == TACTICS[1]
+    assert autotune.choose("k", TACTICS, ran.append, timer, _not_capturing) == TACTICS[1]
     assert autotune.measurements["k"] == {str(t): ms for t, ms in table.items()}
 
 
 def test_a_slower_first_tactic_loses_and_ties_keep_the_earlier_one():
     timer, ran = _timer_from({TACTICS[0]: 2.0, TACTICS[1]: 2.0, TACTICS[2]: 9.0})
     with autotune.tuning():
-        assert autotune.choose("tie", TACTICS, ran.append, timer) == TACTICS[0]
+        assert autotune.choose("tie", TACTICS, ran.append, timer, _not_capturing) == TACTICS[0]
     timer, ran = _timer_from({TACTICS[0]: 5.0, TACTICS[1]: 4.0})
     with autotune.tuning():
-        assert autotune.choose("other", TACTICS[:2], ran.append, timer) == TACTICS[1]
+        assert (
+            autotune.choose("other", TACTICS[:2], ran.append, timer, _not_capturing) == TACTICS[1]
+        )
 
 
 def test_a_pinned_tactic_wins_over_tuning_and_is_unpinned_after_the_block():
     timer, ran = _timer_from({})
     with autotune.fixed_tactic(TACTICS[2]), autotune.tuning():
         assert autotune.pinned() == TACTICS[2]
-        assert autotune.choose("k", TACTICS[:2], ran.append, timer) == TACTICS[2]
+        assert autotune.choose("k", TACTICS[:2], ran.append, timer, _not_capturing) == TACTICS[2]
     assert autotune.pinned() is None and ran == []
+
+
+def test_no_measuring_while_a_cuda_graph_is_captured():
+    timer, ran = _timer_from({TACTICS[0]: 9.0, TACTICS[1]: 1.0})
+    with autotune.tuning():
+        chosen = autotune.choose("k", TACTICS[:2], ran.append, timer, lambda: True)
+    assert chosen == TACTICS[0] and ran == [] and "k" not in autotune.measurements

@@ -4,8 +4,10 @@ Precedence: a tactic pinned with ``fixed_tactic`` (the correctness suite pins on
 every tactic runs); else the tactic measured fastest for the call's key — the kernel, its
 compile-time problem and the power-of-two bucket of its row count; else the first tactic of the
 dispatcher's list that fits. Measuring happens only inside ``tuning()`` (a warm-up pass, as a
-serving engine does before it takes traffic): each candidate runs on scratch outputs and is
-timed with CUDA events. Launches are counted per (kernel, tactic) for the suite's report.
+serving engine does before it takes traffic) and never while a CUDA graph is being captured:
+each candidate runs on scratch outputs, replayed from a CUDA graph so that the host's launch
+cost (which at decode sizes rivals the kernel) does not decide. Launches are counted per
+(kernel, tactic) for the suite's report.
 """
 
 from __future__ import annotations
@@ -17,8 +19,8 @@ from contextlib import contextmanager
 
 from stagebot.kernels.cute.tactics import Tactic
 
-WARMUP_RUNS = 3
-TIMED_RUNS = 10
+RUNS_PER_GRAPH = 10
+TIMED_REPLAYS = 5
 
 _fixed: list[Tactic] = []
 _tuning_depth = [0]
@@ -57,20 +59,32 @@ def tuning() -> Iterator[None]:
 
 
 def median_ms(run: Callable[[], None]) -> float:
-    """Median of TIMED_RUNS CUDA-event timings of ``run`` after WARMUP_RUNS untimed calls."""
+    """GPU time of one ``run``: the median over TIMED_REPLAYS replays of a CUDA graph holding
+    RUNS_PER_GRAPH runs (one untimed run first compiles and allocates)."""
     import torch
 
-    for _ in range(WARMUP_RUNS):
-        run()
+    run()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(RUNS_PER_GRAPH):
+            run()
+    graph.replay()
     times = []
-    for _ in range(TIMED_RUNS):
+    for _ in range(TIMED_REPLAYS):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        run()
+        graph.replay()
         end.record()
         end.synchronize()
-        times.append(start.elapsed_time(end))
+        times.append(start.elapsed_time(end) / RUNS_PER_GRAPH)
     return statistics.median(times)
+
+
+def _capturing() -> bool:
+    import torch
+
+    return torch.cuda.is_current_stream_capturing()
 
 
 def choose(
@@ -78,17 +92,18 @@ def choose(
     candidates: Sequence[Tactic],
     trial: Callable[[Tactic], None],
     timer: Callable[[Callable[[], None]], float] = median_ms,
+    capturing: Callable[[], bool] = _capturing,
 ) -> Tactic:
     """The tactic for ``key`` among ``candidates`` (non-empty, in preference order).
 
     ``trial(tactic)`` runs the call with that tactic on scratch outputs; it is timed only when
-    tuning and the key has no choice yet. Ties keep the earlier candidate.
+    tuning, not capturing a graph, and the key has no choice yet. Ties keep the earlier one.
     """
     if _fixed:
         return _fixed[-1]
     if key in _choices:
         return _choices[key]
-    if not _tuning_depth[0] or len(candidates) == 1:
+    if not _tuning_depth[0] or len(candidates) == 1 or capturing():
         return candidates[0]
     timings = {tactic: timer(lambda tactic=tactic: trial(tactic)) for tactic in candidates}
     best = min(candidates, key=lambda tactic: timings[tactic])

@@ -61,6 +61,7 @@ def fused_moe(
         tables.num_non_exiting_tiles,
         fc2_gs,
         tile_size=tile_size,
+        tile_idx_to_mn_limit=tables.tile_idx_to_mn_limit,
         backend=backend,
     )
     down = (c, w2, c_sf, w2_sf, 1.0 / (fc2_gs * w2_gs))
@@ -70,6 +71,7 @@ def fused_moe(
             tables.tile_idx_to_group_idx,
             tables.num_non_exiting_tiles,
             tile_size=tile_size,
+            tile_idx_to_mn_limit=tables.tile_idx_to_mn_limit,
             backend=backend,
         )
         return ops.moe_unpermute(y, tables.expanded_idx_to_permuted_idx, token_final_scales)

@@ -342,6 +342,21 @@ def moe_unpermute(
     return moe_tables.moe_unpermute(permuted, e2p, token_final_scales)
 
 
+def _check_optional_limit(
+    tile_idx_to_mn_limit: torch.Tensor | None,
+    num_non_exiting_tiles: torch.Tensor,
+    m: int,
+    tile_size: int,
+    device: torch.device,
+) -> None:
+    if tile_idx_to_mn_limit is None:
+        return
+    _check_tile_tables(tile_idx_to_mn_limit, num_non_exiting_tiles, m, tile_size, device)
+    _check_tile_values(
+        num_non_exiting_tiles, m // tile_size, tile_size, tile_idx_to_mn_limit=tile_idx_to_mn_limit
+    )
+
+
 def _check_grouped_operands(
     a, b, a_sf, b_sf, alpha, tile_idx_to_group_idx, num_non_exiting_tiles, tile_size, backend
 ) -> tuple[int, int, int]:
@@ -388,16 +403,18 @@ def grouped_gemm(
     num_non_exiting_tiles: torch.Tensor,
     *,
     tile_size: int,
+    tile_idx_to_mn_limit: torch.Tensor | None = None,
     backend: str = backends.AUTO,
 ) -> torch.Tensor:
     """bf16 [m, n]: alpha[e] * a_tile @ b[e]^T per non-exiting tile of expert e.
 
-    Tiles at or past num_non_exiting_tiles are not written; rows past a tile's mn_limit may hold
-    anything.
+    Tiles at or past num_non_exiting_tiles are not written. Given ``tile_idx_to_mn_limit``, a
+    backend may skip the rows at or past their tile's limit, which then hold anything.
     """
-    _check_grouped_operands(
+    m, _, _ = _check_grouped_operands(
         a, b, a_sf, b_sf, alpha, tile_idx_to_group_idx, num_non_exiting_tiles, tile_size, backend
     )
+    _check_optional_limit(tile_idx_to_mn_limit, num_non_exiting_tiles, m, tile_size, a.device)
     return backends.dispatch(
         "grouped_gemm",
         backend,
@@ -408,6 +425,7 @@ def grouped_gemm(
         alpha=alpha,
         tile_idx_to_group_idx=tile_idx_to_group_idx,
         num_non_exiting_tiles=num_non_exiting_tiles,
+        tile_idx_to_mn_limit=tile_idx_to_mn_limit,
         tile_size=tile_size,
     )
 
@@ -423,18 +441,20 @@ def grouped_gemm_swiglu(
     global_sf: torch.Tensor,
     *,
     tile_size: int,
+    tile_idx_to_mn_limit: torch.Tensor | None = None,
     backend: str = backends.AUTO,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(c [m, n/2] packed, c_sf [m*n/32] swizzled): NVFP4(linear * silu(gate), global_sf).
+    """(c [m, n/4] packed, c_sf [m*n/32] swizzled): NVFP4(linear * silu(gate), global_sf).
 
     b's rows hold linear and gate interleaved in 64-row groups (interleave_linear_and_gate);
-    n = 2 * intermediate must be a multiple of 128.
+    n = 2 * intermediate must be a multiple of 128. ``tile_idx_to_mn_limit``: as in grouped_gemm.
     """
     m, n, _ = _check_grouped_operands(
         a, b, a_sf, b_sf, alpha, tile_idx_to_group_idx, num_non_exiting_tiles, tile_size, backend
     )
     check_multiple("b", n, SWIGLU_N_ALIGN, "SwiGLU N = b.shape[1] = 2 * intermediate")
     _check_scalar_scale("global_sf", global_sf, a.device)
+    _check_optional_limit(tile_idx_to_mn_limit, num_non_exiting_tiles, m, tile_size, a.device)
     return backends.dispatch(
         "grouped_gemm_swiglu",
         backend,
@@ -446,6 +466,7 @@ def grouped_gemm_swiglu(
         tile_idx_to_group_idx=tile_idx_to_group_idx,
         num_non_exiting_tiles=num_non_exiting_tiles,
         global_sf=global_sf,
+        tile_idx_to_mn_limit=tile_idx_to_mn_limit,
         tile_size=tile_size,
     )
 

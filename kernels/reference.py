@@ -61,8 +61,19 @@ def _grouped_matmul(
 
 
 def grouped_gemm(
-    *, a, b, a_sf, b_sf, alpha, tile_idx_to_group_idx, num_non_exiting_tiles, tile_size
+    *,
+    a,
+    b,
+    a_sf,
+    b_sf,
+    alpha,
+    tile_idx_to_group_idx,
+    num_non_exiting_tiles,
+    tile_size,
+    tile_idx_to_mn_limit=None,
 ) -> torch.Tensor:
+    """Every row of each non-exiting tile (the mn_limit, a permission to skip, is not used)."""
+    del tile_idx_to_mn_limit
     acc = _grouped_matmul(
         a, b, a_sf, b_sf, alpha, tile_idx_to_group_idx, num_non_exiting_tiles, tile_size
     )
@@ -70,8 +81,19 @@ def grouped_gemm(
 
 
 def grouped_gemm_swiglu(
-    *, a, b, a_sf, b_sf, alpha, tile_idx_to_group_idx, num_non_exiting_tiles, global_sf, tile_size
+    *,
+    a,
+    b,
+    a_sf,
+    b_sf,
+    alpha,
+    tile_idx_to_group_idx,
+    num_non_exiting_tiles,
+    global_sf,
+    tile_size,
+    tile_idx_to_mn_limit=None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
+    del tile_idx_to_mn_limit  # as in grouped_gemm
     acc = _grouped_matmul(
         a, b, a_sf, b_sf, alpha, tile_idx_to_group_idx, num_non_exiting_tiles, tile_size
     )

@@ -124,7 +124,8 @@ def _launch(kernel: str, args: dict[str, Any], run: Callable[[Tactic, Any], Any]
     if not tactics:
         raise KernelArgumentError(f"the cute {kernel} cannot take this call: {why}")
     a, b = args["a"], args["b"]
-    key = (kernel, tuple(b.shape), args["tile_size"], autotune.row_bucket(a.shape[0]))
+    has_limit = args.get("tile_idx_to_mn_limit") is not None
+    key = (kernel, tuple(b.shape), args["tile_size"], has_limit, autotune.row_bucket(a.shape[0]))
     outputs: list[Any] = []
 
     def trial(tactic: Tactic) -> None:
@@ -170,6 +171,7 @@ def _grouped_gemm_rows(args: dict[str, Any], kernel: str):
         return launch.grouped_gemm(
             *_operands(args),
             args["tile_size"],
+            tile_idx_to_mn_limit=args.get("tile_idx_to_mn_limit"),
             tactic=tactic,
             out=outputs() if out is None else out,
         )
@@ -185,6 +187,7 @@ def grouped_gemm_swiglu(**args: Any):
             *_operands(args),
             args["global_sf"],
             args["tile_size"],
+            tile_idx_to_mn_limit=args.get("tile_idx_to_mn_limit"),
             tactic=tactic,
             out=out,
         )

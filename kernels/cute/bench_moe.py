@@ -128,9 +128,10 @@ def build_problem(shape: Shape, seed: int) -> Problem:
         num_non_exiting_tiles=tables.num_non_exiting_tiles,
         tile_size=TILE,
     )
+    limits = dict(tile_idx_to_mn_limit=tables.tile_idx_to_mn_limit)
     finalize = dict(
         gemm,
-        tile_idx_to_mn_limit=tables.tile_idx_to_mn_limit,
+        **limits,
         permuted_idx_to_expanded_idx=tables.permuted_idx_to_expanded_idx,
         token_final_scales=scales,
         num_tokens=shape.tokens,
@@ -144,8 +145,9 @@ def build_problem(shape: Shape, seed: int) -> Problem:
     return Problem(
         shape=shape,
         op_args={
-            "grouped_gemm": gemm,
-            "grouped_gemm_swiglu": dict(gemm, global_sf=swiglu_gs),
+            # The MoE layer's GEMMs get the tile limits, as fused_moe passes them; S1 does not.
+            "grouped_gemm": gemm if shape.kind == "plain" else dict(gemm, **limits),
+            "grouped_gemm_swiglu": dict(gemm, global_sf=swiglu_gs, **limits),
             "grouped_gemm_finalize": finalize,
         },
         valid=valid,

@@ -38,6 +38,7 @@ class CompileKey:
     num_experts: int
     tile_size: int
     arch: str
+    mn_limit: bool = False  # reads tile_idx_to_mn_limit (finalize always does)
     top_k: int = 1  # finalize only: expanded index // top_k is the token
     variant: str = ""  # diagnostic builds only (gpu_check); "" is the kernel
 
@@ -74,7 +75,7 @@ def compile_kernel(key: CompileKey, *, keep_ptx: bool = False) -> Any:
     from stagebot.kernels.cute.grouped_gemm import Nvfp4GroupedGemmSm90
 
     kernel = Nvfp4GroupedGemmSm90(
-        key.tactic, EPILOGUES[key.kernel], key.variant, store_dtype(key.kernel)
+        key.tactic, EPILOGUES[key.kernel], key.mn_limit, key.variant, store_dtype(key.kernel)
     )
     gmem = cute.AddressSpace.gmem
     pointers = [

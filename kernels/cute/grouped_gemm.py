@@ -55,18 +55,22 @@ EPILOGUES = ("store", "swiglu", "finalize")
 
 class Nvfp4GroupedGemmSm90:
     """NVFP4 x NVFP4 contiguous grouped GEMM; the tactic's fields are the knobs, ``epilogue``
-    says what is written (finalize also reads tile_idx_to_mn_limit: rows past it are padding)."""
+    says what is written, ``mn_limit`` whether tile_idx_to_mn_limit is read (finalize: always;
+    rows past a tile's limit are padding, which sparse_rows tactics may leave uncomputed)."""
 
     def __init__(
         self,
         tactic: Tactic,
         epilogue: str = "store",
+        mn_limit: bool = False,
         variant: str = "",
         store_dtype: type[cutlass.Numeric] = cutlass.BFloat16,
     ):
         assert epilogue in EPILOGUES, epilogue
         self.tactic = tactic
         self.epilogue = epilogue
+        self.uses_limit = mn_limit or epilogue == "finalize"
+        self.sparse_rows = tactic.sparse_rows and self.uses_limit
         # Diagnostic builds for timing only (their results are wrong): "no_dequant" skips the
         # dequantisation, "no_mma" skips the WGMMAs. "" is the kernel.
         assert variant in ("", "no_dequant", "no_mma"), variant
@@ -115,6 +119,11 @@ class Nvfp4GroupedGemmSm90:
         return n % tactic.tile_mn[1] == 0 and k % BK == 0 and tile_size % tactic.tile_mn[0] == 0
 
     @staticmethod
+    def is_valid_sparse_rows(tactic: Tactic) -> bool:
+        """The rebalanced dequantisation is written for 128 x 256 tiles split along M."""
+        return not tactic.sparse_rows or (tactic.tile_mn == (128, 256) and tactic.wg_split == "m")
+
+    @staticmethod
     def is_valid_epilogue(tactic: Tactic, epilogue: str) -> bool:
         return epilogue in EPILOGUES and (epilogue != "swiglu" or tactic.wg_split == "m")
 
@@ -130,6 +139,7 @@ class Nvfp4GroupedGemmSm90:
             ),
             (cls.is_valid_tile(tactic), "tile must be 128 x (128 | 256)"),
             (cls.is_valid_cluster(tactic), "only cluster 1x1 is implemented"),
+            (cls.is_valid_sparse_rows(tactic), "sparse_rows needs a 128 x 256 tile split along M"),
             (cls.is_valid_wg_split(tactic), "warpgroup split must be 'm' or 'n'"),
             (cls.is_valid_smem(tactic), f"needs {cls.smem_bytes(tactic)} B of smem (> 227 KiB)"),
             (
@@ -154,7 +164,7 @@ class Nvfp4GroupedGemmSm90:
         alpha_ptr: cute.Pointer,  # fp32 [l]
         group_ptr: cute.Pointer,  # int32 [m / tile_size]
         num_tiles_ptr: cute.Pointer,  # int32 [1]
-        limit_ptr: cute.Pointer,  # finalize: int32 [m / tile_size] tile_idx_to_mn_limit
+        limit_ptr: cute.Pointer,  # int32 [m / tile_size] tile_idx_to_mn_limit (if read)
         c_ptr: cute.Pointer,  # store: bf16 [m, n]; swiglu: uint32 [m, n / 16]; finalize: bf16 out
         c_sf_ptr: cute.Pointer,  # swiglu: uint8 swizzled scales of c [m * n / 32]
         global_sf_ptr: cute.Pointer,  # swiglu: fp32 [1]
@@ -429,20 +439,36 @@ class Nvfp4GroupedGemmSm90:
                 n_tile = work // num_m_tiles
                 expert = mGroup[m_tile // m_per_table_tile]
                 row0 = m_tile * self.bm
+                limit = row0 + self.bm
+                if cutlass.const_expr(self.uses_limit):
+                    limit = mLimit[m_tile // m_per_table_tile]
+                # Sparse tiles (sparse_rows tactics): the second warpgroup's rows are all padding.
+                sparse = row0 + 64 >= limit
                 acc.fill(0.0)
                 tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)
                 for _kk in cutlass.range(k_tiles, unroll=1):
                     ring.consumer_wait(read)
                     s = read.index
                     buf = step % BF16_BUFFERS
-                    if cutlass.const_expr(self.variant != "no_dequant"):
-                        self._dequant(
-                            ((sAq32, sAs, sA16, self.bm), (sBq32, sBs, sB16, self.bn)),
-                            s,
-                            buf,
-                            unit_row,
-                            unit_half,
-                        )
+                    a_op, b_op = (sAq32, sAs, sA16), (sBq32, sBs, sB16)
+                    dense_units = self._units(a_op, self.bm) + self._units(b_op, self.bn)
+                    if cutlass.const_expr(self.variant == "no_dequant"):
+                        pass
+                    elif cutlass.const_expr(self.sparse_rows):
+                        if sparse:
+                            # Rows 64..127 of A are padding. Warpgroup 0 (unit rows 0..63)
+                            # dequantises A and B rows 0..63; warpgroup 1 (unit rows 64..127)
+                            # takes B rows 64..255.
+                            if wg == 0:
+                                units = [(a_op, 0), (b_op, 0)]
+                                self._dequant(units, s, buf, unit_row, unit_half)
+                            else:
+                                units = [(b_op, 0), (b_op, 64), (b_op, 128)]
+                                self._dequant(units, s, buf, unit_row, unit_half)
+                        else:
+                            self._dequant(dense_units, s, buf, unit_row, unit_half)
+                    else:
+                        self._dequant(dense_units, s, buf, unit_row, unit_half)
                     cute.arch.fence_proxy(
                         cute.arch.ProxyKind.async_shared, space=cute.arch.SharedSpace.shared_cta
                     )
@@ -450,16 +476,12 @@ class Nvfp4GroupedGemmSm90:
                     ring.consumer_release(read)
                     read.advance()
                     cute.nvgpu.warpgroup.fence()
-                    for kb in cutlass.range_constexpr(
-                        num_k_blocks if self.variant != "no_mma" else 0
-                    ):
-                        cute.gemm(
-                            tiled_mma,
-                            acc,
-                            tCrA[(None, None, kb, buf)],
-                            tCrB[(None, None, kb, buf)],
-                            acc,
-                        )
+                    k_blocks = num_k_blocks if self.variant != "no_mma" else 0
+                    if cutlass.const_expr(self.sparse_rows):
+                        if wg == 0 or not sparse:
+                            self._mma(tiled_mma, acc, tCrA, tCrB, buf, k_blocks)
+                    else:
+                        self._mma(tiled_mma, acc, tCrA, tCrB, buf, k_blocks)
                     cute.nvgpu.warpgroup.commit_group()
                     cute.nvgpu.warpgroup.wait_group(1)
                     step += 1
@@ -480,7 +502,7 @@ class Nvfp4GroupedGemmSm90:
                         tCcC,
                         scale,
                         row0,
-                        mLimit[m_tile // m_per_table_tile],
+                        limit,
                         n_tile * self.bn,
                         mP2e,
                         mRouter,
@@ -494,29 +516,38 @@ class Nvfp4GroupedGemmSm90:
         """(rows, 32 packed bytes, stages), row-major per stage, as TMA writes it."""
         return cute.make_layout((rows, BK // 2, self.stages), stride=(BK // 2, 1, rows * BK // 2))
 
-    def _dequant(self, operands, s, buf, unit_row, unit_half):
+    @staticmethod
+    def _mma(tiled_mma, acc, tCrA, tCrB, buf, k_blocks):
+        """The WGMMAs of one K step on operand buffer ``buf`` (issued, not awaited)."""
+        for kb in range(k_blocks):  # unrolled at trace time
+            cute.gemm(tiled_mma, acc, tCrA[(None, None, kb, buf)], tCrB[(None, None, kb, buf)], acc)
+
+    def _units(self, operand, rows):
+        """The (operand, row offset) units a thread dequantises to cover ``rows`` rows densely."""
+        return [(operand, offset) for offset in range(0, rows, self.num_mma_threads // 2)]
+
+    def _dequant(self, units, s, buf, unit_row, unit_half):
         """Consumer threads turn one stage of packed FP4 rows (and their scales) into fp16.
 
-        Unit = (row, 16-byte half): 4 packed words (32 values, 2 scale blocks) -> 4 x 16-byte
-        stores into the swizzled operand tile. A warp reads 512 contiguous staging bytes; the
-        16-byte stores of 8 neighbouring threads land in 8 distinct swizzle chunks. Every unit's
-        shared-memory loads are issued before any conversion or store (the compiler cannot move
-        loads above stores to the same memory space), so their latencies overlap.
+        Unit = (row, 16-byte half) of an operand, row = unit_row + the unit's row offset (the
+        caller's list covers every row once across the threads): 4 packed words (32 values, 2
+        scale blocks) -> 4 x 16-byte stores into the swizzled operand tile. A warp reads 512
+        contiguous staging bytes; the 16-byte stores of 8 neighbouring threads land in 8
+        distinct swizzle chunks. Every unit's shared-memory loads are issued before any
+        conversion or store (the compiler cannot move loads above stores to the same memory
+        space), so their latencies overlap.
         """
-        units = []
-        for sq32, sf32, s16, rows in operands:
-            for i in range(rows * 2 // self.num_mma_threads):  # unrolled at trace time
-                row = unit_row + i * (self.num_mma_threads // 2)
-                packed = cute.make_rmem_tensor((1, 4), cutlass.Uint32)
-                cute.autovec_copy(
-                    cute.local_tile(sq32[(None, None, s)], (1, 4), (row, unit_half)), packed
-                )
-                # Scale word of this row: the 4 blocks' e4m3 bytes in the 128x4 swizzled chunk.
-                sf_word = cutlass.Uint32(
-                    sf32[((row % 32) * 4 + (row % 128) // 32, 0, row // 128, s)]
-                )
-                units.append((s16, row, packed, sf_word))
-        for s16, row, packed, sf_word in units:
+        loaded = []
+        for (sq32, sf32, s16), offset in units:  # unrolled at trace time
+            row = unit_row + offset
+            packed = cute.make_rmem_tensor((1, 4), cutlass.Uint32)
+            cute.autovec_copy(
+                cute.local_tile(sq32[(None, None, s)], (1, 4), (row, unit_half)), packed
+            )
+            # Scale word of this row: the 4 blocks' e4m3 bytes in the 128x4 swizzled chunk.
+            sf_word = cutlass.Uint32(sf32[((row % 32) * 4 + (row % 128) // 32, 0, row // 128, s)])
+            loaded.append((s16, row, packed, sf_word))
+        for s16, row, packed, sf_word in loaded:
             dst = s16[(None, None, buf)]
             sf_half = sf_word >> (unit_half * 16)
             scales = (e4m3_to_f16x2(sf_half), e4m3_to_f16x2(sf_half >> 8))

@@ -78,6 +78,7 @@ def _run(
         raise KernelArgumentError(f"the cute {kernel} cannot take this call: {why}")
     m, half_k = a.shape
     experts, n, _ = b.shape
+    limit = epilogue_tensors.get("limit")
     key = CompileKey(
         kernel,
         tactic,
@@ -87,6 +88,7 @@ def _run(
         experts,
         tile_size,
         ARCH,
+        mn_limit=limit is not None,
         top_k=top_k,
         variant=variant,
     )
@@ -135,16 +137,21 @@ def grouped_gemm(
     num_non_exiting_tiles: torch.Tensor,
     tile_size: int,
     *,
+    tile_idx_to_mn_limit: torch.Tensor | None = None,
     tactic: Tactic = DEFAULT_TACTIC,
     out: torch.Tensor | None = None,
     _variant: str = "",
 ) -> torch.Tensor:
     """bf16 [m, n] (fp32 if ``out`` is fp32); rows of exiting tiles are left as they were in
-    ``out`` (or uninitialised)."""
+    ``out`` (or uninitialised); given ``tile_idx_to_mn_limit``, rows past their tile's limit
+    may hold anything."""
     operands = (a, b, a_sf, b_sf, alpha, tile_idx_to_group_idx, num_non_exiting_tiles)
     out = grouped_gemm_outputs(a, b) if out is None else out
     kernel = "grouped_gemm_f32_rows" if out.dtype == torch.float32 else "grouped_gemm"
-    _run(kernel, tactic, operands, tile_size, {"c": out}, variant=_variant)
+    epilogue = {"c": out}
+    if tile_idx_to_mn_limit is not None:
+        epilogue["limit"] = tile_idx_to_mn_limit
+    _run(kernel, tactic, operands, tile_size, epilogue, variant=_variant)
     return out
 
 
@@ -159,12 +166,15 @@ def grouped_gemm_swiglu(
     global_sf: torch.Tensor,
     tile_size: int,
     *,
+    tile_idx_to_mn_limit: torch.Tensor | None = None,
     tactic: Tactic = DEFAULT_TACTIC,
     out: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(c uint8 [m, n/4], c_sf uint8 [m * n / 32] swizzled): NVFP4(linear * silu(gate))."""
     c, c_sf = swiglu_outputs(a, b) if out is None else out
     epilogue = {"c": c, "c_sf": c_sf, "global_sf": global_sf.reshape(1)}
+    if tile_idx_to_mn_limit is not None:
+        epilogue["limit"] = tile_idx_to_mn_limit
     operands = (a, b, a_sf, b_sf, alpha, tile_idx_to_group_idx, num_non_exiting_tiles)
     _run("grouped_gemm_swiglu", tactic, operands, tile_size, epilogue)
     return c, c_sf

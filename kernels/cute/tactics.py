@@ -18,11 +18,17 @@ class Tactic:
     # by both), "n" = all rows x half the columns each (A read by both; fewer smem bytes).
     # "n" passed gpu_check but measured 3-5% slower (NOTES.md v2), so no listed tactic uses it.
     wg_split: str = "m"
+    # Decode tiles: when every row the second warpgroup multiplies lies past the tile's
+    # mn_limit, it skips its WGMMAs and takes over part of the first's B dequantisation, so
+    # the first warpgroup (A, a quarter of B, the WGMMAs) is no longer the slowest. Only
+    # calls that pass tile_idx_to_mn_limit can tell; without it the tactic runs dense.
+    sparse_rows: bool = False
 
     def __str__(self) -> str:
         (tm, tn), (cm, cn) = self.tile_mn, self.cluster_mn
         split = "" if self.wg_split == "m" else f"_wg{self.wg_split}"
-        return f"tile{tm}x{tn}_cluster{cm}x{cn}_stages{self.stages}{split}"
+        sparse = "_sparse" if self.sparse_rows else ""
+        return f"tile{tm}x{tn}_cluster{cm}x{cn}_stages{self.stages}{split}{sparse}"
 
 
 # The dispatcher's list, in order of preference; the first one is what CI compiles.
@@ -30,5 +36,6 @@ TACTICS: tuple[Tactic, ...] = (
     Tactic((128, 256), (1, 1), 4),  # fastest measured (NOTES.md); needs n % 256 == 0
     Tactic((128, 128), (1, 1), 4),  # the fallback for n % 256 == 128
     Tactic((128, 128), (1, 1), 6),
+    Tactic((128, 256), (1, 1), 4, sparse_rows=True),  # decode: one expert's few rows per tile
 )
 DEFAULT_TACTIC = TACTICS[0]

@@ -291,19 +291,11 @@ def _check_swiglu(p: Problem, got, want) -> dict:
 # ---- measurement ----
 
 
-def time_us(fn: Callable[[], Any]) -> dict:
-    from triton.testing import do_bench
-
-    from stagebot.kernels.cute.gpu_check import _graph_us
-
-    bench = 1e3 * do_bench(fn, warmup=25, rep=200, return_mode="median")
-    graph = _graph_us(fn, do_bench)
-    return dict(us=min(bench, graph or bench), do_bench_us=bench, graph_us=graph)
-
-
 def machine_rates() -> dict:
     """bf16 dense matmul rate (8192^3) and device-to-device copy bandwidth (2 GiB)."""
     import torch
+
+    from stagebot.kernels.cute.timing import time_us
 
     a = torch.randn(8192, 8192, device=DEVICE, dtype=torch.bfloat16)
     matmul_us = time_us(lambda: torch.matmul(a, a))["us"]
@@ -332,6 +324,8 @@ def _short(error: Exception) -> str:
 
 
 def measure_impl(p: Problem, make, want, errors: list[str], label: str) -> dict:
+    from stagebot.kernels.cute.timing import time_us
+
     result: dict[str, Any] = {}
     try:
         fn = make(p)

@@ -1,11 +1,12 @@
-"""One GPU run: compile, check the CuTe grouped GEMM against the reference, time it vs the peer.
+"""One GPU run: the plain CuTe grouped GEMM checked bit for bit, and where its time goes.
 
     python3 -m stagebot.kernels.cute.gpu_check [--out DIR] [--quick]
 
 Every check draws fresh random inputs and poisons the output with NaN first: valid tiles must
 match the reference backend (fp32-exact decode, "highest" fp32 matmul) and every element of
-every non-exiting tile must be written; exiting tiles must stay NaN. Timings are medians of
-triton.testing.do_bench against torch._grouped_mm with bf16 operands of the same shapes.
+every non-exiting tile must be written; exiting tiles must stay NaN. The diagnostic builds
+(no dequantisation; no WGMMA: wrong results by design) time the two halves of the main loop.
+Speed against the peers is stagebot.kernels.cute.bench_moe's job.
 """
 
 from __future__ import annotations
@@ -82,24 +83,10 @@ def check(name: str, counts, n, k, tile_size, spare, tactic: Tactic, seed: int) 
     )
 
 
-def _graph_us(fn, do_bench) -> float | None:
-    """Median us per call of ``fn`` replayed from a CUDA graph of 10 calls (None if it fails)."""
-    try:
-        fn()
-        torch.cuda.synchronize()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            for _ in range(10):
-                fn()
-        return 1e3 * do_bench(graph.replay, warmup=25, rep=200, return_mode="median") / 10
-    except Exception as error:
-        print(f"graph capture failed: {error!r}", flush=True)
-        return None
-
-
 def bench_variant(name: str, counts, n, k, tile_size, tactic: Tactic, variant: str) -> dict:
-    """Timing of a diagnostic build (its output is wrong by design): where the time goes."""
-    from triton.testing import do_bench
+    """Timing of the kernel (variant "") or of a diagnostic build (its output is wrong by
+    design): where the time goes."""
+    from stagebot.kernels.cute.timing import time_us
 
     args, _, _ = make_problem(counts, n, k, tile_size, 0, 7)
     out = torch.empty(args["a"].shape[0], n, dtype=torch.bfloat16, device="cuda")
@@ -107,48 +94,7 @@ def bench_variant(name: str, counts, n, k, tile_size, tactic: Tactic, variant: s
     def run_cute():
         launch.grouped_gemm(**args, tile_size=tile_size, tactic=tactic, out=out, _variant=variant)
 
-    us = 1e3 * do_bench(run_cute, warmup=25, rep=200, return_mode="median")
-    graph_us = _graph_us(run_cute, do_bench)
-    return dict(name=name, tactic=str(tactic), variant=variant, us=min(us, graph_us or us))
-
-
-def bench(name: str, counts, n, k, tile_size, tactic: Tactic, seed: int) -> dict:
-    from triton.testing import do_bench
-
-    args, valid_rows, _ = make_problem(counts, n, k, tile_size, 0, seed)
-    out = torch.empty(args["a"].shape[0], n, dtype=torch.bfloat16, device="cuda")
-
-    def run_cute():
-        launch.grouped_gemm(**args, tile_size=tile_size, tactic=tactic, out=out)
-
-    cute_us = 1e3 * do_bench(run_cute, warmup=25, rep=200, return_mode="median")
-    cute_graph_us = _graph_us(run_cute, do_bench)
-    # Peer: bf16 grouped mm over the same valid rows per expert, bf16 weights.
-    rows = torch.tensor(counts, dtype=torch.int32)
-    total = int(rows.sum())
-    xa = torch.randn(total, k, device="cuda", dtype=torch.bfloat16)
-    wb = torch.randn(len(counts), n, k, device="cuda", dtype=torch.bfloat16)
-    offs = torch.cumsum(rows, 0).to(torch.int32).cuda()
-
-    def run_peer():
-        torch._grouped_mm(xa, wb.transpose(-2, -1), offs=offs, out_dtype=torch.bfloat16)
-
-    peer_us = 1e3 * do_bench(run_peer, warmup=25, rep=200, return_mode="median")
-    peer_graph_us = _graph_us(run_peer, do_bench)
-    flops = 2.0 * total * n * k
-    if cute_graph_us and peer_graph_us:  # graph replay removes the host launch cost
-        cute_us, peer_us = min(cute_us, cute_graph_us), min(peer_us, peer_graph_us)
-    return dict(
-        name=name,
-        tactic=str(tactic),
-        cute_us=cute_us,
-        peer_bf16_us=peer_us,
-        cute_graph_us=cute_graph_us,
-        peer_graph_us=peer_graph_us,
-        cute_tflops=flops / cute_us / 1e6,
-        peer_tflops=flops / peer_us / 1e6,
-        speedup=peer_us / cute_us,
-    )
+    return dict(name=name, tactic=str(tactic), variant=variant, us=time_us(run_cute)["us"])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -159,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     out_dir = Path(opts.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     print(torch.cuda.get_device_name(), torch.__version__, flush=True)
-    results: dict[str, list] = {"checks": [], "bench": [], "variants": [], "errors": []}
+    results: dict[str, list] = {"checks": [], "variants": [], "errors": []}
 
     def guarded(fn, *a):
         try:
@@ -188,22 +134,10 @@ def main(argv: list[str] | None = None) -> int:
     shapes = [
         ("8x8192_N4096_K4096", [8192] * 8, 4096, 4096),
         ("dec16_gemm1_N4096_K7168", [4] * 8, 4096, 7168),
-        ("dec16_gemm2_N7168_K2048", [4] * 8, 7168, 2048),
-        ("dec128_gemm1", [32] * 8, 4096, 7168),
-        ("tok8192_gemm1", [2048] * 8, 4096, 7168),
-        ("tok8192_gemm2", [2048] * 8, 7168, 2048),
     ]
-    if opts.quick:
-        shapes = shapes[:2]
-    for name, counts, n, k in shapes:
-        for tactic in TACTICS[:2]:
-            if n % tactic.tile_mn[1] == 0:
-                r = guarded(bench, name, counts, n, k, 128, tactic, 7)
-                if r:
-                    results["bench"].append(r)
     if not opts.quick:
-        for name, counts, n, k in (shapes[0], shapes[1]):
-            for variant in ("no_dequant", "no_mma"):
+        for name, counts, n, k in shapes:
+            for variant in ("", "no_dequant", "no_mma"):
                 r = guarded(bench_variant, name, counts, n, k, 128, TACTICS[0], variant)
                 if r:
                     results["variants"].append(r)
@@ -214,19 +148,10 @@ def main(argv: list[str] | None = None) -> int:
             f"{r['name']:<16} {r['tactic']:<30} ok={r['ok']} rel={r['rel_err']:.2e} "
             f"unwritten={r['unwritten']} exiting_written={r['exiting_written']}"
         )
-    print("\n== diagnostic builds (wrong results by design; median us) ==")
+    print("\n== the kernel and its diagnostic builds (wrong results by design; median us) ==")
     for r in results["variants"]:
-        print(f"{r['name']:<26}{r['tactic']:<30}{r['variant']:<12}{r['us']:>10.1f}")
-    print("\n== timing (median us, do_bench) ==")
-    print(
-        f"{'shape':<26}{'tactic':<30}{'cute us':>10}{'bf16 peer':>10}{'cute TF':>9}"
-        f"{'peer TF':>9}{'speedup':>8}"
-    )
-    for r in results["bench"]:
-        print(
-            f"{r['name']:<26}{r['tactic']:<30}{r['cute_us']:>10.1f}{r['peer_bf16_us']:>10.1f}"
-            f"{r['cute_tflops']:>9.1f}{r['peer_tflops']:>9.1f}{r['speedup']:>8.2f}"
-        )
+        variant = r["variant"] or "(kernel)"
+        print(f"{r['name']:<26}{r['tactic']:<30}{variant:<12}{r['us']:>10.1f}")
     for e in results["errors"]:
         print("ERROR", e[:300])
     failed = results["errors"] or not all(r["ok"] for r in results["checks"])

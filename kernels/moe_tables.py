@@ -97,6 +97,18 @@ def valid_rows(
     return (tile < num_non_exiting_tiles) & (rows < tile_idx_to_mn_limit[tile])
 
 
+def expanded_to_permuted(
+    permuted_idx_to_expanded_idx: torch.Tensor, valid: torch.Tensor, num_slots: int
+) -> torch.Tensor:
+    """int32 [num_slots]: the permuted row holding each expanded index, -1 where no valid row
+    does (the inverse of permuted_idx_to_expanded_idx over the ``valid`` rows, no host sync)."""
+    p2e = permuted_idx_to_expanded_idx
+    expanded = torch.where(valid, p2e.long(), num_slots)  # invalid rows land in a spare slot
+    rows = torch.full((num_slots + 1,), -1, dtype=torch.int32, device=p2e.device)
+    rows.scatter_(0, expanded, torch.arange(p2e.numel(), dtype=torch.int32, device=p2e.device))
+    return rows[:num_slots]
+
+
 def moe_permute(
     x: torch.Tensor,
     x_scales: torch.Tensor,

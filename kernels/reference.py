@@ -127,13 +127,8 @@ def grouped_gemm_finalize(
     top_k = token_final_scales.shape[1]
     slots = num_tokens * top_k
     valid = moe_tables.valid_rows(tile_idx_to_mn_limit, num_non_exiting_tiles, tile_size)
-    expanded = torch.where(valid, permuted_idx_to_expanded_idx.long(), slots)
-    # Invert permuted -> expanded for the valid rows; invalid ones land in a spare slot.
-    slot_to_row = torch.full((slots + 1,), -1, dtype=torch.long, device=acc.device)
-    slot_to_row.scatter_(0, expanded, torch.arange(acc.shape[0], device=acc.device))
-    out = moe_tables.moe_unpermute(
-        acc, slot_to_row[:slots].view(num_tokens, top_k), token_final_scales
-    )
+    rows = moe_tables.expanded_to_permuted(permuted_idx_to_expanded_idx, valid, slots)
+    out = moe_tables.moe_unpermute(acc, rows.view(num_tokens, top_k), token_final_scales)
     return out.to(torch.bfloat16)
 
 

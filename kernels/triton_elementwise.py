@@ -1,11 +1,12 @@
-"""Triton kernels for the elementwise steps of the unfused MoE compositions (GPU paths only).
+"""Triton elementwise kernels of the MoE layer (GPU paths; the tests also run the interpreter).
 
 - ``swiglu_quantize``: GEMM1's bf16 output (linear and gate interleaved in 64-column groups)
-  -> NVFP4(linear * silu(gate)), packed codes and 128x4-swizzled scales, in one launch. With a
-  plain grouped GEMM before it, this is what the SwiGLU-fused GEMM replaces.
+  -> NVFP4(linear * silu(gate)), packed codes and 128x4-swizzled scales, in one launch: the
+  elementwise step of the unfused composition the SwiGLU-fused GEMM is benchmarked against.
 - ``unpermute``: out[t] = sum over k, in order, of scale[t, k] * permuted[idx[t, k]] in fp32
   (idx -1 skips), bf16 or fp32 rows in, bf16 out, one launch, no atomics: bit-identical run to
-  run. With a plain grouped GEMM before it, this is what the finalize-fused GEMM replaces.
+  run. The cute backend's deterministic finalize runs it on fp32 rows; after a plain GEMM it is
+  the unfused composition the finalize-fused GEMM is benchmarked against.
 
 Both follow the reference's fp32 order of operations (stagebot.kernels.nvfp4,
 stagebot.kernels.moe_tables.moe_unpermute): IEEE division, no FMA contraction, and on the GPU
@@ -205,6 +206,10 @@ def swiglu_quantize(y: torch.Tensor, global_sf: torch.Tensor) -> tuple[torch.Ten
     _require(
         global_sf.dtype == torch.float32 and global_sf.numel() == 1,
         "argument `global_sf` must be one fp32 value",
+    )
+    _require(
+        global_sf.device == y.device,
+        f"argument `global_sf` is on {global_sf.device}; it must be on y's device ({y.device})",
     )
     out = torch.empty(m, n // 4, dtype=torch.uint8, device=y.device)
     sf = torch.empty(layouts.swizzled_sf_size(m, n // 32), dtype=torch.uint8, device=y.device)

@@ -63,6 +63,19 @@ def test_shipped_catalog_has_the_required_families_and_suites() -> None:
     assert catalog.gpu_types["DGX_H200"].arch == "sm_90a"
 
 
+def test_every_pytorch_family_runs_the_nvfp4_suite_and_the_h200_one_forces_cute() -> None:
+    nvfp4 = "harness/suites/nvfp4_moe"
+    for family in load_catalog().families:
+        if family.backend != "pytorch":
+            continue
+        runs = [suite for suite in family.suites if suite.path == nvfp4]
+        assert len(runs) == 1, (family.name, runs)
+        forced = "--moe-backend" in runs[0].args
+        assert forced == (family.name == "DGX_H200-PyTorch"), (family.name, runs[0].args)
+        if forced:
+            assert runs[0].pytest_args()[-2:] == ["--moe-backend", "cute"]
+
+
 def test_shipped_suite_paths_exist() -> None:
     root = Path(__file__).resolve().parents[1]
     for stage in load_catalog().stages:

@@ -28,9 +28,19 @@ def test_tactic_predicates_are_named_and_composed():
         assert K.can_implement(tactic, 4096, 7168, 128) == (True, "")
     assert not K.is_valid_cluster(Tactic((128, 128), (2, 1), 4))
     assert not K.is_valid_smem(Tactic((128, 256), (1, 1), 12))
-    assert not K.is_valid_problem(Tactic((128, 256), (1, 1), 4), 384, 7168, 128)
+    ok, why = K.can_implement(Tactic((128, 256), (1, 1), 4), 384, 7168, 128)
+    assert not ok and why.endswith("n=384 must be a multiple of the tile's N (256)"), why
     ok, why = K.can_implement(Tactic((128, 128), (1, 1), 4), 4096, 100, 128)
-    assert not ok and "K=100" in why
+    assert not ok and why.endswith("K=100 must be a multiple of 64"), why
+    ok, why = K.can_implement(
+        Tactic((128, 128), (1, 1), 4, wg_split="n"), 4096, 7168, 128, "swiglu"
+    )
+    assert not ok and "needs the warpgroups to split M" in why, why
+    assert K.can_implement(Tactic((128, 128), (1, 1), 4, wg_split="n"), 4096, 7168, 128)[0]
+    ok, why = K.can_implement(Tactic((128, 128), (1, 1), 4, sparse_rows=True), 4096, 7168, 128)
+    assert not ok and "sparse_rows needs a 128 x 256 tile" in why, why
+    ok, why = K.can_implement(Tactic((128, 128), (1, 1), 1), 4096, 7168, 128)
+    assert not ok and "stages is 1" in why, why
 
 
 def test_compiled_kernels_are_cached_by_key(monkeypatch):
@@ -43,3 +53,95 @@ def test_compiled_kernels_are_cached_by_key(monkeypatch):
     sentinel = object()
     monkeypatch.setitem(cc._cache, key, sentinel)
     assert cc.compile_kernel(key) is sentinel
+
+
+def _gemm_args(n: int = 256, k: int = 128, experts: int = 2, tile: int = 128) -> dict:
+    return dict(
+        a=torch.zeros(tile, k // 2, dtype=torch.uint8),
+        b=torch.zeros(experts, n, k // 2, dtype=torch.uint8),
+        a_sf=torch.zeros(tile * k // 16, dtype=torch.uint8),
+        b_sf=torch.zeros(experts * n * k // 16, dtype=torch.uint8),
+        tile_size=tile,
+    )
+
+
+@pytest.fixture
+def on_an_h200(monkeypatch):
+    """The device check passes (CPU tensors stand in: only shapes and strides are read)."""
+    pytest.importorskip("cutlass")
+    from stagebot.kernels.cute import backend as cute_backend
+
+    monkeypatch.setattr(cute_backend, "_device_reason", lambda a: "")
+    return cute_backend
+
+
+def test_a_pinned_tactic_that_does_not_fit_is_refused_with_its_reason(on_an_h200):
+    from stagebot.kernels.cute import autotune
+    from stagebot.kernels.cute.tactics import TACTICS
+
+    args = _gemm_args(n=384)
+    assert on_an_h200.can_implement("grouped_gemm", **args) == (True, "")  # a 128-wide tactic
+    with autotune.fixed_tactic(TACTICS[0]):
+        ok, why = on_an_h200.can_implement("grouped_gemm", **args)
+    assert not ok and why.startswith(f"pinned tactic {TACTICS[0]}: n=384 must be"), why
+
+
+def test_when_no_tactic_fits_every_refusal_is_given(on_an_h200):
+    from stagebot.kernels.cute.tactics import TACTICS
+
+    ok, why = on_an_h200.can_implement("grouped_gemm", **_gemm_args(n=192))
+    assert not ok and why.count("n=192 must be a multiple") == len(TACTICS), why
+
+
+def test_operands_tma_cannot_read_are_refused(on_an_h200):
+    args = _gemm_args()
+    args["b"] = torch.zeros(2, 128, 256, dtype=torch.uint8)[:, :, :64]  # rows 256 bytes apart
+    ok, why = on_an_h200.can_implement("grouped_gemm", **args)
+    assert not ok and "b must be contiguous and 16-byte aligned for TMA" in why, why
+
+
+def _moe_args(hidden: int = 256, inter: int = 256, **flags) -> dict:
+    experts = 2
+    return dict(
+        x=torch.zeros(4, hidden),
+        w1=torch.zeros(experts, 2 * inter, hidden // 2, dtype=torch.uint8),
+        w1_sf=torch.zeros(experts * 2 * inter * hidden // 16, dtype=torch.uint8),
+        w2=torch.zeros(experts, hidden, inter // 2, dtype=torch.uint8),
+        w2_sf=torch.zeros(experts * hidden * inter // 16, dtype=torch.uint8),
+        tile_size=128,
+        **{"disable_finalize_fusion": False, "deterministic": False, **flags},
+    )
+
+
+@pytest.mark.parametrize(
+    ("flags", "second_gemm"),
+    [
+        ({}, "grouped_gemm_finalize"),
+        ({"deterministic": True}, "grouped_gemm_f32_rows"),
+        ({"disable_finalize_fusion": True}, "grouped_gemm"),
+    ],
+)
+def test_fused_moe_checks_the_second_gemm_it_will_launch(on_an_h200, flags, second_gemm):
+    assert on_an_h200.can_implement("fused_moe", **_moe_args(**flags)) == (True, "")
+    ok, why = on_an_h200.can_implement("fused_moe", **_moe_args(hidden=192, **flags))
+    assert not ok and f"{second_gemm}: tactic" in why and "n=192 must be" in why, why
+
+
+def test_fused_moe_refuses_weights_tma_cannot_read(on_an_h200):
+    args = _moe_args()
+    args["w2"] = args["w2"].transpose(1, 2).contiguous().transpose(1, 2)
+    ok, why = on_an_h200.can_implement("fused_moe", **args)
+    assert not ok and "w2 must be contiguous" in why, why
+
+
+def test_the_deterministic_finalize_needs_triton(on_an_h200, monkeypatch):
+    real = on_an_h200.importlib.util.find_spec
+    monkeypatch.setattr(
+        on_an_h200.importlib.util,
+        "find_spec",
+        lambda name: None if name == "triton" else real(name),
+    )
+    args = dict(_gemm_args(), deterministic=True)
+    ok, why = on_an_h200.can_implement("grouped_gemm_finalize", **args)
+    assert not ok and "triton is not importable" in why and "deterministic=False" in why, why
+    assert on_an_h200.can_implement("grouped_gemm_finalize", **dict(args, deterministic=False))[0]

@@ -1,7 +1,8 @@
 """The Triton elementwise kernels vs the reference (nvfp4.quantize + swizzle_sf; moe_unpermute).
 
 On a GPU they run compiled; without CUDA they run under Triton's CPU interpreter
-(TRITON_INTERPRET=1, set here for the process). Without triton installed they skip.
+(TRITON_INTERPRET=1 while this module imports triton and defines its kernels, then restored, so
+other tests and child processes do not inherit it). Without triton installed they skip.
 """
 
 from __future__ import annotations
@@ -19,17 +20,22 @@ DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 NO_TRITON = "triton is not installed (`pip install triton==3.6.0` runs these on CPU too)"
 
 
+_ENV = pytest.MonkeyPatch()
+
+
 def _import_kernels():
     """The module under test; without CUDA, built for Triton's CPU interpreter.
 
-    @triton.jit (and triton's own lazy imports) read TRITON_INTERPRET when they run, so without
-    CUDA it is set for the rest of this process, before triton is first imported: a CPU-only
-    machine cannot run compiled Triton kernels anyway.
+    @triton.jit reads TRITON_INTERPRET when it decorates, and triton's lazy gluon import checks
+    it again at the first launch, so both happen while it is set (it is restored at the end of
+    this module's import).
     """
-    if DEVICE == "cpu":
-        os.environ.setdefault("TRITON_INTERPRET", "1")
+    if DEVICE == "cpu" and "TRITON_INTERPRET" not in os.environ:
+        _ENV.setenv("TRITON_INTERPRET", "1")
     pytest.importorskip("triton", reason=NO_TRITON)
     module = importlib.import_module("stagebot.kernels.triton_elementwise")
+    if DEVICE == "cpu":
+        importlib.import_module("triton.experimental.gluon")
     import triton.language as tl
     from triton.runtime.interpreter import InterpretedFunction
 
@@ -58,6 +64,9 @@ def _conversions_kernel(x_ptr, code_ptr, value_ptr, bf16_ptr, n, BLOCK: tl.const
     tl.store(code_ptr + offs, code.to(tl.uint8), mask=mask)
     tl.store(value_ptr + offs, value, mask=mask)
     tl.store(bf16_ptr + offs, te._f32_to_bf16(x), mask=mask)
+
+
+_ENV.undo()  # every kernel of this module is defined: the interpreter choice is made
 
 
 def test_conversions_round_to_nearest_even_on_every_tie_as_torch_does():

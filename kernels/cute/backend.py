@@ -24,13 +24,14 @@ from stagebot.kernels.cute import autotune
 from stagebot.kernels.cute.tactics import TACTICS, Tactic
 
 # The kill switch for dispatch: True only while the kernels pass their GPU checks on an H200
-# (NOTES.md has the runs: gpu_check and the suite with --moe-backend cute).
+# (kernels/cute/NOTES.md says which commit each run checked: the suite with --moe-backend cute,
+# bench_moe's reference checks, gpu_check).
 GPU_VERIFIED = True
 PRIORITY = 10  # above the reference (0)
 
 
-def _missing_module(name: str, install: str) -> str:
-    return "" if importlib.util.find_spec(name) else f"{name} is not installed ({install})"
+def _missing_module(module: str, why: str) -> str:
+    return "" if importlib.util.find_spec(module) else f"{module} is not importable: {why}"
 
 
 def _device_reason(a: Any) -> str:
@@ -54,14 +55,16 @@ def _kernel_of(op: str, args: dict[str, Any]) -> str:
 
 
 def _fitting(kernel: str, tactics: tuple[Tactic, ...], fits: Callable) -> tuple[list[Tactic], str]:
-    """(tactics of ``tactics`` that fit, the last refusal); the pinned tactic alone if pinned."""
+    """(tactics of ``tactics`` that fit, every refusal); the pinned tactic alone if pinned."""
     pinned = autotune.pinned()
-    chosen, why = [], "no tactic"
+    chosen, refusals = [], []
     for tactic in (pinned,) if pinned else tactics:
         ok, why = fits(tactic, kernel)
         if ok:
             chosen.append(tactic)
-    return chosen, why
+        else:
+            refusals.append(f"pinned {why}" if pinned else why)
+    return chosen, "; ".join(refusals)
 
 
 def _operand_fit(args: dict[str, Any]) -> Callable:
@@ -74,9 +77,11 @@ def _operand_fit(args: dict[str, Any]) -> Callable:
 
 
 def _moe_fit(args: dict[str, Any]) -> Callable:
-    """Shape-only fit of fused_moe's two GEMMs (their operands are made inside, aligned)."""
-    from stagebot.kernels.cute.compile import EPILOGUES
+    """Fit of fused_moe's two GEMMs: their shapes, and the weights as TMA reads them (the
+    activations are made inside, dense and aligned)."""
+    from stagebot.kernels.cute.compile import KERNEL_EPILOGUE
     from stagebot.kernels.cute.grouped_gemm import Nvfp4GroupedGemmSm90
+    from stagebot.kernels.cute.launch import tma_operand_problem
 
     w1, w2, tile_size = args["w1"], args["w2"], args["tile_size"]
     (_, n1, half_k1), (_, n2, half_k2) = w1.shape, w2.shape
@@ -86,9 +91,16 @@ def _moe_fit(args: dict[str, Any]) -> Callable:
     else:
         shapes[_kernel_of("grouped_gemm_finalize", args)] = (n2, 2 * half_k2)
 
+    weights = {name: args[name] for name in ("w1", "w1_sf", "w2", "w2_sf")}
+    weights_problem = tma_operand_problem(weights)
+
     def fits(tactic: Tactic, _kernel: str) -> tuple[bool, str]:
+        if weights_problem:
+            return False, weights_problem
         for kernel, (n, k) in shapes.items():
-            ok, why = Nvfp4GroupedGemmSm90.can_implement(tactic, n, k, tile_size, EPILOGUES[kernel])
+            ok, why = Nvfp4GroupedGemmSm90.can_implement(
+                tactic, n, k, tile_size, KERNEL_EPILOGUE[kernel]
+            )
             if not ok:
                 return False, f"{kernel}: {why}"
         return True, ""
@@ -103,9 +115,13 @@ def _runs_deterministic_finalize(op: str, args: dict[str, Any]) -> bool:
 
 def can_implement(op: str, **args: Any) -> tuple[bool, str]:
     reason = _device_reason(args.get("x" if op == "fused_moe" else "a"))
-    reason = reason or _missing_module("cutlass", "pip install stagebot[kernels]")
+    reason = reason or _missing_module("cutlass", "pip install 'nvidia-cutlass-dsl==4.3.5'")
     if not reason and _runs_deterministic_finalize(op, args):
-        reason = _missing_module("triton", "the deterministic finalize sums with a Triton kernel")
+        reason = _missing_module(
+            "triton",
+            "deterministic=True sums with a Triton kernel (pip install triton, or pass "
+            "deterministic=False)",
+        )
     if not reason and not GPU_VERIFIED:
         reason = "the cute kernels have not passed their GPU correctness check yet"
     if reason:
@@ -223,22 +239,18 @@ def grouped_gemm_finalize(**args: Any):
 
 def _deterministic_finalize(args: dict[str, Any]):
     """The plain GEMM's fp32 rows, then a sum per token over k in order (no atomics)."""
-    import torch
-
     from stagebot.kernels import moe_tables
     from stagebot.kernels.triton_elementwise import unpermute
 
-    limit, p2e = args["tile_idx_to_mn_limit"], args["permuted_idx_to_expanded_idx"]
     rows = _grouped_gemm_rows(args, "grouped_gemm_f32_rows")
     scales = args["token_final_scales"]
-    slots = scales.numel()
-    valid = moe_tables.valid_rows(limit, args["num_non_exiting_tiles"], args["tile_size"])
-    # Invert permuted -> expanded for the valid rows (invalid ones land in a spare slot).
-    expanded = torch.where(valid, p2e.long(), slots)
-    slot_to_row = torch.full((slots + 1,), -1, dtype=torch.int32, device=p2e.device)
-    row_ids = torch.arange(p2e.numel(), dtype=torch.int32, device=p2e.device)
-    slot_to_row.scatter_(0, expanded, row_ids)
-    return unpermute(rows, slot_to_row[:slots].view(scales.shape), scales)
+    valid = moe_tables.valid_rows(
+        args["tile_idx_to_mn_limit"], args["num_non_exiting_tiles"], args["tile_size"]
+    )
+    e2p = moe_tables.expanded_to_permuted(
+        args["permuted_idx_to_expanded_idx"], valid, scales.numel()
+    )
+    return unpermute(rows, e2p.view(scales.shape), scales)
 
 
 register(

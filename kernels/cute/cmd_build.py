@@ -42,12 +42,12 @@ def parse_tactic(text: str) -> Tactic:
 
 def build_one(kernel: str, tactic: Tactic, arch: str) -> tuple[bool, str]:
     """(ok, detail) for one kernel and tactic."""
-    from stagebot.kernels.cute.compile import DTYPES, EPILOGUES, CompileKey, compile_kernel
+    from stagebot.kernels.cute.compile import DTYPES, KERNEL_EPILOGUE, CompileKey, compile_kernel
     from stagebot.kernels.cute.grouped_gemm import Nvfp4GroupedGemmSm90
 
     c = BUILD_CONSTANTS[kernel]
     ok, why = Nvfp4GroupedGemmSm90.can_implement(
-        tactic, c["n"], c["k"], TILE_SIZE, EPILOGUES[kernel]
+        tactic, c["n"], c["k"], TILE_SIZE, KERNEL_EPILOGUE[kernel]
     )
     if not ok:
         return False, f"cannot implement: {why}"

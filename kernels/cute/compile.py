@@ -14,7 +14,7 @@ from typing import Any
 from stagebot.kernels.cute.tactics import Tactic
 
 # The kernel behind each op, and the (a, b, c) dtypes each implements (the only ones).
-EPILOGUES = {
+KERNEL_EPILOGUE = {
     "grouped_gemm": "store",
     "grouped_gemm_f32_rows": "store",  # fp32 rows for the deterministic finalize's gather-sum
     "grouped_gemm_swiglu": "swiglu",
@@ -59,7 +59,7 @@ def pointer_dtypes(kernel: str):
     """cutlass dtypes of the kernel's pointer arguments, in order (see Nvfp4GroupedGemmSm90)."""
     import cutlass
 
-    c = cutlass.Uint32 if EPILOGUES[kernel] == "swiglu" else store_dtype(kernel)
+    c = cutlass.Uint32 if KERNEL_EPILOGUE[kernel] == "swiglu" else store_dtype(kernel)
     i32, f32, u8 = cutlass.Int32, cutlass.Float32, cutlass.Uint8
     return (u8, u8, i32, i32, f32, i32, i32, i32, c, u8, f32, i32, f32)
 
@@ -75,7 +75,7 @@ def compile_kernel(key: CompileKey, *, keep_ptx: bool = False) -> Any:
     from stagebot.kernels.cute.grouped_gemm import Nvfp4GroupedGemmSm90
 
     kernel = Nvfp4GroupedGemmSm90(
-        key.tactic, EPILOGUES[key.kernel], key.mn_limit, key.variant, store_dtype(key.kernel)
+        key.tactic, KERNEL_EPILOGUE[key.kernel], key.mn_limit, key.variant, store_dtype(key.kernel)
     )
     gmem = cute.AddressSpace.gmem
     pointers = [

@@ -12,11 +12,12 @@ Pipeline (one CTA per SM, persistent, warp-specialised):
    packed FP4 tile of A (128 x 32 bytes), of B[e] (BN x 32 bytes) and the matching scale chunks
    (a 128x4 swizzled scale block is 512 contiguous bytes) into a ``stages``-deep ring
    (PipelineTmaAsync).
-2. Two consumer warpgroups: dequantise the stage into bf16 tiles in WGMMA's swizzled smem
-   layout (e2m1 and e4m3 rebuilt as fp16 bit patterns, scaled in fp32: exact), fence the async
-   proxy, sync on a named barrier, free the stage, then issue bf16 WGMMA with fp32 accumulators.
-   Three bf16 buffers rotate, so one barrier per K step suffices: a buffer is rewritten only
-   after every warpgroup waited for the WGMMA that read it (wait_group(1) one step earlier).
+2. Two consumer warpgroups: dequantise the stage into fp16 tiles in WGMMA's swizzled smem
+   layout (e2m1 and e4m3 rebuilt as fp16 bit patterns, multiplied with mul.rn.f16x2: exact, see
+   OPERAND_UNSCALE), fence the async proxy, sync on a named barrier, free the stage, then issue
+   fp16 WGMMA with fp32 accumulators. Three operand buffers rotate, so one barrier per K step
+   suffices: a buffer is rewritten only after every warpgroup waited for the WGMMA that read it
+   (wait_group(1) one step earlier).
 3. Epilogue (above), straight from the accumulator registers to global memory. Tiles at or
    past ``num_non_exiting_tiles`` are never scheduled, so they are not written.
 
@@ -43,7 +44,7 @@ from stagebot.kernels.cute.tactics import Tactic
 SMEM_CAPACITY = 227 * 1024  # sm_90 per-block opt-in limit, a constant: nothing queries the device
 BK = 64  # fp4 values per K step: 32 packed bytes per row, 4 scale columns = one swizzled chunk
 SF_CHUNK_ROWS = 128  # rows of one 128x4 swizzled scale block (512 bytes)
-BF16_BUFFERS = 3  # rotating 16-bit operand buffers (fp16 now; the name is kept for the tactics)
+OPERAND_BUFFERS = 3  # rotating fp16 operand buffers (see the module docstring)
 # The dequantised operands are fp16 with both factors pre-scaled: an e2m1 value placed in fp16 bits
 # is value * 2^-14 and the scale is sf * 2^7, so each operand is value * sf * 2^-7 (exact: at most
 # 6 significant bits, smallest 2^-17, largest 21). The epilogue multiplies alpha by 2^14.
@@ -107,16 +108,12 @@ class Nvfp4GroupedGemmSm90:
     def smem_bytes(tactic: Tactic) -> int:
         bm, bn = tactic.tile_mn
         staging = (bm + bn) * BK // 2 + (bm + bn) // SF_CHUNK_ROWS * 512
-        bf16 = (bm + bn) * BK * 2
-        return tactic.stages * staging + BF16_BUFFERS * bf16 + 2 * 1024
+        operands = (bm + bn) * BK * 2
+        return tactic.stages * staging + OPERAND_BUFFERS * operands + 2 * 1024
 
     @classmethod
     def is_valid_smem(cls, tactic: Tactic) -> bool:
         return tactic.stages >= 2 and cls.smem_bytes(tactic) <= SMEM_CAPACITY
-
-    @staticmethod
-    def is_valid_problem(tactic: Tactic, n: int, k: int, tile_size: int) -> bool:
-        return n % tactic.tile_mn[1] == 0 and k % BK == 0 and tile_size % tactic.tile_mn[0] == 0
 
     @staticmethod
     def is_valid_sparse_rows(tactic: Tactic) -> bool:
@@ -125,26 +122,37 @@ class Nvfp4GroupedGemmSm90:
 
     @staticmethod
     def is_valid_epilogue(tactic: Tactic, epilogue: str) -> bool:
-        return epilogue in EPILOGUES and (epilogue != "swiglu" or tactic.wg_split == "m")
+        """SwiGLU pairs columns c and c + 64 inside one thread: the warpgroups must split M."""
+        return epilogue != "swiglu" or tactic.wg_split == "m"
 
     @classmethod
     def can_implement(
         cls, tactic: Tactic, n: int, k: int, tile_size: int, epilogue: str = "store"
     ) -> tuple[bool, str]:
+        """(ok, the first failed constraint with its values) for this tactic and problem."""
+        bm, bn = tactic.tile_mn
+        smem = cls.smem_bytes(tactic)
         checks = (
+            (epilogue in EPILOGUES, f"epilogue {epilogue!r} is not one of {EPILOGUES}"),
             (
                 cls.is_valid_epilogue(tactic, epilogue),
-                f"epilogue {epilogue!r} needs the warpgroups to split M (linear and gate columns "
-                "in one thread)",
+                f"epilogue {epilogue!r} needs the warpgroups to split M (wg_split 'm'), not "
+                f"{tactic.wg_split!r}",
             ),
-            (cls.is_valid_tile(tactic), "tile must be 128 x (128 | 256)"),
+            (cls.is_valid_tile(tactic), f"tile {bm}x{bn} must be 128 x (128 | 256)"),
             (cls.is_valid_cluster(tactic), "only cluster 1x1 is implemented"),
             (cls.is_valid_sparse_rows(tactic), "sparse_rows needs a 128 x 256 tile split along M"),
             (cls.is_valid_wg_split(tactic), "warpgroup split must be 'm' or 'n'"),
-            (cls.is_valid_smem(tactic), f"needs {cls.smem_bytes(tactic)} B of smem (> 227 KiB)"),
+            (tactic.stages >= 2, f"stages is {tactic.stages}; the pipeline needs at least 2"),
             (
-                cls.is_valid_problem(tactic, n, k, tile_size),
-                f"n={n} must be a multiple of BN, K={k} of {BK}, tile_size={tile_size} of BM",
+                cls.is_valid_smem(tactic),
+                f"needs {smem} B of shared memory; sm_90 allows {SMEM_CAPACITY} B",
+            ),
+            (n % bn == 0, f"n={n} must be a multiple of the tile's N ({bn})"),
+            (k % BK == 0, f"K={k} must be a multiple of {BK}"),
+            (
+                tile_size % bm == 0,
+                f"tile_size={tile_size} must be a multiple of the tile's M ({bm})",
             ),
         )
         for ok, why in checks:
@@ -215,10 +223,10 @@ class Nvfp4GroupedGemmSm90:
         )
         tile_mnk = (self.bm, self.bn, BK)
         self.a16_layout = sm90_utils.make_smem_layout_a(
-            utils.LayoutEnum.ROW_MAJOR, tile_mnk, self.ab_dtype, BF16_BUFFERS
+            utils.LayoutEnum.ROW_MAJOR, tile_mnk, self.ab_dtype, OPERAND_BUFFERS
         )
         self.b16_layout = sm90_utils.make_smem_layout_b(
-            utils.LayoutEnum.ROW_MAJOR, tile_mnk, self.ab_dtype, BF16_BUFFERS
+            utils.LayoutEnum.ROW_MAJOR, tile_mnk, self.ab_dtype, OPERAND_BUFFERS
         )
         # Staging ring: plain row-major packed bytes and scale chunks, as TMA writes them.
         aq_one = cute.make_layout((self.bm, BK // 2), stride=(BK // 2, 1))
@@ -449,7 +457,7 @@ class Nvfp4GroupedGemmSm90:
                 for _kk in cutlass.range(k_tiles, unroll=1):
                     ring.consumer_wait(read)
                     s = read.index
-                    buf = step % BF16_BUFFERS
+                    buf = step % OPERAND_BUFFERS
                     a_op, b_op = (sAq32, sAs, sA16), (sBq32, sBs, sB16)
                     dense_units = self._units(a_op, self.bm) + self._units(b_op, self.bn)
                     if cutlass.const_expr(self.variant == "no_dequant"):

@@ -14,7 +14,7 @@ import torch
 from stagebot.kernels import layouts
 from stagebot.kernels.cute.compile import (
     DTYPES,
-    EPILOGUES,
+    KERNEL_EPILOGUE,
     POINTER_ALIGNS,
     CompileKey,
     compile_kernel,
@@ -25,6 +25,7 @@ from stagebot.kernels.errors import KernelArgumentError
 
 ARCH = "sm_90a"
 TMA_ALIGN = 16
+OUTPUTS = ("c", "c_sf")
 
 
 @functools.cache
@@ -46,14 +47,20 @@ def problem_support(
 
     _, n, half_k = b.shape
     ok, why = Nvfp4GroupedGemmSm90.can_implement(
-        tactic, n, 2 * half_k, tile_size, EPILOGUES[kernel]
+        tactic, n, 2 * half_k, tile_size, KERNEL_EPILOGUE[kernel]
     )
     if not ok:
         return ok, why
-    for name, t in (("a", a), ("b", b), ("a_sf", a_sf), ("b_sf", b_sf)):
+    why = tma_operand_problem({"a": a, "b": b, "a_sf": a_sf, "b_sf": b_sf})
+    return not why, why
+
+
+def tma_operand_problem(operands: dict[str, torch.Tensor]) -> str:
+    """'' if every tensor can be read by TMA as it is, else what is wrong with the first."""
+    for name, t in operands.items():
         if not t.is_contiguous() or t.data_ptr() % TMA_ALIGN:
-            return False, f"{name} must be contiguous and {TMA_ALIGN}-byte aligned for TMA"
-    return True, ""
+            return f"{name} must be contiguous and {TMA_ALIGN}-byte aligned for TMA"
+    return ""
 
 
 def _run(
@@ -66,7 +73,8 @@ def _run(
     variant: str = "",
 ) -> None:
     """Compiles (cached) and launches ``kernel``; epilogue tensors it does not read may be absent
-    (their pointers then repeat ``a``'s, never dereferenced)."""
+    (their pointers then repeat ``a``'s, never dereferenced). Small inputs that are not dense
+    are made dense (the kernel indexes them as flat arrays); outputs must be dense."""
     import cuda.bindings.driver as cuda
     import cutlass
     import cutlass.cute as cute
@@ -93,10 +101,15 @@ def _run(
         variant=variant,
     )
     compiled = compile_kernel(key)
+    for name in OUTPUTS:
+        if name in epilogue_tensors and not epilogue_tensors[name].is_contiguous():
+            raise KernelArgumentError(f"output {name} must be contiguous")
     names = ("limit", "c", "c_sf", "global_sf", "p2e", "router")
-    tensors = (a, b, a_sf, b_sf, alpha, group, num_tiles) + tuple(
-        epilogue_tensors.get(name, a) for name in names
-    )
+    epilogue = [epilogue_tensors.get(name, a) for name in names]
+    small = [t.contiguous() for t in (alpha, group, num_tiles)]
+    tensors = [a, b, a_sf, b_sf, *small] + [
+        t if name in OUTPUTS else t.contiguous() for name, t in zip(names, epilogue, strict=True)
+    ]
     pointers = [
         make_ptr(dtype, t.data_ptr(), cute.AddressSpace.gmem, assumed_align=align)
         for t, dtype, align in zip(tensors, pointer_dtypes(kernel), POINTER_ALIGNS, strict=True)
@@ -204,7 +217,7 @@ def grouped_gemm_finalize(
         "limit": tile_idx_to_mn_limit,
         "c": out,
         "p2e": permuted_idx_to_expanded_idx,
-        "router": token_final_scales.contiguous(),
+        "router": token_final_scales,
     }
     operands = (a, b, a_sf, b_sf, alpha, tile_idx_to_group_idx, num_non_exiting_tiles)
     top_k = token_final_scales.shape[1]

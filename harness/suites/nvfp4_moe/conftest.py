@@ -7,23 +7,23 @@ only (cute: CUDA) deselects the matrix cases of the other devices, and the contr
 scale of a device it serves. A BackendUnavailableError raised by an op
 turns the case into a skip with the backend's reason.
 
-The cute kernels run with a pinned tactic, the dispatcher's list in turn case by case (so every
-tactic runs, and a failure names a fixed tactic, not the autotuner's pick); the run ends with
-the launches per kernel and tactic.
+The cute kernels run with a pinned tactic, picked from the dispatcher's list by a hash of the
+case's node id (so every tactic runs across the suite, a case keeps its tactic in any selection,
+shard or rerun, and a failure names a fixed tactic, not the autotuner's pick: it is recorded as
+the case's ``cute_tactic`` property); the run ends with the launches per kernel and tactic.
 """
 
 from __future__ import annotations
 
-import itertools
+import zlib
 
 import pytest
 
 from stagebot.harness.suites.nvfp4_moe.backend_report import BackendTally
-from stagebot.harness.suites.nvfp4_moe.cases import CPU, GPU, Scale, WeightBank
+from stagebot.harness.suites.nvfp4_moe.cases import CPU, GPU, NO_GPU, Case, Scale, WeightBank
 
 TALLY = pytest.StashKey[BackendTally]()
 DISPATCH_LOG = pytest.StashKey[list]()
-CASE_COUNTER = pytest.StashKey[itertools.count]()
 FORCED_DEVICES = pytest.StashKey[tuple]()
 PREFIX = "[nvfp4_moe]"
 
@@ -41,7 +41,6 @@ def pytest_configure(config: pytest.Config) -> None:
             )
         config.stash[FORCED_DEVICES] = by_name[forced].devices
     config.stash[TALLY] = BackendTally(forced=forced)
-    config.stash[CASE_COUNTER] = itertools.count()
 
 
 @pytest.fixture(scope="session")
@@ -56,7 +55,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     kept, dropped = [], []
     for item in items:
         case = getattr(item, "callspec", None) and item.callspec.params.get("case")
-        on_other_device = case is not None and case.scale.device not in devices
+        on_other_device = isinstance(case, Case) and case.scale.device not in devices
         (dropped if on_other_device else kept).append(item)
     if dropped:
         config.hook.pytest_deselected(items=dropped)
@@ -66,7 +65,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture(scope="session")
 def control_scale(pytestconfig: pytest.Config) -> Scale:
     """The scale negative controls run at: the CPU one unless the forced backend lacks CPU."""
-    return CPU if "cpu" in pytestconfig.stash.get(FORCED_DEVICES, ("cpu",)) else GPU
+    if "cpu" in pytestconfig.stash.get(FORCED_DEVICES, ("cpu",)):
+        return CPU
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip(NO_GPU)
+    return GPU
 
 
 @pytest.fixture(scope="session")
@@ -91,8 +96,9 @@ def _pinned_cute_tactic(request: pytest.FixtureRequest):
     from stagebot.kernels.cute import autotune
     from stagebot.kernels.cute.tactics import TACTICS
 
-    case_number = next(request.config.stash[CASE_COUNTER])
-    with autotune.fixed_tactic(TACTICS[case_number % len(TACTICS)]):
+    tactic = TACTICS[zlib.crc32(request.node.nodeid.encode()) % len(TACTICS)]
+    request.node.user_properties.append(("cute_tactic", str(tactic)))
+    with autotune.fixed_tactic(tactic):
         yield
 
 
@@ -106,8 +112,12 @@ def _tactic_lines() -> list[str]:
         f"{kernel:<24}{tactic:<36}{count:>7}"
         for (kernel, tactic), count in sorted(autotune.launched.items())
     ]
-    never = sorted({str(t) for t in TACTICS} - {tactic for _, tactic in autotune.launched})
-    return lines + ([f"tactics never launched: {', '.join(never)}"] if never else [])
+    kernels = sorted({kernel for kernel, _ in autotune.launched})
+    for kernel in kernels:
+        never = [str(t) for t in TACTICS if (kernel, str(t)) not in autotune.launched]
+        if never:
+            lines.append(f"{kernel}: never launched with {', '.join(never)}")
+    return lines
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The NVFP4 MoE suite on a GPU machine: the full GPU matrix (and the cpu cases) with one backend
-# forced (reference unless MOE_BACKEND says otherwise). Run from the repository root:
+# The NVFP4 MoE suite on a GPU machine: the full GPU matrix with one backend forced (reference
+# unless MOE_BACKEND says otherwise), and the cpu cases unless that backend runs on CUDA only
+# (cute). Run from the repository root:
 #   bash harness/suites/nvfp4_moe/gpu_check.sh [EXTRA PYTEST ARGS]
 # Logs go to $OUT (or out/nvfp4_moe): pytest.log, junit.xml, gpu.txt. Prints a summary table last.
 set -uo pipefail

@@ -12,6 +12,7 @@ from stagebot.kernels.cute.tactics import TACTICS
 def _fresh_choices(monkeypatch):
     monkeypatch.setattr(autotune, "_choices", {})
     monkeypatch.setattr(autotune, "measurements", {})
+    monkeypatch.setattr(autotune, "failures", {})
 
 
 def _not_capturing():
@@ -79,3 +80,13 @@ def test_no_measuring_while_a_cuda_graph_is_captured():
     with autotune.tuning():
         chosen = autotune.choose("k", TACTICS[:2], ran.append, timer, lambda: True)
     assert chosen == TACTICS[0] and ran == [] and "k" not in autotune.measurements
+
+
+def test_a_failed_measurement_keeps_the_first_candidate_and_is_recorded():
+    def broken_timer(run):
+        raise RuntimeError("capture failed")
+
+    with autotune.tuning():
+        chosen = autotune.choose("k", TACTICS[:2], lambda t: None, broken_timer, _not_capturing)
+    assert chosen == TACTICS[0] and autotune.failures == {"k": "RuntimeError: capture failed"}
+    assert "k" not in autotune.measurements

@@ -26,6 +26,7 @@ _fixed: list[Tactic] = []
 _tuning_depth = [0]
 _choices: dict[Hashable, Tactic] = {}
 measurements: dict[Hashable, dict[str, float]] = {}  # key -> tactic name -> median ms
+failures: dict[Hashable, str] = {}  # key -> why measuring failed (the first candidate then runs)
 launched: Counter[tuple[str, str]] = Counter()  # (kernel, tactic name) -> launches
 
 
@@ -98,6 +99,8 @@ def choose(
 
     ``trial(tactic)`` runs the call with that tactic on scratch outputs; it is timed only when
     tuning, not capturing a graph, and the key has no choice yet. Ties keep the earlier one.
+    A measurement that fails (e.g. a graph capture) is recorded in ``failures`` and the first
+    candidate is kept for the key: tuning never fails the call it tunes.
     """
     if _fixed:
         return _fixed[-1]
@@ -105,7 +108,12 @@ def choose(
         return _choices[key]
     if not _tuning_depth[0] or len(candidates) == 1 or capturing():
         return candidates[0]
-    timings = {tactic: timer(lambda tactic=tactic: trial(tactic)) for tactic in candidates}
+    try:
+        timings = {tactic: timer(lambda tactic=tactic: trial(tactic)) for tactic in candidates}
+    except Exception as error:  # noqa: BLE001  (reported in failures; the call goes on)
+        failures[key] = f"{type(error).__name__}: {error}"
+        _choices[key] = candidates[0]
+        return candidates[0]
     best = min(candidates, key=lambda tactic: timings[tactic])
     _choices[key] = best
     measurements[key] = {str(tactic): ms for tactic, ms in timings.items()}

@@ -480,6 +480,7 @@ def main(argv: list[str] | None = None) -> int:
                 results["errors"].append(f"{shape.name}: {_short(error)}")
                 traceback.print_exc()
     results["autotune"] = {repr(key): ms for key, ms in autotune.measurements.items()}
+    results["errors"] += [f"autotune {key}: {why}" for key, why in autotune.failures.items()]
     (out_dir / "bench_moe.json").write_text(json.dumps(results, indent=1))
     print_autotune(autotune.measurements)
     print_report(results)

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TextIO
 
 from stagebot.harness.results import StageResult
-from stagebot.harness.streams import count_outcomes
+from stagebot.harness.streams import LiveCounts
 
 PREFIX = "[stagebot]"
 
@@ -18,7 +18,7 @@ class Progress:
     def __init__(self, stream: TextIO | None = None, live: bool | None = None):
         self.stream = stream or sys.stderr
         self.live = self.stream.isatty() if live is None else live
-        self.running: dict[str, tuple[float, Path]] = {}
+        self.running: dict[str, tuple[float, LiveCounts]] = {}
         self.lock = threading.Lock()
 
     def line(self, text: str) -> None:
@@ -29,7 +29,7 @@ class Progress:
             self.stream.flush()
 
     def started(self, stage: str, slots: tuple[str, ...], stream_path: Path) -> None:
-        self.running[stage] = (time.monotonic(), stream_path)
+        self.running[stage] = (time.monotonic(), LiveCounts(stream_path))
         self.line(f"start  {stage} on {', '.join(slots) or 'this host'}")
 
     def finished(self, result: StageResult) -> None:
@@ -43,8 +43,8 @@ class Progress:
         if not self.live or not self.running:
             return
         parts = []
-        for stage, (start, path) in list(self.running.items()):
-            counts = count_outcomes(path)
+        for stage, (start, live_counts) in list(self.running.items()):
+            counts = live_counts.counts()
             passed = counts.get("passed", 0)
             failed = counts.get("failed", 0) + counts.get("error", 0)
             parts.append(f"{stage} {time.monotonic() - start:.0f}s {passed}✓ {failed}✗")

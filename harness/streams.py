@@ -24,12 +24,6 @@ class Stream:
         """Tests that started and never reported a result: the one that hung or crashed."""
         return [t for t in dict.fromkeys(self.started) if t not in self.results]
 
-    def counts(self) -> dict[str, int]:
-        counts: dict[str, int] = {}
-        for record in self.results.values():
-            counts[record["outcome"]] = counts.get(record["outcome"], 0) + 1
-        return counts
-
 
 def read_stream(path: Path) -> Stream:
     if not path.exists():
@@ -61,9 +55,36 @@ def read_stream(path: Path) -> Stream:
     return stream
 
 
-def count_outcomes(path: Path) -> dict[str, int]:
-    """Live pass/fail counts of a running shard (what the progress line shows)."""
-    try:
-        return read_stream(path).counts()
-    except OSError:
-        return {}
+class LiveCounts:
+    """Outcome counts of a stream still being written (what the progress line shows).
+
+    Each call reads only the bytes appended since the last one, up to the last whole line (a
+    line being written is read next time), so a long shard is not re-parsed every redraw. A
+    rerun's result replaces the earlier one for its test; lines that are not records are skipped.
+    """
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.offset = 0
+        self.outcomes: dict[str, str] = {}  # test id -> latest outcome
+
+    def counts(self) -> dict[str, int]:
+        try:
+            with self.path.open("rb") as stream:
+                stream.seek(self.offset)
+                appended = stream.read()
+        except OSError:  # not created yet, or gone: what was counted stands
+            appended = b""
+        whole = appended.rfind(b"\n") + 1
+        for line in appended[:whole].splitlines():
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(record, dict) and record.get("event") == "result":
+                self.outcomes[record["test_id"]] = record["outcome"]
+        self.offset += whole
+        counts: dict[str, int] = {}
+        for outcome in self.outcomes.values():
+            counts[outcome] = counts.get(outcome, 0) + 1
+        return counts

@@ -60,7 +60,8 @@ class LiveCounts:
 
     Each call reads only the bytes appended since the last one, up to the last whole line (a
     line being written is read next time), so a long shard is not re-parsed every redraw. A
-    rerun's result replaces the earlier one for its test; lines that are not records are skipped.
+    rerun's result replaces the earlier one for its test; lines that are not records are skipped;
+    a file shorter than what was read (replaced by a new run of the shard) is counted afresh.
     """
 
     def __init__(self, path: Path):
@@ -71,6 +72,8 @@ class LiveCounts:
     def counts(self) -> dict[str, int]:
         try:
             with self.path.open("rb") as stream:
+                if stream.seek(0, 2) < self.offset:
+                    self.offset, self.outcomes = 0, {}
                 stream.seek(self.offset)
                 appended = stream.read()
         except OSError:  # not created yet, or gone: what was counted stands

@@ -342,25 +342,19 @@ def moe_unpermute(
     return moe_tables.moe_unpermute(permuted, e2p, token_final_scales)
 
 
-def _check_optional_limit(
-    tile_idx_to_mn_limit: torch.Tensor | None,
-    num_non_exiting_tiles: torch.Tensor,
-    m: int,
-    tile_size: int,
-    device: torch.device,
-) -> None:
-    if tile_idx_to_mn_limit is None:
-        return
-    _check_tile_tables(tile_idx_to_mn_limit, num_non_exiting_tiles, m, tile_size, device)
-    _check_tile_values(
-        num_non_exiting_tiles, m // tile_size, tile_size, tile_idx_to_mn_limit=tile_idx_to_mn_limit
-    )
-
-
 def _check_grouped_operands(
-    a, b, a_sf, b_sf, alpha, tile_idx_to_group_idx, num_non_exiting_tiles, tile_size, backend
+    a,
+    b,
+    a_sf,
+    b_sf,
+    alpha,
+    tile_idx_to_group_idx,
+    num_non_exiting_tiles,
+    tile_size,
+    backend,
+    tile_idx_to_mn_limit=None,
 ) -> tuple[int, int, int]:
-    """Checks what every grouped GEMM takes; returns (m, n, K)."""
+    """Checks what every grouped GEMM takes (and the limits, if given); returns (m, n, K)."""
     require(isinstance(backend, str), "backend", f"is {backend!r}", "it must be a backend name")
     check_choice("tile_size", tile_size, TILE_SIZES)
     check_tensor("a", a, torch.uint8, ndim=2)
@@ -383,12 +377,15 @@ def _check_grouped_operands(
     check_shape("tile_idx_to_group_idx", tile_idx_to_group_idx, (m // tile_size,), "one per tile")
     check_tensor("num_non_exiting_tiles", num_non_exiting_tiles, torch.int32, device=device)
     check_numel("num_non_exiting_tiles", num_non_exiting_tiles, 1, "a count")
+    if tile_idx_to_mn_limit is not None:
+        _check_tile_tables(tile_idx_to_mn_limit, num_non_exiting_tiles, m, tile_size, device)
     _check_tile_values(
         num_non_exiting_tiles,
         m // tile_size,
         tile_size,
         tile_idx_to_group_idx=tile_idx_to_group_idx,
         num_experts=experts,
+        tile_idx_to_mn_limit=tile_idx_to_mn_limit,
     )
     return m, n, k
 
@@ -411,10 +408,18 @@ def grouped_gemm(
     Tiles at or past num_non_exiting_tiles are not written. Given ``tile_idx_to_mn_limit``, a
     backend may skip the rows at or past their tile's limit, which then hold anything.
     """
-    m, _, _ = _check_grouped_operands(
-        a, b, a_sf, b_sf, alpha, tile_idx_to_group_idx, num_non_exiting_tiles, tile_size, backend
+    _check_grouped_operands(
+        a,
+        b,
+        a_sf,
+        b_sf,
+        alpha,
+        tile_idx_to_group_idx,
+        num_non_exiting_tiles,
+        tile_size,
+        backend,
+        tile_idx_to_mn_limit,
     )
-    _check_optional_limit(tile_idx_to_mn_limit, num_non_exiting_tiles, m, tile_size, a.device)
     return backends.dispatch(
         "grouped_gemm",
         backend,
@@ -449,12 +454,20 @@ def grouped_gemm_swiglu(
     b's rows hold linear and gate interleaved in 64-row groups (interleave_linear_and_gate);
     n = 2 * intermediate must be a multiple of 128. ``tile_idx_to_mn_limit``: as in grouped_gemm.
     """
-    m, n, _ = _check_grouped_operands(
-        a, b, a_sf, b_sf, alpha, tile_idx_to_group_idx, num_non_exiting_tiles, tile_size, backend
+    _, n, _ = _check_grouped_operands(
+        a,
+        b,
+        a_sf,
+        b_sf,
+        alpha,
+        tile_idx_to_group_idx,
+        num_non_exiting_tiles,
+        tile_size,
+        backend,
+        tile_idx_to_mn_limit,
     )
     check_multiple("b", n, SWIGLU_N_ALIGN, "SwiGLU N = b.shape[1] = 2 * intermediate")
     _check_scalar_scale("global_sf", global_sf, a.device)
-    _check_optional_limit(tile_idx_to_mn_limit, num_non_exiting_tiles, m, tile_size, a.device)
     return backends.dispatch(
         "grouped_gemm_swiglu",
         backend,

@@ -90,3 +90,15 @@ def test_a_failed_measurement_keeps_the_first_candidate_and_is_recorded():
         chosen = autotune.choose("k", TACTICS[:2], lambda t: None, broken_timer, _not_capturing)
     assert chosen == TACTICS[0] and autotune.failures == {"k": "RuntimeError: capture failed"}
     assert "k" not in autotune.measurements
+
+
+def test_a_sparse_rows_tactic_without_tile_limits_runs_as_its_dense_twin():
+    from dataclasses import replace
+
+    from stagebot.kernels.cute.tactics import effective
+
+    sparse = next(t for t in TACTICS if t.sparse_rows)
+    dense = replace(sparse, sparse_rows=False)
+    assert effective(sparse, reads_limit=False) == dense and str(dense) in map(str, TACTICS)
+    assert effective(sparse, reads_limit=True) is sparse
+    assert effective(dense, reads_limit=True) is dense

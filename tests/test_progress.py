@@ -37,6 +37,8 @@ def test_counts_read_only_appended_whole_lines(tmp_path: Path):
         stream.write(half[10:] + b"not json\n" + _record("b", "passed"))
     assert live.counts() == {"passed": 3}, "b's rerun replaces its failure; bad lines are skipped"
     assert live.offset == path.stat().st_size
+    path.write_bytes(_record("z", "skipped"))  # a new run of the shard replaced the file
+    assert live.counts() == {"skipped": 1}
 
 
 def test_the_live_line_shows_each_running_shard(tmp_path: Path):

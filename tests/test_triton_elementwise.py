@@ -48,7 +48,11 @@ def _import_kernels():
     return module
 
 
-te = _import_kernels()
+try:
+    te = _import_kernels()
+except BaseException:  # a skip (or an error) ends this module here: restore the variable first
+    _ENV.undo()
+    raise
 pytestmark = pytest.mark.filterwarnings("ignore:overflow encountered in exp:RuntimeWarning")
 
 import triton  # noqa: E402  (after _import_kernels, which may select the interpreter)

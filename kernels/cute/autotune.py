@@ -100,7 +100,7 @@ def choose(
     ``trial(tactic)`` runs the call with that tactic on scratch outputs; it is timed only when
     tuning, not capturing a graph, and the key has no choice yet. Ties keep the earlier one.
     A measurement that fails (e.g. a graph capture) is recorded in ``failures`` and the first
-    candidate is kept for the key: tuning never fails the call it tunes.
+    candidate runs, uncached (the next call measures again): tuning never fails the call.
     """
     if _fixed:
         return _fixed[-1]
@@ -112,7 +112,6 @@ def choose(
         timings = {tactic: timer(lambda tactic=tactic: trial(tactic)) for tactic in candidates}
     except Exception as error:  # noqa: BLE001  (reported in failures; the call goes on)
         failures[key] = f"{type(error).__name__}: {error}"
-        _choices[key] = candidates[0]
         return candidates[0]
     best = min(candidates, key=lambda tactic: timings[tactic])
     _choices[key] = best

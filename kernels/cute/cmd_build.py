@@ -17,11 +17,11 @@ from stagebot.kernels.cute.tactics import TACTICS, Tactic
 ARCHES = ("sm_90a",)
 # The dispatcher's kernels and the compile-time constants each is built with: the MoE shapes'
 # GEMM1 (N = 2 x 2048, K = 7168) for the plain and SwiGLU kernels, GEMM2 (N = 7168, K = 2048,
-# top-8) for finalize and the fp32 rows of the deterministic finalize; SwiGLU as fused_moe
-# calls it, with tile_idx_to_mn_limit (which the sparse_rows tactic reads).
+# top-8) for finalize and the fp32 rows of the deterministic finalize. All but the plain one are
+# built with tile_idx_to_mn_limit (which the sparse_rows tactic reads), as fused_moe calls them.
 BUILD_CONSTANTS = {
     "grouped_gemm": {"n": 4096, "k": 7168, "mn_limit": False, "top_k": 1},
-    "grouped_gemm_f32_rows": {"n": 7168, "k": 2048, "mn_limit": False, "top_k": 1},
+    "grouped_gemm_f32_rows": {"n": 7168, "k": 2048, "mn_limit": True, "top_k": 1},
     "grouped_gemm_swiglu": {"n": 4096, "k": 7168, "mn_limit": True, "top_k": 1},
     "grouped_gemm_finalize": {"n": 7168, "k": 2048, "mn_limit": True, "top_k": 8},
 }

@@ -72,6 +72,7 @@ class Nvfp4GroupedGemmSm90:
         self.epilogue = epilogue
         self.uses_limit = mn_limit or epilogue == "finalize"
         self.sparse_rows = tactic.sparse_rows and self.uses_limit
+        assert self.is_valid_sparse_rows(tactic), tactic  # its unit offsets assume 128 x 256
         # Diagnostic builds for timing only (their results are wrong): "no_dequant" skips the
         # dequantisation, "no_mma" skips the WGMMAs. "" is the kernel.
         assert variant in ("", "no_dequant", "no_mma"), variant

@@ -51,15 +51,15 @@ def problem_support(
     )
     if not ok:
         return ok, why
-    why = tma_operand_problem({"a": a, "b": b, "a_sf": a_sf, "b_sf": b_sf})
+    why = alignment_problem({"a": a, "b": b, "a_sf": a_sf, "b_sf": b_sf}, "TMA")
     return not why, why
 
 
-def tma_operand_problem(operands: dict[str, torch.Tensor]) -> str:
-    """'' if every tensor can be read by TMA as it is, else what is wrong with the first."""
-    for name, t in operands.items():
+def alignment_problem(tensors: dict[str, torch.Tensor], user: str) -> str:
+    """'' if every tensor is dense and 16-byte aligned (what ``user`` needs), else what is not."""
+    for name, t in tensors.items():
         if not t.is_contiguous() or t.data_ptr() % TMA_ALIGN:
-            return f"{name} must be contiguous and {TMA_ALIGN}-byte aligned for TMA"
+            return f"{name} must be contiguous and {TMA_ALIGN}-byte aligned for {user}"
     return ""
 
 
@@ -84,6 +84,10 @@ def _run(
     ok, why = problem_support(tactic, a, b, a_sf, b_sf, tile_size, kernel)
     if not ok:
         raise KernelArgumentError(f"the cute {kernel} cannot take this call: {why}")
+    outputs = {name: epilogue_tensors[name] for name in OUTPUTS if name in epilogue_tensors}
+    why = alignment_problem(outputs, "the epilogue's vector stores")
+    if why:
+        raise KernelArgumentError(f"the cute {kernel} cannot take this call: output {why}")
     m, half_k = a.shape
     experts, n, _ = b.shape
     limit = epilogue_tensors.get("limit")
@@ -101,9 +105,6 @@ def _run(
         variant=variant,
     )
     compiled = compile_kernel(key)
-    for name in OUTPUTS:
-        if name in epilogue_tensors and not epilogue_tensors[name].is_contiguous():
-            raise KernelArgumentError(f"output {name} must be contiguous")
     names = ("limit", "c", "c_sf", "global_sf", "p2e", "router")
     epilogue = [epilogue_tensors.get(name, a) for name in names]
     small = [t.contiguous() for t in (alpha, group, num_tiles)]

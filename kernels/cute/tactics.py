@@ -6,7 +6,7 @@ constraint is stated once, in the kernel class's ``is_valid_*`` predicates.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 
 @dataclass(frozen=True)
@@ -29,6 +29,11 @@ class Tactic:
         split = "" if self.wg_split == "m" else f"_wg{self.wg_split}"
         sparse = "_sparse" if self.sparse_rows else ""
         return f"tile{tm}x{tn}_cluster{cm}x{cn}_stages{self.stages}{split}{sparse}"
+
+
+def effective(tactic: Tactic, reads_limit: bool) -> Tactic:
+    """The tactic a launch really runs: sparse_rows needs the tile limits, else it is dense."""
+    return tactic if reads_limit or not tactic.sparse_rows else replace(tactic, sparse_rows=False)
 
 
 # The dispatcher's list, in order of preference; the first one is what CI compiles.

@@ -97,9 +97,10 @@ def _pinned_cute_tactic(request: pytest.FixtureRequest):
     from stagebot.kernels.cute.tactics import TACTICS
 
     tactic = TACTICS[zlib.crc32(request.node.nodeid.encode()) % len(TACTICS)]
-    request.node.user_properties.append(("cute_tactic", str(tactic)))
     with autotune.fixed_tactic(tactic):
         yield
+    if any(backend == "cute" for _, backend in request.node.stash.get(DISPATCH_LOG, [])):
+        request.node.user_properties.append(("cute_tactic", str(tactic)))
 
 
 def _tactic_lines() -> list[str]:

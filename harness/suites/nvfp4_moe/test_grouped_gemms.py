@@ -118,9 +118,11 @@ def _swiglu_verdicts(
     if forget_interleave:
         w1, w1_sf = _plain_interleaved(w1, w1_sf, hidden)
     t = routed.tables
+    # With the tile limits, as fused_moe calls it (rows past them are not compared).
     c, c_sf = ops.grouped_gemm_swiglu(
         a, w1, a_sf, w1_sf, 1.0 / (weights.fc1_gs * local["w1_gs"]), t.tile_idx_to_group_idx,
-        t.num_non_exiting_tiles, weights.fc2_gs, tile_size=case.tile_size, backend=backend,
+        t.num_non_exiting_tiles, weights.fc2_gs, tile_size=case.tile_size,
+        tile_idx_to_mn_limit=t.tile_idx_to_mn_limit, backend=backend,
     )  # fmt: skip
     pairs = _local_pairs(case, routed)
     act = _per_pair(pairs, routed.x, inter, weights.oracle.swiglu)

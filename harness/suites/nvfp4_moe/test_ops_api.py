@@ -35,7 +35,9 @@ def _gemm_args(m=128, n=128, k=64, experts=2, **override) -> dict:
 
 
 def _positional(args: dict) -> tuple[list, dict]:
-    keywords = {k: args.pop(k) for k in ("tile_size", "backend") if k in args}
+    keywords = {
+        k: args.pop(k) for k in ("tile_size", "backend", "tile_idx_to_mn_limit") if k in args
+    }
     return list(args.values()), keywords
 
 
@@ -95,6 +97,21 @@ BAD_GEMM_CALLS = [
         {"num_non_exiting_tiles": torch.full((1,), -1, dtype=torch.int32)},
         "`num_non_exiting_tiles` is -1; it must lie in [0, 1]",
         id="negative tile count",
+    ),
+    pytest.param(
+        {"tile_idx_to_mn_limit": torch.full((1,), 128, dtype=torch.int64)},
+        "`tile_idx_to_mn_limit` has dtype torch.int64",
+        id="limit dtype",
+    ),
+    pytest.param(
+        {"tile_idx_to_mn_limit": torch.full((2,), 128, dtype=torch.int32)},
+        "`tile_idx_to_mn_limit` has shape (2,)",
+        id="one limit per tile",
+    ),
+    pytest.param(
+        {"tile_idx_to_mn_limit": torch.full((1,), 200, dtype=torch.int32)},
+        "`tile_idx_to_mn_limit` holds values in [200, 200] (minus each tile's first row)",
+        id="limit past its tile",
     ),
 ]
 

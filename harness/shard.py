@@ -8,8 +8,8 @@ pointing at a scratch folder; a build/sanity shard runs its command under ``bash
 
 States: cancelled -> ABORTED; timeout, a signal, a crash, an internal/usage error or a corrupt
 JUnit/JSONL -> ERROR with that evidence; 0 executed tests -> NOT_RUN; a failed test -> FAILURE;
-else SUCCESS. Failed tests are re-run (``max_reruns``, only when at most ``rerun_max_failures``
-failed); one that then passes is ``flaky``.
+else SUCCESS. Failed tests are re-run (the entry's ``max_reruns`` times, only when at most
+``rerun_max_failures`` failed: the catalog family's policy); one that then passes is ``flaky``.
 """
 
 from __future__ import annotations
@@ -32,21 +32,9 @@ from stagebot.harness.results import StageResult, TestOutcome
 from stagebot.harness.streams import Stream, read_stream
 from stagebot.stages.plan import MatrixEntry
 
-DEFAULT_MAX_RERUNS = 2
-DEFAULT_RERUN_MAX_FAILURES = 5
 EXECUTED = ("passed", "failed", "error", "flaky")
 PYTEST_EXIT = {2: "interrupted", 3: "an internal error", 4: "a usage error"}
 
-
-def max_reruns(entry: MatrixEntry) -> int:
-    """Re-runs of a failed test: always the default (2); the catalog cannot set it yet."""
-    return DEFAULT_MAX_RERUNS
-
-
-def rerun_max_failures(entry: MatrixEntry) -> int:
-    """Re-run only when at most this many tests failed: always the default (5); the catalog
-    cannot set it yet."""
-    return DEFAULT_RERUN_MAX_FAILURES
 
 
 def shard_timeout_s(entry: MatrixEntry, cap_s: float | None = None) -> float:
@@ -328,11 +316,11 @@ def _outcome(record: dict) -> TestOutcome:
 
 def _reruns(entry, context, env, deadline, tests: list[TestOutcome]) -> list[TestOutcome]:
     failed = [t.test_id for t in tests if t.outcome in ("failed", "error") and "::" in t.test_id]
-    if not failed or len(failed) > rerun_max_failures(entry):
+    if not failed or len(failed) > entry.rerun_max_failures:
         return tests
     by_id = {t.test_id: t for t in tests}
     remaining = list(failed)
-    for number in range(1, max_reruns(entry) + 1):
+    for number in range(1, entry.max_reruns + 1):
         if not remaining or time.monotonic() >= deadline or context.cancel.is_set():
             break
         path = context.out_dir / f"rerun-{number}.jsonl"

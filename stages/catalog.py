@@ -22,6 +22,7 @@ import yaml
 from stagebot.stages.errors import CatalogError
 from stagebot.stages.names import BACKENDS, parse_test_stage_name, test_stage_name
 from stagebot.stages.patterns import compile_path_pattern, name_matches
+from stagebot.stages.plan import DEFAULT_MAX_RERUNS, DEFAULT_RERUN_MAX_FAILURES
 
 DEFAULT_CATALOG = Path(__file__).parent / "catalog"
 KINDS = ("test", "build", "sanity")
@@ -39,6 +40,8 @@ FAMILY_KEYS = (
     "phase",
     "shards",
     "timeout_minutes",
+    "max_reruns",
+    "rerun_max_failures",
     "suites",
     "command",
     "run_if_changed",
@@ -97,6 +100,8 @@ class Family:
     phase: str
     shards: int
     timeout_minutes: int
+    max_reruns: int  # re-runs of a failed test (test stages)
+    rerun_max_failures: int  # re-run only when at most this many tests failed
     suites: tuple[SuiteRef, ...]
     command: str | None
     run_if_changed: tuple[str, ...]
@@ -400,6 +405,18 @@ def _family(reader: _Reader, spec: _Mapping, gpu_types: dict[str, GpuType]) -> F
     timeout = reader.typed(spec, "timeout_minutes", int, item, required=True)
     if timeout < 1:
         reader.fail(spec.line, item, "timeout_minutes must be at least 1")
+    reruns = {
+        key: reader.typed(spec, key, int, item, default=default)
+        for key, default in (
+            ("max_reruns", DEFAULT_MAX_RERUNS),
+            ("rerun_max_failures", DEFAULT_RERUN_MAX_FAILURES),
+        )
+    }
+    for key, value in reruns.items():
+        if value < 0:
+            reader.fail(spec.line, item, f"{key} is {value}; it must be 0 or more")
+        if kind != "test" and key in spec:
+            reader.fail(spec.line, item, f"{key} applies to test stages only (this is {kind})")
     suites = tuple(
         _suite(reader, s, item, spec.line) for s in reader.typed(spec, "suites", list, item, [])
     )
@@ -432,6 +449,8 @@ def _family(reader: _Reader, spec: _Mapping, gpu_types: dict[str, GpuType]) -> F
         spec.get("phase", from_name["phase"]),
         shards,
         timeout,
+        reruns["max_reruns"],
+        reruns["rerun_max_failures"],
         suites,
         command,
         run_if,

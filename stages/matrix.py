@@ -31,6 +31,8 @@ def matrix_entries(
                 runner_labels=list(gpu_type.runner_labels),
                 device_names=list(gpu_type.device_names),
                 timeout_minutes=shard.timeout_minutes,
+                max_reruns=shard.max_reruns,
+                rerun_max_failures=shard.rerun_max_failures,
                 suites=shard.suites,
                 command=shard.command,
                 tests=[],

@@ -12,6 +12,9 @@ from typing import Any
 
 from stagebot.stages.errors import PlanError
 
+DEFAULT_MAX_RERUNS = 2  # a failed test is re-run at most twice (FLAKY if it then passes)...
+DEFAULT_RERUN_MAX_FAILURES = 5  # ...and only when at most 5 tests of the shard failed
+
 PLAN_VERSION = 1
 MATRIX_ENTRY_VERSION = 1
 ACTIONS = ("run", "reuse", "skip")
@@ -48,6 +51,8 @@ class PlannedShard:
     reason: str
     reuse_from: int | None = None
     reused_tests: list[str] = field(default_factory=list)
+    max_reruns: int = DEFAULT_MAX_RERUNS
+    rerun_max_failures: int = DEFAULT_RERUN_MAX_FAILURES
 
 
 @dataclass(frozen=True)
@@ -105,6 +110,8 @@ class MatrixEntry:
     # The GPU type's device-name patterns (fnmatch), so the job can tell which of its host's GPUs
     # serve the shard without a catalog; empty for CPU (and in entries written before it).
     device_names: list[str] = field(default_factory=list)
+    max_reruns: int = DEFAULT_MAX_RERUNS  # the family's rerun policy (defaults: older entries)
+    rerun_max_failures: int = DEFAULT_RERUN_MAX_FAILURES
 
     def to_json(self) -> dict[str, Any]:
         return {"version": MATRIX_ENTRY_VERSION, **asdict(self)}
@@ -113,7 +120,7 @@ class MatrixEntry:
     def from_json(cls, data: dict[str, Any]) -> MatrixEntry:
         _check_version("matrix entry", data, MATRIX_ENTRY_VERSION)
         names = {f.name for f in fields(cls)}
-        optional = ("detailed_log", "debug", "device_names")
+        optional = ("detailed_log", "debug", "device_names", "max_reruns", "rerun_max_failures")
         missing = sorted(name for name in names if name not in data and name not in optional)
         if missing:
             raise PlanError(f"matrix entry lacks {', '.join(missing)}")

@@ -264,6 +264,8 @@ def _shard(
         backend=stage.backend,
         phase=stage.phase,
         timeout_minutes=stage.timeout_minutes,
+        max_reruns=stage.max_reruns,
+        rerun_max_failures=stage.rerun_max_failures,
         suites=[s.to_json() for s in stage.suites],
         command=stage.command,
         selected_by=selection.why[stage.name],

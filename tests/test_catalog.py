@@ -227,6 +227,22 @@ CATALOG_ERRORS = [
     ),
     pytest.param(
         family(
+            "{name: A10-PyTorch, kind: test, timeout_minutes: 5, max_reruns: -1, "
+            "suites: [{path: t}]}"
+        ),
+        "max_reruns is -1; it must be 0 or more",
+        id="negative reruns",
+    ),
+    pytest.param(
+        family(
+            "{name: A10-Build_X, kind: build, timeout_minutes: 5, rerun_max_failures: 3, "
+            "command: x}"
+        ),
+        "rerun_max_failures applies to test stages only (this is build)",
+        id="reruns on a build stage",
+    ),
+    pytest.param(
+        family(
             "{name: A10-PyTorch, kind: test, timeout_minutes: 5, suites: [{path: t}], "
             "command: make}"
         ),

@@ -380,3 +380,13 @@ def test_a_relative_out_is_taken_from_where_bot_runs_not_from_root(tmp_path: Pat
     assert done.returncode == 0, done.stdout + done.stderr
     assert (tmp_path / "rel" / "CPU-Build_Check" / "result.json").is_file()
     assert not (ROOT / "rel").exists()
+
+
+def test_a_family_can_turn_reruns_off(tmp_path, ledger) -> None:
+    """CPU-PyTorch-Once runs CPU-PyTorch-Fail's suite with max_reruns: 0 in the catalog."""
+    done = run_stages(ledger, tmp_path / "out", "CPU-PyTorch-Once-1")
+    assert done.returncode == 1, done.stdout + done.stderr
+    out = results(tmp_path / "out")["CPU-PyTorch-Once-1"]
+    failed = {t["test_id"].split("::")[1]: t for t in out["tests"]}
+    assert out["state"] == "FAILURE" and failed["test_wrong_sum"]["attempts"] == 1
+    assert not list((tmp_path / "out").rglob("rerun-*.jsonl"))

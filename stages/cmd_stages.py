@@ -77,6 +77,13 @@ def _describe(catalog: Catalog, stage: Stage) -> str:
     if family.backend:
         lines.append(f"  backend: {family.backend}   tags: {', '.join(family.tags) or '-'}")
     lines += [f"  suite: pytest {' '.join(suite.pytest_args())}" for suite in family.suites]
+    if family.kind == "test":
+        lines.append(
+            f"  reruns: a failed test up to {family.max_reruns}x, when at most "
+            f"{family.rerun_max_failures} failed"
+            if family.max_reruns
+            else "  reruns: none"
+        )
     if family.command:
         lines.append(f"  command: {family.command}")
     for rule in ("run_if_changed", "skip_if_only_changed"):

@@ -126,6 +126,11 @@ def test_stages_modes(capsys) -> None:
     assert "A100X-PackageSanityCheck-PY312-UB2404" in listing
     described = ok(capsys, "stages", "--stage", "DGX_H200-4_GPUs-AutoDeploy-1")
     assert "GPUs: 4 x DGX_H200" in described and "pytest harness/suites/sharding_ir" in described
+    assert "reruns: a failed test up to 2x, when at most 5 failed" in described
+    once = ok(
+        capsys, "stages", "--catalog", "tests/fixtures/catalog", "--stage", "CPU-PyTorch-Once-1"
+    )
+    assert "reruns: none" in once
     mapped = ok(capsys, "stages", "--test", "harness/suites/nvfp4_moe/test_x.py::test_y")
     assert "CPU-PyTorch-1" in mapped and "DGX_H200-PyTorch-2" in mapped
     assert "AutoDeploy" not in mapped

@@ -69,6 +69,7 @@ def _run(
     operands: tuple[torch.Tensor, ...],
     tile_size: int,
     epilogue_tensors: dict[str, torch.Tensor],
+    limit: torch.Tensor | None = None,
     top_k: int = 1,
     variant: str = "",
 ) -> None:
@@ -90,7 +91,8 @@ def _run(
         raise KernelArgumentError(f"the cute {kernel} cannot take this call: output {why}")
     m, half_k = a.shape
     experts, n, _ = b.shape
-    limit = epilogue_tensors.get("limit")
+    if limit is not None:
+        epilogue_tensors = {**epilogue_tensors, "limit": limit}
     key = CompileKey(
         kernel,
         tactic,
@@ -162,10 +164,7 @@ def grouped_gemm(
     operands = (a, b, a_sf, b_sf, alpha, tile_idx_to_group_idx, num_non_exiting_tiles)
     out = grouped_gemm_outputs(a, b) if out is None else out
     kernel = "grouped_gemm_f32_rows" if out.dtype == torch.float32 else "grouped_gemm"
-    epilogue = {"c": out}
-    if tile_idx_to_mn_limit is not None:
-        epilogue["limit"] = tile_idx_to_mn_limit
-    _run(kernel, tactic, operands, tile_size, epilogue, variant=_variant)
+    _run(kernel, tactic, operands, tile_size, {"c": out}, tile_idx_to_mn_limit, variant=_variant)
     return out
 
 
@@ -187,10 +186,8 @@ def grouped_gemm_swiglu(
     """(c uint8 [m, n/4], c_sf uint8 [m * n / 32] swizzled): NVFP4(linear * silu(gate))."""
     c, c_sf = swiglu_outputs(a, b) if out is None else out
     epilogue = {"c": c, "c_sf": c_sf, "global_sf": global_sf.reshape(1)}
-    if tile_idx_to_mn_limit is not None:
-        epilogue["limit"] = tile_idx_to_mn_limit
     operands = (a, b, a_sf, b_sf, alpha, tile_idx_to_group_idx, num_non_exiting_tiles)
-    _run("grouped_gemm_swiglu", tactic, operands, tile_size, epilogue)
+    _run("grouped_gemm_swiglu", tactic, operands, tile_size, epilogue, tile_idx_to_mn_limit)
     return c, c_sf
 
 
@@ -214,13 +211,16 @@ def grouped_gemm_finalize(
     """bf16 [num_tokens, n]: each valid row times its router weight, added into its token's row
     with atomics (the order of the adds varies run to run). ``out`` must start zeroed."""
     out = finalize_outputs(a, b, num_tokens) if out is None else out
-    epilogue = {
-        "limit": tile_idx_to_mn_limit,
-        "c": out,
-        "p2e": permuted_idx_to_expanded_idx,
-        "router": token_final_scales,
-    }
+    epilogue = {"c": out, "p2e": permuted_idx_to_expanded_idx, "router": token_final_scales}
     operands = (a, b, a_sf, b_sf, alpha, tile_idx_to_group_idx, num_non_exiting_tiles)
     top_k = token_final_scales.shape[1]
-    _run("grouped_gemm_finalize", tactic, operands, tile_size, epilogue, top_k=top_k)
+    _run(
+        "grouped_gemm_finalize",
+        tactic,
+        operands,
+        tile_size,
+        epilogue,
+        tile_idx_to_mn_limit,
+        top_k=top_k,
+    )
     return out

@@ -78,6 +78,7 @@ class Problem:
     valid: Any  # bool [m]: rows inside a non-exiting tile and below its mn_limit
     padded_rows: int  # rows of the non-exiting tiles
     counts: list[int]  # valid rows per local expert
+    expanded_to_permuted: Any  # int32 [tokens, top_k] from moe_sort (the unpermute's gather)
 
 
 def _balanced_routing(tokens: int, experts: int, top_k: int):
@@ -153,6 +154,7 @@ def build_problem(shape: Shape, seed: int) -> Problem:
         valid=valid,
         padded_rows=nnet * TILE,
         counts=counts,
+        expanded_to_permuted=tables.expanded_idx_to_permuted_idx,
     )
 
 
@@ -190,17 +192,8 @@ def _unfused_finalize(p: Problem) -> Callable[[], Any]:
     from stagebot.kernels.triton_elementwise import unpermute
 
     gemm = _cute("grouped_gemm", p.op_args["grouped_gemm"])
-    e2p = _expanded_to_permuted(p)
     scales = p.op_args["grouped_gemm_finalize"]["token_final_scales"]
-    return lambda: unpermute(gemm(), e2p, scales)
-
-
-def _expanded_to_permuted(p: Problem):
-    from stagebot.kernels import moe_tables
-
-    args = p.op_args["grouped_gemm_finalize"]
-    scales, p2e = args["token_final_scales"], args["permuted_idx_to_expanded_idx"]
-    return moe_tables.expanded_to_permuted(p2e, p.valid, scales.numel()).view(scales.shape)
+    return lambda: unpermute(gemm(), p.expanded_to_permuted, scales)
 
 
 def _peer_operands(p: Problem, dtype):

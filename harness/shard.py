@@ -36,7 +36,6 @@ EXECUTED = ("passed", "failed", "error", "flaky")
 PYTEST_EXIT = {2: "interrupted", 3: "an internal error", 4: "a usage error"}
 
 
-
 def shard_timeout_s(entry: MatrixEntry, cap_s: float | None = None) -> float:
     """The shard's timeout: the catalog's ``timeout_minutes``, capped at ``cap_s`` when given
     (``--shard-timeout``)."""

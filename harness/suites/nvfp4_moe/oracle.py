@@ -209,11 +209,24 @@ class MoeOracle:
         local: range,
         expert_fn,
     ) -> torch.Tensor:
-        """[n, H]: per token, sum of scale * expert_fn(expert, its row) over its local experts.
+        """[n, H]: per token, sum of scale * expert_fn(expert, its row) over its local experts."""
+        return self.combine_with_magnitude(x_rows, experts, scales, local, expert_fn)[0]
+
+    def combine_with_magnitude(
+        self,
+        x_rows: torch.Tensor,
+        experts: list[list[int]],
+        scales: list[list[float]],
+        local: range,
+        expert_fn,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """combine's sum, and the sum of its terms' magnitudes: a sum whose terms and partial sums
+        are rounded (bf16 atomics) errs in proportion to the magnitudes, not to the sum.
 
         Each output row depends only on its own token; one expert's rows are evaluated together.
         """
         out = torch.zeros(len(experts), self.w2.shape[1], dtype=F64, device=x_rows.device)
+        magnitude = torch.zeros_like(out)
         by_expert: dict[int, list[tuple[int, float]]] = {}
         for i, (row_experts, row_scales) in enumerate(zip(experts, scales, strict=True)):
             for expert, scale in zip(row_experts, row_scales, strict=True):
@@ -222,5 +235,7 @@ class MoeOracle:
         for expert, items in sorted(by_expert.items()):
             rows = torch.tensor([i for i, _ in items], device=x_rows.device)
             weight = torch.tensor([w for _, w in items], dtype=F64, device=x_rows.device)
-            out.index_add_(0, rows, expert_fn(expert, x_rows[rows]) * weight.unsqueeze(1))
-        return out
+            terms = expert_fn(expert, x_rows[rows]) * weight.unsqueeze(1)
+            out.index_add_(0, rows, terms)
+            magnitude.index_add_(0, rows, terms.abs())
+        return out, magnitude

@@ -173,9 +173,12 @@ def _finalize(
     return routed, out
 
 
-def _finalize_verdict(case: Case, routed: Routed, out: torch.Tensor, weights: LayerWeights):
+def _finalize_verdict(
+    case: Case, routed: Routed, out: torch.Tensor, weights: LayerWeights, deterministic: bool
+):
+    """Deterministic: rtol of the exact sum; atomic: of the terms' magnitudes (see tolerances)."""
     tokens = routed.oracle_tokens
-    expected = weights.oracle.combine(
+    expected, magnitude = weights.oracle.combine_with_magnitude(
         routed.x[tokens].double(),
         routed.token_selected_experts[tokens].tolist(),
         routed.token_final_scales[tokens].tolist(),
@@ -183,7 +186,13 @@ def _finalize_verdict(case: Case, routed: Routed, out: torch.Tensor, weights: La
         weights.oracle.fc2,
     )
     actual = out[routed.oracle_tokens]
-    return close_fraction(actual, expected, FINALIZE_MIN_CLOSE, "finalized tokens")
+    return close_fraction(
+        actual,
+        expected,
+        FINALIZE_MIN_CLOSE,
+        "finalized tokens",
+        magnitude=None if deterministic else magnitude,
+    )
 
 
 @pytest.mark.moe_op("grouped_gemm_finalize")
@@ -192,7 +201,7 @@ def _finalize_verdict(case: Case, routed: Routed, out: torch.Tensor, weights: La
 def test_grouped_gemm_finalize_matches_the_oracle(case, deterministic, weight_bank, moe_backend):
     weights = weight_bank.get(case.scale)
     routed, out = _finalize(case, weights, moe_backend, 0.0, deterministic)
-    verdict = _finalize_verdict(case, routed, out, weights)
+    verdict = _finalize_verdict(case, routed, out, weights, deterministic)
     assert verdict.ok, verdict.detail
     if deterministic:
         _, again = _finalize(case, weights, moe_backend, 0.0, deterministic)
@@ -201,11 +210,14 @@ def test_grouped_gemm_finalize_matches_the_oracle(case, deterministic, weight_ba
 
 @pytest.mark.moe_op("grouped_gemm_finalize")
 def test_grouped_gemm_finalize_negative_control_fails(weight_bank, moe_backend, control_scale):
-    """Router weights 5% off must fail the > 99%-within-tolerance check."""
+    """Router weights 5% off must fail the > 99%-within-tolerance check, the atomic one (of the
+    terms' magnitudes) included."""
     case = one_case(control_scale)
     weights = weight_bank.get(case.scale)
-    routed, out = _finalize(case, weights, moe_backend, 0.05, deterministic=False)
-    assert not _finalize_verdict(case, routed, out, weights).ok
+    for deterministic in (True, False):
+        routed, out = _finalize(case, weights, moe_backend, 0.05, deterministic)
+        verdict = _finalize_verdict(case, routed, out, weights, deterministic)
+        assert not verdict.ok, verdict.detail
 
 
 def test_an_empty_comparison_fails():
@@ -220,6 +232,27 @@ def test_an_empty_comparison_fails():
     ]
     assert not any(v.ok for v in verdicts)
     assert all("nothing compared" in v.detail for v in verdicts), [v.detail for v in verdicts]
+
+
+@pytest.mark.parametrize("top_k", [2, 8])
+def test_bf16_accumulation_needs_the_magnitude_tolerance(top_k):
+    """What atomic finalize does (bf16 terms added into a bf16 sum) fails the rtol-of-the-sum
+    check where terms cancel, passes rtol of the terms' magnitudes, and that check still fails
+    router weights 5% off."""
+    generator = torch.Generator().manual_seed(top_k)
+    terms = torch.randn(20000, top_k, generator=generator, dtype=torch.float64)
+    exact, magnitude = terms.sum(dim=1), terms.abs().sum(dim=1)
+    accumulated = torch.zeros(terms.shape[0], dtype=torch.bfloat16)
+    for k in range(top_k):
+        accumulated = (accumulated.double() + terms[:, k].to(torch.bfloat16).double()).to(
+            torch.bfloat16
+        )
+    strict = close_fraction(accumulated, exact, FINALIZE_MIN_CLOSE, "sum")
+    assert not strict.ok, strict.detail
+    loose = close_fraction(accumulated, exact, FINALIZE_MIN_CLOSE, "sum", magnitude=magnitude)
+    assert loose.ok, loose.detail
+    off = close_fraction(exact * 1.05, exact, FINALIZE_MIN_CLOSE, "sum", magnitude=magnitude)
+    assert not off.ok, off.detail
 
 
 def _no_local_case(scale):

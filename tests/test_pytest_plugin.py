@@ -11,7 +11,12 @@ from stagebot.harness.pytest_plugin import SUITE_OPTIONS
 
 pytest_plugins = ["pytester"]
 
-SUITE_FLAGS = ["--sharding-ir-model-id", "--sharding-ir-dist-config", "--moe-backend"]
+SUITE_FLAGS = [
+    "--sharding-ir-model-id",
+    "--sharding-ir-dist-config",
+    "--moe-backend",
+    "--cute-tactic",
+]
 
 
 def test_every_suite_option_is_known(pytester: pytest.Pytester) -> None:

@@ -10,7 +10,8 @@ turns the case into a skip with the backend's reason.
 The cute kernels run with a pinned tactic, picked from the dispatcher's list by a hash of the
 case's node id (so every tactic runs across the suite, a case keeps its tactic in any selection,
 shard or rerun, and a failure names a fixed tactic, not the autotuner's pick: it is recorded as
-the case's ``cute_tactic`` property); the run ends with the launches per kernel and tactic.
+the case's ``cute_tactic`` property); ``--cute-tactic NAME`` pins every case to one tactic
+instead. The run ends with the launches per kernel and tactic.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from stagebot.harness.suites.nvfp4_moe.cases import CPU, GPU, NO_GPU, Case, Scal
 TALLY = pytest.StashKey[BackendTally]()
 DISPATCH_LOG = pytest.StashKey[list]()
 FORCED_DEVICES = pytest.StashKey[tuple]()
+PINNED_TACTIC = pytest.StashKey[object]()
 PREFIX = "[nvfp4_moe]"
 
 
@@ -41,6 +43,13 @@ def pytest_configure(config: pytest.Config) -> None:
             )
         config.stash[FORCED_DEVICES] = by_name[forced].devices
     config.stash[TALLY] = BackendTally(forced=forced)
+    if (name := config.getoption("cute_tactic", default=None)) is not None:
+        from stagebot.kernels.cute.tactics import TACTICS
+
+        by_name = {str(t): t for t in TACTICS}
+        if name not in by_name:
+            raise pytest.UsageError(f"--cute-tactic {name!r}: it must be one of {list(by_name)}")
+        config.stash[PINNED_TACTIC] = by_name[name]
 
 
 @pytest.fixture(scope="session")
@@ -96,7 +105,10 @@ def _pinned_cute_tactic(request: pytest.FixtureRequest):
     from stagebot.kernels.cute import autotune
     from stagebot.kernels.cute.tactics import TACTICS
 
-    tactic = TACTICS[zlib.crc32(request.node.nodeid.encode()) % len(TACTICS)]
+    tactic = (
+        request.config.stash.get(PINNED_TACTIC, None)
+        or TACTICS[zlib.crc32(request.node.nodeid.encode()) % len(TACTICS)]
+    )
     with autotune.fixed_tactic(tactic):
         yield
     if any(backend == "cute" for _, backend in request.node.stash.get(DISPATCH_LOG, [])):

@@ -401,3 +401,13 @@ def test_a_forced_cuda_only_backend_deselects_the_cpu_matrix(tmp_path):
     assert collected and all("[cuda-" in line for line in collected), collected[:3]
     unforced = _run_suite(tmp_path, *only)
     assert any("[cpu-" in line for line in unforced.stdout.splitlines()), unforced.stdout
+
+
+def test_cute_tactic_must_name_a_listed_tactic(tmp_path):
+    from stagebot.kernels.cute.tactics import TACTICS
+
+    result = _run_suite(tmp_path, "--cute-tactic", "tile64x64", "--collect-only")
+    assert result.returncode == pytest.ExitCode.USAGE_ERROR, result.stdout + result.stderr
+    assert "--cute-tactic 'tile64x64'" in result.stderr and str(TACTICS[-1]) in result.stderr
+    listed = _run_suite(tmp_path, "--cute-tactic", str(TACTICS[-1]), "--collect-only")
+    assert listed.returncode == pytest.ExitCode.OK, listed.stdout + listed.stderr

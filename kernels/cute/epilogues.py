@@ -14,6 +14,8 @@ from stagebot.kernels.cute.ptx import e2m1x2_byte, nvfp4_block_scale, red_add_bf
 SWIGLU_GROUP = 64  # columns of linear, then of gate, alternating in the GEMM1 output
 SF_BLOCK = 16
 SF_CHUNK_BYTES = 512  # one 128-row x 4-column block of the swizzled scale layout
+STAGED_ROWS = 32  # decode tiles with at most this many valid rows take swiglu_quantize_staged
+STAGE_PAD = 4  # fp32 words after each staged row (spreads the rows over the smem banks)
 
 
 def _abs(v):
@@ -93,6 +95,69 @@ def swiglu_quantize_store(
                     mCw[row, 2 * sf_col + 1] = high
                 if q == 2:
                     mCsf[swizzled_sf_offset(row, sf_col, sf_col_groups)] = cutlass.Uint8(sf_byte)
+
+
+@cute.jit
+def swiglu_quantize_staged(
+    acc: cute.Tensor,
+    tCcC: cute.Tensor,
+    scale: cutlass.Float32,
+    global_sf: cutlass.Float32,
+    row0: cutlass.Int32,
+    valid: cutlass.Int32,
+    n_tile: cutlass.Int32,
+    bn: cutlass.Constexpr,
+    stage: cute.Tensor,
+    barrier,
+    ct: cutlass.Int32,
+    num_threads: cutlass.Constexpr,
+    mCw: cute.Tensor,
+    mCsf: cute.Tensor,
+):
+    """swiglu_quantize_store for a tile with fewer than STAGED_ROWS valid rows (decode).
+
+    Those rows' accumulators all sit in the first warp or two, where the quantising work, done
+    in registers, would run on a few warps while the rest wait. Here their owners write them
+    (times ``scale``) into ``stage`` (fp32 [STAGED_ROWS, bn + pad] in shared memory), and every
+    thread then quantises whole 16-value blocks, one (row, block) at a time: no shuffles, 16
+    independent values per thread. Same fp32 operations in the same order as the register
+    path, so the same bytes. ``barrier`` syncs the ``num_threads`` MMA threads; ``stage``
+    aliases the B operand buffers, which the next tile's dequantisation overwrites only after
+    the closing barrier.
+    """
+    for i in cutlass.range_constexpr(cute.size(acc)):
+        if tCcC[i][0] < valid:
+            stage[tCcC[i]] = acc[i] * scale
+    barrier.arrive_and_wait()
+    blocks = bn // 32  # 16-value output blocks per row: bn / 2 outputs
+    sf_col_groups = mCw.shape[1] // 8
+    for item in cutlass.range(ct, valid * blocks, num_threads, unroll=1):
+        r = item // blocks
+        block = item % blocks
+        # Output block b is linear columns 128 (b // 4) + 16 (b % 4) + [0, 16), gate 64 later.
+        chunk = (block // 4) * 8 + block % 4  # in 16-column chunks of the tile
+        linear = cute.make_rmem_tensor((1, SF_BLOCK), cutlass.Float32)
+        gate = cute.make_rmem_tensor((1, SF_BLOCK), cutlass.Float32)
+        cute.autovec_copy(cute.local_tile(stage, (1, SF_BLOCK), (r, chunk)), linear)
+        cute.autovec_copy(cute.local_tile(stage, (1, SF_BLOCK), (r, chunk + 4)), gate)
+        values = []
+        for i in cutlass.range_constexpr(SF_BLOCK):
+            g = gate[0, i]
+            values.append(linear[0, i] * (g / (1.0 + cute.math.exp(-g))))
+        vmax = _abs(values[0])
+        for i in cutlass.range_constexpr(1, SF_BLOCK):
+            vmax = cute.arch.fmax(vmax, _abs(values[i]))
+        sf_byte, out_scale = nvfp4_block_scale(vmax, global_sf)
+        words = [cutlass.Uint32(0), cutlass.Uint32(0)]
+        for p in cutlass.range_constexpr(SF_BLOCK // 2):
+            code = e2m1x2_byte(values[2 * p] * out_scale, values[2 * p + 1] * out_scale)
+            words[p // 4] = words[p // 4] | (code << cutlass.Uint32(8 * (p % 4)))
+        row = row0 + r
+        sf_col = n_tile * blocks + block
+        mCw[row, 2 * sf_col] = words[0]
+        mCw[row, 2 * sf_col + 1] = words[1]
+        mCsf[swizzled_sf_offset(row, sf_col, sf_col_groups)] = cutlass.Uint8(sf_byte)
+    barrier.arrive_and_wait()
 
 
 @cute.jit

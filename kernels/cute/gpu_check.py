@@ -1,4 +1,5 @@
-"""One GPU run: the plain CuTe grouped GEMM checked bit for bit, and where its time goes.
+"""One GPU run: the plain CuTe grouped GEMM checked bit for bit, the SwiGLU kernel's tactics
+checked against each other, and where the time goes.
 
     python3 -m stagebot.kernels.cute.gpu_check [--out DIR] [--quick]
 
@@ -21,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from stagebot.kernels import moe_tables, ops
+from stagebot.kernels import layouts, moe_tables, ops
 from stagebot.kernels.cute import launch
 from stagebot.kernels.cute.tactics import TACTICS, Tactic, effective
 
@@ -83,6 +84,47 @@ def check(name: str, counts, n, k, tile_size, spare, tactic: Tactic, seed: int) 
     )
 
 
+def check_swiglu_tactics(name: str, counts, n, k, tile_size, seed: int) -> dict:
+    """Every tactic's SwiGLU output, with the tile limits, against backend="reference" and
+    against the first tactic's, on the valid rows. The sparse_rows tactic quantises decode
+    tiles from shared memory (swiglu_quantize_staged), the others in registers: the same fp32
+    operations, so their bytes must be identical."""
+    args, _, tiles = make_problem(counts, n, k, tile_size, 1, seed)
+    limits = torch.zeros(args["tile_idx_to_group_idx"].numel(), dtype=torch.int32)
+    tile = 0
+    for count, expert_tiles in zip(counts, tiles, strict=True):
+        for j in range(expert_tiles):
+            limits[tile] = tile * tile_size + min(tile_size, count - j * tile_size)
+            tile += 1
+    limits = limits.cuda()
+    valid = moe_tables.valid_rows(limits, tile, tile_size)
+    global_sf = torch.tensor([448.0 * 6 / 32], device="cuda")
+    call = dict(args, global_sf=global_sf, tile_size=tile_size, tile_idx_to_mn_limit=limits)
+    ref_c, ref_sf = ops.grouped_gemm_swiglu(**call, backend="reference")
+    sf_cols = n // 32
+
+    def valid_bytes(c, c_sf):
+        scales = layouts.unswizzle_sf(c_sf, c.shape[0], sf_cols)
+        return c[valid], scales[valid]
+
+    want = valid_bytes(ref_c, ref_sf)
+    outputs = {}
+    for tactic in TACTICS:
+        if n % tactic.tile_mn[1] == 0:
+            outputs[str(tactic)] = valid_bytes(*launch.grouped_gemm_swiglu(**call, tactic=tactic))
+    first = next(iter(outputs.values()))
+    same = {
+        t: all(torch.equal(g, f) for g, f in zip(got, first, strict=True))
+        for t, got in outputs.items()
+    }
+    match = {
+        t: min(float((g == w).double().mean()) for g, w in zip(got, want, strict=True))
+        for t, got in outputs.items()
+    }
+    ok = all(same.values()) and min(match.values()) >= 0.95
+    return dict(name=name, ok=ok, identical_to_first=same, reference_match=match)
+
+
 def bench_variant(name: str, counts, n, k, tile_size, tactic: Tactic, variant: str) -> dict:
     """Timing of the kernel (variant "") or of a diagnostic build (its output is wrong by
     design): where the time goes."""
@@ -105,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     out_dir = Path(opts.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     print(torch.cuda.get_device_name(), torch.__version__, flush=True)
-    results: dict[str, list] = {"checks": [], "variants": [], "errors": []}
+    results: dict[str, list] = {"checks": [], "swiglu": [], "variants": [], "errors": []}
 
     def guarded(fn, *a):
         try:
@@ -133,6 +175,14 @@ def main(argv: list[str] | None = None) -> int:
             r = guarded(check, name, counts, n, k, tile, spare, tactic, 1000 * i + len(name))
             if r:
                 results["checks"].append(r)
+    swiglu_cases = [
+        ("swiglu_decode", [4, 1, 0, 31, 32, 33, 64, 2], 512, 1024, 128),
+        ("swiglu_t256_mixed", [300, 1, 511, 70], 512, 512, 256),
+    ]
+    for i, (name, counts, n, k, tile) in enumerate(swiglu_cases):
+        r = guarded(check_swiglu_tactics, name, counts, n, k, tile, 77 + i)
+        if r:
+            results["swiglu"].append(r)
     shapes = [
         ("8x8192_N4096_K4096", [8192] * 8, 4096, 4096),
         ("dec16_gemm1_N4096_K7168", [4] * 8, 4096, 7168),
@@ -150,13 +200,19 @@ def main(argv: list[str] | None = None) -> int:
             f"{r['name']:<16} {r['tactic']:<30} ok={r['ok']} rel={r['rel_err']:.2e} "
             f"unwritten={r['unwritten']} exiting_written={r['exiting_written']}"
         )
+    print("\n== SwiGLU: each tactic vs the first (bytes identical) and vs reference ==")
+    for r in results["swiglu"]:
+        for tactic, same in r["identical_to_first"].items():
+            match = r["reference_match"][tactic]
+            print(f"{r['name']:<18} {tactic:<38} identical={same} reference_match={match:.4f}")
     print("\n== the kernel and its diagnostic builds (wrong results by design; median us) ==")
     for r in results["variants"]:
         variant = r["variant"] or "(kernel)"
         print(f"{r['name']:<26}{r['tactic']:<30}{variant:<12}{r['us']:>10.1f}")
     for e in results["errors"]:
         print("ERROR", e[:300])
-    failed = results["errors"] or not all(r["ok"] for r in results["checks"])
+    checks = results["checks"] + results["swiglu"]
+    failed = results["errors"] or not all(r["ok"] for r in checks)
     return 1 if failed else 0
 
 

@@ -18,8 +18,11 @@ Pipeline (one CTA per SM, persistent, warp-specialised):
    fp16 WGMMA with fp32 accumulators. Three operand buffers rotate, so one barrier per K step
    suffices: a buffer is rewritten only after every warpgroup waited for the WGMMA that read it
    (wait_group(1) one step earlier).
-3. Epilogue (above), straight from the accumulator registers to global memory. Tiles at or
-   past ``num_non_exiting_tiles`` are never scheduled, so they are not written.
+3. Epilogue (above), straight from the accumulator registers to global memory; with a
+   sparse_rows tactic, the SwiGLU of a tile of at most STAGED_ROWS valid rows goes through
+   shared memory (the B operand buffers), so that every thread quantises a share of those few
+   rows. Tiles at or past ``num_non_exiting_tiles`` are never scheduled, so they are not
+   written.
 
 Work items: ``num_non_exiting_tiles * (tile_size // BM)`` M-tiles times ``n // BN`` N-tiles, M
 fastest (CTAs running at once share B tiles in L2), strided over the grid.
@@ -357,6 +360,13 @@ class Nvfp4GroupedGemmSm90:
         )
         sA16 = storage.sA16.get_tensor(a16_layout.outer, swizzle=a16_layout.inner)
         sB16 = storage.sB16.get_tensor(b16_layout.outer, swizzle=b16_layout.inner)
+        # The staged SwiGLU epilogue's fp32 rows, over the B operand buffers (idle by then).
+        stage_pitch = self.bn + epilogues.STAGE_PAD
+        assert epilogues.STAGED_ROWS * stage_pitch * 4 <= cute.cosize(b16_layout) * 2
+        sStage = cute.make_tensor(
+            cute.recast_ptr(storage.sB16.data_ptr(), dtype=cutlass.Float32),
+            cute.make_layout((epilogues.STAGED_ROWS, self.bn), stride=(stage_pitch, 1)),
+        )
 
         # Global tiles: (tile, tile, rest...) and their TMA partitions.
         gAq = cute.local_tile(mA, (self.bm, BK // 2), (None, None))  # (bm, 32, mt, kt)
@@ -501,7 +511,17 @@ class Nvfp4GroupedGemmSm90:
                     out = cute.make_rmem_tensor(acc.shape, self.c_dtype)
                     out.store((acc.load() * scale).to(self.c_dtype))
                     cute.autovec_copy(out, tiled_mma.get_slice(ct).partition_C(gC))
-                if cutlass.const_expr(self.epilogue == "swiglu"):
+                if cutlass.const_expr(self.epilogue == "swiglu" and self.sparse_rows):
+                    if limit - row0 <= epilogues.STAGED_ROWS:
+                        epilogues.swiglu_quantize_staged(
+                            acc, tCcC, scale, mGlobalSf[0], row0, limit - row0, n_tile,
+                            self.bn, sStage, mma_barrier, ct, self.num_mma_threads, mC, mCsf,
+                        )  # fmt: skip
+                    else:
+                        epilogues.swiglu_quantize_store(
+                            acc, tCcC, scale, mGlobalSf[0], row0, n_tile, self.bn, mC, mCsf
+                        )
+                if cutlass.const_expr(self.epilogue == "swiglu" and not self.sparse_rows):
                     epilogues.swiglu_quantize_store(
                         acc, tCcC, scale, mGlobalSf[0], row0, n_tile, self.bn, mC, mCsf
                     )

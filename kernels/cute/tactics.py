@@ -20,8 +20,10 @@ class Tactic:
     wg_split: str = "m"
     # Decode tiles: when every row the second warpgroup multiplies lies past the tile's
     # mn_limit, it skips its WGMMAs and takes over part of the first's B dequantisation, so
-    # the first warpgroup (A, a quarter of B, the WGMMAs) is no longer the slowest. Only
-    # calls that pass tile_idx_to_mn_limit can tell; without it the tactic runs dense.
+    # the first warpgroup (A, a quarter of B, the WGMMAs) is no longer the slowest; the SwiGLU
+    # epilogue of a tile with at most 32 valid rows quantises them from shared memory on every
+    # thread (epilogues.swiglu_quantize_staged). Only calls that pass tile_idx_to_mn_limit can
+    # tell; without it the tactic runs dense.
     sparse_rows: bool = False
 
     def __str__(self) -> str:

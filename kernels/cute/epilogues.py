@@ -125,9 +125,12 @@ def swiglu_quantize_staged(
     aliases the B operand buffers, which the next tile's dequantisation overwrites only after
     the closing barrier.
     """
-    for i in cutlass.range_constexpr(cute.size(acc)):
-        if tCcC[i][0] < valid:
-            stage[tCcC[i]] = acc[i] * scale
+    for r2 in cutlass.range_constexpr(2):
+        if tCcC[2 * r2][0] < valid:
+            for j in cutlass.range_constexpr(cute.size(acc) // 4):
+                for c2 in cutlass.range_constexpr(2):
+                    i = c2 + 2 * r2 + 4 * j
+                    stage[tCcC[i]] = acc[i] * scale
     barrier.arrive_and_wait()
     blocks = bn // 32  # 16-value output blocks per row: bn / 2 outputs
     sf_col_groups = mCw.shape[1] // 8

@@ -10,7 +10,7 @@ mkdir -p "$out"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv >"$out/gpu.txt" 2>&1
 python3 -c "import torch; print('torch', torch.__version__, torch.cuda.get_device_name())" | tee -a "$out/gpu.txt"
 start=$(date +%s)
-PYTHONUNBUFFERED=1 timeout "${BUDGET_S:-330}" python3 -m pytest harness/suites/nvfp4_moe \
+PYTHONUNBUFFERED=1 timeout "${BUDGET_S:-480}" python3 -m pytest harness/suites/nvfp4_moe \
     --moe-backend "${MOE_BACKEND:-reference}" -q -p no:cacheprovider \
     --junitxml="$out/junit.xml" --durations=10 "$@" 2>&1 | tee "$out/pytest.log"
 rc=${PIPESTATUS[0]}

@@ -182,10 +182,16 @@ def _fused(p: Problem, **overrides: Any) -> Callable[[], Any]:
     return _cute(op, dict(p.op_args[op], **overrides))
 
 
+def _unfused_gemm_step(p: Problem) -> Callable[[], Any]:
+    """The unfused composition's plain GEMM alone (unchecked): unfused minus this is what its
+    elementwise step costs."""
+    return _cute("grouped_gemm", p.op_args["grouped_gemm"])
+
+
 def _unfused_swiglu(p: Problem) -> Callable[[], Any]:
     from stagebot.kernels.triton_elementwise import swiglu_quantize
 
-    gemm, rows = _cute("grouped_gemm", p.op_args["grouped_gemm"]), p.padded_rows
+    gemm, rows = _unfused_gemm_step(p), p.padded_rows
     global_sf = p.op_args["grouped_gemm_swiglu"]["global_sf"]
     return lambda: swiglu_quantize(gemm()[:rows], global_sf)
 
@@ -193,7 +199,7 @@ def _unfused_swiglu(p: Problem) -> Callable[[], Any]:
 def _unfused_finalize(p: Problem) -> Callable[[], Any]:
     from stagebot.kernels.triton_elementwise import unpermute
 
-    gemm = _cute("grouped_gemm", p.op_args["grouped_gemm"])
+    gemm = _unfused_gemm_step(p)
     scales = p.op_args["grouped_gemm_finalize"]["token_final_scales"]
     return lambda: unpermute(gemm(), p.expanded_to_permuted, scales)
 
@@ -224,12 +230,6 @@ def _peer_fp8(p: Problem) -> Callable[[], Any]:
     return lambda: torch._scaled_grouped_mm(
         x, wt, scale_a, scale_b, offs=offs, out_dtype=torch.bfloat16, use_fast_accum=True
     )
-
-
-def _unfused_gemm_step(p: Problem) -> Callable[[], Any]:
-    """The unfused composition's plain GEMM alone (unchecked): unfused minus this is what its
-    elementwise step costs."""
-    return _cute("grouped_gemm", p.op_args["grouped_gemm"])
 
 
 PEERS = {"bf16 peer": _peer_bf16, "fp8 peer": _peer_fp8}

@@ -15,7 +15,7 @@ SWIGLU_GROUP = 64  # columns of linear, then of gate, alternating in the GEMM1 o
 SF_BLOCK = 16
 SF_CHUNK_BYTES = 512  # one 128-row x 4-column block of the swizzled scale layout
 STAGED_ROWS = 32  # decode tiles with at most this many valid rows take swiglu_quantize_staged
-STAGE_PAD = 4  # fp32 words after each staged row (spreads the rows over the smem banks)
+STAGE_PAD = 4  # fp32 words after each staged row
 
 
 def _abs(v):
@@ -26,6 +26,11 @@ def _quad_or(word):
     """Bitwise OR of ``word`` over the four threads of the quad."""
     word = word | cute.arch.shuffle_sync_bfly(word, offset=1)
     return word | cute.arch.shuffle_sync_bfly(word, offset=2)
+
+
+def _silu_product(linear, gate):
+    """linear * silu(gate) in the reference's fp32 order (both SwiGLU epilogues use it)."""
+    return linear * (gate / (1.0 + cute.math.exp(-gate)))
 
 
 def _quad_max(value):
@@ -77,7 +82,7 @@ def swiglu_quantize_store(
                     for c2 in cutlass.range_constexpr(2):
                         linear = acc[c2 + 2 * r2 + 4 * j] * scale
                         gate = acc[c2 + 2 * r2 + 4 * (j + 8)] * scale
-                        values.append(linear * (gate / (1.0 + cute.math.exp(-gate))))
+                        values.append(_silu_product(linear, gate))
                 vmax = cute.arch.fmax(
                     cute.arch.fmax(_abs(values[0]), _abs(values[1])),
                     cute.arch.fmax(_abs(values[2]), _abs(values[3])),
@@ -114,17 +119,19 @@ def swiglu_quantize_staged(
     mCw: cute.Tensor,
     mCsf: cute.Tensor,
 ):
-    """swiglu_quantize_store for a tile with fewer than STAGED_ROWS valid rows (decode).
+    """swiglu_quantize_store for a tile of at most STAGED_ROWS valid rows (decode).
 
-    Those rows' accumulators all sit in the first warp or two, where the quantising work, done
-    in registers, would run on a few warps while the rest wait. Here their owners write them
+    Those rows' accumulators all sit in the first two warps, where the quantising work, done in
+    registers, would run on one or two warps while the rest wait. Here their owners write them
     (times ``scale``) into ``stage`` (fp32 [STAGED_ROWS, bn + pad] in shared memory), and every
     thread then quantises whole 16-value blocks, one (row, block) at a time: no shuffles, 16
     independent values per thread. Same fp32 operations in the same order as the register
-    path, so the same bytes. ``barrier`` syncs the ``num_threads`` MMA threads; ``stage``
-    aliases the B operand buffers, which the next tile's dequantisation overwrites only after
-    the closing barrier.
+    path, so the same bytes. ``barrier`` syncs the ``num_threads`` MMA threads. ``stage``
+    aliases the B operand buffers: it is written after every thread waited for its WGMMAs (the
+    opening barrier), and the next tile's dequantisation overwrites it only after the closing
+    one.
     """
+    barrier.arrive_and_wait()
     for r2 in cutlass.range_constexpr(2):
         if tCcC[2 * r2][0] < valid:
             for j in cutlass.range_constexpr(cute.size(acc) // 4):
@@ -143,10 +150,7 @@ def swiglu_quantize_staged(
         gate = cute.make_rmem_tensor((1, SF_BLOCK), cutlass.Float32)
         cute.autovec_copy(cute.local_tile(stage, (1, SF_BLOCK), (r, chunk)), linear)
         cute.autovec_copy(cute.local_tile(stage, (1, SF_BLOCK), (r, chunk + 4)), gate)
-        values = []
-        for i in cutlass.range_constexpr(SF_BLOCK):
-            g = gate[0, i]
-            values.append(linear[0, i] * (g / (1.0 + cute.math.exp(-g))))
+        values = [_silu_product(linear[0, i], gate[0, i]) for i in range(SF_BLOCK)]
         vmax = _abs(values[0])
         for i in cutlass.range_constexpr(1, SF_BLOCK):
             vmax = cute.arch.fmax(vmax, _abs(values[i]))

@@ -86,9 +86,9 @@ def check(name: str, counts, n, k, tile_size, spare, tactic: Tactic, seed: int) 
 
 def check_swiglu_tactics(name: str, counts, n, k, tile_size, seed: int) -> dict:
     """Every tactic's SwiGLU output, with the tile limits, against backend="reference" and
-    against the first tactic's, on the valid rows. The sparse_rows tactic quantises decode
-    tiles from shared memory (swiglu_quantize_staged), the others in registers: the same fp32
-    operations, so their bytes must be identical."""
+    against the first tactic's, on the valid rows, each of which must be written. The
+    sparse_rows tactic quantises decode tiles from shared memory (swiglu_quantize_staged), the
+    others in registers: the same fp32 operations, so their bytes must be identical."""
     args, _, tiles = make_problem(counts, n, k, tile_size, 1, seed)
     limits = torch.zeros(args["tile_idx_to_group_idx"].numel(), dtype=torch.int32)
     tile = 0
@@ -108,10 +108,23 @@ def check_swiglu_tactics(name: str, counts, n, k, tile_size, seed: int) -> dict:
         return c[valid], scales[valid]
 
     want = valid_bytes(ref_c, ref_sf)
-    outputs = {}
+
+    def run(tactic: Tactic, fill: int):
+        c, c_sf = launch.swiglu_outputs(args["a"], args["b"])
+        c.fill_(fill)
+        c_sf.fill_(fill)
+        return valid_bytes(*launch.grouped_gemm_swiglu(**call, tactic=tactic, out=(c, c_sf)))
+
+    outputs, unwritten = {}, {}
     for tactic in TACTICS:
         if n % tactic.tile_mn[1] == 0:
-            outputs[str(tactic)] = valid_bytes(*launch.grouped_gemm_swiglu(**call, tactic=tactic))
+            # Any byte is a valid code pair, so an unwritten byte shows as one that differs
+            # between outputs poisoned with 0x00 and with 0xFF.
+            zeros, ones = run(tactic, 0x00), run(tactic, 0xFF)
+            outputs[str(tactic)] = zeros
+            unwritten[str(tactic)] = sum(
+                int((z != o).sum()) for z, o in zip(zeros, ones, strict=True)
+            )
     first = next(iter(outputs.values()))
     same = {
         t: all(torch.equal(g, f) for g, f in zip(got, first, strict=True))
@@ -121,8 +134,10 @@ def check_swiglu_tactics(name: str, counts, n, k, tile_size, seed: int) -> dict:
         t: min(float((g == w).double().mean()) for g, w in zip(got, want, strict=True))
         for t, got in outputs.items()
     }
-    ok = all(same.values()) and min(match.values()) >= 0.95
-    return dict(name=name, ok=ok, identical_to_first=same, reference_match=match)
+    ok = all(same.values()) and min(match.values()) >= 0.95 and not any(unwritten.values())
+    return dict(
+        name=name, ok=ok, identical_to_first=same, reference_match=match, unwritten=unwritten
+    )
 
 
 def bench_variant(name: str, counts, n, k, tile_size, tactic: Tactic, variant: str) -> dict:
@@ -204,7 +219,10 @@ def main(argv: list[str] | None = None) -> int:
     for r in results["swiglu"]:
         for tactic, same in r["identical_to_first"].items():
             match = r["reference_match"][tactic]
-            print(f"{r['name']:<18} {tactic:<38} identical={same} reference_match={match:.4f}")
+            print(
+                f"{r['name']:<18} {tactic:<38} identical={same} reference_match={match:.4f} "
+                f"unwritten={r['unwritten'][tactic]}"
+            )
     print("\n== the kernel and its diagnostic builds (wrong results by design; median us) ==")
     for r in results["variants"]:
         variant = r["variant"] or "(kernel)"

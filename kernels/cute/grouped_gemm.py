@@ -360,13 +360,15 @@ class Nvfp4GroupedGemmSm90:
         )
         sA16 = storage.sA16.get_tensor(a16_layout.outer, swizzle=a16_layout.inner)
         sB16 = storage.sB16.get_tensor(b16_layout.outer, swizzle=b16_layout.inner)
-        # The staged SwiGLU epilogue's fp32 rows, over the B operand buffers (idle by then).
-        stage_pitch = self.bn + epilogues.STAGE_PAD
-        assert epilogues.STAGED_ROWS * stage_pitch * 4 <= cute.cosize(b16_layout) * 2
-        sStage = cute.make_tensor(
-            cute.recast_ptr(storage.sB16.data_ptr(), dtype=cutlass.Float32),
-            cute.make_layout((epilogues.STAGED_ROWS, self.bn), stride=(stage_pitch, 1)),
-        )
+        sStage = None
+        if cutlass.const_expr(self.epilogue == "swiglu" and self.sparse_rows):
+            # The staged SwiGLU epilogue's fp32 rows, over the B operand buffers (idle by then).
+            stage_pitch = self.bn + epilogues.STAGE_PAD
+            assert epilogues.STAGED_ROWS * stage_pitch * 4 <= cute.cosize(b16_layout) * 2
+            sStage = cute.make_tensor(
+                cute.recast_ptr(storage.sB16.data_ptr(), dtype=cutlass.Float32),
+                cute.make_layout((epilogues.STAGED_ROWS, self.bn), stride=(stage_pitch, 1)),
+            )
 
         # Global tiles: (tile, tile, rest...) and their TMA partitions.
         gAq = cute.local_tile(mA, (self.bm, BK // 2), (None, None))  # (bm, 32, mt, kt)

@@ -14,5 +14,6 @@ def add_options(group) -> None:
         default=None,
         metavar="NAME",
         help="run every cute case with this tactic of the dispatcher's list (as `bot kernels "
-        "build --all-tactics` names them) instead of one picked per case by a hash of its id.",
+        "build --all-tactics` names them) instead of one picked per case by a hash of its id; "
+        "cute refuses a case the tactic cannot take.",
     )

@@ -365,9 +365,22 @@ backends.register(backends.Backend(
 """
 
 
+# Prints the tactic the suite's fixture pinned, from inside each test's call (run with -s).
+PIN_REPORT_PLUGIN = """
+import pytest
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item):
+    from stagebot.kernels.cute import autotune
+    print(f"pinned {item.name}: {autotune.pinned()}")
+    yield
+"""
+
+
 def _run_suite(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
     (tmp_path / "unable_backend.py").write_text(UNABLE_PLUGIN)
     (tmp_path / "gpu_only_backend.py").write_text(GPU_ONLY_PLUGIN)
+    (tmp_path / "pin_report.py").write_text(PIN_REPORT_PLUGIN)
     path = os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))
     # The project plugin is named explicitly, so this works installed or from a PYTHONPATH.
     env = {**os.environ, "PYTHONPATH": path, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
@@ -403,11 +416,19 @@ def test_a_forced_cuda_only_backend_deselects_the_cpu_matrix(tmp_path):
     assert any("[cpu-" in line for line in unforced.stdout.splitlines()), unforced.stdout
 
 
-def test_cute_tactic_must_name_a_listed_tactic(tmp_path):
+def test_cute_tactic_must_name_a_listed_tactic_and_pins_it(tmp_path):
     from stagebot.kernels.cute.tactics import TACTICS
 
     result = _run_suite(tmp_path, "--cute-tactic", "tile64x64", "--collect-only")
     assert result.returncode == pytest.ExitCode.USAGE_ERROR, result.stdout + result.stderr
     assert "--cute-tactic 'tile64x64'" in result.stderr and str(TACTICS[-1]) in result.stderr
-    listed = _run_suite(tmp_path, "--cute-tactic", str(TACTICS[-1]), "--collect-only")
-    assert listed.returncode == pytest.ExitCode.OK, listed.stdout + listed.stderr
+    case = "test_grouped_gemm_matches_the_oracle[cpu-T1-k1-ep1-tile128]"
+    only = ["-p", "pin_report", "-s", "-k", "grouped_gemm_matches and cpu-T1-k1-ep1-tile128"]
+    hashed = _run_suite(tmp_path, *only)
+    picks = [line for line in hashed.stdout.splitlines() if line.startswith(f"pinned {case}: ")]
+    names = [str(t) for t in TACTICS]
+    assert len(picks) == 1 and picks[0].split(": ")[1] in names, hashed.stdout
+    other = names[(names.index(picks[0].split(": ")[1]) + 1) % len(names)]
+    pinned = _run_suite(tmp_path, *only, "--cute-tactic", other)
+    assert pinned.returncode == pytest.ExitCode.OK, pinned.stdout + pinned.stderr
+    assert f"pinned {case}: {other}" in pinned.stdout, pinned.stdout

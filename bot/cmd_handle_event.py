@@ -3,9 +3,11 @@
 Reads the standard Actions variables (GITHUB_EVENT_NAME, GITHUB_EVENT_PATH, GITHUB_REPOSITORY,
 GITHUB_API_URL, GITHUB_TOKEN, GITHUB_RUN_ID, GITHUB_RUN_NUMBER, GITHUB_SERVER_URL, GITHUB_OUTPUT)
 and writes ``run``, ``matrix``, ``pipeline``, ``commit``, ``pr`` and ``reply_id`` to
-GITHUB_OUTPUT. Exits 0 for every event it handled (a run, a no-op, a refusal, a malformed
-command); non-zero only when it could not do its job (GitHub unreachable after retries: 3; a
-missing variable or bad settings: 2).
+GITHUB_OUTPUT, and, for a run with ``--out`` and ``--ledger``, ``artifact_digest``: the digest
+of plan.json and the closed ledger (marker.artifact_digest), which `bot publish
+--artifact-digest` checks. Exits 0 for every event it handled (a run, a no-op, a refusal, a
+malformed command); non-zero only when it could not do its job (GitHub unreachable after
+retries: 3; a missing variable or bad settings: 2).
 
 - issue_comment: see bot/on_comment.py;
 - push to the default branch: plans the post-merge pipeline (`/bot run --post-merge`) on the
@@ -27,6 +29,7 @@ import click
 from stagebot.bot.cli_options import catalog_option
 from stagebot.bot.config import load_config
 from stagebot.bot.events import comment_event, load_payload, push_event
+from stagebot.bot.marker import artifact_digest, artifact_files
 from stagebot.bot.on_comment import CommentHandler, LedgerSource, Outcome
 
 
@@ -75,12 +78,17 @@ def handle_event(config_path, catalog, ledger, out) -> None:
         outcome = Outcome(f"no-op: {env.event_name} events are not handled")
     if source.notice:
         click.echo(f"warning: {source.notice}", err=True)
-    write_outputs(env.output, outcome.outputs())
+    source.close()
+    outputs = outcome.outputs()
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
-        (out / "outputs.json").write_text(json.dumps(outcome.outputs(), indent=2) + "\n")
         if outcome.plan is not None:
-            (out / "plan.json").write_text(json.dumps(outcome.plan, indent=2) + "\n")
+            plan = out / "plan.json"
+            plan.write_text(json.dumps(outcome.plan, indent=2) + "\n")
+            if ledger is not None:
+                outputs["artifact_digest"] = artifact_digest(artifact_files(plan, ledger))
+        (out / "outputs.json").write_text(json.dumps(outputs, indent=2) + "\n")
+    write_outputs(env.output, outputs)
     click.echo(outcome.reason)
 
 

@@ -13,8 +13,10 @@ renders the report, edits the pipeline's one reply into it and sets the gating s
   FAILURE -> failure; ABORTED or shards that could not run -> error.
 - The reply records the sha256 of the ledger as this job leaves it (a hidden line before the
   marker); `bot handle-event` accepts the next restored ledger only when it matches.
-- Exits 0 once published (whatever the pipeline's state); 3 when GitHub stayed unreachable,
-  2 for bad input.
+- With ``--artifact-digest`` (the plan job's output), plan.json and the ledger must be what the
+  plan job left: a replaced artifact publishes nothing (exit 3), so the status stays pending.
+- Exits 0 once published (whatever the pipeline's state); 3 when GitHub stayed unreachable or
+  the artifact does not match its digest, 2 for bad input.
 """
 
 from __future__ import annotations
@@ -68,7 +70,16 @@ from stagebot.bot.errors import StagebotError
     help="Also write report.md and report.html here.",
 )
 @click.option("--config", "config_path", type=click.Path(path_type=Path), default=None)
-def publish(results, ledger, plan_path, base_ledger, pipeline, cancelled, out, config_path):
+@click.option(
+    "--artifact-digest",
+    default=None,
+    metavar="SHA256",
+    help="The plan job's artifact_digest output: --plan and --ledger must match it, or nothing "
+    "is published (exit 3).",
+)
+def publish(
+    results, ledger, plan_path, base_ledger, pipeline, cancelled, out, config_path, artifact_digest
+):
     """Record StageResults, render the report, edit the reply, set the status."""
     from stagebot.bot.config import load_config
     from stagebot.bot.github import ActionsEnv, RetryPolicy, connect
@@ -81,6 +92,8 @@ def publish(results, ledger, plan_path, base_ledger, pipeline, cancelled, out, c
     number = pipeline or env.run_number
     if number is None:
         raise click.UsageError("give --pipeline N (or set GITHUB_RUN_NUMBER)")
+    if artifact_digest is not None:
+        _check_artifact(artifact_digest, plan_path, ledger)
     book = Ledger.open(ledger)
     record = book.pipeline(number, with_results=False)
     if record is None:
@@ -110,6 +123,27 @@ def publish(results, ledger, plan_path, base_ledger, pipeline, cancelled, out, c
     else:
         lines.append("no pull request: nothing to reply to (post-merge history recorded)")
     click.echo("\n".join(lines))
+
+
+class ArtifactMismatch(StagebotError):
+    """The plan artifact is not what the plan job left (replaced between the jobs)."""
+
+    exit_code = 3
+
+
+def _check_artifact(expected: str, plan_path: Path | None, ledger: Path) -> None:
+    from stagebot.bot.marker import artifact_digest, artifact_files
+
+    if plan_path is None:
+        raise click.UsageError("--artifact-digest needs --plan (the digest covers plan.json)")
+    actual = artifact_digest(artifact_files(plan_path, ledger))
+    if actual != expected:
+        raise ArtifactMismatch(
+            f"the plan artifact ({plan_path}, {ledger} and its side files) has digest "
+            f"{actual[:16]}…, not the {expected[:16] or '(empty)'}… the plan job recorded: it "
+            "was replaced or damaged after the plan job, so nothing is published and the "
+            "status stays pending; comment /bot run again for a new pipeline"
+        )
 
 
 def default_branch(event_path: str | None, fallback: str = "main") -> str:

@@ -99,3 +99,21 @@ def file_digest(path: str | Path) -> str:
         for chunk in iter(lambda: stream.read(1 << 20), b""):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+def artifact_files(plan: Path, ledger: Path) -> list[Path]:
+    """What the plan job hands the report job: plan.json, the ledger, and the ledger's SQLite
+    side files, which must stay absent (a planted -wal file would rewrite the ledger on open)."""
+    sides = [ledger.with_name(ledger.name + suffix) for suffix in ("-wal", "-shm", "-journal")]
+    return [plan, ledger, *sides]
+
+
+def artifact_digest(paths: list[Path]) -> str:
+    """sha256 over each file's name and content digest, an absent file counting as absent (not
+    as empty): the plan job records it as a job output, which the stage jobs cannot touch, and
+    the report job checks the downloaded artifact against it."""
+    digest = hashlib.sha256()
+    for path in paths:
+        content = file_digest(path) if path.exists() else "absent"
+        digest.update(f"{path.name}\0{content}\n".encode())
+    return digest.hexdigest()

@@ -94,9 +94,14 @@ class LedgerSource:
 
         if self._book is None or self.path is None:
             return None
-        self._book.close()
-        self._book = None
+        self.close()
         return file_digest(self.path)
+
+    def close(self) -> None:
+        """Close the ledger if a step opened it: its file then holds every change (no WAL)."""
+        if self._book is not None:
+            self._book.close()
+            self._book = None
 
     def _open(self, path: Path) -> Ledger:
         from stagebot.bot.ledger import Ledger, LedgerError

@@ -138,7 +138,8 @@ class Pipeline:
     def whole(self, body: str, run_number: int, **kwargs) -> dict:
         outputs = self.comment(body, run_number, **kwargs)
         assert outputs["run"] == "true", outputs
-        self.report(run_number, self.stages(outputs, run_number))
+        digest = ["--artifact-digest", outputs["artifact_digest"]]
+        self.report(run_number, self.stages(outputs, run_number), *digest)
         return outputs
 
 
@@ -365,3 +366,66 @@ def test_publish_with_a_corrupt_ledger_exits_3_and_leaves_it_untouched(gh, pipel
     )
     assert code == 3 and f"ledger {pipeline.ledger} is corrupt" in text, text
     assert pipeline.ledger.read_bytes() == damaged
+
+
+@pytest.mark.parametrize("replace", ["plan", "ledger", "planted WAL"])
+def test_a_plan_artifact_replaced_after_the_plan_job_publishes_nothing(
+    gh, pipeline, replace
+) -> None:
+    """The report job checks plan.json and the ledger (and that no SQLite side file appeared)
+    against the digest the plan job left as a job output: a replaced artifact exits 3, leaves
+    the reply as the plan job wrote it, the status pending and the ledger untouched."""
+    outputs = pipeline.comment("/bot run", 101)
+    results = pipeline.stages(outputs, 101)
+    plan = pipeline.tmp / "plan-101" / "plan.json"
+    if replace == "plan":  # every shard marked reused
+        text = plan.read_text()
+        plan.write_text(text.replace('"action": "run"', '"action": "reuse"'))
+        assert plan.read_text() != text
+    elif replace == "ledger":
+        with Ledger.open(pipeline.ledger) as book:
+            book.finish_pipeline(101, "SUCCESS")
+    else:
+        Path(f"{pipeline.ledger}-wal").write_bytes(b"\x37\x7f\x06\x82" + bytes(28))
+    ledger_bytes = pipeline.ledger.read_bytes()
+    (reply_before,) = replies(gh)
+    pipeline.env(101, pipeline.tmp / "event-101.json")
+    digest = ["--artifact-digest", outputs["artifact_digest"]]
+    code, text = pipeline.bot(
+        "publish", "--results", str(results), "--ledger", str(pipeline.ledger),
+        "--plan", str(plan), *digest,
+    )  # fmt: skip
+    assert code == 3 and "the plan artifact" in text and "nothing is published" in text, text
+    assert replies(gh) == [reply_before]
+    assert [s["state"] for s in gh.statuses[SHA]] == ["pending"]
+    assert pipeline.ledger.read_bytes() == ledger_bytes
+
+
+def test_the_untouched_artifact_matches_its_digest(gh, pipeline) -> None:
+    outputs = pipeline.comment("/bot run", 101)
+    assert len(outputs["artifact_digest"]) == 64
+    pipeline.report(
+        101, pipeline.stages(outputs, 101), "--artifact-digest", outputs["artifact_digest"]
+    )
+    assert marker_of(replies(gh)[0]).state == "SUCCESS"
+
+
+def test_artifact_digest_tells_an_absent_file_from_an_empty_one(tmp_path) -> None:
+    from stagebot.bot.marker import artifact_digest, artifact_files
+
+    plan, ledger = tmp_path / "plan.json", tmp_path / "ledger.sqlite"
+    plan.write_text("{}")
+    ledger.write_bytes(b"x")
+    files = artifact_files(plan, ledger)
+    assert [f.name for f in files[2:]] == [
+        "ledger.sqlite-wal",
+        "ledger.sqlite-shm",
+        "ledger.sqlite-journal",
+    ]
+    clean = artifact_digest(files)
+    (tmp_path / "ledger.sqlite-wal").write_bytes(b"")
+    assert artifact_digest(files) != clean
+    (tmp_path / "ledger.sqlite-wal").unlink()
+    assert artifact_digest(files) == clean
+    plan.write_text("{} ")
+    assert artifact_digest(files) != clean

@@ -11,7 +11,8 @@ retries: 3; a missing variable or bad settings: 2).
 
 - issue_comment: see bot/on_comment.py;
 - push to the default branch: plans the post-merge pipeline (`/bot run --post-merge`) on the
-  pushed commit, with no reply and no status;
+  pushed commit, with no reply and no status; a restored ledger is used only when the bot
+  recorded its digest (bot/main_ledger.py);
 - anything else: a no-op.
 
 The ``--ledger`` file is opened only when a step needs it (see on_comment.LedgerSource): a
@@ -73,6 +74,10 @@ def handle_event(config_path, catalog, ledger, out) -> None:
             ledger_source=source,
         ).handle()
     elif env.event_name == "push":
+        from stagebot.bot.main_ledger import LEDGER_STATUS, recorded_digests
+
+        source.trusted = lambda: recorded_digests(lambda: connect(env, policy), ledger)
+        source.recorded_where = f"the {LEDGER_STATUS} statuses of the commit it names"
         outcome = _push(payload, catalog, env.run_number, source)
     else:
         outcome = Outcome(f"no-op: {env.event_name} events are not handled")

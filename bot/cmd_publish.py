@@ -12,7 +12,9 @@ renders the report, edits the pipeline's one reply into it and sets the gating s
   this pipeline's own (a newer pipeline or a skip is never overwritten). SUCCESS -> success;
   FAILURE -> failure; ABORTED or shards that could not run -> error.
 - The reply records the sha256 of the ledger as this job leaves it (a hidden line before the
-  marker); `bot handle-event` accepts the next restored ledger only when it matches.
+  marker); `bot handle-event` accepts the next restored ledger only when it matches. A
+  post-merge pipeline records it as the ``stagebot/ledger`` status of its commit instead, and
+  ``--base-ledger`` (main's) is used only when such a status vouches for it (bot/main_ledger.py).
 - With ``--artifact-digest`` (the plan job's output), plan.json and the ledger must be what the
   plan job left: a replaced artifact publishes nothing (exit 3), so the status stays pending.
 - Exits 0 once published (whatever the pipeline's state); 3 when GitHub stayed unreachable or
@@ -94,15 +96,14 @@ def publish(
         raise click.UsageError("give --pipeline N (or set GITHUB_RUN_NUMBER)")
     if artifact_digest is not None:
         _check_artifact(artifact_digest, plan_path, ledger)
+    api = connect(env, RetryPolicy.from_environ())
+    base_book, lines = _main_ledger(api, base_ledger)  # before the ledger changes: may exit 3
     book = Ledger.open(ledger)
     record = book.pipeline(number, with_results=False)
     if record is None:
         record = _start_from_plan(book, number, plan_path)
     plan = record.plan or {}
     _record_results(book, number, plan, Path(results), cancelled)
-    base_book = (
-        Ledger.open(base_ledger, readonly=True) if base_ledger and base_ledger.exists() else None
-    )
     base = (base_book or book).base_pipeline(
         record.base_commit, default_branch(env.event_path), exclude=None if base_book else number
     )
@@ -115,14 +116,47 @@ def publish(
         out.mkdir(parents=True, exist_ok=True)
         (out / "report.md").write_text(render_report(report, "md"))
         (out / "report.html").write_text(render_report(report, "html"))
-    lines = [f"pipeline #{number}: {report.state}"]
+    lines.insert(0, f"pipeline #{number}: {report.state}")
     book.close()  # final: the bytes the report job saves for the PR's next pipeline
     if record.pr is not None:
-        api = connect(env, RetryPolicy.from_environ())
         lines += _publish_to_pr(api, env, config, record, report, file_digest(ledger))
     else:
-        lines.append("no pull request: nothing to reply to (post-merge history recorded)")
+        lines += _record_main_ledger(api, record.commit, file_digest(ledger))
     click.echo("\n".join(lines))
+
+
+def _main_ledger(api, path: Path | None):
+    """(main's ledger opened read-only, or None; what to say): used only when the bot recorded
+    its digest (bot/main_ledger.py), else failures are compared within the PR's own ledger."""
+    from stagebot.bot.ledger import Ledger
+    from stagebot.bot.main_ledger import LEDGER_STATUS, recorded_digests
+    from stagebot.bot.marker import file_digest, planted_side_files
+
+    if path is None or not path.exists():
+        return None, []
+    planted = planted_side_files(path)
+    if planted or file_digest(path) not in recorded_digests(lambda: api, path):
+        why = f"{', '.join(planted)} lay beside it" if planted else "its sha256 is unrecorded"
+        return None, [
+            f"warning: main's ledger {path} is not one the bot saved ({why}: no {LEDGER_STATUS} "
+            "status of the commit it names records it); failures are compared within this "
+            "PR's ledger"
+        ]
+    return Ledger.open(path, readonly=True), []
+
+
+def _record_main_ledger(api, commit: str | None, digest: str) -> list[str]:
+    """Post-merge: record the saved ledger's digest as the stagebot/ledger status of its
+    commit, which the next pipeline checks before it uses the ledger."""
+    from stagebot.bot.main_ledger import LEDGER_STATUS, status_description
+
+    if commit is None:
+        return ["no pull request and no commit: the ledger's digest is not recorded"]
+    api.set_status(commit, "success", LEDGER_STATUS, status_description(digest), None)
+    return [
+        "no pull request: nothing to reply to (post-merge history recorded; its sha256 is the "
+        f"{LEDGER_STATUS} status of {commit[:7]})"
+    ]
 
 
 class ArtifactMismatch(StagebotError):

@@ -101,11 +101,26 @@ def file_digest(path: str | Path) -> str:
     return digest.hexdigest()
 
 
+def side_files(ledger: Path) -> list[Path]:
+    """The SQLite files beside a ledger: none once its last writer closed it."""
+    return [ledger.with_name(ledger.name + suffix) for suffix in ("-wal", "-shm", "-journal")]
+
+
+def planted_side_files(ledger: Path) -> list[str]:
+    """Names of the side files that would change the ledger when it is opened (a non-empty -wal
+    or -journal), so that a digest of the main file alone does not vouch for it. A read-only
+    reader leaves an empty -wal and a -shm, which change nothing."""
+    return [
+        path.name
+        for path in side_files(ledger)
+        if not path.name.endswith("-shm") and path.exists() and path.stat().st_size > 0
+    ]
+
+
 def artifact_files(plan: Path, ledger: Path) -> list[Path]:
-    """What the plan job hands the report job: plan.json, the ledger, and the ledger's SQLite
-    side files, which must stay absent (a planted -wal file would rewrite the ledger on open)."""
-    sides = [ledger.with_name(ledger.name + suffix) for suffix in ("-wal", "-shm", "-journal")]
-    return [plan, ledger, *sides]
+    """What the plan job hands the report job: plan.json, the ledger and its side files (which
+    must stay absent)."""
+    return [plan, ledger, *side_files(ledger)]
 
 
 def artifact_digest(paths: list[Path]) -> str:

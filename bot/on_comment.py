@@ -77,8 +77,9 @@ class LedgerSource:
     def __init__(self, path: Path | None) -> None:
         self.path = path
         self.notice: str | None = None
-        # the digests the bot recorded for this PR's ledger; None: not checked (a push)
+        # the digests the bot recorded for this ledger; None: not checked
         self.trusted: Callable[[], set[str]] | None = None
+        self.recorded_where = "the bot's replies on this PR"  # what ``trusted`` reads
         self._book: Ledger | None = None
         self._checked = False
 
@@ -105,17 +106,23 @@ class LedgerSource:
 
     def _open(self, path: Path) -> Ledger:
         from stagebot.bot.ledger import Ledger, LedgerError
-        from stagebot.bot.marker import file_digest
+        from stagebot.bot.marker import file_digest, planted_side_files
 
         path.parent.mkdir(parents=True, exist_ok=True)
         if not self._checked and self.trusted is not None and path.exists():
             self._checked = True
-            if file_digest(path) not in self.trusted():
+            planted = planted_side_files(path)
+            if planted or file_digest(path) not in self.trusted():
+                why = (
+                    f"{', '.join(planted)} lay beside it"
+                    if planted
+                    else f"its sha256 is in none of {self.recorded_where}"
+                )
                 aside = self.move_aside(path)
                 self.notice = (
-                    "The pipeline ledger restored from the Actions cache is not one the bot "
-                    "saved for this PR (its sha256 is in none of the bot's replies; the cache "
-                    f"can be written by the code a stage job runs); it was moved aside to "
+                    f"The pipeline ledger restored from the Actions cache is not one the bot "
+                    f"saved ({why}; the cache can be written by the code a stage job runs); "
+                    f"it was moved aside to "
                     f"{aside.name} and this pipeline starts from an empty history (nothing is "
                     "reused)."
                 )
@@ -138,7 +145,7 @@ class LedgerSource:
 
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
         aside = path.with_name(f"{path.name}.rejected-{stamp}")
-        for suffix in ("", "-wal", "-shm"):
+        for suffix in ("", "-wal", "-shm", "-journal"):
             part = path.with_name(path.name + suffix)
             if part.exists():
                 part.rename(aside.with_name(aside.name + suffix))

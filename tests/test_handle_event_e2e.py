@@ -53,9 +53,9 @@ class Pipeline:
         self.catalog.write_text(CATALOG.format(suite=suite))
         self.ledger = tmp / "ledger.sqlite"
 
-    def env(self, run_number: int, event: Path) -> None:
+    def env(self, run_number: int, event: Path, event_name: str = "issue_comment") -> None:
         for key, value in {
-            "GITHUB_EVENT_NAME": "issue_comment",
+            "GITHUB_EVENT_NAME": event_name,
             "GITHUB_EVENT_PATH": str(event),
             "GITHUB_REPOSITORY": self.gh.repo,
             "GITHUB_API_URL": self.gh.url,
@@ -102,6 +102,32 @@ class Pipeline:
         )
         assert code == 0, text
         return json.loads((plan / "outputs.json").read_text())
+
+    def push(self, run_number: int) -> tuple[dict, str]:
+        """The plan job of a push to main: handle-event on push_main.json; (outputs, log)."""
+        event = self.tmp / f"event-{run_number}.json"
+        event.write_text((ROOT / "tests/fixtures/events/push_main.json").read_text())
+        self.env(run_number, event, "push")
+        plan = self.tmp / f"plan-{run_number}"
+        code, text = self.bot(
+            "handle-event", "--catalog", str(self.catalog), "--ledger", str(self.ledger),
+            "--out", str(plan),
+        )  # fmt: skip
+        assert code == 0, text
+        return json.loads((plan / "outputs.json").read_text()), text
+
+    def post_merge(self, run_number: int) -> str:
+        """A whole push pipeline (plan, stages, report); the report job's log."""
+        outputs, _ = self.push(run_number)
+        results = self.stages(outputs, run_number)
+        self.env(run_number, self.tmp / f"event-{run_number}.json", "push")
+        code, text = self.bot(
+            "publish", "--results", str(results), "--ledger", str(self.ledger),
+            "--plan", str(self.tmp / f"plan-{run_number}" / "plan.json"),
+            "--artifact-digest", outputs["artifact_digest"],
+        )  # fmt: skip
+        assert code == 0, text
+        return text
 
     def stages(self, outputs: dict, run_number: int) -> Path:
         """The stage jobs: `bot run-stage` per matrix entry, in the pinned checkout (here)."""
@@ -150,7 +176,9 @@ def pipeline(gh, tmp_path, monkeypatch, capsys):
 
 
 def ledger_state(pipeline: Pipeline, number: int) -> str:
-    return Ledger.open(pipeline.ledger, readonly=True).pipeline(number).state
+    # Closed at once: an open reader keeps the -wal file, which the next job would refuse.
+    with Ledger.open(pipeline.ledger, readonly=True) as book:
+        return book.pipeline(number).state
 
 
 def test_a_comment_ends_in_one_reply_edited_into_the_report_and_a_status(gh, pipeline) -> None:
@@ -344,7 +372,7 @@ def test_a_restored_ledger_the_bot_did_not_save_is_refused(gh, pipeline) -> None
     (aside,) = pipeline.tmp.glob("ledger.sqlite.rejected-*")
     assert aside.read_bytes() != genuine
     reply = next(c for c in replies(gh) if marker_of(c).pipeline == 102)
-    assert "is not one the bot saved for this PR" in reply["body"]
+    assert "its sha256 is in none of the bot's replies on this PR" in reply["body"]
 
 
 def test_the_ledger_the_bot_saved_is_accepted_after_kill(gh, pipeline) -> None:
@@ -429,3 +457,51 @@ def test_artifact_digest_tells_an_absent_file_from_an_empty_one(tmp_path) -> Non
     assert artifact_digest(files) == clean
     plan.write_text("{} ")
     assert artifact_digest(files) != clean
+
+
+PUSHED = "0d1a26e67d8f5eaf1f6ba5c57fc3c7d91ac0fd1c"  # push_main.json's "after"
+
+
+def test_main_ledger_is_vouched_for_by_a_status_and_used_by_the_next_push(gh, pipeline) -> None:
+    from stagebot.bot.main_ledger import LEDGER_STATUS, status_description
+    from stagebot.bot.marker import file_digest
+
+    log = pipeline.post_merge(201)
+    (recorded,) = [s for s in gh.statuses[PUSHED] if s["context"] == LEDGER_STATUS]
+    assert recorded["description"] == status_description(file_digest(pipeline.ledger))
+    assert f"{LEDGER_STATUS} status of {PUSHED[:7]}" in log
+    pipeline.push(202)
+    assert list(pipeline.tmp.glob("*.rejected-*")) == []
+    assert ledger_state(pipeline, 201) == "SUCCESS" and ledger_state(pipeline, 202) == "RUNNING"
+
+
+@pytest.mark.parametrize("forgery", ["changed", "planted WAL"])
+def test_a_main_ledger_no_status_vouches_for_is_moved_aside(gh, pipeline, forgery) -> None:
+    pipeline.post_merge(201)
+    if forgery == "changed":  # e.g. a cache entry saved by PR code with history of its own
+        with Ledger.open(pipeline.ledger) as book:
+            book.finish_pipeline(201, "FAILURE")
+    else:
+        Path(f"{pipeline.ledger}-wal").write_bytes(b"\x37\x7f\x06\x82" + bytes(28))
+    _, log = pipeline.push(202)
+    assert "stagebot/ledger statuses of the commit it names" in log or "-wal lay beside" in log
+    assert len(list(pipeline.tmp.glob("ledger.sqlite.rejected-*Z"))) == 1  # side files follow
+    with Ledger.open(pipeline.ledger, readonly=True) as book:
+        assert book.pipeline(201) is None and book.pipeline(202).state == "RUNNING"
+
+
+def test_a_pr_report_compares_with_main_only_when_a_status_vouches_for_it(
+    gh, pipeline, tmp_path, monkeypatch, capsys
+) -> None:
+    main = Pipeline(gh, tmp_path, monkeypatch, capsys)
+    main.ledger = tmp_path / "main.sqlite"
+    main.post_merge(201)
+    outputs = pipeline.comment("/bot run", 101)
+    results = pipeline.stages(outputs, 101)
+    base = ["--base-ledger", str(main.ledger)]
+    assert "main's ledger" not in pipeline.report(101, results, *base)
+    with Ledger.open(main.ledger) as book:
+        book.finish_pipeline(201, "FAILURE")
+    outputs = pipeline.comment("/bot run", 102)
+    log = pipeline.report(102, pipeline.stages(outputs, 102), *base)
+    assert f"warning: main's ledger {main.ledger} is not one the bot saved" in log

@@ -121,7 +121,7 @@ def publish(
     if record.pr is not None:
         lines += _publish_to_pr(api, env, config, record, report, file_digest(ledger))
     else:
-        lines += _record_main_ledger(api, record.commit, file_digest(ledger))
+        lines += _record_main_ledger(api, ledger)
     click.echo("\n".join(lines))
 
 
@@ -145,13 +145,16 @@ def _main_ledger(api, path: Path | None):
     return Ledger.open(path, readonly=True), []
 
 
-def _record_main_ledger(api, commit: str | None, digest: str) -> list[str]:
-    """Post-merge: record the saved ledger's digest as the stagebot/ledger status of its
-    commit, which the next pipeline checks before it uses the ledger."""
-    from stagebot.bot.main_ledger import LEDGER_STATUS, status_description
+def _record_main_ledger(api, ledger: Path) -> list[str]:
+    """Post-merge: record the saved ledger's digest as the stagebot/ledger status of the commit
+    the next pipeline will look at (main_ledger.vouching_commit) before it uses the ledger."""
+    from stagebot.bot.main_ledger import LEDGER_STATUS, status_description, vouching_commit
+    from stagebot.bot.marker import file_digest
 
+    commit = vouching_commit(ledger)
     if commit is None:
-        return ["no pull request and no commit: the ledger's digest is not recorded"]
+        return ["no pull request, and no commit to vouch for the ledger: its digest is unrecorded"]
+    digest = file_digest(ledger)
     api.set_status(commit, "success", LEDGER_STATUS, status_description(digest), None)
     return [
         "no pull request: nothing to reply to (post-merge history recorded; its sha256 is the "

@@ -365,12 +365,21 @@ class PyGithubApi:
         )
 
     def statuses(self, sha: str, context: str) -> list[Status]:
-        """The commit's statuses of ``context``, newest first."""
+        """The commit's statuses of ``context``, newest first; none for a commit GitHub does not
+        know (404 / 422), which has none."""
 
         def call() -> list[Status]:
+            import github
+
+            try:
+                listing = list(self._repo.get_commit(sha).get_statuses())
+            except github.GithubException as error:
+                if error.status in (404, 422):
+                    return []
+                raise
             return [
                 Status(s.state, s.description or "", s.context)
-                for s in self._repo.get_commit(sha).get_statuses()
+                for s in listing
                 if s.context == context
             ]
 

@@ -2,14 +2,21 @@
 
 The Actions cache that carries it can be written by the code a stage job runs. So the report job
 of a post-merge pipeline records the sha256 of the ledger it saves as the description of a
-``stagebot/ledger`` status on that pipeline's commit: statuses need ``statuses: write``, which
-only the bot's own jobs hold (the stage jobs hold ``contents: read``). A restored main ledger is
-used only when the newest pipeline it holds names a commit whose ``stagebot/ledger`` status
-records the file's digest, and no SQLite side file lies beside it.
+``stagebot/ledger`` status (statuses need ``statuses: write``, which only the bot's own jobs
+hold; the stage jobs hold ``contents: read``). The status goes on the commit of the newest
+pipeline the ledger holds, and a restored main ledger is used only when that commit carries a
+status with the file's digest (and no SQLite side file would replay changes into it). The
+commit is read from the untrusted file, so it must be a full hex SHA: anything else (a path,
+say) vouches for nothing.
+
+Not covered: replay. Any ledger the bot once saved for main stays vouched for, so a restored
+older one rolls the history back (less reuse and a staler failure-analysis base, never a
+failure turned into a pass).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -17,16 +24,16 @@ from stagebot.bot.github import GitHubApi
 
 LEDGER_STATUS = "stagebot/ledger"
 _PREFIX = "ledger sha256 "
+_SHA = re.compile(r"[0-9a-f]{40}")
 
 
 def status_description(digest: str) -> str:
     return _PREFIX + digest
 
 
-def recorded_digests(connect: Callable[[], GitHubApi], path: Path) -> set[str]:
-    """The digests the bot recorded for the ledger at ``path``: those of the ``stagebot/ledger``
-    statuses on the commit of the newest pipeline it holds (none, and no GitHub call, when it
-    cannot be read)."""
+def vouching_commit(path: Path) -> str | None:
+    """The commit whose status vouches for the ledger at ``path``: that of the newest pipeline
+    it holds, when it is a full hex SHA; None when there is none or the file cannot be read."""
     from stagebot.bot.ledger import Ledger, LedgerError
 
     try:
@@ -34,11 +41,19 @@ def recorded_digests(connect: Callable[[], GitHubApi], path: Path) -> set[str]:
             number = book.latest_number()
             record = book.pipeline(number, with_results=False) if number else None
     except LedgerError:
-        return set()
-    if record is None or not record.commit:
+        return None
+    commit = record.commit if record is not None else None
+    return commit if commit and _SHA.fullmatch(commit) else None
+
+
+def recorded_digests(connect: Callable[[], GitHubApi], path: Path) -> set[str]:
+    """The digests the bot recorded for the ledger at ``path`` (none, and no GitHub call, when
+    no commit can vouch for it)."""
+    commit = vouching_commit(path)
+    if commit is None:
         return set()
     return {
         status.description.removeprefix(_PREFIX)
-        for status in connect().statuses(record.commit, LEDGER_STATUS)
+        for status in connect().statuses(commit, LEDGER_STATUS)
         if status.description.startswith(_PREFIX)
     }

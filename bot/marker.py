@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import stat
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -107,14 +108,20 @@ def side_files(ledger: Path) -> list[Path]:
 
 
 def planted_side_files(ledger: Path) -> list[str]:
-    """Names of the side files that would change the ledger when it is opened (a non-empty -wal
-    or -journal), so that a digest of the main file alone does not vouch for it. A read-only
-    reader leaves an empty -wal and a -shm, which change nothing."""
-    return [
-        path.name
-        for path in side_files(ledger)
-        if not path.name.endswith("-shm") and path.exists() and path.stat().st_size > 0
-    ]
+    """Names of the side files that could change the ledger when it is opened, so that a digest
+    of the main file alone does not vouch for it: a non-empty -wal or -journal, and any side
+    file that is not a regular file (a link, a FIFO: SQLite would follow or block on it). A
+    read-only reader leaves an empty -wal and a -shm, which change nothing."""
+    planted = []
+    for path in side_files(ledger):
+        try:
+            info = path.lstat()
+        except FileNotFoundError:
+            continue
+        content = info.st_size > 0 and not path.name.endswith("-shm")
+        if not stat.S_ISREG(info.st_mode) or content:
+            planted.append(path.name)
+    return planted
 
 
 def artifact_files(plan: Path, ledger: Path) -> list[Path]:
@@ -129,6 +136,9 @@ def artifact_digest(paths: list[Path]) -> str:
     the report job checks the downloaded artifact against it."""
     digest = hashlib.sha256()
     for path in paths:
-        content = file_digest(path) if path.exists() else "absent"
+        if path.is_symlink():
+            content = "symlink"
+        else:
+            content = file_digest(path) if path.exists() else "absent"
         digest.update(f"{path.name}\0{content}\n".encode())
     return digest.hexdigest()

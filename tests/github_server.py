@@ -26,7 +26,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-FAULT_KINDS = ("5xx", "5xx-after-write", "403", "429", "timeout", "timeout-after-write")
+FAULT_KINDS = ("5xx", "5xx-after-write", "403", "429", "404", "timeout", "timeout-after-write")
 SECONDARY_RATE_LIMIT = (
     "You have exceeded a secondary rate limit. Please wait a few minutes before you try again."
 )
@@ -466,6 +466,9 @@ class _Handler(BaseHTTPRequestHandler):
             record.status = int(kind)
             message = SECONDARY_RATE_LIMIT if kind == "403" else "Too Many Requests"
             return self._send(int(kind), {"message": message}, {"Retry-After": fault.retry_after})
+        if kind == "404":  # e.g. a commit GitHub does not know
+            record.status = 404
+            return self._send(404, {"message": "Not Found"})
         if kind == "timeout":
             time.sleep(fake.hold_s)
             record.status = 504

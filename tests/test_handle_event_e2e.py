@@ -484,7 +484,11 @@ def test_a_main_ledger_no_status_vouches_for_is_moved_aside(gh, pipeline, forger
     else:
         Path(f"{pipeline.ledger}-wal").write_bytes(b"\x37\x7f\x06\x82" + bytes(28))
     _, log = pipeline.push(202)
-    assert "stagebot/ledger statuses of the commit it names" in log or "-wal lay beside" in log
+    expected = {
+        "changed": "its sha256 is in none of the stagebot/ledger statuses of the commit it names",
+        "planted WAL": "ledger.sqlite-wal lay beside it",
+    }[forgery]
+    assert expected in log
     assert len(list(pipeline.tmp.glob("ledger.sqlite.rejected-*Z"))) == 1  # side files follow
     with Ledger.open(pipeline.ledger, readonly=True) as book:
         assert book.pipeline(201) is None and book.pipeline(202).state == "RUNNING"
@@ -505,3 +509,20 @@ def test_a_pr_report_compares_with_main_only_when_a_status_vouches_for_it(
     outputs = pipeline.comment("/bot run", 102)
     log = pipeline.report(102, pipeline.stages(outputs, 102), *base)
     assert f"warning: main's ledger {main.ledger} is not one the bot saved" in log
+    with Ledger.open(pipeline.ledger, readonly=True) as book:  # the base each report used
+        assert book.pipeline(101).meta["base_pipeline"] == 201
+        assert book.pipeline(102).meta["base_pipeline"] != 201
+
+
+@pytest.mark.parametrize("commit", ["../../../attacker/evil/statuses/" + "a" * 40, "b" * 40])
+def test_a_main_ledger_naming_no_real_commit_vouches_for_nothing(gh, pipeline, commit) -> None:
+    """The commit comes from the untrusted file: a path is never requested, and a SHA GitHub
+    does not know (404) has no statuses; either way the ledger is moved aside, exit 0."""
+    with Ledger.open(pipeline.ledger) as book:
+        book.start_pipeline(commit=commit, command={}, plan={}, branch="main", number=7)
+    gh.fail("404", route="list_statuses", times=5)
+    _, log = pipeline.push(201)
+    assert "is not one the bot saved" in log
+    assert len(list(pipeline.tmp.glob("ledger.sqlite.rejected-*Z"))) == 1
+    asked = [r.path for r in gh.calls("list_statuses")]
+    assert all("attacker" not in path for path in asked) and len(asked) == (commit[0] == "b")

@@ -103,7 +103,7 @@ def test_stage_job_runs_pr_code_without_secrets_on_the_pinned_sha() -> None:
     assert upload["if"] == "always()" and upload["with"]["path"] == "results/"
 
 
-def test_report_job_always_reports_and_saves_the_ledger() -> None:
+def test_report_job_always_reports_and_saves_a_published_ledger() -> None:
     report = load("bot.yml")["jobs"]["report"]
     assert report["if"].startswith("always()")
     assert report["permissions"] == {"contents": "read", "issues": "write", "statuses": "write"}
@@ -112,7 +112,12 @@ def test_report_job_always_reports_and_saves_the_ledger() -> None:
     assert any(r.startswith("bot publish --results results --ledger ") for r in runs)
     assert any(r.startswith("bot publish --cancelled ") for r in runs)
     assert steps(report)[-1]["uses"].startswith("actions/cache/save@")
-    assert steps(report)[-1]["if"] == "always()"
+    assert steps(report)[-1]["if"] == (
+        "always() && (steps.publish.outcome == 'success' || "
+        "steps.publish-cancelled.outcome == 'success')"
+    )
+    ids = {s.get("id") for s in steps(report)}
+    assert {"publish", "publish-cancelled"} <= ids
 
 
 def test_ci_workflow_runs_the_project_ci_script() -> None:

@@ -235,14 +235,18 @@ class Ledger:
 
     def _check_schema(self, new_ok: bool = False) -> None:
         """Refuse, without writing, a database that is not a stagebot ledger of our version (an
-        empty database is a new ledger when ``new_ok``)."""
-        version = self.connection.execute("PRAGMA user_version").fetchone()[0]
-        tables = {
-            row[0]
-            for row in self.connection.execute(
+        empty database is a new ledger when ``new_ok``). Both reads share one snapshot: another
+        process creating the schema between them would otherwise look like a foreign database
+        (version 0 with tables)."""
+        self.connection.execute("BEGIN")
+        try:
+            version = self.connection.execute("PRAGMA user_version").fetchone()[0]
+            listed = self.connection.execute(
                 "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
             )
-        }
+            tables = {row[0] for row in listed}
+        finally:
+            self.connection.execute("COMMIT")
         if new_ok and version == 0 and not tables:
             return
         if version == SCHEMA_VERSION and LEDGER_TABLES <= tables:

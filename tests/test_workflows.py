@@ -70,9 +70,34 @@ def test_bot_workflow_triggers_and_default_permissions() -> None:
     assert workflow["permissions"] == {}
 
 
+def test_caches_are_restored_only_in_a_job_without_permissions() -> None:
+    """A cache entry may have been saved by PR code, and restoring one can overwrite any file
+    of the restoring job: only the permission-less restore job restores, and the jobs that
+    hold tokens take what it restored as an artifact (and check it before use)."""
+    jobs = load("bot.yml")["jobs"]
+    restoring = [
+        name
+        for name, job in jobs.items()
+        if any(s.get("uses", "").startswith("actions/cache/restore@") for s in steps(job))
+    ]
+    assert restoring == ["restore"]
+    restore = jobs["restore"]
+    assert restore["permissions"] == {}
+    text = yaml.safe_dump(restore)
+    assert "secrets." not in text and "github.token" not in text and "GITHUB_TOKEN" not in text
+    assert "contains(github.event.comment.body, '/bot')" in restore["if"]
+    assert jobs["plan"]["needs"] == "restore"
+    for name in ("plan", "report"):
+        downloads = [
+            s["with"].get("name")
+            for s in steps(jobs[name])
+            if "download-artifact" in s.get("uses", "")
+        ]
+        assert "stagebot-restored" in downloads, name
+
+
 def test_plan_job_runs_stagebot_from_the_default_branch_with_minimal_permissions() -> None:
     plan = load("bot.yml")["jobs"]["plan"]
-    assert "contains(github.event.comment.body, '/bot')" in plan["if"]
     assert plan["permissions"] == {
         "contents": "read",
         "issues": "write",

@@ -26,7 +26,7 @@ REQUIRED_FAMILIES = [
     "DGX_B200-4_GPUs-AutoDeploy",
     "DGX_B200-4_GPUs-PyTorch-Post-Merge",
     "A10-Build_Docs",
-    "A10-PackageSanityCheck-PY310-UB2204",
+    "A10-PackageSanityCheck-PY311-UB2204",
     "A100X-PackageSanityCheck-PY312-UB2404",
 ]
 

@@ -136,11 +136,14 @@ def _main_ledger(api, path: Path | None):
         return None, []
     planted = planted_side_files(path)
     if planted or file_digest(path) not in recorded_digests(lambda: api, path):
-        why = f"{', '.join(planted)} lay beside it" if planted else "its sha256 is unrecorded"
+        why = (
+            f"{', '.join(planted)} lay beside it"
+            if planted
+            else f"no {LEDGER_STATUS} status of the commit it names records its sha256"
+        )
         return None, [
-            f"warning: main's ledger {path} is not one the bot saved ({why}: no {LEDGER_STATUS} "
-            "status of the commit it names records it); failures are compared within this "
-            "PR's ledger"
+            f"warning: main's ledger {path} is not one the bot saved ({why}); failures are "
+            "compared within this PR's ledger"
         ]
     return Ledger.open(path, readonly=True), []
 

@@ -4,7 +4,7 @@ Reads the standard Actions variables (GITHUB_EVENT_NAME, GITHUB_EVENT_PATH, GITH
 GITHUB_API_URL, GITHUB_TOKEN, GITHUB_RUN_ID, GITHUB_RUN_NUMBER, GITHUB_SERVER_URL, GITHUB_OUTPUT)
 and writes ``run``, ``matrix``, ``pipeline``, ``commit``, ``pr`` and ``reply_id`` to
 GITHUB_OUTPUT, and, for a run with ``--out`` and ``--ledger``, ``artifact_digest``: the digest
-of plan.json and the closed ledger (marker.artifact_digest), which `bot publish
+of plan.json and the closed ledger (ledger_files.artifact_digest), which `bot publish
 --artifact-digest` checks. Exits 0 for every event it handled (a run, a no-op, a refusal, a
 malformed command); non-zero only when it could not do its job (GitHub unreachable after
 retries: 3; a missing variable or bad settings: 2).
@@ -30,7 +30,7 @@ import click
 from stagebot.bot.cli_options import catalog_option
 from stagebot.bot.config import load_config
 from stagebot.bot.events import comment_event, load_payload, push_event
-from stagebot.bot.marker import artifact_digest, artifact_files
+from stagebot.bot.ledger_files import artifact_digest, artifact_files
 from stagebot.bot.on_comment import CommentHandler, LedgerSource, Outcome
 
 

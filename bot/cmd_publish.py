@@ -86,7 +86,7 @@ def publish(
     from stagebot.bot.config import load_config
     from stagebot.bot.github import ActionsEnv, RetryPolicy, connect
     from stagebot.bot.ledger import Ledger
-    from stagebot.bot.marker import file_digest
+    from stagebot.bot.ledger_files import file_digest
     from stagebot.harness.report import render_report, report_from_record
 
     env = ActionsEnv.from_environ()
@@ -129,8 +129,8 @@ def _main_ledger(api, path: Path | None):
     """(main's ledger opened read-only, or None; what to say): used only when the bot recorded
     its digest (bot/main_ledger.py), else failures are compared within the PR's own ledger."""
     from stagebot.bot.ledger import Ledger
+    from stagebot.bot.ledger_files import file_digest, planted_side_files
     from stagebot.bot.main_ledger import LEDGER_STATUS, recorded_digests
-    from stagebot.bot.marker import file_digest, planted_side_files
 
     if path is None or not path.exists():
         return None, []
@@ -151,8 +151,8 @@ def _main_ledger(api, path: Path | None):
 def _record_main_ledger(api, ledger: Path) -> list[str]:
     """Post-merge: record the saved ledger's digest as the stagebot/ledger status of the commit
     the next pipeline will look at (main_ledger.vouching_commit) before it uses the ledger."""
+    from stagebot.bot.ledger_files import file_digest
     from stagebot.bot.main_ledger import LEDGER_STATUS, status_description, vouching_commit
-    from stagebot.bot.marker import file_digest
 
     commit = vouching_commit(ledger)
     if commit is None:
@@ -172,7 +172,7 @@ class ArtifactMismatch(StagebotError):
 
 
 def _check_artifact(expected: str, plan_path: Path | None, ledger: Path) -> None:
-    from stagebot.bot.marker import artifact_digest, artifact_files
+    from stagebot.bot.ledger_files import artifact_digest, artifact_files
 
     if plan_path is None:
         raise click.UsageError("--artifact-digest needs --plan (the digest covers plan.json)")

@@ -91,7 +91,7 @@ class LedgerSource:
     def digest(self) -> str | None:
         """Close the ledger (when a step opened it) and return its file's sha256, the value
         the bot records in its reply; None when no step used the ledger."""
-        from stagebot.bot.marker import file_digest
+        from stagebot.bot.ledger_files import file_digest
 
         if self._book is None or self.path is None:
             return None
@@ -106,7 +106,7 @@ class LedgerSource:
 
     def _open(self, path: Path) -> Ledger:
         from stagebot.bot.ledger import Ledger, LedgerError
-        from stagebot.bot.marker import file_digest, planted_side_files
+        from stagebot.bot.ledger_files import file_digest, planted_side_files
 
         path.parent.mkdir(parents=True, exist_ok=True)
         if not self._checked and self.trusted is not None and path.exists():

@@ -546,7 +546,8 @@ def test_a_corrupt_ledger_does_not_stop_events_that_do_not_need_it(gh, handle, t
 
 def test_a_corrupt_ledger_is_moved_aside_and_the_run_starts_empty(gh, handle, tmp_path) -> None:
     from stagebot.bot.ledger import Ledger
-    from stagebot.bot.marker import file_digest, render_ledger_digest
+    from stagebot.bot.ledger_files import file_digest
+    from stagebot.bot.marker import render_ledger_digest
 
     ledger = tmp_path / "ledger.sqlite"
     ledger.write_bytes(CORRUPT)  # damaged although the bot saved it (its digest is recorded)

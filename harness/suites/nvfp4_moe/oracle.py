@@ -197,20 +197,10 @@ class MoeOracle:
         local: range,
     ) -> torch.Tensor:
         """[n, H]: each token's MoE output, summed over its experts local to this rank."""
-        return self.combine(
+        total, _ = self.combine_with_magnitude(
             x_rows, experts, scales, local, lambda e, rows: self.fc2(e, self.swiglu(e, rows))
         )
-
-    def combine(
-        self,
-        x_rows: torch.Tensor,
-        experts: list[list[int]],
-        scales: list[list[float]],
-        local: range,
-        expert_fn,
-    ) -> torch.Tensor:
-        """[n, H]: per token, sum of scale * expert_fn(expert, its row) over its local experts."""
-        return self.combine_with_magnitude(x_rows, experts, scales, local, expert_fn)[0]
+        return total
 
     def combine_with_magnitude(
         self,
@@ -220,8 +210,9 @@ class MoeOracle:
         local: range,
         expert_fn,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """combine's sum, and the sum of its terms' magnitudes: a sum whose terms and partial sums
-        are rounded (bf16 atomics) errs in proportion to the magnitudes, not to the sum.
+        """([n, H] per token, sum of scale * expert_fn(expert, its row) over its local experts;
+        the sum of those terms' magnitudes): a sum whose terms and partial sums are rounded (bf16
+        atomics) errs in proportion to the magnitudes, not to the sum.
 
         Each output row depends only on its own token; one expert's rows are evaluated together.
         """

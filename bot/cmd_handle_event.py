@@ -74,10 +74,10 @@ def handle_event(config_path, catalog, ledger, out) -> None:
             ledger_source=source,
         ).handle()
     elif env.event_name == "push":
-        from stagebot.bot.main_ledger import LEDGER_STATUS, recorded_digests
+        from stagebot.bot.main_ledger import RECORDED_WHERE, recorded_digests
 
         source.trusted = lambda: recorded_digests(lambda: connect(env, policy), ledger)
-        source.recorded_where = f"the {LEDGER_STATUS} statuses of the commit it names"
+        source.recorded_where = RECORDED_WHERE
         outcome = _push(payload, catalog, env.run_number, source)
     else:
         outcome = Outcome(f"no-op: {env.event_name} events are not handled")

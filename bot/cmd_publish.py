@@ -129,18 +129,13 @@ def _main_ledger(api, path: Path | None):
     """(main's ledger opened read-only, or None; what to say): used only when the bot recorded
     its digest (bot/main_ledger.py), else failures are compared within the PR's own ledger."""
     from stagebot.bot.ledger import Ledger
-    from stagebot.bot.ledger_files import file_digest, planted_side_files
-    from stagebot.bot.main_ledger import LEDGER_STATUS, recorded_digests
+    from stagebot.bot.ledger_files import unvouched_reason
+    from stagebot.bot.main_ledger import RECORDED_WHERE, recorded_digests
 
     if path is None or not path.exists():
         return None, []
-    planted = planted_side_files(path)
-    if planted or file_digest(path) not in recorded_digests(lambda: api, path):
-        why = (
-            f"{', '.join(planted)} lay beside it"
-            if planted
-            else f"no {LEDGER_STATUS} status of the commit it names records its sha256"
-        )
+    why = unvouched_reason(path, lambda: recorded_digests(lambda: api, path), RECORDED_WHERE)
+    if why is not None:
         return None, [
             f"warning: main's ledger {path} is not one the bot saved ({why}); failures are "
             "compared within this PR's ledger"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import stat
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -37,6 +38,18 @@ def planted_side_files(ledger: Path) -> list[str]:
         if not stat.S_ISREG(info.st_mode) or content:
             planted.append(path.name)
     return planted
+
+
+def unvouched_reason(ledger: Path, recorded: Callable[[], set[str]], where: str) -> str | None:
+    """Why the restored ``ledger`` is not one the bot saved, or None when it is: a side file that
+    could change it, or a sha256 that none of ``where`` records (``recorded`` reads them, and
+    is not called when a side file already decides)."""
+    planted = planted_side_files(ledger)
+    if planted:
+        return f"{', '.join(planted)} lay beside it"
+    if file_digest(ledger) not in recorded():
+        return f"its sha256 is in none of {where}"
+    return None
 
 
 def artifact_files(plan: Path, ledger: Path) -> list[Path]:

@@ -23,6 +23,7 @@ from pathlib import Path
 from stagebot.bot.github import GitHubApi
 
 LEDGER_STATUS = "stagebot/ledger"
+RECORDED_WHERE = f"the {LEDGER_STATUS} statuses of the commit it names"
 _PREFIX = "ledger sha256 "
 _SHA = re.compile(r"[0-9a-f]{40}")
 

@@ -106,25 +106,19 @@ class LedgerSource:
 
     def _open(self, path: Path) -> Ledger:
         from stagebot.bot.ledger import Ledger, LedgerError
-        from stagebot.bot.ledger_files import file_digest, planted_side_files
+        from stagebot.bot.ledger_files import unvouched_reason
 
         path.parent.mkdir(parents=True, exist_ok=True)
         if not self._checked and self.trusted is not None and path.exists():
             self._checked = True
-            planted = planted_side_files(path)
-            if planted or file_digest(path) not in self.trusted():
-                why = (
-                    f"{', '.join(planted)} lay beside it"
-                    if planted
-                    else f"its sha256 is in none of {self.recorded_where}"
-                )
+            why = unvouched_reason(path, self.trusted, self.recorded_where)
+            if why is not None:
                 aside = self.move_aside(path)
                 self.notice = (
-                    f"The pipeline ledger restored from the Actions cache is not one the bot "
-                    f"saved ({why}; the cache can be written by the code a stage job runs); "
-                    f"it was moved aside to "
-                    f"{aside.name} and this pipeline starts from an empty history (nothing is "
-                    "reused)."
+                    "The pipeline ledger restored from the Actions cache is not one the bot "
+                    f"saved ({why}; the cache can be written by the code a stage job runs); it "
+                    f"was moved aside to {aside.name} and this pipeline starts from an empty "
+                    "history (nothing is reused)."
                 )
                 return Ledger.open(path)
         self._checked = True

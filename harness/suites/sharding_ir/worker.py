@@ -1,10 +1,10 @@
 """The per-rank check list of one model / dist config, run inside one spawn.
 
-Per variant (the default tiny config, then each registered variant that applies to the config):
+Per case of the spec (the default tiny config, then each variant that applies to the config):
 build, re-init identically, eager unsharded forward (the reference), snapshot, export, apply +
 strip the hints, check hints/shapes/collectives, poison every weight and load the full snapshot
 (hooks slice it), sharded forward vs reference, reload the rank's own sharded state dict. On the
-default config, three negative controls whose checks must fail. Device and dtype follow the
+default config, the negative controls, whose checks must fail. Device and dtype follow the
 backend: NCCL -> the rank's GPU in bf16, gloo -> CPU in fp32.
 """
 
@@ -27,10 +27,9 @@ from stagebot.harness.suites.sharding_ir.checks import (
     numeric_check,
 )
 from stagebot.harness.suites.sharding_ir.dist_config import DistConfig
-from stagebot.harness.suites.sharding_ir.registry import ModelSpec, lookup
+from stagebot.harness.suites.sharding_ir.registry import DEFAULT, ModelSpec
 from stagebot.harness.suites.sharding_ir.sharding import apply_sharding_hints, strip_sharding_hints
 
-DEFAULT = "default"
 CONTROLS = (
     "control-no-collectives",  # must fail numeric
     "control-wrong-split-dim",  # must fail local-shapes
@@ -44,7 +43,7 @@ CONTROLS = (
 MOE_CONTROLS = ("control-routing-mask-removed",)
 
 
-def run_equivalence(rank: int, model_id: str, dist_config: str) -> dict[str, CheckResult]:
+def run_equivalence(rank: int, spec: ModelSpec, dist_config: str) -> dict[str, CheckResult]:
     """Check name (``<variant>/<check>``) -> this rank's result."""
     dc = DistConfig.named(dist_config, rank)
     if dist.get_world_size() != dc.world_size:
@@ -55,12 +54,9 @@ def run_equivalence(rank: int, model_id: str, dist_config: str) -> dict[str, Che
         device, dtype = torch.device("cuda", torch.cuda.current_device()), torch.bfloat16
     else:
         device, dtype = torch.device("cpu"), torch.float32
-    spec = lookup(model_id)
-    report = _check_variant(spec, DEFAULT, {}, dc, device, dtype)
-    for name, variant in spec.variants.items():
-        overrides = variant(dc)
-        if overrides is not None:
-            report |= _check_variant(spec, name, overrides, dc, device, dtype)
+    report = {}
+    for name, overrides in spec.cases(dc):
+        report |= _check_variant(spec, name, overrides, dc, device, dtype)
     return report
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from stagebot.harness.suites.sharding_ir.dist_config import DEFAULT_CONFIG, NAMED_CONFIGS
+from stagebot.harness.suites.sharding_ir.dist_config import DEFAULT_CONFIG
 from stagebot.harness.suites.sharding_ir.registry import REGISTRY
 
 

@@ -70,17 +70,22 @@ class ArchSpec:
         head_dim = getattr(config, "head_dim", None)
         moe = None
         if self.moe is not None:
-            m, layers = self.moe, range(config.num_hidden_layers)
+            m, num_experts = self.moe, self.moe.num_experts.read(config)
             dense = set(m.dense_layers.read(config) or []) if m.dense_layers else set()
             step = m.sparse_step.read(config) if m.sparse_step else 1
+            sparse = [
+                i
+                for i in range(config.num_hidden_layers)
+                if num_experts > 0 and i not in dense and (i + 1) % step == 0
+            ]
             shared = m.shared_expert_intermediate_size
             moe = MoEArch(
-                num_experts=m.num_experts.read(config),
+                num_experts=num_experts,
                 top_k=m.top_k.read(config),
                 intermediate_size=m.expert_intermediate_size.read(config),
                 norm_topk_prob=bool(_value(m.norm_topk_prob, config)),
                 shared_intermediate_size=shared.read(config) if shared else None,
-                sparse_layers=frozenset(i for i in layers if i not in dense and (i + 1) % step == 0),
+                sparse_layers=frozenset(sparse),
             )
         return Arch(
             hidden_size=config.hidden_size,

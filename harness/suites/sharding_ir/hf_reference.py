@@ -13,10 +13,21 @@ from stagebot.harness.suites.sharding_ir.registry import ModelSpec
 TOLERANCE = 1e-5  # rtol and atol: both sides compute in fp32
 
 
+class LayoutMismatch(ValueError):
+    """The IR's parameters are not the HF class's: a different architecture."""
+
+
 def build_hf_model(spec: ModelSpec, ir_model: nn.Module) -> nn.Module:
     """HF's own class on the IR model's config, carrying the IR model's weights and buffers."""
     hf = spec.hf_model_class()(ir_model.config).eval()
-    hf.load_state_dict(ir_model.to_hf_state_dict(ir_model.state_dict()), strict=True)
+    missing, unexpected = hf.load_state_dict(
+        ir_model.to_hf_state_dict(ir_model.state_dict()), strict=False
+    )
+    if missing or unexpected:
+        raise LayoutMismatch(
+            f"{len(missing)} of HF's parameters missing from the IR (e.g. {missing[:2]}), "
+            f"{len(unexpected)} of the IR's unknown to HF (e.g. {unexpected[:2]})"
+        )
     with torch.no_grad():
         for name, buf in ir_model.named_buffers():
             hf.get_buffer(name).copy_(buf)
@@ -35,7 +46,7 @@ def matches_hf_check(spec: ModelSpec, overrides: dict) -> CheckResult:
     """IR logits vs HF's on the same weights; a layout HF cannot load fails too."""
     try:
         ir, hf = ir_and_hf_logits(spec, overrides)
-    except (RuntimeError, KeyError, AttributeError) as error:  # load / buffer mismatch
+    except (LayoutMismatch, RuntimeError, AttributeError) as error:  # names, shapes, buffers
         message = " ".join(str(error).split())[:300]
         return CheckResult(False, f"{spec.hf_class} cannot take the IR's weights: {message}")
     diff = (ir - hf).abs().max().item()

@@ -8,7 +8,7 @@ variants follow from the spec. Kept light (no torch): the HF classes are named, 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 
 from stagebot.harness.suites.sharding_ir.dist_config import DistConfig
@@ -121,9 +121,11 @@ FAMILIES = (
         config_class="LlamaConfig",
         hf_class="LlamaForCausalLM",
         arch=ArchSpec(
-            qkv_bias=Attr("attention_bias"), o_bias=Attr("attention_bias"), mlp_bias=Attr("mlp_bias")
+            qkv_bias=Attr("attention_bias"),
+            o_bias=Attr("attention_bias"),
+            mlp_bias=Attr("mlp_bias"),
         ),
-        tiny={**TINY, "num_key_value_heads": 2, "mlp_bias": True},
+        tiny={**TINY, "mlp_bias": True},
     ),
     ModelSpec(
         model_id="mistralai/Mixtral-8x7B-v0.1",
@@ -145,10 +147,8 @@ FAMILIES = (
         hf_class="Qwen2MoeForCausalLM",
         arch=ArchSpec(
             qkv_bias=Attr("qkv_bias"),
-            moe=MoESpec(
-                **{**vars(_QWEN_MOE), "shared_expert_intermediate_size": Attr(
-                    "shared_expert_intermediate_size"
-                )}
+            moe=replace(
+                _QWEN_MOE, shared_expert_intermediate_size=Attr("shared_expert_intermediate_size")
             ),
         ),
         tiny={**TINY, **_MOE_TINY, "num_experts": 8, "shared_expert_intermediate_size": 48},

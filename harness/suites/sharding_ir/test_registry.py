@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 
@@ -9,7 +10,13 @@ import pytest
 
 from stagebot.harness.suites.sharding_ir.dist_config import NAMED_CONFIGS, DistConfig
 from stagebot.harness.suites.sharding_ir.errors import ShardingIRError
-from stagebot.harness.suites.sharding_ir.registry import REGISTRY, lookup, resolve_model_ids
+from stagebot.harness.suites.sharding_ir.family import Attr
+from stagebot.harness.suites.sharding_ir.registry import (
+    REGISTRY,
+    Registry,
+    lookup,
+    resolve_model_ids,
+)
 
 
 def test_all_expands_to_every_registered_id_once():
@@ -24,15 +31,34 @@ def test_unknown_id_suggests_the_closest():
 
 
 @pytest.mark.parametrize("name", list(NAMED_CONFIGS))
-def test_variants_exercise_what_they_name(name):
-    dc = DistConfig.named(name)
-    kv = REGISTRY["Qwen/Qwen3-8B"].variants["kv-heads-below-tp"](dc)
-    assert 1 <= kv["num_key_value_heads"] < dc.tp_size
-    experts = REGISTRY["Qwen/Qwen3-30B-A3B"].variants["experts-not-divisible-by-ep"](dc)
-    if dc.moe_ep < 2:
-        assert experts is None
+@pytest.mark.parametrize("model_id", list(REGISTRY))
+def test_variants_exercise_what_they_name(model_id, name):
+    """Read back through the family's own spec: each variant's overrides land where it says."""
+    spec, dc = REGISTRY[model_id], DistConfig.named(name)
+    cases = dict(spec.cases(dc))
+    arch = spec.arch.resolve(spec.config(**cases["kv-heads-below-tp"]))
+    assert 1 <= arch.num_kv_heads < dc.tp_size
+    if spec.arch.moe is None or dc.moe_ep < 2:
+        assert "experts-not-divisible-by-ep" not in cases
     else:
-        assert experts["num_experts"] % dc.moe_ep != 0
+        arch = spec.arch.resolve(spec.config(**cases["experts-not-divisible-by-ep"]))
+        assert arch.moe.num_experts % dc.moe_ep != 0
+        assert spec.arch.resolve(spec.config()).moe.num_experts % dc.moe_ep == 0
+
+
+def test_a_spec_naming_an_attribute_the_config_lacks_says_which():
+    spec = REGISTRY["mistralai/Mixtral-8x7B-v0.1"]
+    wrong = dataclasses.replace(spec.arch.moe, num_experts=Attr("n_routed_experts"))
+    arch = dataclasses.replace(spec.arch, moe=wrong)
+    with pytest.raises(ShardingIRError, match=r"MixtralConfig has no attribute 'n_routed_experts'"):
+        arch.resolve(spec.config())
+
+
+def test_a_registry_refuses_an_id_twice():
+    registry = Registry()
+    registry.add(REGISTRY["Qwen/Qwen3-8B"])
+    with pytest.raises(ShardingIRError, match=r"'Qwen/Qwen3-8B' is registered already"):
+        registry.add(REGISTRY["Qwen/Qwen3-8B"])
 
 
 def test_dist_config_choices_are_the_named_configs():

@@ -27,6 +27,7 @@ from stagebot.harness.suites.sharding_ir.checks import (
     numeric_check,
 )
 from stagebot.harness.suites.sharding_ir.dist_config import DistConfig
+from stagebot.harness.suites.sharding_ir.errors import ShardingIRError
 from stagebot.harness.suites.sharding_ir.registry import DEFAULT, ModelSpec
 from stagebot.harness.suites.sharding_ir.sharding import apply_sharding_hints, strip_sharding_hints
 
@@ -92,10 +93,7 @@ def _check_variant(
         removed = sabotage.remove_collectives(broken)
         result = numeric_check(broken(ids, pos), reference)
         r[CONTROLS[0]] = CheckResult(result.ok, f"{removed} collectives removed; {result.detail}")
-        with sabotage.sharder_splits_colwise_on_dim_1():
-            broken = apply_sharding_hints(pristine, dc)
-        result = local_shape_check(strip_sharding_hints(broken), shapes)
-        r[CONTROLS[1]] = CheckResult(result.ok, f"sharder: colwise on dim 1; {result.detail}")
+        r[CONTROLS[1]] = _wrong_dim_sharder_check(pristine, dc, shapes)
         broken = _copy(gm)
         param = sabotage.split_on_wrong_dim(broken, snapshot, dc.tp_size, dc.tp_rank)
         result = local_shape_check(broken, shapes)
@@ -123,6 +121,18 @@ def _check_variant(
                 result.ok, f"{unmasked} routing masks removed; {result.detail}"
             )
     return {f"{name}/{check}": result for check, result in r.items()}
+
+
+def _wrong_dim_sharder_check(pristine, dc: DistConfig, shapes: dict) -> CheckResult:
+    """Shard with colwise weights split on dim 1: the local shapes must then be wrong, or the
+    sharder must refuse (a fused weight's ``output_sizes`` do not add up along dim 1)."""
+    try:
+        with sabotage.sharder_splits_colwise_on_dim_1():
+            broken = apply_sharding_hints(pristine, dc)
+    except ShardingIRError as error:
+        return CheckResult(False, f"sharder: colwise on dim 1 refused: {error}")
+    result = local_shape_check(strip_sharding_hints(broken), shapes)
+    return CheckResult(result.ok, f"sharder: colwise on dim 1; {result.detail}")
 
 
 def _load_full_check(gm: torch.fx.GraphModule, snapshot: dict, dropped: list[str]) -> CheckResult:

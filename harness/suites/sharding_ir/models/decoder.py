@@ -35,9 +35,7 @@ class DecoderModel(nn.Module):
     def __init__(self, a: Arch, fixed_routing: bool) -> None:
         super().__init__()
         self.embed_tokens = nn.Embedding(a.vocab_size, a.hidden_size)
-        self.layers = nn.ModuleList(
-            DecoderLayer(a, i, fixed_routing) for i in range(a.num_layers)
-        )
+        self.layers = nn.ModuleList(DecoderLayer(a, i, fixed_routing) for i in range(a.num_layers))
         self.norm = RMSNorm(a.hidden_size, a.rms_norm_eps)
         self.rotary_emb = RotaryEmbedding(a)
 

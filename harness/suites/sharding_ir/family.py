@@ -5,8 +5,9 @@ A feature is either fixed for the family (a bool) or held by the HF config under
 family's choosing (``Attr("qkv_bias")``): the spec maps those names, so neither the IR blocks nor
 the suite's checks ever name a config key. The sizes every decoder has (``hidden_size``,
 ``num_attention_heads``, ``num_key_value_heads``, ``head_dim``, ``intermediate_size``,
-``rms_norm_eps``, ``vocab_size``, ``rope_parameters``) are read under HF's shared names, which
-each config class maps to its own through ``attribute_map``. Kept light: no torch.
+``rms_norm_eps``, ``vocab_size``, ``rope_parameters``, ``tie_word_embeddings``) are read under
+HF's shared names, which each config class maps to its own through ``attribute_map``. Kept
+light: no torch.
 """
 
 from __future__ import annotations
@@ -95,6 +96,7 @@ class ArchSpec:
             head_dim=head_dim or config.hidden_size // config.num_attention_heads,
             intermediate_size=config.intermediate_size,
             vocab_size=config.vocab_size,
+            tied_embeddings=config.tie_word_embeddings,
             rms_norm_eps=config.rms_norm_eps,
             rope_theta=config.rope_parameters["rope_theta"],
             qk_norm=self.qk_norm,
@@ -126,6 +128,7 @@ class Arch:
     head_dim: int
     intermediate_size: int
     vocab_size: int
+    tied_embeddings: bool
     rms_norm_eps: float
     rope_theta: float
     qk_norm: bool

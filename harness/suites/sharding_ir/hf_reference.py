@@ -38,7 +38,7 @@ def build_hf_model(spec: ModelSpec, ir_model: nn.Module) -> nn.Module:
 def ir_and_hf_logits(spec: ModelSpec, overrides: dict, batch: int = 2, seq: int = 64):
     ir = build_ir_model(spec, overrides)
     hf = build_hf_model(spec, ir)
-    ids, pos = prefill_inputs(ir.config.vocab_size, batch=batch, seq=seq)
+    ids, pos = prefill_inputs(ir.arch.vocab_size, batch=batch, seq=seq)
     return ir(ids, pos), hf(input_ids=ids, position_ids=pos, use_cache=False).logits
 
 

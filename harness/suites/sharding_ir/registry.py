@@ -186,5 +186,3 @@ class Registry(dict[str, ModelSpec]):
 REGISTRY = Registry()
 for _spec in FAMILIES:
     REGISTRY.add(_spec)
-lookup = REGISTRY.lookup
-resolve_model_ids = REGISTRY.resolve_model_ids

@@ -2,32 +2,29 @@
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from stagebot.harness.suites.sharding_ir.dist_config import NAMED_CONFIGS, DistConfig
 from stagebot.harness.suites.sharding_ir.errors import ShardingIRError
 from stagebot.harness.suites.sharding_ir.family import Attr
-from stagebot.harness.suites.sharding_ir.registry import (
-    REGISTRY,
-    Registry,
-    lookup,
-    resolve_model_ids,
-)
+from stagebot.harness.suites.sharding_ir.registry import REGISTRY, Registry
 
 
 def test_all_expands_to_every_registered_id_once():
-    assert resolve_model_ids(["all"]) == list(REGISTRY)
-    assert resolve_model_ids(["Qwen/Qwen3-8B", "all"]) == list(REGISTRY)
-    assert resolve_model_ids([]) == []
+    assert REGISTRY.resolve_model_ids(["all"]) == list(REGISTRY)
+    assert REGISTRY.resolve_model_ids(["Qwen/Qwen3-8B", "all"]) == list(REGISTRY)
+    assert REGISTRY.resolve_model_ids([]) == []
 
 
 def test_unknown_id_suggests_the_closest():
     with pytest.raises(ShardingIRError, match=r"'Qwen/Qwen3-8b'.*Did you mean 'Qwen/Qwen3-8B'"):
-        lookup("Qwen/Qwen3-8b")
+        REGISTRY.lookup("Qwen/Qwen3-8b")
 
 
 @pytest.mark.parametrize("name", list(NAMED_CONFIGS))
@@ -86,3 +83,52 @@ def test_options_module_stays_light():
         "assert 'torch' not in sys.modules and 'transformers' not in sys.modules, 'heavy import'"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def _config_names() -> set[str]:
+    """Every HF config attribute a registered family's spec or tiny settings names."""
+    names = set()
+    for spec in REGISTRY.values():
+        names |= set(spec.tiny)
+        for part in (spec.arch, spec.arch.moe):
+            if part is not None:
+                names |= {v.name for v in vars(part).values() if isinstance(v, Attr)}
+    return names
+
+
+def _names_a_config_key(node: ast.AST, names: set[str]) -> bool:
+    """A string constant that is a config name, or ``config.<name>`` / ``<x>.config.<name>``."""
+    if isinstance(node, ast.Constant):
+        return node.value in names
+    if isinstance(node, ast.Attribute) and node.attr in names:
+        owner = node.value
+        return getattr(owner, "id", None) == "config" or getattr(owner, "attr", None) == "config"
+    return False
+
+
+def test_the_checks_and_blocks_never_name_a_config_key():
+    """Only the spec (family.py, registry.py) maps config names: a check or a block that looked
+    one up itself would work for the families that use that name and break for the next."""
+    suite = Path(__file__).parent
+    modules = [*suite.glob("models/*.py")] + [
+        suite / name
+        for name in (
+            "build.py",
+            "case.py",
+            "checks.py",
+            "conftest.py",
+            "hf_reference.py",
+            "sharding.py",
+            "test_equivalence.py",
+            "worker.py",
+        )
+    ]
+    names = _config_names()
+    assert {"num_experts", "num_local_experts", "attention_bias", "qkv_bias"} <= names
+    found = {
+        f"{path.name}:{node.lineno}: {ast.unparse(node)}"
+        for path in modules
+        for node in ast.walk(ast.parse(path.read_text()))
+        if _names_a_config_key(node, names)
+    }
+    assert found == set()

@@ -66,7 +66,7 @@ def _check_variant(
     spec: ModelSpec, name: str, overrides: dict, dc: DistConfig, device, dtype
 ) -> dict[str, CheckResult]:
     model = build_ir_model(spec, overrides, fixed_routing=True).to(device=device, dtype=dtype)
-    ids, pos = (t.to(device) for t in prefill_inputs(model.config.vocab_size))
+    ids, pos = (t.to(device) for t in prefill_inputs(model.arch.vocab_size))
     reference = model(ids, pos)
     snapshot = {k: v.clone() for k, v in model.state_dict().items()}
     gm = torch.export.export(model, (ids, pos)).module()

@@ -54,10 +54,10 @@ class IRForCausalLM(nn.Module):
 
     def __init__(self, config, spec: ArchSpec, fixed_routing: bool = False) -> None:
         super().__init__()
-        if config.tie_word_embeddings:
-            raise ValueError("IR models keep lm_head separate: set tie_word_embeddings=False")
         self.config = config
-        a = spec.resolve(config)
+        self.arch = a = spec.resolve(config)
+        if a.tied_embeddings:
+            raise ValueError("IR models keep lm_head separate: set tie_word_embeddings=False")
         self.model = DecoderModel(a, fixed_routing)
         self.lm_head = nn.Linear(a.hidden_size, a.vocab_size, bias=False)
 

@@ -20,7 +20,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         reason = "pass --sharding-ir-model-id <hf-id>|all to run the sharding-IR equivalence check"
         params = [pytest.param(None, id="no-model-id", marks=pytest.mark.skip(reason=reason))]
     else:
-        params = [pytest.param((m, c), id=f"{m}:{c}") for m in model_ids for c in configs]
+        # config by config, so the cheap configs' results come first
+        params = [pytest.param((m, c), id=f"{m}:{c}") for c in configs for m in model_ids]
     metafunc.parametrize("sharding_ir_case", params)
 
 

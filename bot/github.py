@@ -93,6 +93,7 @@ class Status:
     state: str
     description: str
     context: str
+    target_url: str | None = None
 
 
 @dataclass(frozen=True)
@@ -378,7 +379,7 @@ class PyGithubApi:
                     return []
                 raise
             return [
-                Status(s.state, s.description or "", s.context)
+                Status(s.state, s.description or "", s.context, s.target_url)
                 for s in listing
                 if s.context == context
             ]

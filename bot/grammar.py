@@ -367,8 +367,10 @@ def render(command: Command) -> str:
 
 def help_text() -> str:
     from stagebot.templates import render_template
+    from stagebot.templates.markdown import Trusted, code
 
-    return render_template("bot_help.md.j2", subcommands=list(SUBCOMMANDS.values()))
+    text = render_template("bot_help.md.j2", subcommands=list(SUBCOMMANDS.values()), code=code)
+    return Trusted(text)
 
 
 def _usage_hint(name: str) -> str:

@@ -34,6 +34,7 @@ from stagebot.bot.replies import (
     reply_to,
     running,
 )
+from stagebot.templates.markdown import Trusted
 
 if TYPE_CHECKING:
     from stagebot.bot.ledger import Ledger
@@ -373,7 +374,7 @@ class CommentHandler:
             "refused",
             NO_RUN_STATE,
             command=render(command),
-            why=decision.why,
+            why=Trusted(decision.why),  # authz escapes the user-controlled parts
             label_missing=label_missing,
         )
         return Outcome(f"refused: {decision.why}", pipeline=self.pipeline)

@@ -21,6 +21,7 @@ import json
 import re
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -111,6 +112,7 @@ class FakeGitHub:
         self.permissions: dict[str, tuple[str, str]] = {}
         self.runs: dict[int, dict[str, Any]] = {}
         self.diffs: dict[tuple[str, str], list[str]] = {}  # (base, head) -> changed files
+        self.hooks: list[tuple[str, Callable[[], None]]] = []  # (route, run once after it)
         self._ids = itertools.count(1001)
         self._server: ThreadingHTTPServer | None = None
 
@@ -202,6 +204,11 @@ class FakeGitHub:
         }
         return self.runs[run_id]
 
+    def after(self, route: str, action: Callable[[], None]) -> None:
+        """Run ``action`` (e.g. another client's write) once, right after the next request of
+        ``route`` is handled and before its answer is sent: interleaves two clients."""
+        self.hooks.append((route, action))
+
     # ---- faults
     def fail(self, kind: str, *, method=None, route=None, times=1, retry_after="0") -> None:
         assert kind in FAULT_KINDS, kind
@@ -244,6 +251,12 @@ class FakeGitHub:
             for c in self.comments.values()
             if c["issue"] == number and c["user"]["login"] == login
         ]
+
+    def post_status(self, sha: str, state: str, context: str, description: str) -> None:
+        """A status written by another client (another job, a person)."""
+        with self.lock:
+            body = {"state": state, "context": context, "description": description}
+            self.handle("POST", "create_status", {"sha": sha}, {}, body, None)
 
     def latest_status(self, sha: str, context: str) -> dict[str, Any] | None:
         mine = [s for s in self.statuses.get(sha, []) if s["context"] == context]
@@ -475,6 +488,10 @@ class _Handler(BaseHTTPRequestHandler):
             return self._send(504, {"message": "held past the client's timeout"})
         with fake.lock:
             status, payload = fake.handle(method, route, params, query, body, auth)
+            hook = next((h for h in fake.hooks if h[0] == route), None)
+            if hook is not None:
+                fake.hooks.remove(hook)
+                hook[1]()
         if kind == "5xx-after-write":
             record.status = 502
             return self._send(502, {"message": "Server Error (after the write)"})

@@ -551,7 +551,10 @@ def test_a_corrupt_ledger_is_moved_aside_and_the_run_starts_empty(gh, handle, tm
 
     ledger = tmp_path / "ledger.sqlite"
     ledger.write_bytes(CORRUPT)  # damaged although the bot saved it (its digest is recorded)
-    gh.add_comment(PR, render_ledger_digest(file_digest(ledger)) + _running_marker(99), BOT)
+    digest = render_ledger_digest(file_digest(ledger))  # the line right above the marker
+    gh.add_comment(
+        PR, _running_marker(99).replace("<!-- stagebot:", f"{digest}\n<!-- stagebot:"), BOT
+    )
     result = handle("/bot run", args=("--ledger", str(ledger)))
     assert result.code == 0 and result.outputs["run"] == "true", result.err
     (aside,) = tmp_path.glob("ledger.sqlite.rejected-*")

@@ -38,6 +38,7 @@ class Command:
     run: RunOptions | None = None
     comment: str | None = None  # skip --comment
     pipeline_id: int | None = None  # reuse-pipeline [N]
+    sha: str | None = None  # --sha: the head commit the commenter approved (a hex prefix)
     line: int | None = field(default=None, compare=False)  # 1-based line of the comment
 
     def options(self) -> dict[str, Any]:

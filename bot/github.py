@@ -67,6 +67,7 @@ class Comment:
     author_type: str  # "User" | "Bot" | "Organization"
     body: str
     html_url: str = ""
+    created_at: str = ""  # ISO 8601, GitHub's clock
 
 
 @dataclass(frozen=True)
@@ -97,6 +98,17 @@ class Status:
 
 
 @dataclass(frozen=True)
+class TimelineEvent:
+    """One issue-timeline event, in GitHub's order: ``labeled`` / ``unlabeled`` (``label``),
+    ``committed`` / ``head_ref_force_pushed`` (a push), and others the bot ignores."""
+
+    kind: str
+    actor: str | None
+    actor_id: int | None
+    label: str | None = None
+
+
+@dataclass(frozen=True)
 class WorkflowRun:
     id: int
     run_number: int
@@ -112,6 +124,10 @@ class GitHubApi(Protocol):
     def pull(self, number: int) -> PullRequest: ...
 
     def changed_files(self, number: int) -> list[str]: ...
+
+    def pull_commits(self, number: int) -> list[str]: ...
+
+    def timeline(self, number: int) -> list[TimelineEvent]: ...
 
     def permission(self, login: str) -> Permission: ...
 
@@ -321,6 +337,31 @@ class PyGithubApi:
             lambda: [f.filename for f in self._repo.get_pull(number).get_files()],
         )
 
+    def pull_commits(self, number: int) -> list[str]:
+        """The SHAs of the pull request's commits (GitHub lists at most 250)."""
+        return self._read(
+            f"list the commits of {self.repository}#{number}",
+            lambda: [c.sha for c in self._repo.get_pull(number).get_commits()],
+        )
+
+    def timeline(self, number: int) -> list[TimelineEvent]:
+        def call() -> list[TimelineEvent]:
+            events = []
+            for item in self._repo.get_issue(number).get_timeline():
+                data = item.raw_data
+                actor = data.get("actor") or {}
+                events.append(
+                    TimelineEvent(
+                        kind=str(data.get("event") or ""),
+                        actor=actor.get("login"),
+                        actor_id=actor.get("id"),
+                        label=(data.get("label") or {}).get("name"),
+                    )
+                )
+            return events
+
+        return self._read(f"list the timeline of {self.repository}#{number}", call)
+
     def permission(self, login: str) -> Permission:
         def call() -> Permission:
             import github
@@ -496,6 +537,7 @@ def _comment(item: Any) -> Comment:
         author_type=(user.type if user is not None else "User") or "User",
         body=item.body or "",
         html_url=item.html_url or "",
+        created_at=item.created_at.isoformat() if item.created_at else "",
     )
 
 

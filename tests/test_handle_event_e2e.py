@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from github_server import FakeGitHub
+from github_server import FakeGitHub, user_id
 from test_handle_event import BOT, PR, SHA, marker_of, replies, status
 
 from stagebot.bot.cli import main
@@ -41,6 +41,7 @@ def gh():
         server.add_pull(PR, head_sha=SHA, files=("src/x.py",))
         server.grant("writer", "write")
         server.grant("maintainer", "maintain")
+        server.grant("contributor", "write")  # the PR's author: run needs no --sha
         yield server
 
 
@@ -85,6 +86,7 @@ class Pipeline:
         payload = json.loads((ROOT / "tests/fixtures/events/pr_comment_created.json").read_text())
         payload["comment"].update(id=comment_id, body=body)
         payload["comment"]["user"]["login"] = author
+        payload["comment"]["user"]["id"] = user_id(author)
         payload["issue"]["number"] = PR
         self.gh.add_comment(PR, body, author, comment_id=comment_id)
         event = self.tmp / f"event-{run_number}.json"

@@ -13,7 +13,7 @@ A fork PR's author is treated like anyone else: by permission.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from stagebot.bot.config import BotConfig
@@ -55,21 +55,23 @@ def authorize(
     )
 
 
-PUSHES = ("committed", "head_ref_force_pushed")
-
-
 def approve(
     needs_approval: bool,
     reasons: list[str],
     labels: tuple[str, ...],
     config: BotConfig,
+    head: str = "",
     timeline: Callable[[], list[TimelineEvent]] = list,
     is_approver: Callable[[TimelineEvent], bool] = lambda event: False,
+    reply_commits: Mapping[int, str] | None = None,
 ) -> Decision:
-    """A plan that needs approval runs only with the approval label on the PR, and only when the
-    timeline's last ``labeled`` event for it (none ``unlabeled`` since) is a CI approver's and
-    no push (``committed``, ``head_ref_force_pushed``) came after it: the approval is for the
-    commits the approver saw. ``timeline`` is read only when the label is there."""
+    """A plan that needs approval runs only with the approval label on the PR, and only when
+    the label approved the head commit: the timeline's last ``labeled`` event for it (none
+    ``unlabeled`` since) is a CI approver's, and came after one of the bot's replies that
+    recorded this head (``reply_commits``: reply comment id -> its marker's commit), with no
+    force-push since that reply. A normal push only moves the head to a new commit, so the head
+    was the same commit when the label was added; timestamps (commit dates) play no part, only
+    GitHub's order of the timeline. ``timeline`` is read only when the label is there."""
     if not needs_approval:
         return Decision(True, "the plan needs no approval")
     label = config.approval_label
@@ -79,27 +81,33 @@ def approve(
             False,
             f"this plan needs the {label!r} label on the PR, which a CI approver applies ({why})",
         )
+    commits = reply_commits or {}
     added: TimelineEvent | None = None
-    pushed = False
+    seen_head = False  # a bot reply recorded the head, with no force-push since
+    approved = False  # ... before the label was added
     for event in timeline():
         if event.kind in ("labeled", "unlabeled") and event.label == label:
-            added, pushed = (event if event.kind == "labeled" else None), False
-        elif event.kind in PUSHES:
-            pushed = True
+            added = event if event.kind == "labeled" else None
+            approved = seen_head and added is not None
+        elif event.kind == "commented" and commits.get(event.comment_id or 0) == head:
+            seen_head = True
+        elif event.kind == "head_ref_force_pushed":
+            seen_head = approved = False
     if added is None:
         return Decision(False, f"the {label!r} label has no labeled event on the PR's timeline")
+    who = f"@{escape(added.actor or 'ghost')}"
     if not is_approver(added):
         return Decision(
             False,
-            f"the {label!r} label was added by @{escape(added.actor or 'ghost')}, who is not a "
-            "CI approver (maintain or admin permission, or the approvers list); an approver "
-            f"must add it ({why})",
+            f"the {label!r} label was added by {who}, who is not a CI approver (maintain or "
+            f"admin permission, or the approvers list); an approver must add it ({why})",
         )
-    if pushed:
+    if not approved:
         return Decision(
             False,
-            f"the PR got new commits after @{escape(added.actor or 'ghost')} added the "
-            f"{label!r} label, which approved only the commits before; an approver must "
-            f"review them and add the label again (remove it, then add it) ({why})",
+            f"the {label!r} label, added by {who}, does not approve the head {head[:7]}: the "
+            "PR got new commits (or a force-push) after it, or the bot had not yet recorded "
+            f"this head when it was added; an approver must review {head[:7]}, then remove "
+            f"and add the label again ({why})",
         )
-    return Decision(True, f"@{escape(added.actor or 'ghost')} added the {label!r} label")
+    return Decision(True, f"{who} added the {label!r} label on {head[:7]}")

@@ -100,12 +100,13 @@ class Status:
 @dataclass(frozen=True)
 class TimelineEvent:
     """One issue-timeline event, in GitHub's order: ``labeled`` / ``unlabeled`` (``label``),
-    ``committed`` / ``head_ref_force_pushed`` (a push), and others the bot ignores."""
+    ``commented`` (``comment_id``), ``head_ref_force_pushed``, and others the bot ignores."""
 
     kind: str
     actor: str | None
     actor_id: int | None
     label: str | None = None
+    comment_id: int | None = None  # a "commented" event's comment
 
 
 @dataclass(frozen=True)
@@ -356,6 +357,7 @@ class PyGithubApi:
                         actor=actor.get("login"),
                         actor_id=actor.get("id"),
                         label=(data.get("label") or {}).get("name"),
+                        comment_id=data.get("id") if data.get("event") == "commented" else None,
                     )
                 )
             return events

@@ -10,6 +10,7 @@ Order (each step can end the handling; every ending is a handled event):
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -244,8 +245,10 @@ class CommentHandler:
             plan.approval_reasons,
             self.pull.labels,
             self.config,
-            timeline=lambda: self.api.timeline(self.pull.number),
+            head=commit,
+            timeline=lambda: self._timeline,
             is_approver=self._is_approver,
+            reply_commits={r.comment.id: r.marker.commit for r in self.replies},
         )
         if not approval.allowed:
             return self._refuse(command, approval, label_missing=True)
@@ -361,8 +364,9 @@ class CommentHandler:
     def _check_sha(self, command: Command, permission: Permission) -> Decision:
         """The command applies only to the commit its author named (--sha): skip and
         reuse-pipeline always need it, run on PRs whose author lacks write permission. The
-        prefix must begin the head's SHA and no other commit of the PR (a prefix can be
-        ground to match a second commit)."""
+        prefix must begin the head's SHA and no other commit of the PR, and no force-push may
+        follow the comment on the timeline: a short prefix can be ground to match a second
+        commit, which then either sits beside the named one or replaced it by force."""
         head, sha = self.pull.head_sha, command.sha
         if sha is None:
             if command.name in ("skip", "reuse-pipeline"):
@@ -388,8 +392,8 @@ class CommentHandler:
         if not head.startswith(sha):
             return Decision(
                 False,
-                f"--sha {sha} is not the PR's head: the head is now {head}, pushed after the "
-                f"commit you named; review it and comment again with --sha {head[:7]}",
+                f"--sha {sha} is not the PR's head {head} (it moved since, or the SHA is "
+                f"mistyped); review {head[:7]} and comment again with --sha {head[:7]}",
             )
         matching = [c for c in self.api.pull_commits(self.pull.number) if c.startswith(sha)]
         if len(matching) > 1:
@@ -398,7 +402,22 @@ class CommentHandler:
                 f"--sha {sha} is ambiguous: {len(matching)} commits of this PR begin with it "
                 f"({', '.join(matching)}); give the full SHA {head}",
             )
+        since: list[TimelineEvent] | None = None  # the timeline after the comment
+        for index, event in enumerate(self._timeline):
+            if event.kind == "commented" and event.comment_id == self.event.comment_id:
+                since = self._timeline[index + 1 :]
+        if since is None or any(e.kind == "head_ref_force_pushed" for e in since):
+            return Decision(
+                False,
+                f"the PR was force-pushed after your comment (or the comment is not on its "
+                f"timeline), so --sha {sha} may name a commit made to match it; the head is "
+                f"{head}: review it and comment again with --sha {head}",
+            )
         return Decision(True, f"--sha {sha} is the head {head}")
+
+    @functools.cached_property
+    def _timeline(self) -> list[TimelineEvent]:
+        return self.api.timeline(self.pull.number)
 
     def _is_approver(self, event: TimelineEvent) -> bool:
         if event.actor_id is not None and event.actor_id in self.config.approvers:

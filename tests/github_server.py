@@ -204,7 +204,7 @@ class FakeGitHub:
     def _event(self, number: int, kind: str, actor: str | None, **extra: Any) -> None:
         tick = next(self._clock)
         event = {
-            "id": next(self._ids),
+            "id": extra.pop("id", None) or next(self._ids),
             "event": kind,
             "actor": _user(actor) if actor else None,
             "created_at": f"2026-01-01T01:{tick // 60:02d}:{tick % 60:02d}Z",
@@ -314,6 +314,7 @@ class FakeGitHub:
             "updated_at": "2026-01-01T00:00:00Z",
         }
         self.comments[comment_id] = comment
+        self._event(number, "commented", user["login"], id=comment_id)
         return comment
 
     def handle(self, method: str, route: str, params: dict[str, str], query, body, auth):

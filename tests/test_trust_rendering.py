@@ -3,6 +3,7 @@ rendered escaped in the bot's reply, whatever the template; and the reply's hidd
 ledger digest) are read only from the bot's own position, so a digest line forged into the body
 vouches for nothing. Real PyGithub against the fake GitHub."""
 
+# ruff: noqa: F401, F811 - pytest fixtures imported from the test modules that define them
 from __future__ import annotations
 
 import json
@@ -10,7 +11,7 @@ import re
 
 import pytest
 from test_handle_event import SHA, marker_of, replies
-from test_handle_event_e2e import Pipeline, gh  # noqa: F401 - fixture
+from test_handle_event_e2e import Pipeline, gh
 
 from stagebot.bot.ledger import Ledger
 from stagebot.bot.ledger_files import file_digest
@@ -35,7 +36,7 @@ LIVE = [
 
 
 @pytest.fixture
-def pipeline(gh, tmp_path, monkeypatch, capsys):  # noqa: F811
+def pipeline(gh, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     return Pipeline(gh, tmp_path, monkeypatch, capsys)
 
@@ -46,7 +47,7 @@ def assert_inert(text: str) -> None:
 
 
 @pytest.mark.slow
-def test_stage_output_in_the_reply_is_inert(gh, pipeline) -> None:  # noqa: F811
+def test_stage_output_in_the_reply_is_inert(gh, pipeline) -> None:
     outputs = pipeline.comment("/bot run", 101)
     results = pipeline.stages(outputs, 101)
     path = results / "CPU-PyTorch-1" / "result.json"
@@ -63,7 +64,7 @@ def test_stage_output_in_the_reply_is_inert(gh, pipeline) -> None:  # noqa: F811
 
 
 @pytest.mark.slow
-def test_a_digest_forged_into_the_reply_does_not_vouch_for_a_planted_ledger(gh, pipeline) -> None:  # noqa: F811
+def test_a_digest_forged_into_the_reply_does_not_vouch_for_a_planted_ledger(gh, pipeline) -> None:
     """The stage job plants a ledger (for the next plan job) and writes its digest into its
     result, hoping the report prints it as a digest line a later run trusts."""
     outputs = pipeline.comment("/bot run", 101)

@@ -2,13 +2,14 @@
 in the results folder must not decide the pipeline's state. Real PyGithub against the fake
 GitHub; the stage jobs really run (a failing suite), then the attacker's files are added."""
 
+# ruff: noqa: F401, F811 - pytest fixtures imported from the test modules that define them
 from __future__ import annotations
 
 import json
 
 import pytest
 from test_handle_event import marker_of, replies, status
-from test_handle_event_e2e import Pipeline, gh, ledger_state  # noqa: F401 - fixtures
+from test_handle_event_e2e import Pipeline, gh, ledger_state
 
 from stagebot.bot.ledger import Ledger
 from stagebot.harness.results import ResultError, StageResult
@@ -17,7 +18,7 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
-def failing(gh, tmp_path, monkeypatch, capsys):  # noqa: F811
+def failing(gh, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     return Pipeline(gh, tmp_path, monkeypatch, capsys, suite="check_fail.py")
 
@@ -27,7 +28,7 @@ def forged_success(results, stage: str) -> dict:
     return {**real, "state": "SUCCESS", "tests": [], "evidence": None}
 
 
-def test_an_injected_result_folder_cannot_turn_a_failure_into_success(gh, failing) -> None:  # noqa: F811
+def test_an_injected_result_folder_cannot_turn_a_failure_into_success(gh, failing) -> None:
     outputs = failing.comment("/bot run", 101)
     results = failing.stages(outputs, 101)
     injected = results / "zzz-injected" / "result.json"
@@ -42,7 +43,7 @@ def test_an_injected_result_folder_cannot_turn_a_failure_into_success(gh, failin
     assert "zzz-injected/result.json (not the result.json of a planned shard)" in reply["body"]
 
 
-def test_a_second_copy_deeper_down_is_ignored_and_named(gh, failing) -> None:  # noqa: F811
+def test_a_second_copy_deeper_down_is_ignored_and_named(gh, failing) -> None:
     outputs = failing.comment("/bot run", 101)
     results = failing.stages(outputs, 101)
     copy = results / "CPU-PyTorch-1" / "again" / "result.json"
@@ -53,7 +54,7 @@ def test_a_second_copy_deeper_down_is_ignored_and_named(gh, failing) -> None:  #
     assert "CPU-PyTorch-1/again/result.json" in replies(gh)[0]["body"]
 
 
-def test_a_result_claiming_another_shard_is_its_folders_error(gh, failing) -> None:  # noqa: F811
+def test_a_result_claiming_another_shard_is_its_folders_error(gh, failing) -> None:
     outputs = failing.comment("/bot run", 101)
     results = failing.stages(outputs, 101)
     # the build shard's job writes a SUCCESS for the failing test shard into its own folder
@@ -79,7 +80,7 @@ def test_a_result_claiming_another_shard_is_its_folders_error(gh, failing) -> No
         pytest.param("reused_from", "#3", id="reused_from is a string"),
     ],
 )
-def test_a_malformed_result_is_a_recorded_error_not_a_crash(gh, pipeline, field, value) -> None:  # noqa: F811
+def test_a_malformed_result_is_a_recorded_error_not_a_crash(gh, pipeline, field, value) -> None:
     outputs = pipeline.comment("/bot run", 101)
     results = pipeline.stages(outputs, 101)
     path = results / "CPU-PyTorch-1" / "result.json"
@@ -95,7 +96,7 @@ def test_a_malformed_result_is_a_recorded_error_not_a_crash(gh, pipeline, field,
 
 
 @pytest.fixture
-def pipeline(gh, tmp_path, monkeypatch, capsys):  # noqa: F811
+def pipeline(gh, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     return Pipeline(gh, tmp_path, monkeypatch, capsys)
 

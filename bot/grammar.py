@@ -1,7 +1,8 @@
 """The `/bot` command language: find the one command in a PR comment and parse it.
 
-Only a line whose first word is exactly ``/bot`` counts; fenced code blocks and ``>`` quotes are
-dropped first, so quoted or pasted commands do nothing. Each subcommand's usage, who may use it,
+Only a line whose first word is exactly ``/bot`` counts; fenced and indented code blocks,
+``<pre>`` / ``<code>`` elements and ``>`` quotes are dropped first, so quoted or pasted commands
+(which GitHub shows as code or quotes) do nothing. Each subcommand's usage, who may use it,
 examples and flags are declared here, beside its parser, and the help text is rendered from these
 declarations (templates/bot_help.md.j2): one source of truth.
 """
@@ -20,6 +21,9 @@ from stagebot.bot.suggest import unknown
 BOT_LINE = re.compile(r"^[ \t]*/bot(?:[ \t]+(?P<args>.*?))?[ \t]*$")
 FENCE = re.compile(r"^[ \t]{0,3}(?P<fence>`{3,}|~{3,})")
 QUOTE = re.compile(r"^[ \t]*>")
+INDENTED_CODE = re.compile(r"^(?: {4}| {0,3}\t)")  # 4 columns: GitHub shows code (or plain text)
+# an HTML element GitHub shows as code or raw text: nothing inside it is a command
+HTML_CODE = re.compile(r"<(?P<tag>pre|code|textarea)(?=[\s>/]|$)", re.IGNORECASE)
 PIPELINE_ID = re.compile(r"^#?(?P<id>[0-9]+)$")
 TYPOGRAPHIC_QUOTES = str.maketrans({"\u201c": '"', "\u201d": '"', "\u2018": "'", "\u2019": "'"})
 HELP_FLAGS = ("-h", "--help")
@@ -309,6 +313,7 @@ def find_command_line(comment: str) -> tuple[int, str] | None:
     """Return (1-based line number, arguments) of the comment's one `/bot` line, or None."""
     found: list[tuple[int, str]] = []
     fence: str | None = None
+    element: str | None = None  # an open <pre>, <code> or <textarea>
     visible = HTML_COMMENT.sub(lambda hidden: "\n" * hidden[0].count("\n"), comment)
     for number, line in enumerate(LINE_BREAK.split(visible), start=1):
         opening = FENCE.match(line)
@@ -319,7 +324,15 @@ def find_command_line(comment: str) -> tuple[int, str] | None:
         if opening:
             fence = opening["fence"]
             continue
-        if QUOTE.match(line):
+        if element is not None:
+            if _closes(element, line):
+                element = None
+            continue
+        tag = HTML_CODE.search(line)
+        if tag and not _closes(tag["tag"], line[tag.end() :]):
+            element = tag["tag"]
+            continue
+        if QUOTE.match(line) or INDENTED_CODE.match(line):
             continue
         match = BOT_LINE.match(line)
         if match:
@@ -330,6 +343,10 @@ def find_command_line(comment: str) -> tuple[int, str] | None:
             f"found {len(found)} /bot commands (lines {lines}); put one command per comment"
         )
     return found[0] if found else None
+
+
+def _closes(tag: str, text: str) -> bool:
+    return re.search(rf"</{tag}\s*>", text, re.IGNORECASE) is not None
 
 
 def parse_comment(comment: str) -> Command:

@@ -168,3 +168,27 @@ def test_one_commenter_gets_at_most_rate_limit_answers_per_hour(gh, handle, tmp_
     assert "reached the limit of 3" in result.out
     other = handle("/bot help", author="writer", comment_id=200, args=("--config", str(config)))
     assert other.code == 0 and len(replies(gh)) == 4  # others are not limited
+
+
+# ---------------------------------------------------------------- finding 6: commands shown as code
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        pytest.param("Try this:\n\n    /bot skip --sha c0ffee0 --comment x", id="indented code"),
+        pytest.param("\t/bot skip --sha c0ffee0 --comment x", id="tab-indented code"),
+        pytest.param("<pre>\n/bot skip --sha c0ffee0 --comment x\n</pre>", id="pre block"),
+        pytest.param("<PRE lang=sh>\n/bot skip --sha c0ffee0 --comment x\n</PRE>", id="PRE"),
+        pytest.param("<code>\n/bot skip --sha c0ffee0 --comment x</code>", id="code element"),
+    ],
+)
+def test_a_command_github_shows_as_code_does_nothing(gh, handle, body) -> None:
+    result = handle(body, author="maintainer")
+    assert result.code == 0 and "has no /bot line" in result.out
+    assert gh.requests == [] and status(gh) is None
+
+
+def test_a_command_after_a_closed_pre_block_counts(gh, handle) -> None:
+    result = handle("<pre>\nlog\n</pre>\n/bot help", author="reader")
+    assert result.code == 0 and "## stagebot help" in replies(gh)[0]["body"]

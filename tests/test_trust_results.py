@@ -119,3 +119,36 @@ def test_stage_result_from_json_checks_every_field(change, error) -> None:
     with pytest.raises(ResultError) as raised:
         StageResult.from_json({**good, **change})
     assert error in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    "planted",
+    [
+        "CREATE VIEW newest AS SELECT * FROM pipelines",
+        "CREATE TRIGGER t AFTER INSERT ON pipelines BEGIN SELECT 1; END",
+    ],
+)
+def test_main_ledger_with_foreign_schema_is_refused_before_it_is_read(
+    gh, pipeline, planted
+) -> None:
+    """Main's ledger is opened by SQLite in a privileged job before its digest is checked:
+    the read-only open refuses what the bot never creates, so no commit is read from it and
+    no status is asked for; the pipeline starts from an empty history."""
+    import sqlite3
+
+    pipeline.post_merge(201)
+    with sqlite3.connect(pipeline.ledger) as raw:
+        raw.execute(planted)
+    raw.close()
+    asked = len(gh.calls("list_statuses"))
+    _, log = pipeline.push(202)
+    assert "is not one the bot saved" in log, log
+    assert len(gh.calls("list_statuses")) == asked  # nothing read from it reached GitHub
+    assert len(list(pipeline.tmp.glob("ledger.sqlite.rejected-*Z"))) == 1
+
+
+def test_read_only_opens_do_not_trust_the_schema(tmp_path) -> None:
+    path = tmp_path / "l.sqlite"
+    Ledger.open(path).close()
+    with Ledger.open(path, readonly=True) as book:
+        assert book.connection.execute("PRAGMA trusted_schema").fetchone()[0] == 0

@@ -13,7 +13,9 @@ renders the report, edits the pipeline's one reply into it and sets the gating s
   missing reply is posted (once: the marker makes the post idempotent).
 - The status is set only for gating plans, and only while the newest status of the context is
   this pipeline's own (a newer pipeline or a skip is never overwritten). SUCCESS -> success;
-  FAILURE -> failure; ABORTED or shards that could not run -> error.
+  FAILURE -> failure; ABORTED or shards that could not run -> error. GitHub has no conditional
+  status write, so the statuses are read again after the write: a newer pipeline's status or a
+  person's skip / reuse that landed in between is posted again on top.
 - The reply records the sha256 of the ledger as this job leaves it (a hidden line before the
   marker); `bot handle-event` accepts the next restored ledger only when it matches. A
   post-merge pipeline records it as the ``stagebot/ledger`` status of its commit instead, and

@@ -192,3 +192,17 @@ def test_a_command_github_shows_as_code_does_nothing(gh, handle, body) -> None:
 def test_a_command_after_a_closed_pre_block_counts(gh, handle) -> None:
     result = handle("<pre>\nlog\n</pre>\n/bot help", author="reader")
     assert result.code == 0 and "## stagebot help" in replies(gh)[0]["body"]
+
+
+def test_the_sha_travels_in_the_command_contract() -> None:
+    from test_contracts import validate
+
+    from stagebot.bot.command import Command
+    from stagebot.bot.grammar import parse_comment, render
+
+    command = parse_comment(f'/bot skip --sha {SHA[:12].upper()} --comment "docs"')
+    data = command.to_json()
+    validate("command", data)
+    assert data["sha"] == SHA[:12] and Command.from_json(data) == command
+    assert parse_comment(render(command)) == command
+    assert "sha" not in parse_comment("/bot kill").to_json()

@@ -211,7 +211,7 @@ class CommentHandler:
             return self._refuse(command, decision)
         pinned = self._check_sha(command, permission)
         if not pinned.allowed:
-            return self._refuse(command, pinned)
+            return self._refuse(command, pinned, sha_refused=True)
         handler = {
             "run": self._run,
             "kill": self._kill,
@@ -483,13 +483,16 @@ class CommentHandler:
         )
         return Outcome(f"malformed command: {error.splitlines()[0]}", pipeline=self.pipeline)
 
-    def _refuse(self, command: Command, decision: Decision, label_missing=False) -> Outcome:
+    def _refuse(
+        self, command: Command, decision: Decision, label_missing=False, sha_refused=False
+    ) -> Outcome:
         self._reply(
             "refused",
             NO_RUN_STATE,
             command=render(command),
             why=Trusted(decision.why),  # authz escapes the user-controlled parts
             label_missing=label_missing,
+            sha_refused=sha_refused,
         )
         return Outcome(f"refused: {decision.why}", pipeline=self.pipeline)
 

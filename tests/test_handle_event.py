@@ -495,7 +495,9 @@ REPLY_CONTEXTS = {  # every value a user (or a restored ledger) can influence is
     "aborted": dict(pipeline=3, sha7=HOSTILE, why=HOSTILE),
     "killed": dict(killed=[3], sha7=HOSTILE, login=HOSTILE),
     "malformed": dict(login=HOSTILE, error=HOSTILE + "\n```\n" + HOSTILE, help=""),
-    "refused": dict(login=HOSTILE, command=HOSTILE, why="needs write", label_missing=False),
+    "refused": dict(
+        login=HOSTILE, command=HOSTILE, why="needs write", label_missing=False, sha_refused=False
+    ),
     "skipped": dict(login=HOSTILE, sha7=HOSTILE, status_context=HOSTILE, reason=HOSTILE),
     "triggered": dict(
         pipeline=3,

@@ -47,6 +47,7 @@ def test_a_push_after_the_review_voids_a_dangerous_command(gh, handle, command) 
     assert gh.latest_status(BAD, "stagebot") is None and status(gh) is None
     body = refusal(gh)
     assert f"--sha {SHA[:7]} is not the PR's head {BAD}" in body  # both SHAs
+    assert "comment the command again with its SHA" in body
 
 
 def test_skip_with_the_heads_sha_applies_to_that_commit(gh, handle) -> None:

@@ -4,15 +4,20 @@ The file is optional; every key has a stated default. Errors name the file and l
 what would be right, like the catalog's.
 
 ```yaml
-allowlist:                     # users treated like write permission (default: none), by
-  - {login: alice, id: 583231} # user id: a login can be renamed and re-registered by another
-approvers: [{login: carol, id: 99}] # besides maintain/admin, who may add the approval label
+allowlist:                     # users treated like write permission (default: none),
+  - {login: alice, id: 583231} #   matched by user id (a login can be renamed and re-registered
+  - 1234567                    #   by someone else); the login is a note for people
+approvers: [{login: carol, id: 99}] # besides maintain/admin: whose approval label counts
 approval_label: ci-approved    # the label that approves gated plans (default: ci-approved)
 status_context: stagebot       # the gating commit status's context (default: stagebot)
 workflow: bot.yml              # the bot's workflow file, whose runs kill cancels (default: bot.yml)
 bot_login: github-actions[bot] # who the bot posts as; only its replies' markers count
                                # (default: github-actions[bot], the GITHUB_TOKEN's identity)
+rate_limit: 10                 # /bot comments of one person answered per PR and hour (default 10)
 ```
+
+Migration from login allowlists: a bare login is refused with the fix in the message; write
+``{login: NAME, id: NUMBER}``, the id being ``id`` in ``https://api.github.com/users/NAME``.
 """
 
 from __future__ import annotations

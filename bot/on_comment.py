@@ -34,6 +34,7 @@ from stagebot.bot.replies import (
     reply_to,
     running,
 )
+from stagebot.bot.stage_runs import active_pipelines
 
 if TYPE_CHECKING:
     from stagebot.bot.ledger import Ledger
@@ -338,7 +339,7 @@ class CommentHandler:
         stale = running(self.replies, self.pipeline)
         if not stale:
             return []
-        active = {run.run_number: run for run in self.api.active_runs(self.config.workflow)}
+        active = active_pipelines(self.api, self.config)  # the stage runs, by pipeline
         stopped = []
         for reply in stale:
             number = reply.marker.pipeline

@@ -87,6 +87,8 @@ def handle_event(config_path, catalog, ledger, out) -> None:
         click.echo(f"warning: {source.notice}", err=True)
     source.close()
     outputs = outcome.outputs()
+    if ledger is not None and ledger.exists():  # names the ledger artifact the plan job uploads
+        outputs["ledger_digest"] = file_digest(ledger)
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         if outcome.plan is not None:
@@ -94,8 +96,6 @@ def handle_event(config_path, catalog, ledger, out) -> None:
             plan.write_text(json.dumps(outcome.plan, indent=2) + "\n")
             if ledger is not None:
                 outputs["artifact_digest"] = artifact_digest(artifact_files(plan, ledger))
-    if ledger is not None and ledger.exists():  # names the ledger artifact the plan job uploads
-        outputs["ledger_digest"] = file_digest(ledger)
         (out / "outputs.json").write_text(json.dumps(outputs, indent=2) + "\n")
     write_outputs(env.output, outputs)
     click.echo(outcome.reason)

@@ -59,10 +59,10 @@ def unpack(data: bytes, dest: Path, prefix: str | None = None) -> Unpacked:
 def _refusal(member: zipfile.ZipInfo, prefix: str | None) -> str | None:
     name = member.filename
     path = PurePosixPath(name)
-    mode = member.external_attr >> 16
+    kind = stat.S_IFMT(member.external_attr >> 16)  # 0: no Unix type recorded (a plain file)
     if "\\" in name or path.is_absolute() or ".." in path.parts or not path.parts:
         return "not a plain relative path"
-    if mode and not stat.S_ISREG(mode):
+    if kind not in (0, stat.S_IFREG):
         return "not a regular file"
     if prefix is not None and path.parts[0] != prefix:
         return f"outside {prefix}/"

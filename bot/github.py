@@ -324,6 +324,7 @@ class PyGithubApi:
         self.repository = repository
         self.policy = policy
         self._token = token  # artifact downloads go around PyGithub (a redirect to storage)
+        self._api_url = api_url.rstrip("/")
         self._gh = github.Github(
             base_url=api_url,
             auth=github.Auth.Token(token),
@@ -490,7 +491,7 @@ class PyGithubApi:
         def call() -> bytes:
             import requests
 
-            url = f"{self._repo.url}/actions/artifacts/{artifact_id}/zip"
+            url = f"{self._api_url}/repos/{self.repository}/actions/artifacts/{artifact_id}/zip"
             timeout = max(1, math.ceil(self.policy.timeout))
             headers = {"Authorization": f"token {self._token}", "User-Agent": "stagebot"}
             first = requests.get(url, headers=headers, allow_redirects=False, timeout=timeout)

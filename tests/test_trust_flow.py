@@ -364,7 +364,8 @@ def test_a_ledger_named_in_someone_elses_comment_is_never_taken(gh, flow, tmp_pa
     gh.add_artifact(outputs["stage_run"], f"stagebot-ledger-{digest}", {"ledger.sqlite": forged})
     gh.add_comment(PR, "see " + render_ledger_digest(digest), "writer")
     again = flow.plan("/bot run", 102)
-    assert digest[:12] not in again["log"] and json.loads(again["matrix"]) == []
+    assert f"run {outputs['stage_run']}" not in again["log"]  # the comment was never read
+    assert json.loads(again["matrix"]) == []
 
 
 def test_a_ledger_whose_bytes_differ_from_its_digest_is_not_used(gh, flow, tmp_path) -> None:

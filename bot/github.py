@@ -774,11 +774,12 @@ def mint_installation_token(
     """Sign a JWT with the App's private key, find the App's installation on ``repository``
     and mint a token limited to ``permissions`` (GitHub caps it at what the App was granted)."""
     import github
+    import jwt  # PyGithub's own dependency, for the App's JWT
 
     try:
         auth = github.Auth.AppAuth(app_id, private_key)
         auth.create_jwt()  # a malformed key fails here, with no request made
-    except (ValueError, TypeError) as error:
+    except (ValueError, TypeError, jwt.PyJWTError) as error:
         raise SetupError(
             f"the GitHub App's private key cannot sign a token ({_one_line(error)}); give the "
             "App's PEM private key (BEGIN RSA PRIVATE KEY) in STAGEBOT_APP_PRIVATE_KEY"

@@ -1,7 +1,7 @@
 """Main's ledger (the post-merge history) is authenticated by a commit status.
 
-The Actions cache that carries it can be written by the code a stage job runs. So the report job
-of a post-merge pipeline records the sha256 of the ledger it saves as the description of a
+It travels as an artifact of the bot's report runs (bot/ledger_transport.py); this is the second,
+independent check: the report job of a post-merge pipeline records the sha256 of the ledger it saves as the description of a
 ``stagebot/ledger`` status (statuses need ``statuses: write``, which only the bot's own jobs
 hold; the stage jobs hold ``contents: read``). The status goes on the commit of the newest
 pipeline the ledger holds, and a restored main ledger is used only when that commit carries a

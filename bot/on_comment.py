@@ -116,9 +116,8 @@ class LedgerSource:
             if why is not None:
                 aside = self.move_aside(path)
                 self.notice = (
-                    "The pipeline ledger restored from the Actions cache is not one the bot "
-                    f"saved ({why}; the cache can be written by the code a stage job runs); it "
-                    f"was moved aside to {aside.name} and this pipeline starts from an empty "
+                    "The pipeline ledger handed to this job is not one the bot saved "
+                    f"({why}); it was moved aside to {aside.name} and this pipeline starts from an empty "
                     "history (nothing is reused)."
                 )
                 return Ledger.open(path)

@@ -117,8 +117,8 @@ class LedgerSource:
                 aside = self.move_aside(path)
                 self.notice = (
                     "The pipeline ledger handed to this job is not one the bot saved "
-                    f"({why}); it was moved aside to {aside.name} and this pipeline starts from an empty "
-                    "history (nothing is reused)."
+                    f"({why}); it was moved aside to {aside.name} and this pipeline starts "
+                    "from an empty history (nothing is reused)."
                 )
                 return Ledger.open(path)
         self._checked = True

@@ -134,6 +134,7 @@ class FakeGitHub:
         self.blobs: dict[int, bytes] = {}
         self.blob_auth: list[str | None] = []  # the Authorization header of each blob fetch
         self.dispatches: list[dict[str, Any]] = []
+        self.run_details = True  # False: a GitHub whose dispatch API returns no run id
         self.app: dict[str, Any] | None = None
         self.tokens: dict[str, str] = {}  # installation token -> the App's login
         self._ids = itertools.count(1001)
@@ -578,7 +579,7 @@ class FakeGitHub:
             actor={"login": _login(auth, self.tokens)},
         )
         self.dispatches.append({"workflow": workflow, "run_id": run_id, **body})
-        if not body.get("return_run_details"):
+        if not body.get("return_run_details") or not self.run_details:
             return 204, None
         run = self.runs[run_id]
         return 200, {"workflow_run_id": run_id, "run_url": run["url"], "html_url": run["html_url"]}

@@ -75,14 +75,14 @@ class Flow:
         text = (self.tmp / f"output-{run_id}.txt").read_text()
         return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
 
-    def bot(self, *args: str) -> str:
+    def bot(self, *args: str, code: int = 0) -> str:
         try:
             main(list(args))
-            code = 0
+            got = 0
         except SystemExit as done:
-            code = done.code or 0
+            got = done.code or 0
         out, err = self.capsys.readouterr()
-        assert code == 0, out + err
+        assert got == code, out + err
         return out + err
 
     # ---- bot.yml
@@ -231,6 +231,44 @@ def test_a_cancelled_stage_run_is_reported_aborted(gh, flow) -> None:
     flow.report(outputs["stage_run"], 101)
     (reply,) = replies(gh)
     assert "completed with state ABORTED" in reply["body"] and status(gh)["state"] == "error"
+
+
+def test_a_dispatch_that_landed_despite_an_error_is_not_repeated(gh, flow) -> None:
+    gh.fail("5xx-after-write", route="dispatch")
+    outputs = flow.plan("/bot run", 101)
+    (dispatch,) = gh.dispatches
+    assert outputs["stage_run"] == dispatch["run_id"]
+    assert [r.fault for r in gh.calls("dispatch")] == ["5xx-after-write"]
+
+
+def _planned_without_dispatch(flow: Flow) -> None:
+    """A plan job up to `bot handle-event` (pipeline #101), in its job folder."""
+    flow.gh.add_run(101, run_id=50101)
+    payload = json.loads((ROOT / "tests/fixtures/events/pr_comment_created.json").read_text())
+    payload["comment"].update(id=7101, body="/bot run")
+    payload["comment"]["user"]["login"] = "writer"
+    payload["issue"]["number"] = PR
+    flow.gh.add_comment(PR, "/bot run", "writer", comment_id=7101)
+    flow.env(50101, "issue_comment", payload, 101)
+    flow.job("plan")
+    flow.bot("handle-event", "--catalog", str(flow.catalog), "--out", ".stagebot/plan")
+
+
+def test_a_github_whose_dispatch_returns_no_run_id_is_an_error(gh, flow) -> None:
+    gh.run_details = False
+    _planned_without_dispatch(flow)
+    log = flow.bot("dispatch", "--plan-dir", ".stagebot/plan", code=3)
+    assert log.startswith("Error: ") and "return_run_details" in log, log
+    assert not Path(".stagebot/plan/dispatch.json").exists()
+
+
+def test_a_matrix_too_long_for_a_dispatch_is_refused(gh, flow, monkeypatch) -> None:
+    from stagebot.bot import cmd_dispatch
+
+    monkeypatch.setattr(cmd_dispatch, "MAX_MATRIX", 10)
+    _planned_without_dispatch(flow)
+    log = flow.bot("dispatch", "--plan-dir", ".stagebot/plan", code=2)
+    assert "more than the 10 a workflow_dispatch carries" in log and gh.dispatches == []
 
 
 # ---------------------------------------------------------------- attacks on the report

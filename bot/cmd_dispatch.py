@@ -6,7 +6,8 @@ its runs get a cache scope of their own, which no privileged run restores from),
 plan run's id, the pipeline, the PR and the matrix as inputs. GitHub answers with the new run's
 id (``return_run_details``), written to ``DIR/dispatch.json``, which the plan job uploads with
 the plan: the report accepts results only from that run. Exits 0 (also when there is nothing to
-run), 2 for bad input, 3 when GitHub refuses or stays unreachable.
+run), 2 for bad input, 3 when GitHub refuses or stays unreachable (a gating pipeline's status
+then turns from pending to error).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ MAX_MATRIX = 60_000  # workflow_dispatch inputs share a 65,535-character payload
 def dispatch(plan_dir: Path, config_path: Path | None) -> None:
     """Start the stage workflow for the planned pipeline; write dispatch.json."""
     from stagebot.bot.config import load_config
-    from stagebot.bot.github import ActionsEnv, RetryPolicy, connect
+    from stagebot.bot.github import ActionsEnv, GitHubError, RetryPolicy, connect
     from stagebot.bot.stage_runs import active_pipelines, stage_key, stage_title
 
     env = ActionsEnv.from_environ()
@@ -63,10 +64,24 @@ def dispatch(plan_dir: Path, config_path: Path | None) -> None:
         title = stage_title(pr, pipeline, env.run_id or 0)
         return run.id if run is not None and run.display_title == title else None
 
-    run_id = api.dispatch_workflow(config.stage_workflow, config.stage_branch, inputs, landed)
+    try:
+        run_id = api.dispatch_workflow(config.stage_workflow, config.stage_branch, inputs, landed)
+    except GitHubError:
+        _give_up(api, env, config, pipeline, outputs.get("commit") or "")
+        raise
     record = {"stage_run_id": run_id, "pipeline": pipeline, "plan_run": env.run_id, "pr": pr}
     (plan_dir / "dispatch.json").write_text(json.dumps(record, indent=2) + "\n")
     click.echo(
         f"pipeline #{pipeline}: dispatched {config.stage_workflow} on {config.stage_branch} "
         f"as run {run_id}"
     )
+
+
+def _give_up(api, env, config, pipeline: int, commit: str) -> None:
+    """No stage run, so no report: a gating pipeline's `pending` becomes `error` (only while it
+    is this pipeline's own status), rather than pending for ever."""
+    own = f"PR_Github #{pipeline} "
+    current = api.statuses(commit, config.status_context) if commit else []
+    if current and current[0].description.startswith(own):
+        text = f"{own}could not start its stage run: comment /bot run again"
+        api.set_status(commit, "error", config.status_context, text, env.run_url)

@@ -262,6 +262,16 @@ def test_a_github_whose_dispatch_returns_no_run_id_is_an_error(gh, flow) -> None
     assert not Path(".stagebot/plan/dispatch.json").exists()
 
 
+def test_a_dispatch_github_refuses_turns_the_pending_status_into_an_error(gh, flow) -> None:
+    gh.fail("5xx", route="dispatch", times=10)
+    _planned_without_dispatch(flow)
+    assert status(gh)["state"] == "pending"
+    log = flow.bot("dispatch", "--plan-dir", ".stagebot/plan", code=3)
+    assert log.startswith("Error: could not dispatch stage.yml on stagebot-stage"), log
+    assert status(gh)["state"] == "error"
+    assert status(gh)["description"].startswith("PR_Github #101 could not start its stage run")
+
+
 def test_a_matrix_too_long_for_a_dispatch_is_refused(gh, flow, monkeypatch) -> None:
     from stagebot.bot import cmd_dispatch
 

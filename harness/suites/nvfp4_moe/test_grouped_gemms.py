@@ -60,17 +60,17 @@ def _local_pairs(case: Case, routed: Routed) -> list[tuple[int, int, int]]:
     ]
 
 
-def _per_pair(pairs, x: torch.Tensor, width: int, fn) -> list[torch.Tensor]:
-    """float64 [len(pairs), width] each: fn(expert, x[tokens]) (a tuple of tensors) evaluated one
-    expert at a time."""
-    out: list[torch.Tensor] = []
+def _per_pair(pairs, x: torch.Tensor, width: int, fn, parts: int = 1) -> list[torch.Tensor]:
+    """``parts`` float64 tensors [len(pairs), width]: fn(expert, x[tokens]), a tuple of that many
+    tensors, evaluated one expert at a time."""
+    out = [
+        torch.zeros(len(pairs), width, dtype=torch.float64, device=x.device) for _ in range(parts)
+    ]
     for expert in sorted({e for _, e, _ in pairs}):
         at = [i for i, (_, e, _) in enumerate(pairs) if e == expert]
         tokens = [pairs[i][0] for i in at]
-        for j, part in enumerate(fn(expert, x[tokens].double())):
-            if j == len(out):
-                out.append(torch.zeros(len(pairs), width, dtype=torch.float64, device=x.device))
-            out[j][at] = part
+        for whole, part in zip(out, fn(expert, x[tokens].double()), strict=True):
+            whole[at] = part
     return out
 
 
@@ -92,7 +92,7 @@ def _grouped_gemm_verdict(
     )  # fmt: skip
     pairs = _local_pairs(case, routed)
     expected, products = _per_pair(
-        pairs, routed.x, case.scale.hidden, weights.oracle.fc2_with_products
+        pairs, routed.x, case.scale.hidden, weights.oracle.fc2_with_products, parts=2
     )
     actual = y[[row for _, _, row in pairs]]
     bound = error_bound(

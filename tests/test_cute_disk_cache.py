@@ -127,3 +127,46 @@ def test_concurrent_processes_build_an_entry_once(tmp_path):
     assert [child.exitcode for child in children] == [0, 0, 0, 0]
     assert len(log.read_text().split()) == 1
     assert DiskCache(tmp_path / "c").read("k") == b"kernel"
+
+
+@pytest.fixture
+def fake_compiler(monkeypatch, tmp_path):
+    """compile_kernel with a stand-in compiler and payload format, the cache in tmp_path."""
+    from stagebot.kernels.cute import compile as compile_module
+    from stagebot.kernels.cute import compiled_io
+
+    compiles: list[CompileKey] = []
+
+    def fake_compile(key, keep_ptx):
+        compiles.append(key)
+        return f"kernel {key.n}"
+
+    monkeypatch.setenv(disk_cache.ENV, str(tmp_path))
+    monkeypatch.setattr(compile_module, "_compile", fake_compile)
+    monkeypatch.setattr(compiled_io, "dumps", lambda compiled: compiled.encode())
+    monkeypatch.setattr(compile_module, "_load", lambda payload: payload.decode())
+    monkeypatch.setattr(compile_module, "_cache", {})
+    monkeypatch.setattr(compile_module, "stats", compile_module.Counter())
+    return compile_module, compiles
+
+
+def test_a_new_process_loads_what_another_compiled(fake_compiler):
+    compile_module, compiles = fake_compiler
+    assert compile_module.compile_kernel(_key()) == "kernel 4096"
+    assert compile_module.compile_kernel(_key()) == "kernel 4096"  # the memory cache
+    compile_module._cache.clear()  # what a new process starts with
+    assert compile_module.compile_kernel(_key()) == "kernel 4096"
+    assert compiles == [_key()]
+    assert (compile_module.stats["compiled"], compile_module.stats["loaded"]) == (1, 1)
+    assert compile_module.compile_kernel(_key(n=2048)) == "kernel 2048"
+    assert compiles == [_key(), _key(n=2048)]
+
+
+def test_keep_ptx_and_an_off_cache_always_compile(fake_compiler, monkeypatch):
+    compile_module, compiles = fake_compiler
+    compile_module.compile_kernel(_key())
+    compile_module.compile_kernel(_key(), keep_ptx=True)
+    monkeypatch.setenv(disk_cache.ENV, disk_cache.OFF)
+    compile_module._cache.clear()
+    compile_module.compile_kernel(_key())
+    assert compiles == [_key()] * 3

@@ -118,13 +118,12 @@ def compile_kernel(key: CompileKey, *, keep_ptx: bool = False) -> Any:
         compiled = _timed_compile(key, keep_ptx)
     else:
         from stagebot.kernels.cute import compiled_io
-        from stagebot.kernels.cute.grouped_gemm import Nvfp4GroupedGemmSm90
 
         start = time.perf_counter()
         try:
             compiled, loaded = disk_cache.DiskCache(folder).get_or_build(
                 disk_entry_name(key),
-                lambda payload: compiled_io.loads(payload, Nvfp4GroupedGemmSm90.__call__),
+                _load,
                 lambda: (c := _timed_compile(key, False), compiled_io.dumps(c)),
             )
         except OSError as error:  # e.g. a read-only home: the cache is an optimisation
@@ -137,6 +136,13 @@ def compile_kernel(key: CompileKey, *, keep_ptx: bool = False) -> Any:
             stats["loaded_s"] += time.perf_counter() - start
     _cache[key] = compiled
     return compiled
+
+
+def _load(payload: bytes) -> Any:
+    from stagebot.kernels.cute import compiled_io
+    from stagebot.kernels.cute.grouped_gemm import Nvfp4GroupedGemmSm90
+
+    return compiled_io.loads(payload, Nvfp4GroupedGemmSm90.__call__)
 
 
 def _timed_compile(key: CompileKey, keep_ptx: bool) -> Any:

@@ -170,3 +170,21 @@ def test_keep_ptx_and_an_off_cache_always_compile(fake_compiler, monkeypatch):
     compile_module._cache.clear()
     compile_module.compile_kernel(_key())
     assert compiles == [_key()] * 3
+
+
+def test_the_least_recently_used_entries_go_when_the_folder_is_full(tmp_path):
+    cache = DiskCache(tmp_path, max_bytes=3 * 1100)  # room for three entries of ~1 kB
+    for i, name in enumerate(["a", "b", "c"]):
+        cache.write(name, bytes(1000))
+        os.utime(cache.path(name), (1000 + i, 1000 + i))  # written in this order
+    assert cache.read("a") is not None  # a is used again: b is now the oldest
+    cache.write("d", bytes(1000))
+    assert sorted(p.name[0] for p in tmp_path.glob(f"*{disk_cache.SUFFIX}")) == ["a", "c", "d"]
+    DiskCache(tmp_path, max_bytes=0).write("e", bytes(1000))  # the new entry always stays
+    assert [p.name[0] for p in tmp_path.glob(f"*{disk_cache.SUFFIX}")] == ["e"]
+
+
+def test_a_bad_size_limit_is_named(monkeypatch, tmp_path):
+    monkeypatch.setenv(disk_cache.MAX_MB_ENV, "lots")
+    with pytest.raises(ValueError, match="STAGEBOT_CUTE_CACHE_MAX_MB='lots': it must be a number"):
+        DiskCache(tmp_path)

@@ -8,11 +8,14 @@ is rebuilt. Building an entry holds an exclusive ``flock`` on its lock file: con
 that need the same kernel wait for one compile instead of each doing it.
 
 The folder is ``$STAGEBOT_CUTE_CACHE_DIR``, else ``$XDG_CACHE_HOME/stagebot/cute``, else
-``~/.cache/stagebot/cute``; ``STAGEBOT_CUTE_CACHE_DIR=off`` turns the cache off.
+``~/.cache/stagebot/cute``; ``STAGEBOT_CUTE_CACHE_DIR=off`` turns the cache off. Every source
+change names new entries, so the folder is kept under ``$STAGEBOT_CUTE_CACHE_MAX_MB`` (default
+1024): after a write, the least recently used entries go (a read refreshes an entry's mtime).
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import os
@@ -25,6 +28,8 @@ from typing import TypeVar
 
 T = TypeVar("T")
 ENV = "STAGEBOT_CUTE_CACHE_DIR"
+MAX_MB_ENV = "STAGEBOT_CUTE_CACHE_MAX_MB"
+DEFAULT_MAX_MB = 1024
 OFF = "off"
 SUFFIX = ".entry"
 _MAGIC = b"stagebot-cute-cache 1\n"
@@ -51,9 +56,19 @@ def entry_name(parts: Iterable[str]) -> str:
     return h.hexdigest()
 
 
+def default_max_bytes() -> int:
+    raw = os.environ.get(MAX_MB_ENV, str(DEFAULT_MAX_MB))
+    try:
+        megabytes = float(raw)
+    except ValueError:
+        raise ValueError(f"{MAX_MB_ENV}={raw!r}: it must be a number of megabytes") from None
+    return int(megabytes * (1 << 20))
+
+
 class DiskCache:
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, max_bytes: int | None = None) -> None:
         self.folder = Path(folder)
+        self.max_bytes = default_max_bytes() if max_bytes is None else max_bytes
 
     def path(self, name: str) -> Path:
         return self.folder / f"{name}{SUFFIX}"
@@ -70,6 +85,8 @@ class DiskCache:
             warnings.warn(f"{self.path(name)}: damaged cache entry, rebuilding it", stacklevel=2)
             self.path(name).unlink(missing_ok=True)
             return None
+        with contextlib.suppress(OSError):  # a read-only folder is still read
+            os.utime(self.path(name))  # recently used: pruned last
         return payload
 
     def write(self, name: str, payload: bytes) -> None:
@@ -85,6 +102,25 @@ class DiskCache:
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
+        self.prune(keep=name)
+
+    def prune(self, keep: str) -> None:
+        """Removes the least recently used entries (never ``keep``) until the folder's entries
+        fit in max_bytes. A concurrent reader of a removed entry sees a miss and rebuilds."""
+        entries = []
+        for path in self.folder.glob(f"*{SUFFIX}"):
+            try:
+                stat = path.stat()
+            except FileNotFoundError:  # pruned by another process meanwhile
+                continue
+            entries.append((stat.st_mtime, stat.st_size, path))
+        total = sum(size for _, size, _ in entries)
+        for _, size, path in sorted(entries, key=lambda e: e[0]):
+            if total <= self.max_bytes:
+                break
+            if path != self.path(keep):
+                path.unlink(missing_ok=True)
+                total -= size
 
     @contextmanager
     def lock(self, name: str) -> Iterator[None]:

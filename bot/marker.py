@@ -84,10 +84,9 @@ def find_marker(body: str) -> ReplyMarker | None:
 
 # The ledger's digest, a second hidden line the bot writes just before its marker: the sha256 of
 # the ledger file the bot saved for the PR's next pipeline. handle-event accepts a restored
-# ledger only when one of the bot's own replies names its digest (the Actions cache it travels
-# in can be written by the PR code of a stage job). Read only from the line right above the
-# marker (TAIL): a digest line anywhere else in a reply vouches for nothing. Not part of the
-# marker's schema.
+# ledger only when one of the bot's own replies names its digest, and bot/ledger_transport.py
+# fetches the artifact named by it. Read only from the line right above the marker (TAIL): a
+# digest line anywhere else in a reply vouches for nothing. Not part of the marker's schema.
 
 
 def render_ledger_digest(digest: str) -> str:

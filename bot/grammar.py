@@ -18,7 +18,8 @@ from stagebot.bot.errors import CommandError
 from stagebot.bot.suggest import unknown
 
 BOT_LINE = re.compile(r"^[ \t]*/bot(?:[ \t]+(?P<args>.*?))?[ \t]*$")
-FENCE = re.compile(r"^[ \t]{0,3}(?P<fence>`{3,}|~{3,})")
+# CommonMark: a fence closes on the same character, at least as long, with nothing after it.
+FENCE = re.compile(r"^[ \t]{0,3}(?P<fence>`{3,}|~{3,})(?P<info>.*)$")
 QUOTE = re.compile(r"^[ \t]*>")
 PIPELINE_ID = re.compile(r"^#?(?P<id>[0-9]+)$")
 TYPOGRAPHIC_QUOTES = str.maketrans({"\u201c": '"', "\u201d": '"', "\u2018": "'", "\u2019": "'"})
@@ -299,7 +300,8 @@ def find_command_line(comment: str) -> tuple[int, str] | None:
     for number, line in enumerate(LINE_BREAK.split(visible), start=1):
         opening = FENCE.match(line)
         if fence is not None:
-            if opening and opening["fence"][0] == fence[0] and len(opening["fence"]) >= len(fence):
+            closing = opening and not opening["info"].strip()
+            if closing and opening["fence"][0] == fence[0] and len(opening["fence"]) >= len(fence):
                 fence = None
             continue
         if opening:

@@ -130,6 +130,24 @@ PARSES = [
         Command("help"),
         id="tilde fence closes only on a long enough fence",
     ),
+    pytest.param(
+        "```\n/bot run\n`````\n/bot kill",
+        Command("kill"),
+        id="a longer fence closes a shorter one",
+    ),
+    pytest.param(
+        "```\n~~~\n/bot run\n```\n/bot kill",
+        Command("kill"),
+        id="a tilde fence does not close a backtick fence",
+    ),
+    pytest.param(
+        "   ```\n/bot run\n   ```\n/bot kill",
+        Command("kill"),
+        id="a fence indented three spaces still fences",
+    ),
+    pytest.param("    ```\n/bot kill", Command("kill"), id="four spaces of indent make no fence"),
+    pytest.param("``\n/bot kill\n``", Command("kill"), id="two backticks make no fence"),
+    pytest.param("~~\n/bot kill\n~~", Command("kill"), id="two tildes make no fence"),
     pytest.param("> /bot run\n/bot kill", Command("kill"), id="quoted command ignored"),
     pytest.param("  > > /bot run\n/bot kill", Command("kill"), id="nested quote ignored"),
 ]
@@ -154,6 +172,11 @@ NO_COMMAND = [
     pytest.param("> /bot run", id="quoted reply"),
     pytest.param("```\n/bot run\n```", id="fenced code block"),
     pytest.param("```python\n/bot run\n", id="unclosed fence swallows the rest"),
+    pytest.param("```\n/bot run\n``", id="two backticks close no fence"),
+    pytest.param(
+        "````\n```\n/bot run\n````", id="a shorter fence inside a longer one closes nothing"
+    ),
+    pytest.param("```\n```python\n/bot run\n```", id="a fence with an info string closes nothing"),
     pytest.param("`/bot run`", id="inline code"),
     pytest.param("\\/bot run", id="escaped"),
     pytest.param("> quoted\u2028/bot kill", id="U+2028 is no line break on GitHub"),

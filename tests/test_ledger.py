@@ -120,6 +120,53 @@ def test_validation_takes_the_workflow_run_number(book: Ledger) -> None:
     assert book.start_pipeline(command=RUN, commit="c3", pr=3, number=41) == 41
 
 
+def test_the_next_number_follows_the_highest_not_the_count(book: Ledger) -> None:
+    """Actions numbers pipelines by workflow run, so the ledger has gaps; a local run after them
+    must not reuse a number below the highest (nor one of another repository's ledger)."""
+    assert book.start_pipeline(command=RUN, commit="c1") == 1
+    assert book.start_pipeline(command=RUN, commit="c1", number=7) == 7
+    assert book.start_pipeline(command=RUN, commit="c1") == 8
+    other = Ledger.open(book.path, repo="someone/else")
+    assert other.start_pipeline(command=RUN, commit="c1") == 1
+
+
+def test_a_re_recorded_shard_keeps_only_its_latest_tests(book: Ledger) -> None:
+    number = book.start_pipeline(command=RUN, commit="c1")
+    first = [Outcome("t::gone", "passed", 1), Outcome("t::kept", "failed", 1, "AssertionError")]
+    book.record_result(number, shard("S-1", "FAILURE", first))
+    book.record_result(number, shard("S-2", "SUCCESS", [Outcome("t::other", "passed", 1)]))
+    book.record_result(number, shard("S-1", "SUCCESS", [Outcome("t::kept", "passed", 2)]))
+    record = book.pipeline(number)
+    assert [r.state for r in record.results] == ["SUCCESS", "SUCCESS"]
+    assert book.passed_tests(number, "S-1") == {"t::kept": (number, 2.0)}
+    assert book.passed_tests(number, "S-2") == {"t::other": (number, 1.0)}  # not another stage's
+    assert book.prior_shard("S-1", "c1", None).passed_tests == ("t::kept",)
+    assert sorted(book.test_outcomes(number)) == ["t::kept", "t::other"]
+
+
+def test_a_validation_is_never_a_base_pipeline(book: Ledger) -> None:
+    """`/bot reuse-pipeline` records a SUCCESS without results: comparing with it would call
+    every failure NEW."""
+    gating = book.start_pipeline(command=RUN, commit="c1", plan={"gating": True}, pr=3)
+    book.finish_pipeline(gating, "SUCCESS")
+    assert book.record_validation("b1", gating, pr=3).ok
+    assert book.base_pipeline("b1", None) is None
+    main = book.start_pipeline(command=RUN, commit="m1", branch="main")
+    book.finish_pipeline(main, "FAILURE")
+    assert book.base_pipeline("b1", "main") == main
+
+
+@pytest.mark.parametrize(
+    ("state", "is_base"),
+    [("SUCCESS", True), ("FAILURE", True), ("ABORTED", False), ("RUNNING", False)],
+)
+def test_only_a_finished_pipeline_is_a_base(book: Ledger, state: str, is_base: bool) -> None:
+    number = book.start_pipeline(command=RUN, commit="b1")
+    if state != "RUNNING":
+        book.finish_pipeline(number, state)
+    assert book.base_pipeline("b1", None) == (number if is_base else None)
+
+
 def test_concurrent_processes_get_distinct_numbers(tmp_path: Path) -> None:
     path = tmp_path / "ledger.sqlite"
     Ledger.open(path).close()

@@ -146,6 +146,10 @@ def test_a_whole_shard_error_is_listed_with_its_evidence() -> None:
         ("AssertionError: expected 2 NCCL all-reduce calls, got 3", False),
         ("AssertionError: OOM guard did not trigger (out of memory expected)", False),
         ("assert oom_count == 0", False),
+        ("AssertionError: CUDA out of memory was expected, the call succeeded", False),
+        ("torch.testing.AssertionError: NCCL error count 2 != 0", False),
+        ("AssertionError: checked\nRuntimeError: NCCL error in: ProcessGroupNCCL.cpp:3", True),
+        ("  RuntimeError: CUDA out of memory. Tried to allocate 8.00 GiB", True),
         ("ValueError: the ProcessGroup size must be 4, not 3", False),
         ("RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:1970, unhandled system error", True),
         ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", True),
@@ -160,3 +164,39 @@ def test_infra_is_read_from_a_line_start_never_an_assertion(evidence, infra) -> 
     analysis = analyse([shard(tests=tests)])
     assert analysis.failures[0].category == ("INFRA" if infra else "UNCLASSIFIED")
     assert analysis.exit_code == (3 if infra else 1)  # a real failure never exits 3
+
+
+@pytest.mark.parametrize(
+    ("outcome", "base_outcome", "category", "note"),
+    [
+        ("failed", "failed", "PRE-EXISTING", "also failing on base #3"),
+        ("failed", "error", "PRE-EXISTING", "also failing on base #3"),
+        ("error", "failed", "PRE-EXISTING", "also failing on base #3"),
+        ("error", "error", "PRE-EXISTING", "also failing on base #3"),
+        ("failed", "passed", "NEW", "passed on base #3"),
+        ("error", "passed", "NEW", "passed on base #3"),
+        ("failed", "skipped", "NEW", None),
+        ("failed", None, "UNCLASSIFIED", "base #3 did not run this test"),
+    ],
+)
+def test_the_base_outcome_decides_new_or_pre_existing(outcome, base_outcome, category, note):
+    """A test that errored on the base (a fixture broke, say) fails there too: PRE-EXISTING."""
+    base = {} if base_outcome is None else {"t.py::x": Outcome("t.py::x", base_outcome, 1)}
+    tests = [Outcome("t.py::x", outcome, 1, "AssertionError: x")]
+    (failure,) = analyse([shard(tests=tests)], base=base, base_pipeline=3).failures
+    assert (failure.category, failure.note) == (category, note)
+
+
+def test_an_error_shard_is_listed_once_whatever_its_tests_say() -> None:
+    timed_out = [Outcome("a::b", "error", 1, "timeout: still running")]
+    (only,) = analyse([shard(state="ERROR", tests=timed_out, evidence="timeout: killed")]).failures
+    assert only.test_id == "a::b"  # the test already carries the infra evidence
+    then_failed = [*timed_out, Outcome("a::c", "failed", 1, "AssertionError: x")]
+    listed = analyse([shard(state="ERROR", tests=then_failed, evidence="timeout: k")]).failures
+    assert sorted(f.test_id for f in listed) == ["a::b", "a::c"]
+    failed = [Outcome("a::b", "failed", 1, "AssertionError: x")]
+    both = analyse([shard(state="ERROR", tests=failed, evidence="crashed: SIGKILL")]).failures
+    assert [(f.category, f.test_id) for f in both] == [
+        ("UNCLASSIFIED", "a::b"),
+        ("INFRA", "S-PyTorch-1 (whole shard)"),
+    ]

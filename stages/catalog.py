@@ -21,7 +21,7 @@ import yaml
 
 from stagebot.stages.errors import CatalogError
 from stagebot.stages.names import BACKENDS, parse_test_stage_name, test_stage_name
-from stagebot.stages.patterns import compile_path_pattern, name_matches
+from stagebot.stages.patterns import check_path_pattern, name_matches
 from stagebot.stages.plan import DEFAULT_MAX_RERUNS, DEFAULT_RERUN_MAX_FAILURES
 
 DEFAULT_CATALOG = Path(__file__).parent / "catalog"
@@ -435,7 +435,7 @@ def _family(reader: _Reader, spec: _Mapping, gpu_types: dict[str, GpuType]) -> F
         )
     for pattern in run_if + skip_if:
         try:
-            compile_path_pattern(pattern)
+            check_path_pattern(pattern)
         except ValueError as error:
             reader.fail(spec.line, item, str(error))
     return Family(

@@ -15,7 +15,6 @@ import fnmatch
 from functools import cache
 
 from pathspec import GitIgnoreSpec
-from pathspec.patterns.gitignore import GitIgnorePatternError
 
 
 def check_path_pattern(pattern: str) -> None:
@@ -27,7 +26,7 @@ def check_path_pattern(pattern: str) -> None:
         )
     try:
         GitIgnoreSpec.from_lines([pattern])
-    except GitIgnorePatternError as error:
+    except ValueError as error:  # pathspec's pattern error
         raise ValueError(f"path pattern {pattern!r} is no gitignore pattern: {error}") from None
 
 

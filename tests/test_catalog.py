@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import textwrap
 from pathlib import Path
 
 import pytest
 
-from stagebot.stages.catalog import load_catalog
+from stagebot.stages.catalog import SCHEMA, load_catalog
 from stagebot.stages.errors import CatalogError
 from stagebot.stages.names import parse_test_stage_name
 
@@ -143,6 +144,26 @@ def family(line: str) -> str:
 
 
 CATALOG_ERRORS = [
+    pytest.param(
+        family("{name: A10-PyTorch, kind: test, timeout_minutes: 5, shards: 2.0}"),
+        "stages.yaml:2: family 'A10-PyTorch': 'shards' must be int, not 2.0",
+        id="a float is no int",
+    ),
+    pytest.param(
+        family("{name: A10-PyTorch, kind: test, timeout_minutes: 5, run_if_changed: ['']}"),
+        "'run_if_changed' must be a list of non-empty strings",
+        id="an empty path pattern",
+    ),
+    pytest.param(
+        family("A10-PyTorch"),
+        "stages.yaml:1: families[0]: must be a mapping of name, kind, gpu_type",
+        id="a family that is no mapping",
+    ),
+    pytest.param(
+        family("{name: A10-PyTorch, timeout_minutes: 5, suites: [{path: t}]}"),
+        "missing required key 'kind'",
+        id="no kind",
+    ),
     pytest.param(
         family(
             "{name: A10-PyTorch, kind: test, timeout_minutes: 5, suites: [{path: t}], shard: 2}"
@@ -455,3 +476,15 @@ def test_unreadable_files_are_catalog_errors(tmp_path: Path) -> None:
     (tmp_path / "folder.yaml").mkdir()
     with pytest.raises(CatalogError, match=r"folder.yaml: cannot read this catalog file"):
         load_catalog(tmp_path)
+
+
+def test_the_catalog_schema_is_valid_and_nulls_take_defaults(tmp_path) -> None:
+    jsonschema = pytest.importorskip("jsonschema")
+    jsonschema.Draft202012Validator.check_schema(json.loads(SCHEMA.read_text()))
+    (tmp_path / "stages.yaml").write_text(
+        "gpu_types:\n  A10: {device_names: [a], runner_labels: [b]}\n"
+        "families:\n  - {name: A10-PyTorch, kind: test, timeout_minutes: 5, shards:,"
+        " suites: [{path: t, args:}], run_if_changed:}\n"
+    )
+    (family,) = load_catalog(tmp_path / "stages.yaml").families
+    assert (family.shards, family.suites[0].args, family.run_if_changed) == (1, (), ())

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from stagebot.bot.ledger import Ledger
+from stagebot.bot.ledger import Ledger, LedgerBusyError, retry_busy
 from stagebot.harness.results import StageResult
 from stagebot.harness.results import TestOutcome as Outcome
 
@@ -165,6 +165,30 @@ def test_only_a_finished_pipeline_is_a_base(book: Ledger, state: str, is_base: b
     if state != "RUNNING":
         book.finish_pipeline(number, state)
     assert book.base_pipeline("b1", None) == (number if is_base else None)
+
+
+def test_retry_busy_retries_only_a_busy_ledger_and_only_while_patient() -> None:
+    calls: list[str] = []
+
+    def flaky(errors: list[Exception]):
+        def call() -> str:
+            calls.append("call")
+            if errors:
+                raise errors.pop(0)
+            return "done"
+
+        return call
+
+    assert retry_busy(flaky([LedgerBusyError("locked")]), patience_s=60) == "done"
+    assert len(calls) == 2
+    calls.clear()
+    with pytest.raises(LedgerBusyError):
+        retry_busy(flaky([LedgerBusyError("locked")] * 2), patience_s=0)
+    assert len(calls) == 1  # no patience left: the first busy answer is final
+    calls.clear()
+    with pytest.raises(ValueError):
+        retry_busy(flaky([ValueError("not busy")]), patience_s=60)
+    assert len(calls) == 1
 
 
 def test_concurrent_processes_get_distinct_numbers(tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ done / total and the survivors (file:line and the mutation), then the total surv
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import os
 import shlex
@@ -89,6 +90,51 @@ def config(work: Path, name: str, timeout_s: float) -> Path:
     return path
 
 
+def skip_annotations(session: Path, tree: Path) -> None:
+    """Mark mutants inside type annotations skipped: with ``from __future__ import annotations``
+    they are never evaluated, so ``int | None`` -> ``int - None`` changes nothing (equivalent
+    mutants that would only inflate the surviving count)."""
+    from cosmic_ray.work_db import use_db
+    from cosmic_ray.work_item import WorkerOutcome, WorkResult
+
+    spans: dict[str, list[tuple[tuple[int, int], tuple[int, int]]]] = {}
+    with use_db(str(session)) as db:
+        skipped = []
+        for item in db.work_items:
+            for mutation in item.mutations:
+                module = str(mutation.module_path)
+                if module not in spans:
+                    spans[module] = annotation_spans((tree / module).read_text())
+                start = tuple(mutation.start_pos)
+                if any(low <= start < high for low, high in spans[module]):
+                    skipped.append(item.job_id)
+        if skipped:
+            db.set_multiple_results(
+                skipped,
+                WorkResult(output="in a type annotation", worker_outcome=WorkerOutcome.SKIPPED),
+            )
+
+
+def annotation_spans(source: str) -> list[tuple[tuple[int, int], tuple[int, int]]]:
+    """(line, column) start and end of every annotation in ``source``."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            annotation = node.returns
+        elif isinstance(node, ast.arg | ast.AnnAssign):
+            annotation = node.annotation
+        else:
+            continue
+        if annotation is not None:
+            found.append(
+                (
+                    (annotation.lineno, annotation.col_offset),
+                    (annotation.end_lineno, annotation.end_col_offset),
+                )
+            )
+    return found
+
+
 def cosmic(*args: str, cwd: Path, env: dict[str, str], timeout: float | None = None):
     command = [sys.executable, "-m", "cosmic_ray.cli", *args]
     return subprocess.run(
@@ -96,27 +142,30 @@ def cosmic(*args: str, cwd: Path, env: dict[str, str], timeout: float | None = N
     )
 
 
-def survivors(session: Path) -> tuple[int, int, list[str]]:
-    """(done, total, survivors) from a session's database, through `cosmic-ray dump`."""
+def survivors(session: Path) -> tuple[int, int, int, list[str]]:
+    """(run, skipped, total, survivors) from a session's database (`cosmic-ray dump`)."""
     dumped = subprocess.run(
         [sys.executable, "-m", "cosmic_ray.cli", "dump", str(session)],
         capture_output=True,
         text=True,
         check=True,
     ).stdout
-    done = total = 0
+    run = skipped = total = 0
     alive = []
     for line in filter(None, dumped.splitlines()):
         item, result = json.loads(line)
         total += 1
         if result is None:
             continue
-        done += 1
+        if result.get("worker_outcome") == "skipped":
+            skipped += 1
+            continue
+        run += 1
         if result.get("test_outcome") == "survived":
             for mutation in item["mutations"]:
                 where = f"{mutation['module_path']}:{mutation['start_pos'][0]}"
                 alive.append(f"{where} {mutation['operator_name']} #{mutation['occurrence']}")
-    return done, total, alive
+    return run, skipped, total, alive
 
 
 def main() -> int:
@@ -138,6 +187,7 @@ def main() -> int:
         cfg = config(args.work, name, args.timeout_s)
         if not session.exists():
             cosmic("init", str(cfg), str(session), cwd=tree, env=env).check_returncode()
+            skip_annotations(session, tree)
         left = None if deadline is None else deadline - time.monotonic()
         if left is None or left > 0:
             try:
@@ -151,10 +201,13 @@ def main() -> int:
                 [pristine / module] if module.endswith(".py") else (pristine / module).rglob("*.py")
             ):
                 shutil.copy2(path, tree / path.relative_to(pristine))
-        done, total, alive = survivors(session)
-        complete &= done == total
+        run, skipped, total, alive = survivors(session)
+        complete &= run + skipped == total
         total_alive += len(alive)
-        print(f"{name}: {done}/{total} mutants run, {len(alive)} survived")
+        print(
+            f"{name}: {run}/{total - skipped} mutants run ({skipped} in annotations skipped), "
+            f"{len(alive)} survived"
+        )
         for line in alive:
             print(f"  {line}")
     state = "complete" if complete else "partial (run again to resume)"

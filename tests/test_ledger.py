@@ -167,6 +167,33 @@ def test_only_a_finished_pipeline_is_a_base(book: Ledger, state: str, is_base: b
     assert book.base_pipeline("b1", None) == (number if is_base else None)
 
 
+@pytest.mark.parametrize(
+    ("state", "plan", "why"),
+    [
+        ("FAILURE", {"gating": True}, "pipeline #1 ended FAILURE"),
+        ("SUCCESS", {"gating": False}, "was a partial run (Partly Tested)"),
+    ],
+)
+def test_only_a_successful_gating_run_validates(book: Ledger, state, plan, why) -> None:
+    source = book.start_pipeline(command=RUN, commit="c1", plan=plan, pr=3)
+    book.finish_pipeline(source, state)
+    explicit = book.record_validation("c2", source, pr=3)
+    assert not explicit.ok and why in explicit.reason
+    assert not book.record_validation("c2", None, pr=3).ok  # and none is picked by default
+    assert book.latest_number() == source  # a refused validation records nothing
+
+
+def test_the_default_source_is_this_prs_latest_real_run(book: Ledger) -> None:
+    mine = book.start_pipeline(command=RUN, commit="c1", plan={"gating": True}, pr=3)
+    book.finish_pipeline(mine, "SUCCESS")
+    other = book.start_pipeline(command=RUN, commit="x1", plan={"gating": True}, pr=4)
+    book.finish_pipeline(other, "SUCCESS")
+    first = book.record_validation("c2", None, pr=3)
+    assert first.ok and first.source == mine
+    second = book.record_validation("c3", None, pr=3)  # not the validation #first itself
+    assert second.ok and second.source == mine
+
+
 def test_retry_busy_retries_only_a_busy_ledger_and_only_while_patient() -> None:
     calls: list[str] = []
 

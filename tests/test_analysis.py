@@ -200,3 +200,42 @@ def test_an_error_shard_is_listed_once_whatever_its_tests_say() -> None:
         ("UNCLASSIFIED", "a::b"),
         ("INFRA", "S-PyTorch-1 (whole shard)"),
     ]
+
+
+def test_counts_not_run_and_which_failures_name_suspects() -> None:
+    tests = [
+        Outcome("src/t.py::infra", "error", 1, "timeout: killed after 60 s"),
+        Outcome("src/t.py::new", "failed", 1, "AssertionError: x"),
+        Outcome("src/t.py::flaky", "flaky", 1, "passed on re-run 1", 2),
+    ]
+    base = {"src/t.py::new": Outcome("src/t.py::new", "passed", 1)}
+    analysis = analyse(
+        [
+            shard(tests=tests),
+            shard("S-PyTorch-2", "ERROR", [tests[2]], "crashed: SIGKILL"),
+            shard("S-PyTorch-3", "NOT_RUN", evidence="needs 4 x H200 GPU(s)"),
+            shard("S-PyTorch-4", "NOT_RUN"),
+        ],
+        base=base,
+        base_pipeline=3,
+        changed_files=["src/a.py"],
+    )
+    assert analysis.counts() == {
+        "NEW": 1,
+        "PRE-EXISTING": 0,
+        "UNCLASSIFIED": 0,
+        "INFRA": 2,  # the timeout, and shard 2: a flaky test does not explain its crash
+        "FLAKY": 2,
+        "WAIVED": 0,
+    }
+    assert [f.test_id for f in analysis.of("NEW")] == ["src/t.py::new"]
+    assert {f.test_id: f.suspects for f in analysis.of("INFRA")} == {
+        "src/t.py::infra": (),  # suspects are named for NEW failures only
+        "S-PyTorch-2 (whole shard)": (),
+    }
+    assert analysis.of("NEW")[0].suspects == ("src/a.py",)
+    assert analysis.of("INFRA")[-1].attempts == 1
+    assert analysis.not_run == [
+        ("S-PyTorch-3", "needs 4 x H200 GPU(s)"),
+        ("S-PyTorch-4", "not run"),
+    ]

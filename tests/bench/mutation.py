@@ -2,6 +2,7 @@
 
 Run from the repository root (takes hours on two cores; it resumes where it stopped):
     python tests/bench/mutation.py [--target NAME ...] [--budget-s SECONDS] [--work DIR]
+After adding tests for the survivors, ``--rerun-survivors`` runs just those again.
 
 Tool: cosmic-ray. It mutates a module's file on disk, runs a test command, and restores the file,
 so it works with this project's ``package-dir`` mapping (``stagebot.bot`` is the folder ``bot/``);
@@ -24,6 +25,7 @@ import json
 import os
 import shlex
 import shutil
+import sqlite3
 import subprocess
 import sys
 import time
@@ -174,6 +176,12 @@ def main() -> int:
     parser.add_argument("--work", type=Path, default=ROOT / "out" / "mutation")
     parser.add_argument("--budget-s", type=float, default=None, help="stop after this long")
     parser.add_argument("--timeout-s", type=float, default=120.0, help="per mutant")
+    parser.add_argument(
+        "--rerun-survivors",
+        action="store_true",
+        help="after adding tests (the mutated code unchanged): copy tests/ again and run the "
+        "survivors once more",
+    )
     args = parser.parse_args()
     args.work = args.work.resolve()
     args.work.mkdir(parents=True, exist_ok=True)
@@ -188,6 +196,10 @@ def main() -> int:
         if not session.exists():
             cosmic("init", str(cfg), str(session), cwd=tree, env=env).check_returncode()
             skip_annotations(session, tree)
+        elif args.rerun_survivors:
+            shutil.copytree(ROOT / "tests", tree / "tests", dirs_exist_ok=True)
+            with sqlite3.connect(session) as db:  # pending again: `exec` runs them
+                db.execute("DELETE FROM work_results WHERE test_outcome = 'SURVIVED'")
         left = None if deadline is None else deadline - time.monotonic()
         if left is None or left > 0:
             try:

@@ -14,8 +14,6 @@ from __future__ import annotations
 import fnmatch
 from functools import cache
 
-from pathspec import GitIgnoreSpec
-
 
 def check_path_pattern(pattern: str) -> None:
     """Raise ValueError when ``pattern`` is no usable repository-relative pattern."""
@@ -24,6 +22,8 @@ def check_path_pattern(pattern: str) -> None:
             f"path pattern {pattern!r} must be a non-empty repository-relative glob "
             "(gitignore syntax, e.g. docs/** or *.md)"
         )
+    from pathspec import GitIgnoreSpec  # here, not at import: `bot dry-run` starts faster
+
     try:
         GitIgnoreSpec.from_lines([pattern])
     except ValueError as error:  # pathspec's pattern error
@@ -31,7 +31,9 @@ def check_path_pattern(pattern: str) -> None:
 
 
 @cache
-def _spec(patterns: tuple[str, ...]) -> GitIgnoreSpec:
+def _spec(patterns: tuple[str, ...]):
+    from pathspec import GitIgnoreSpec
+
     return GitIgnoreSpec.from_lines(patterns)
 
 

@@ -488,3 +488,34 @@ def test_the_catalog_schema_is_valid_and_nulls_take_defaults(tmp_path) -> None:
     )
     (family,) = load_catalog(tmp_path / "stages.yaml").families
     assert (family.shards, family.suites[0].args, family.run_if_changed) == (1, (), ())
+
+
+def test_a_fragment_checked_once_skips_the_schema_next_time(tmp_path, monkeypatch) -> None:
+    """jsonschema and pathspec cost `bot dry-run` as much as the rest of its start-up: a fragment
+    text that passed is remembered (by its digest) and not checked again; an edited one is."""
+    import stagebot.stages.catalog as catalog_module
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    path = tmp_path / "stages.yaml"
+    path.write_text(
+        "gpu_types:\n  CPU: {runner_labels: [u]}\nfamilies:\n"
+        "  - {name: CPU-PyTorch, kind: test, timeout_minutes: 5, suites: [{path: t}]}\n"
+    )
+    load_catalog(path)
+    assert len(list((tmp_path / "cache" / "stagebot" / "catalog-fragments").iterdir())) == 1
+
+    def no_schema():
+        raise AssertionError("checked again")
+
+    monkeypatch.setattr(catalog_module, "_validator", no_schema)
+    load_catalog(path)
+    path.write_text(path.read_text().replace("timeout_minutes: 5", "timeout_minutes: 6"))
+    with pytest.raises(AssertionError, match="checked again"):
+        load_catalog(path)
+    bad = path.read_text().replace("timeout_minutes: 6", "timeout_minutes: soon")
+    path.write_text(bad)
+    monkeypatch.undo()
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    for _ in range(2):  # a failing fragment is never remembered
+        with pytest.raises(CatalogError, match="'timeout_minutes' must be int, not 'soon'"):
+            load_catalog(path)

@@ -204,15 +204,20 @@ def test_an_error_shard_is_listed_once_whatever_its_tests_say() -> None:
 
 def test_counts_not_run_and_which_failures_name_suspects() -> None:
     tests = [
+        Outcome("src/t.py::ok", "passed", 1),  # passed tests are passed over, not the end
         Outcome("src/t.py::infra", "error", 1, "timeout: killed after 60 s"),
         Outcome("src/t.py::new", "failed", 1, "AssertionError: x"),
         Outcome("src/t.py::flaky", "flaky", 1, "passed on re-run 1", 2),
+        Outcome("src/t.py::mute", "failed", 1),
     ]
-    base = {"src/t.py::new": Outcome("src/t.py::new", "passed", 1)}
+    base = {
+        "src/t.py::new": Outcome("src/t.py::new", "passed", 1),
+        "src/t.py::mute": Outcome("src/t.py::mute", "failed", 1),
+    }
     analysis = analyse(
         [
             shard(tests=tests),
-            shard("S-PyTorch-2", "ERROR", [tests[2]], "crashed: SIGKILL"),
+            shard("S-PyTorch-2", "ERROR", [tests[3]], "crashed: SIGKILL"),
             shard("S-PyTorch-3", "NOT_RUN", evidence="needs 4 x H200 GPU(s)"),
             shard("S-PyTorch-4", "NOT_RUN"),
         ],
@@ -222,7 +227,7 @@ def test_counts_not_run_and_which_failures_name_suspects() -> None:
     )
     assert analysis.counts() == {
         "NEW": 1,
-        "PRE-EXISTING": 0,
+        "PRE-EXISTING": 1,
         "UNCLASSIFIED": 0,
         "INFRA": 2,  # the timeout, and shard 2: a flaky test does not explain its crash
         "FLAKY": 2,
@@ -235,6 +240,7 @@ def test_counts_not_run_and_which_failures_name_suspects() -> None:
     }
     assert analysis.of("NEW")[0].suspects == ("src/a.py",)
     assert analysis.of("INFRA")[-1].attempts == 1
+    assert analysis.of("PRE-EXISTING")[0].evidence == "failed (no error text was captured)"
     assert analysis.not_run == [
         ("S-PyTorch-3", "needs 4 x H200 GPU(s)"),
         ("S-PyTorch-4", "not run"),

@@ -92,10 +92,11 @@ def config(work: Path, name: str, timeout_s: float) -> Path:
     return path
 
 
-def skip_annotations(session: Path, tree: Path) -> None:
-    """Mark mutants inside type annotations skipped: with ``from __future__ import annotations``
-    they are never evaluated, so ``int | None`` -> ``int - None`` changes nothing (equivalent
-    mutants that would only inflate the surviving count)."""
+def skip_equivalent(session: Path, tree: Path) -> None:
+    """Mark skipped the mutants that cannot change behaviour, so the surviving count counts only
+    real gaps: those inside type annotations (never evaluated under ``from __future__ import
+    annotations``: ``int | None`` -> ``int - None``) and ``==`` -> ``is`` (the strings compared
+    here are interned literals, so identity and equality agree)."""
     from cosmic_ray.work_db import use_db
     from cosmic_ray.work_item import WorkerOutcome, WorkResult
 
@@ -108,12 +109,13 @@ def skip_annotations(session: Path, tree: Path) -> None:
                 if module not in spans:
                     spans[module] = annotation_spans((tree / module).read_text())
                 start = tuple(mutation.start_pos)
-                if any(low <= start < high for low, high in spans[module]):
+                identity = mutation.operator_name.endswith(("_Is", "_IsNot"))
+                if identity or any(low <= start < high for low, high in spans[module]):
                     skipped.append(item.job_id)
         if skipped:
             db.set_multiple_results(
                 skipped,
-                WorkResult(output="in a type annotation", worker_outcome=WorkerOutcome.SKIPPED),
+                WorkResult(output="equivalent", worker_outcome=WorkerOutcome.SKIPPED),
             )
 
 
@@ -195,7 +197,7 @@ def main() -> int:
         cfg = config(args.work, name, args.timeout_s)
         if not session.exists():
             cosmic("init", str(cfg), str(session), cwd=tree, env=env).check_returncode()
-            skip_annotations(session, tree)
+            skip_equivalent(session, tree)
         elif args.rerun_survivors:
             shutil.copytree(ROOT / "tests", tree / "tests", dirs_exist_ok=True)
             with sqlite3.connect(session) as db:  # pending again: `exec` runs them
@@ -217,7 +219,7 @@ def main() -> int:
         complete &= run + skipped == total
         total_alive += len(alive)
         print(
-            f"{name}: {run}/{total - skipped} mutants run ({skipped} in annotations skipped), "
+            f"{name}: {run}/{total - skipped} mutants run ({skipped} equivalent ones skipped), "
             f"{len(alive)} survived"
         )
         for line in alive:

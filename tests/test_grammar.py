@@ -69,6 +69,11 @@ PARSES = [
     ),
     pytest.param("/bot run --skip-test", run(skip_test=True), id="--skip-test"),
     pytest.param(
+        "/bot run --disable-fail-fast --reuse-test",
+        run(reuse_test="latest", disable_fail_fast=True),
+        id="--reuse-test last, without an id",
+    ),
+    pytest.param(
         '/bot run --stage-list "A10-PyTorch-1, DGX_H200-4_GPUs-AutoDeploy-1"',
         run(stage_list=("A10-PyTorch-1", "DGX_H200-4_GPUs-AutoDeploy-1")),
         id="--stage-list with spaces after commas",
@@ -261,6 +266,9 @@ ERRORS = [
     pytest.param("/bot skip", "skip needs a reason", id="skip without comment"),
     pytest.param('/bot skip --comment "  "', "skip needs a reason", id="skip with blank comment"),
     pytest.param("/bot skip because", "skip needs a reason", id="skip without --comment"),
+    pytest.param(
+        "/bot skip --comment=why extra", "skip needs a reason", id="skip --comment= and more"
+    ),
     pytest.param("/bot kill now", "kill takes no arguments", id="kill with arguments"),
     pytest.param("/bot reuse-pipeline 1 2", "at most one pipeline id", id="reuse two ids"),
     pytest.param("/bot reuse-pipeline last", "pipeline id such as 47634", id="reuse bad id"),

@@ -23,6 +23,7 @@ import argparse
 import ast
 import json
 import os
+import random
 import shlex
 import shutil
 import sqlite3
@@ -119,6 +120,22 @@ def skip_equivalent(session: Path, tree: Path) -> None:
             )
 
 
+def keep_sample(session: Path, size: int) -> None:
+    """Skip all but ``size`` pending mutants, drawn at random with a fixed seed."""
+    from cosmic_ray.work_db import use_db
+    from cosmic_ray.work_item import WorkerOutcome, WorkResult
+
+    with use_db(str(session)) as db:
+        pending = sorted(item.job_id for item in db.pending_work_items)
+        dropped = pending[:]
+        for job_id in random.Random(0).sample(pending, min(size, len(pending))):
+            dropped.remove(job_id)
+        if dropped:
+            db.set_multiple_results(
+                dropped, WorkResult(output="not sampled", worker_outcome=WorkerOutcome.SKIPPED)
+            )
+
+
 def annotation_spans(source: str) -> list[tuple[tuple[int, int], tuple[int, int]]]:
     """(line, column) start and end of every annotation in ``source``."""
     found = []
@@ -179,6 +196,13 @@ def main() -> int:
     parser.add_argument("--budget-s", type=float, default=None, help="stop after this long")
     parser.add_argument("--timeout-s", type=float, default=120.0, help="per mutant")
     parser.add_argument(
+        "--sample",
+        type=int,
+        default=None,
+        help="run only this many mutants per target, drawn at random (seed 0); the rest are "
+        "skipped as not sampled",
+    )
+    parser.add_argument(
         "--rerun-survivors",
         action="store_true",
         help="after adding tests (the mutated code unchanged): copy tests/ again and run the "
@@ -198,6 +222,8 @@ def main() -> int:
         if not session.exists():
             cosmic("init", str(cfg), str(session), cwd=tree, env=env).check_returncode()
             skip_equivalent(session, tree)
+            if args.sample is not None:
+                keep_sample(session, args.sample)
         elif args.rerun_survivors:
             shutil.copytree(ROOT / "tests", tree / "tests", dirs_exist_ok=True)
             with sqlite3.connect(session) as db:  # pending again: `exec` runs them
@@ -219,7 +245,8 @@ def main() -> int:
         complete &= run + skipped == total
         total_alive += len(alive)
         print(
-            f"{name}: {run}/{total - skipped} mutants run ({skipped} equivalent ones skipped), "
+            f"{name}: {run}/{total - skipped} mutants run ({skipped} skipped: equivalent or not "
+            "sampled), "
             f"{len(alive)} survived"
         )
         for line in alive:

@@ -153,6 +153,11 @@ PARSES = [
     pytest.param("    ```\n/bot kill", Command("kill"), id="four spaces of indent make no fence"),
     pytest.param("``\n/bot kill\n``", Command("kill"), id="two backticks make no fence"),
     pytest.param("~~\n/bot kill\n~~", Command("kill"), id="two tildes make no fence"),
+    pytest.param(
+        "~~~\n```\n/bot run\n~~~\n/bot kill",
+        Command("kill"),
+        id="a backtick fence does not close a tilde fence",
+    ),
     pytest.param("> /bot run\n/bot kill", Command("kill"), id="quoted command ignored"),
     pytest.param("  > > /bot run\n/bot kill", Command("kill"), id="nested quote ignored"),
 ]
@@ -268,6 +273,11 @@ ERRORS = [
     pytest.param("/bot skip because", "skip needs a reason", id="skip without --comment"),
     pytest.param(
         "/bot skip --comment=why extra", "skip needs a reason", id="skip --comment= and more"
+    ),
+    pytest.param(
+        "/bot run --disable-fail-fast --stage-list",
+        "--stage-list needs a value",
+        id="a list flag last, without its value",
     ),
     pytest.param("/bot kill now", "kill takes no arguments", id="kill with arguments"),
     pytest.param("/bot reuse-pipeline 1 2", "at most one pipeline id", id="reuse two ids"),

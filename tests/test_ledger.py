@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from stagebot.bot.ledger import Ledger, LedgerBusyError, retry_busy
+from stagebot.bot.ledger import Ledger, LedgerBusyError, LedgerError, retry_busy
 from stagebot.harness.results import StageResult
 from stagebot.harness.results import TestOutcome as Outcome
 
@@ -142,6 +142,27 @@ def test_a_re_recorded_shard_keeps_only_its_latest_tests(book: Ledger) -> None:
     assert book.passed_tests(number, "S-2") == {"t::other": (number, 1.0)}  # not another stage's
     assert book.prior_shard("S-1", "c1", None).passed_tests == ("t::kept",)
     assert sorted(book.test_outcomes(number)) == ["t::kept", "t::other"]
+
+
+def test_a_partly_reused_shard_is_its_own_pipelines_result(book: Ledger) -> None:
+    """Only a REUSED shard points at its source; one that ran (reusing some tests) is this
+    pipeline's own result, whatever its reused_from says."""
+    first = book.start_pipeline(command=RUN, commit="c1")
+    book.record_result(first, shard("S-1", "FAILURE", [Outcome("t::a", "passed", 1)]))
+    second = book.start_pipeline(command=RUN, commit="c1")
+    book.record_result(
+        second, shard("S-1", "FAILURE", [Outcome("t::b", "failed", 1)], reused_from=first)
+    )
+    prior = book.prior_shard("S-1", "c1", None)
+    assert (prior.pipeline, prior.state, prior.catalog_digest) == (second, "FAILURE", "")
+
+
+@pytest.mark.parametrize("header", [b"SQLite", b"SQLite format 3", b"PK\x03\x04"])
+def test_a_file_that_is_no_sqlite_database_is_refused(tmp_path: Path, header: bytes) -> None:
+    path = tmp_path / "ledger.sqlite"
+    path.write_bytes(header)  # a truncated header too: shorter than SQLite's 16 bytes
+    with pytest.raises(LedgerError, match="is corrupt: not an SQLite database"):
+        Ledger.open(path)
 
 
 def test_a_validation_is_never_a_base_pipeline(book: Ledger) -> None:

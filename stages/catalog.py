@@ -198,24 +198,29 @@ class _Reader:
             self.fail(line, item, _schema_message(error))
 
 
-def _shape_marker(text: str) -> Path:
+def _shape_marker(text: str) -> Path | None:
     """Where a fragment text that passed the schema and pattern checks is remembered: importing
     jsonschema and pathspec would double `bot dry-run`'s start-up, for checks whose answer
-    depends on the text (and the schema) alone."""
+    depends on the text (and the schema) alone. None: no cache folder to use."""
+    try:
+        cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    except RuntimeError:  # no home directory
+        return None
     key = hashlib.sha256(SCHEMA.read_bytes() + b"\0" + text.encode()).hexdigest()
-    cache = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(cache) / "stagebot" / "catalog-fragments" / key
+    return cache / "stagebot" / "catalog-fragments" / key
 
 
 def _shape_checked_before(text: str) -> bool:
-    return _shape_marker(text).exists()
+    marker = _shape_marker(text)
+    return marker is not None and marker.exists()
 
 
 def _remember_shape_checked(text: str) -> None:
     marker = _shape_marker(text)
     try:
-        marker.parent.mkdir(parents=True, exist_ok=True)
-        marker.touch()
+        if marker is not None:
+            marker.parent.mkdir(parents=True, exist_ok=True)
+            marker.touch()
     except OSError:
         pass  # no cache: the next load checks again
 

@@ -165,6 +165,16 @@ CATALOG_ERRORS = [
         id="no kind",
     ),
     pytest.param(
+        family("{name: A10-PyTorch, kind: test, timeout_minutes: 5, suites: t}"),
+        "family 'A10-PyTorch': 'suites' must be list, not 't'",
+        id="suites that are no list",
+    ),
+    pytest.param(
+        family("{name: A10-PyTorch, kind: test, timeout_minutes: 5, suites: [{path: t, k: 1}]}"),
+        "family 'A10-PyTorch' suite: unknown key 'k'",
+        id="a suite's own error names the suite",
+    ),
+    pytest.param(
         family(
             "{name: A10-PyTorch, kind: test, timeout_minutes: 5, suites: [{path: t}], shard: 2}"
         ),
@@ -366,7 +376,11 @@ families:
         ("attach:\n  - {families: [A10-*]}\n", "missing required key 'suites'"),
         (
             "attach:\n  - {families: [A10-PyTorch], suites: [{path: t}], args: [-x]}\n",
-            "unknown key 'args' (valid: families, suites)",
+            "attach: unknown key 'args' (valid: families, suites)",
+        ),
+        (
+            "attach:\n  - {families: [A10-PyTorch], suites: [{path: t, mark: x}]}\n",
+            "attach suite: unknown key 'mark'",
         ),
     ],
 )

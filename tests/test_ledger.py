@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from stagebot.bot.ledger import Ledger, LedgerBusyError, LedgerError, retry_busy
+from stagebot.bot.ledger import SCHEMA_VERSION, Ledger, LedgerBusyError, LedgerError, retry_busy
 from stagebot.harness.results import StageResult
 from stagebot.harness.results import TestOutcome as Outcome
 
@@ -150,11 +151,13 @@ def test_a_partly_reused_shard_is_its_own_pipelines_result(book: Ledger) -> None
     first = book.start_pipeline(command=RUN, commit="c1")
     book.record_result(first, shard("S-1", "FAILURE", [Outcome("t::a", "passed", 1)]))
     second = book.start_pipeline(command=RUN, commit="c1")
-    book.record_result(
-        second, shard("S-1", "FAILURE", [Outcome("t::b", "failed", 1)], reused_from=first)
-    )
+    for stage, state in (("S-1", "FAILURE"), ("S-2", "SUCCESS")):
+        ran = [Outcome("t::b", "failed" if state == "FAILURE" else "passed", 1)]
+        book.record_result(second, shard(stage, state, ran, reused_from=first))
     prior = book.prior_shard("S-1", "c1", None)
     assert (prior.pipeline, prior.state, prior.catalog_digest) == (second, "FAILURE", "")
+    assert book.prior_shard("S-2", "c1", None).pipeline == second
+    assert book.passed_tests(second, "S-2") == {"t::b": (second, 1.0)}  # passed here, not in #1
 
 
 @pytest.mark.parametrize("header", [b"SQLite", b"SQLite format 3", b"PK\x03\x04"])
@@ -162,6 +165,15 @@ def test_a_file_that_is_no_sqlite_database_is_refused(tmp_path: Path, header: by
     path = tmp_path / "ledger.sqlite"
     path.write_bytes(header)  # a truncated header too: shorter than SQLite's 16 bytes
     with pytest.raises(LedgerError, match="is corrupt: not an SQLite database"):
+        Ledger.open(path)
+
+
+def test_a_ledger_from_a_newer_stagebot_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.sqlite"
+    Ledger.open(path).close()
+    with sqlite3.connect(path) as db:
+        db.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    with pytest.raises(LedgerError, match=f"has schema version {SCHEMA_VERSION + 1}; this"):
         Ledger.open(path)
 
 

@@ -202,10 +202,16 @@ def _shape_marker(text: str) -> Path | None:
     """Where a fragment text that passed the schema and pattern checks is remembered: importing
     jsonschema and pathspec would double `bot dry-run`'s start-up, for checks whose answer
     depends on the text (and the schema) alone. None: no cache folder to use."""
-    try:
-        cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    except RuntimeError:  # no home directory
-        return None
+    if os.environ.get("XDG_CACHE_HOME"):
+        cache = Path(os.environ["XDG_CACHE_HOME"])
+    else:
+        try:
+            home = Path.home()
+        except RuntimeError:
+            return None
+        if not home.is_dir():  # a HOME that does not exist is not created for a cache
+            return None
+        cache = home / ".cache"
     key = hashlib.sha256(SCHEMA.read_bytes() + b"\0" + text.encode()).hexdigest()
     return cache / "stagebot" / "catalog-fragments" / key
 

@@ -547,3 +547,10 @@ def test_a_fragment_checked_once_skips_the_schema_next_time(tmp_path, monkeypatc
     for _ in range(2):  # a failing fragment is never remembered
         with pytest.raises(CatalogError, match="'timeout_minutes' must be int, not 'soon'"):
             load_catalog(path)
+
+
+def test_no_cache_is_made_where_home_does_not_exist(tmp_path, monkeypatch) -> None:
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "nowhere"))
+    load_catalog()
+    assert not (tmp_path / "nowhere").exists()

@@ -83,6 +83,7 @@ def publish(
     results, ledger, plan_path, base_ledger, pipeline, cancelled, out, config_path, artifact_digest
 ):
     """Record StageResults, render the report, edit the reply, set the status."""
+    from stagebot.bot.base import select_base
     from stagebot.bot.config import load_config
     from stagebot.bot.github import ActionsEnv, RetryPolicy, connect
     from stagebot.bot.ledger import Ledger
@@ -104,13 +105,16 @@ def publish(
         record = _start_from_plan(book, number, plan_path)
     plan = record.plan or {}
     _record_results(book, number, plan, Path(results), cancelled)
-    base = (base_book or book).base_pipeline(
-        record.base_commit, default_branch(env.event_path), exclude=None if base_book else number
+    base = select_base(
+        book,
+        base_book=base_book,
+        base_commit=record.base_commit,
+        default_branch=default_branch(env.event_path),
+        exclude=number,
     )
-    outcomes = (base_book or book).test_outcomes(base) if base is not None else None
     record = book.pipeline(number)
-    report = report_from_record(record, base=outcomes, base_pipeline=base, cancelled=cancelled)
-    book.finish_pipeline(number, report.analysis.state, meta={"base_pipeline": base})
+    report = report_from_record(record, base=base, cancelled=cancelled)
+    book.finish_pipeline(number, report.analysis.state, meta={"base_pipeline": base.pipeline})
     report.state = report.analysis.state
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)

@@ -8,7 +8,12 @@ from pathlib import Path
 
 import click
 
-from stagebot.bot.run_options import base_ledger_option, ledger_option, pipeline_option
+from stagebot.bot.run_options import (
+    base_ledger_option,
+    ledger_option,
+    pipeline_option,
+    root_option,
+)
 
 
 @click.command("report")
@@ -27,7 +32,8 @@ from stagebot.bot.run_options import base_ledger_option, ledger_option, pipeline
 @click.option(
     "--base-commit", default=None, help="With --results: the base commit to compare with."
 )
-def report(ledger, number, results, fmt, base_ledger, base_commit) -> None:
+@root_option
+def report(ledger, number, results, fmt, base_ledger, base_commit, root) -> None:
     """Render a pipeline's report (--ledger PATH [--pipeline N] | --results DIR)."""
     from stagebot.bot.base import select_base
     from stagebot.bot.ledger import Ledger
@@ -58,5 +64,5 @@ def report(ledger, number, results, fmt, base_ledger, base_commit) -> None:
                 exclude=record.number,
                 pinned=record.meta.get("base_pipeline"),
             )
-            rendered = report_from_record(record, base=base)
+            rendered = report_from_record(record, base=base, root=root)
     click.echo(render_report(rendered, fmt), nl=False)

@@ -129,7 +129,8 @@ def analyse(
                 continue
             failure = _classify(case, base, base_pipeline, flaky_history or {}, wide)
             tail = _shard_log_tail(result) if not case.log else None
-            lines = key_lines(failure.evidence, case.log, tail)
+            waived = case.test.outcome == "waived"
+            lines = [] if waived else key_lines(failure.evidence, case.log, tail)
             failure = replace(
                 failure,
                 collateral=tuple(collateral.get(case.test.test_id, ())),
@@ -140,7 +141,7 @@ def analyse(
                 patterns = tuple((stage_paths or {}).get(result.stage, ()))
                 found = rank_suspects(
                     case.test.test_id,
-                    case.log,
+                    case.log or tail,
                     changed_files,
                     root=root,
                     stage_patterns=patterns,
@@ -241,7 +242,7 @@ def _classify(case: _Case, base, base_pipeline, flaky_history, wide: set[str]) -
     if before.outcome in FAILED:
         return failure("PRE-EXISTING", f"also failing on base #{base_pipeline}")
     if before.outcome in ("passed", "flaky"):
-        return failure("NEW", f"passed on base #{base_pipeline} in {before.duration_s:.3g} s")
+        return failure("NEW", f"passed on base #{base_pipeline} in {_seconds(before.duration_s)}")
     return failure("NEW", f"{before.outcome} on base #{base_pipeline}")
 
 
@@ -289,6 +290,10 @@ def _whole_shard(result: StageResult, link: str | None) -> Failure:
         key_lines=tuple(key_lines(evidence, None, tail)),
         log_link=link,
     )
+
+
+def _seconds(value: float) -> str:
+    return f"{value:.2f} s" if value < 10 else f"{value:.0f} s"
 
 
 def _fallback(evidence: str, log: str | None) -> str:

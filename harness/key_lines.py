@@ -45,12 +45,21 @@ def key_lines(
     for source in ("exit", "timeout"):
         lines += sources[source].splitlines()[:1]
     if not log and shard_log_tail:
-        shard = [line for line in shard_log_tail.splitlines() if line.strip()]
-        lines += ["--- shard log (end) ---", *shard[-6:]]
+        lines += ["--- shard log ---", *_shard_lines(shard_log_tail)]
     if not lines and evidence:
         lines.append(evidence)
     unique = list(dict.fromkeys(line.rstrip() for line in lines if line.strip()))
     return [_clip(line) for line in unique[-MAX_LINES:]]
+
+
+def _shard_lines(tail: str) -> list[str]:
+    """A crash's lines of the shard's log: faulthandler's report (the error and the innermost
+    frames, most recent first), else the log's last lines."""
+    shard = [line for line in tail.splitlines() if line.strip()]
+    fatal = max(
+        (i for i, line in enumerate(shard) if line.startswith("Fatal Python")), default=None
+    )
+    return shard[fatal : fatal + 5] if fatal is not None else shard[-6:]
 
 
 def _last_e_block(lines: list[str], limit: int = 8) -> list[str]:

@@ -293,7 +293,7 @@ RULES: tuple[Rule, ...] = (
         "hypothesis",
         False,
         ("message", "stdout"),
-        re.compile(r"Falsifying example: (?P<example>.+)"),
+        re.compile(r"(?:Falsifying example|Failing test case): (?P<example>.+)"),
         "hypothesis: falsifying example {example}",
         "hypothesis found an input that fails",
     ),

@@ -57,7 +57,8 @@ def rank_suspects(
     closure = import_closure(str(root.resolve()), test_file) if root else frozenset()
     found: dict[str, str] = {}
     for path in changed_files:
-        if any(frame == path or frame.endswith("/" + path) for frame in frames):
+        in_frames = any(frame == path or frame.endswith("/" + path) for frame in frames)
+        if in_frames and path != test_file:  # the test's own frame is always there
             found.setdefault(path, "in traceback")
     for path in changed_files:
         if path in closure and path != test_file:
@@ -70,7 +71,7 @@ def rank_suspects(
             found.setdefault(path, "same folder as the test")
         elif stage_patterns and path_matches(path, stage_patterns):
             found.setdefault(path, "the stage's run_if_changed")
-    order = ["in traceback", "the test file itself", "imported by the test"]
+    order = ["in traceback", "imported by the test", "the test file itself"]
     ranked = sorted(found.items(), key=lambda kv: order.index(kv[1]) if kv[1] in order else 9)
     return tuple(Suspect(path, reason) for path, reason in ranked[:MAX_SUSPECTS])
 

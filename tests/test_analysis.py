@@ -77,7 +77,7 @@ def test_categories_against_the_base() -> None:
         "waived": "WAIVED",
     }
     assert got["old"].note == "also failing on base #3"
-    assert got["new"].note == "passed on base #3 in 1.5 s"
+    assert got["new"].note == "passed on base #3 in 1.50 s"
     assert got["unseen"].note == "base #3 did not run this test in S-PyTorch"
     assert got["flaky"].signature == "flaky: assertion once"
     assert got["disk"].signature == "disk full"

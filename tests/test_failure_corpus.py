@@ -81,7 +81,7 @@ EXPECTED = {
     U + "check_loader.py::test_parse_config": (
         "NEW",
         "import: ImportError: cannot import name 'parse_config'",
-        "cannot import name &#39;parse_config&#39;",
+        "cannot import name 'parse_config'",
         "src/mathkit/loader.py",
     ),
     U + "check_tokenize.py": (
@@ -93,7 +93,7 @@ EXPECTED = {
     U + "check_experimental.py": (
         "UNCLASSIFIED",
         "collection error: import: ModuleNotFoundError",
-        "No module named &#39;mathkit.experimental&#39;",
+        "No module named 'mathkit.experimental'",
         None,
     ),
     "tests/dist/check_parallel.py::test_sharded_sum": (

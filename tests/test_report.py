@@ -74,8 +74,15 @@ def fixture_report() -> Report:
             "05:00",
             "09:00",
             gpus=["0", "1", "2", "3"],
-            evidence="timeout: killed after 240 s while running t/test_c.py::hang",
-            tests=[Outcome("t/test_c.py::hang", "error", 0.0, "timeout: still running")],
+            evidence="crashed: pytest killed by SIGKILL while running t/test_c.py::hang",
+            tests=[
+                Outcome(
+                    "t/test_c.py::hang",
+                    "error",
+                    0.0,
+                    "crashed: the worker was killed by SIGKILL during this test",
+                )
+            ],
         ),
         result(
             "A-PyTorch-3",
@@ -91,9 +98,9 @@ def fixture_report() -> Report:
         result("A-PyTorch-4", "REUSED", None, None),
         result("B-PyTorch-1", "NOT_RUN", None, None, evidence="needs 1 x B200 GPU(s)"),
     ]
-    base = {
-        "t/test_b.py::new": Outcome("t/test_b.py::new", "passed", 1.0),
-        "t/test_d.py::old": Outcome("t/test_d.py::old", "failed", 1.0),
+    base = {  # (stage family, test id): the base is read within the same family
+        ("A-PyTorch", "t/test_b.py::new"): Outcome("t/test_b.py::new", "passed", 1.0),
+        ("A-PyTorch", "t/test_d.py::old"): Outcome("t/test_d.py::old", "failed", 1.0),
     }
     return Report(
         pipeline=12,
@@ -143,12 +150,25 @@ def test_markdown_report_sections_and_escaping() -> None:
 
 def test_markdown_fits_the_comment_limit() -> None:
     report = fixture_report()
-    many = [Outcome(f"t/test_m.py::case_{i}", "failed", 1.0, "E" * 200) for i in range(3000)]
+    many = [
+        Outcome(f"t/test_m.py::case_{i}", "failed", 1.0, f"ValueError: case {i} " + "E" * 200)
+        for i in range(3000)
+    ]
     report.results.append(result("C-PyTorch-1", "FAILURE", "00:00", "01:00", tests=many))
     report.analysis = analyse(report.results)
     text = render_report(report, "md")
     assert len(text) <= COMMENT_LIMIT
     assert "more (see the HTML report)" in text
+
+
+def test_identical_failures_are_one_entry() -> None:
+    report = fixture_report()
+    same = [Outcome(f"t/test_m.py::case_{i}", "failed", 1.0, "ValueError: bad") for i in range(6)]
+    report.results.append(result("C-PyTorch-1", "FAILURE", "00:00", "01:00", tests=same))
+    report.analysis = analyse(report.results)
+    text = render_report(report, "md")
+    assert text.count("<code>ValueError: bad</code>") == 1
+    assert "same error in 6 tests: <code>t/test_m.py::case_1</code>" in text
 
 
 def test_markdown_fits_a_smaller_limit_with_a_pointer() -> None:

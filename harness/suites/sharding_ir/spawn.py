@@ -85,15 +85,23 @@ def run_on_ranks(
                 if proc.is_alive():
                     proc.kill()
                     proc.join(timeout=10)
+        all_ok = all(ok for ok, _ in outcomes.values())
         for rank, proc in enumerate(procs):
             if not outcomes[rank][0]:
                 continue
             if rank in stopped:
-                outcomes[rank] = (False, f"returned a result but did not exit in {exit_grace_s} s")
+                if all_ok:  # it had its grace period; else another rank's failure stopped it
+                    outcomes[rank] = (
+                        False,
+                        f"returned a result but did not exit in {exit_grace_s} s",
+                    )
             elif proc.exitcode != 0:
                 outcomes[rank] = (False, f"returned a result but exited with code {proc.exitcode}")
         failures = {
-            rank: (_why(text, procs[rank].exitcode, timeout_s), text + _stderr_tail(logs[rank]))
+            rank: (
+                _why(text, procs[rank].exitcode, timeout_s),
+                _body(text) + _stderr_tail(logs[rank]),
+            )
             for rank, (ok, text) in sorted(outcomes.items())
             if not ok
         }
@@ -106,6 +114,11 @@ def run_on_ranks(
             )
         )
     return [outcomes[rank][1] for rank in range(world_size)]
+
+
+def _body(text: str) -> str:
+    """A rank's details below its header: the traceback; a one-line reason is in the header."""
+    return text if "\n" in text.strip() else ""
 
 
 def _why(text: str, exitcode: int | None, timeout_s: float) -> str:

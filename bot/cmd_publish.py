@@ -113,7 +113,9 @@ def publish(
         exclude=number,
     )
     record = book.pipeline(number)
-    report = report_from_record(record, base=base, cancelled=cancelled)
+    links, warning = _job_links(api, env)
+    lines += warning
+    report = report_from_record(record, base=base, cancelled=cancelled, log_links=links)
     book.finish_pipeline(number, report.analysis.state, meta={"base_pipeline": base.pipeline})
     report.state = report.analysis.state
     if out is not None:
@@ -127,6 +129,19 @@ def publish(
     else:
         lines += _record_main_ledger(api, ledger)
     click.echo("\n".join(lines))
+
+
+def _job_links(api, env) -> tuple[dict[str, str], list[str]]:
+    """(stage -> its job's page: the full log; what to say): the report links each stage's log.
+    Without a run id (not in Actions) or when GitHub will not say, the report links nothing."""
+    from stagebot.bot.github import GitHubError
+
+    if env.run_id is None:
+        return {}, []
+    try:
+        return api.job_urls(env.run_id), []
+    except GitHubError as error:
+        return {}, [f"warning: the stage jobs' log links are left out ({error})"]
 
 
 def _main_ledger(api, path: Path | None):

@@ -158,11 +158,8 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "runner-killed",
         True,
-        ("exit", "stderr", "stdout"),
-        re.compile(
-            r"killed by SIGKILL|The runner has received a shutdown signal"
-            r"|Killed process \d+ \(\w+\).*oom"
-        ),
+        ("exit",),
+        re.compile(r"killed by SIGKILL"),
         "runner killed",
         "the runner or the host's OOM killer killed the process (SIGKILL from outside)",
     ),

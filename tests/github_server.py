@@ -88,6 +88,7 @@ ROUTES: list[tuple[str, str, re.Pattern[str]]] = [
         ("GET", "list_workflow_runs", r"/repos/[^/]+/[^/]+/actions/workflows/(?P<wf>[^/]+)/runs"),
         ("GET", "compare", r"/repos/[^/]+/[^/]+/compare/(?P<base>[0-9a-f]+)\.{3}(?P<head>\w+)"),
         ("POST", "cancel_run", r"/repos/[^/]+/[^/]+/actions/runs/(?P<id>\d+)/cancel"),
+        ("GET", "list_jobs", r"/repos/[^/]+/[^/]+/actions/runs/(?P<id>\d+)/jobs"),
     )
 ]
 
@@ -108,6 +109,7 @@ class FakeGitHub:
         self.comments: dict[int, dict[str, Any]] = {}
         self.reactions: list[dict[str, Any]] = []
         self.statuses: dict[str, list[dict[str, Any]]] = {}
+        self.jobs: dict[int, list[dict[str, Any]]] = {}
         self.permissions: dict[str, tuple[str, str]] = {}
         self.runs: dict[int, dict[str, Any]] = {}
         self.diffs: dict[tuple[str, str], list[str]] = {}  # (base, head) -> changed files
@@ -201,6 +203,21 @@ class FakeGitHub:
             "cancel_url": self.api(f"/actions/runs/{run_id}/cancel"),
         }
         return self.runs[run_id]
+
+    def add_job(self, run_id: int, name: str) -> dict[str, Any]:
+        """A job of run ``run_id`` (a stage job is named after its stage)."""
+        job_id = 70000 + sum(len(jobs) for jobs in self.jobs.values())
+        job = {
+            "id": job_id,
+            "run_id": run_id,
+            "name": name,
+            "status": "completed",
+            "conclusion": "failure",
+            "url": self.api(f"/actions/jobs/{job_id}"),
+            "html_url": f"{self.base}/{self.repo}/actions/runs/{run_id}/job/{job_id}",
+        }
+        self.jobs.setdefault(run_id, []).append(job)
+        return job
 
     # ---- faults
     def fail(self, kind: str, *, method=None, route=None, times=1, retry_after="0") -> None:
@@ -383,6 +400,9 @@ class FakeGitHub:
                 "commits": [],
                 "files": [{"sha": "e" * 40, "filename": f, "status": "modified"} for f in files],
             }
+        if route == "list_jobs":
+            jobs = self.jobs.get(int(params["id"]), [])
+            return 200, {"total_count": len(jobs), "jobs": jobs}
         if route == "cancel_run":
             run = self.runs.get(int(params["id"]))
             if run is None:

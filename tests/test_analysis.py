@@ -197,3 +197,92 @@ def test_infra_is_not_read_from_a_test_assertion() -> None:
         "ValueError: the ProcessGroup size must be 4, not 3",
     ):
         assert not is_infra(evidence), evidence
+
+
+STICKY = "RuntimeError: CUDA error: an illegal memory access was encountered"
+
+
+def test_a_sticky_cuda_error_is_one_entry_with_its_collateral() -> None:
+    tests = [
+        Outcome("a.py::first", "failed", 1, STICKY),
+        Outcome("a.py::ok", "passed", 1),
+        Outcome("b.py::later", "failed", 1, STICKY),
+        Outcome("c.py::other", "failed", 1, "AssertionError: unrelated"),
+        Outcome("c.py::last", "error", 1, STICKY),
+    ]
+    analysis = analyse([shard(tests=tests)])
+    by_id = {f.test_id: f for f in analysis.failures}
+    assert sorted(by_id) == ["a.py::first", "c.py::other"]
+    assert by_id["a.py::first"].collateral == ("b.py::later", "c.py::last")
+    assert by_id["a.py::first"].signature == (
+        "crash: CUDA error: an illegal memory access was encountered"
+    )
+
+
+def test_shard_wide_errors_are_infra() -> None:
+    """The same connection error in three tests of two files: the machine; in one test: the
+    code's (compared with the base like any failure)."""
+    refused = "ConnectionRefusedError: [Errno 111] Connection refused"
+    many = [Outcome(f"{f}::t{i}", "failed", 1, refused) for i, f in enumerate("xyx")]
+    wide = analyse([shard(tests=many)])
+    assert {f.category for f in wide.failures} == {"INFRA"} and wide.exit_code == 3
+    one = analyse([shard(tests=many[:1])])
+    assert one.failures[0].category == "UNCLASSIFIED"
+    same_file = [Outcome(f"x.py::t{i}", "failed", 1, refused) for i in range(3)]
+    assert analyse([shard(tests=same_file)]).failures[0].category == "UNCLASSIFIED"
+
+
+def test_flaky_history_on_main_makes_a_failure_flaky() -> None:
+    tests = [Outcome("t.py::x", "failed", 1, "AssertionError: x", 3)]
+    base = {("S-PyTorch", "t.py::x"): Outcome("t.py::x", "passed", 1)}
+    history = {("S-PyTorch", "t.py::x"): (41, 44)}
+    analysis = analyse([shard(tests=tests)], base=base, base_pipeline=44, flaky_history=history)
+    (failure,) = analysis.failures
+    assert (failure.category, failure.note) == ("FLAKY", "flaky on main: #41, #44")
+    assert (analysis.state, analysis.exit_code) == ("SUCCESS", 0)
+    other_family = {("A10-PyTorch", "t.py::x"): (41,)}
+    again = analyse([shard(tests=tests)], base=base, base_pipeline=44, flaky_history=other_family)
+    assert again.failures[0].category == "NEW"
+
+
+@pytest.mark.parametrize(
+    ("base", "category", "note"),
+    [
+        pytest.param(
+            {
+                ("S-PyTorch", "t/check_x.py::a"): Outcome("t/check_x.py::a", "passed", 1),
+                ("S-PyTorch", "t/check_x.py::b"): Outcome("t/check_x.py::b", "passed", 1),
+                ("S-PyTorch", "t/check_y.py::c"): Outcome("t/check_y.py::c", "passed", 1),
+            },
+            "NEW",
+            "hides 2 test(s) that passed on base #9: a, b",
+            id="its tests passed on the base: NEW, naming them",
+        ),
+        pytest.param(
+            {("S-PyTorch", "t/check_y.py::c"): Outcome("t/check_y.py::c", "passed", 1)},
+            "UNCLASSIFIED",
+            "base #9 did not run this file in S-PyTorch",
+            id="the base never ran it",
+        ),
+        pytest.param(
+            {("S-PyTorch", "t/check_x.py"): Outcome("t/check_x.py", "error", 0)},
+            "PRE-EXISTING",
+            "also failing on base #9",
+            id="the base failed to import it too",
+        ),
+    ],
+)
+def test_a_collection_error_is_the_failure_of_the_tests_it_hides(base, category, note) -> None:
+    error = "ImportError: cannot import name 'f' from 'm' (/r/m.py)"
+    tests = [Outcome("t/check_x.py", "error", 0, error)]
+    (failure,) = analyse([shard(tests=tests)], base=base, base_pipeline=9).failures
+    assert (failure.category, failure.note) == (category, note)
+    assert failure.signature == f"collection error: import: {error}"
+
+
+def test_the_suites_own_verdict_is_a_blocking_failure() -> None:
+    verdict = Outcome("(pytest session)", "failed", 0, "[nvfp4_moe] FAIL forced backend: cute")
+    base = {("S-PyTorch", "t.py::a"): Outcome("t.py::a", "passed", 1)}
+    (failure,) = analyse([shard(tests=[verdict])], base=base, base_pipeline=2).failures
+    assert failure.category == "NEW" and failure.evidence.startswith("[nvfp4_moe] FAIL")
+    assert analyse([shard(tests=[verdict])]).exit_code == 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -242,3 +243,38 @@ def test_html_report_in_headless_chromium(tmp_path: Path) -> None:
     assert "@octocat &lt;!-- stagebot" in done.stdout  # escaped text, not markup
     lanes = re.findall(r'<text class="lane"[^>]*>([^<]+)</text>', done.stdout)
     assert lanes == ["0", "1", "2", "3"]  # reused / not-run shards hold no slot
+
+
+def test_report_of_result_files_compares_with_the_base_ledger(tmp_path) -> None:
+    """`bot report --results DIR --base-ledger L`: the same base selection as every report."""
+    from fixtures.botrun import bot
+
+    from stagebot.bot.ledger import Ledger
+    from stagebot.harness.shard import write_result
+
+    with Ledger.open(tmp_path / "main.sqlite") as book:
+        number = book.start_pipeline(
+            command={"version": 1, "command": "run", "options": {}}, commit="m1", branch="main"
+        )
+        passed = [Outcome("t/test_x.py::a", "passed", 1.0), Outcome("t/test_x.py::b", "failed", 1)]
+        book.record_result(number, result("C-PyTorch-1", "FAILURE", "00:00", "01:00", tests=passed))
+        book.finish_pipeline(number, "FAILURE")
+    failing = [
+        Outcome("t/test_x.py::a", "failed", 1.0, "AssertionError: a"),
+        Outcome("t/test_x.py::b", "failed", 1.0, "AssertionError: b"),
+    ]
+    write_result(
+        tmp_path / "results" / "C-PyTorch-2",
+        result("C-PyTorch-2", "FAILURE", "00:00", "01:00", tests=failing),
+    )
+    args = ["report", "--results", str(tmp_path / "results"), "--format", "json"]
+    done = bot(*args, "--base-ledger", str(tmp_path / "main.sqlite"))
+    assert done.returncode == 0, done.stderr
+    got = json.loads(done.stdout)
+    assert got["base_pipeline"] == number
+    assert {f["test_id"]: f["category"] for f in got["failures"]} == {
+        "t/test_x.py::a": "NEW",
+        "t/test_x.py::b": "PRE-EXISTING",
+    }
+    alone = json.loads(bot(*args).stdout)
+    assert {f["category"] for f in alone["failures"]} == {"UNCLASSIFIED"}

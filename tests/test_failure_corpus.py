@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import subprocess
+import sys
 
 import pytest
 from fixtures.botrun import ROOT, bot
@@ -245,6 +247,11 @@ def test_collateral_and_duplicates_are_folded(corpus) -> None:
         "tests/device/check_device_more.py::test_zz_roundtrip",
     ]
     assert "tests/device/check_device.py::test_copy_back" not in failures
+    assert sorted(t for t in failures if "::" not in t) == [  # one entry per broken file
+        "(pytest session)",
+        "tests/unit/check_experimental.py",
+        "tests/unit/check_tokenize.py",
+    ]
     assert "(whole shard)" not in report  # the collection error and the crash carry the cause
     assert report.count("check_service.py::test_pull_weights") == 1  # in "same error in 3 tests"
 
@@ -263,3 +270,21 @@ def test_suspects_name_the_culprit_first(corpus) -> None:
             suspects = [s["path"] for s in failures[test_id]["suspects"]]
             assert suspects and suspects[0] == culprit, (test_id, failures[test_id]["suspects"])
             assert len(suspects) <= 3
+
+
+def test_a_collection_errors_junit_case_keeps_the_files_id(tmp_path) -> None:
+    """pytest names a module that failed to import by its dotted name, with no class: read back
+    as the file's path, the id the stream uses, so it is one failure, not two."""
+    from stagebot.harness.junit import read_junit
+
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "check_broken.py").write_text("import no_such_module_here\n")
+    subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:stagebot"]
+        + ["--junitxml=j.xml", "pkg/check_broken.py"],
+        cwd=tmp_path,
+        capture_output=True,
+        timeout=120,
+    )
+    (case,) = read_junit(tmp_path / "j.xml")
+    assert (case.test_id, case.outcome) == ("pkg/check_broken.py", "error")

@@ -208,7 +208,12 @@ def _classify(case: _Case, base, base_pipeline, flaky_history, wide: set[str]) -
         "log": case.log,
     }
     first = evidence.split("after: ", 1)[-1] if test.outcome == "flaky" else evidence
-    signature = verdict.machine_signature or verdict.signature or _fallback(first, case.log)
+    signature = (
+        verdict.machine_signature
+        or verdict.signature
+        or verdict.shard_wide
+        or _fallback(first, case.log)
+    )
     if test.test_id == SESSION_ID:
         signature = "suite verdict: pytest exited 1 with no failed test"
     elif "::" not in test.test_id and test.outcome in FAILED:

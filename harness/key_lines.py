@@ -15,7 +15,7 @@ import re
 from stagebot.harness.rules import read_sources
 
 MAX_LINES = 14
-MAX_CHARS = 200
+MAX_CHARS = 300
 STDERR_TAIL = 4
 _E_LINE = re.compile(r"^E\s+\S")
 _LOCATION = re.compile(r"^[\w./\\-]+\.py:\d+: \w+")

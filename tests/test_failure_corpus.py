@@ -165,7 +165,8 @@ EXPECTED = {
         None,
     ),
     M + "check_service.py::test_push_gradients": (
-        "INFRA", "connection refused",
+        "INFRA",
+        "connection refused",
         "same error in 3 tests",
         None,
     ),

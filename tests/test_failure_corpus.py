@@ -288,3 +288,21 @@ def test_a_collection_errors_junit_case_keeps_the_files_id(tmp_path) -> None:
     )
     (case,) = read_junit(tmp_path / "j.xml")
     assert (case.test_id, case.outcome) == ("pkg/check_broken.py", "error")
+
+
+def test_a_suites_verdict_fails_the_shard_although_every_case_skipped(tmp_path) -> None:
+    """The exit status is read before NOT_RUN: pytest exiting 1 with every case skipped (the
+    suite's forced backend never ran) is a failing item with the suite's line, not NOT_RUN."""
+    repo = tmp_path / "repo"
+    shutil.copytree(CORPUS / "base", repo)
+    shutil.copy(CORPUS / "pr" / "src" / "mathkit" / "backends.py", repo / "src" / "mathkit")
+    done = bot(
+        "run", "--catalog", str(repo / "ci"), "--ledger", str(tmp_path / "l.sqlite"),
+        "--root", str(repo), "--out", str(tmp_path / "out"), "--commit", "c1",
+        '/bot run --stage-list "CPU-PyTorch-Verdict-1"',
+    )  # fmt: skip
+    assert done.returncode == 1, done.stdout + done.stderr
+    result = json.loads((tmp_path / "out" / "CPU-PyTorch-Verdict-1" / "result.json").read_text())
+    assert result["state"] == "FAILURE"
+    verdict = [t for t in result["tests"] if t["test_id"] == "(pytest session)"]
+    assert verdict[0]["evidence"] == "[mathkit] FAIL forced backend fused: no case ran on it"

@@ -220,3 +220,32 @@ def test_flaky_history_on_main_has_both_signs(book: Ledger) -> None:
         ("CPU-PyTorch", "t.py::a"): (first,),
         ("CPU-PyTorch", "t.py::b"): (second,),
     }
+
+
+def test_stages_for_a_test_shows_its_history_on_main(tmp_path: Path) -> None:
+    from fixtures.botrun import CATALOG, bot
+
+    test_id = "tests/fixtures/suites/check_flaky.py::test_flaky_once"
+    with Ledger.open(tmp_path / "l.sqlite") as book:
+        flaky = Outcome(test_id, "flaky", 1.0, "passed on re-run 1", 2)
+        first = main_pipeline(book, "m1", [shard("CPU-PyTorch-Flaky-1", tests=[flaky])])
+        passed = Outcome(test_id, "passed", 1.0)
+        second = main_pipeline(book, "m2", [shard("CPU-PyTorch-Flaky-1", tests=[passed])])
+    done = bot(
+        "stages",
+        "--catalog",
+        str(CATALOG),
+        "--test",
+        test_id,
+        "--ledger",
+        str(tmp_path / "l.sqlite"),
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == "CPU-PyTorch-Flaky-1"
+    assert f"  #{second} m2 CPU-PyTorch-Flaky-1 {test_id}: passed" in lines
+    assert (
+        f"  #{first} m1 CPU-PyTorch-Flaky-1 {test_id}: flaky (failed, then passed on attempt 2)"
+        in lines
+    )
+    assert lines[-1] == f"flaky on main: {test_id} in CPU-PyTorch-Flaky: #{first}"

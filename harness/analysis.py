@@ -87,6 +87,18 @@ class Analysis:
 
 
 @dataclass(frozen=True)
+class _Context:
+    """What every failure of one analysis is compared with."""
+
+    base: BaseOutcomes | None
+    base_pipeline: int | None
+    flaky_history: Mapping[tuple[str, str], tuple[int, ...]]
+    changed_files: list[str] | None
+    stage_paths: Mapping[str, list[str]]
+    root: Path | None
+
+
+@dataclass(frozen=True)
 class _Case:
     result: StageResult
     test: TestOutcome
@@ -114,6 +126,9 @@ def analyse(
 ) -> Analysis:
     """Classify every failed / flaky / waived test of ``results`` (see the module's docstring)."""
     logs = logs or {}
+    context = _Context(
+        base, base_pipeline, flaky_history or {}, changed_files, stage_paths or {}, root
+    )
     failures: list[Failure] = []
     for result in results:
         cases = [
@@ -122,32 +137,14 @@ def analyse(
             if test.outcome in (*FAILED, "flaky", "waived")
         ]
         collateral = _collateral(cases)
+        folded = {test_id for later in collateral.values() for test_id in later}
         wide = _shard_wide(cases)
         link = (log_links or {}).get(result.stage) or result.log_path
         for case in cases:
-            if case.test.test_id in collateral.get(None, set()):
-                continue
-            failure = _classify(case, base, base_pipeline, flaky_history or {}, wide)
-            tail = _shard_log_tail(result) if not case.log else None
-            waived = case.test.outcome == "waived"
-            lines = [] if waived else key_lines(failure.evidence, case.log, tail)
-            failure = replace(
-                failure,
-                collateral=tuple(collateral.get(case.test.test_id, ())),
-                key_lines=tuple(lines),
-                log_link=link,
-            )
-            if failure.category == "NEW":
-                patterns = tuple((stage_paths or {}).get(result.stage, ()))
-                found = rank_suspects(
-                    case.test.test_id,
-                    case.log or tail,
-                    changed_files,
-                    root=root,
-                    stage_patterns=patterns,
-                )
-                failure = replace(failure, suspects=found)
-            failures.append(failure)
+            if case.test.test_id not in folded:
+                failure = _failure(case, context, wide, link)
+                later = tuple(collateral.get(case.test.test_id, ()))
+                failures.append(replace(failure, collateral=later))
         if result.state == "ERROR" and not any(c.test.outcome in FAILED for c in cases):
             failures.append(_whole_shard(result, link))
     order = {category: index for index, category in enumerate(CATEGORIES)}
@@ -165,25 +162,42 @@ def analyse(
     return Analysis(failures, state, code, base_pipeline, not_run)
 
 
+def _failure(case: _Case, context: _Context, wide: set[str], link: str | None) -> Failure:
+    """One case's classified failure with its key lines, log link and (when NEW) suspects."""
+    result, test = case.result, case.test
+    failure = _classify(case, context.base, context.base_pipeline, context.flaky_history, wide)
+    tail = _shard_log_tail(result) if not case.log else None
+    lines = [] if test.outcome == "waived" else key_lines(failure.evidence, case.log, tail)
+    failure = replace(failure, key_lines=tuple(lines), log_link=link)
+    if failure.category != "NEW":
+        return failure
+    suspects = rank_suspects(
+        test.test_id,
+        case.log or tail,
+        context.changed_files,
+        root=context.root,
+        stage_patterns=tuple(context.stage_paths.get(result.stage, ())),
+    )
+    return replace(failure, suspects=suspects)
+
+
 def _judge(result: StageResult, test: TestOutcome, logs) -> Verdict:
     return judge(read_sources(test.evidence, logs.get((result.stage, test.test_id))))
 
 
-def _collateral(cases: list[_Case]) -> dict[str | None, list[str] | set[str]]:
-    """First sticky failure's test id -> the later failures of the same error; None -> all of
-    those later ones (to skip)."""
-    out: dict[str | None, list[str] | set[str]] = {None: set()}
+def _collateral(cases: list[_Case]) -> dict[str, list[str]]:
+    """The first failure of each sticky error -> the later failures of the shard with it."""
+    collateral: dict[str, list[str]] = {}
     first: dict[str, str] = {}  # signature -> the test that hit it first
     for case in cases:
         if case.test.outcome not in FAILED or not case.verdict.sticky:
             continue
         signature = case.verdict.signature or ""
         if signature in first:
-            out.setdefault(first[signature], []).append(case.test.test_id)
-            out[None].add(case.test.test_id)
+            collateral.setdefault(first[signature], []).append(case.test.test_id)
         else:
             first[signature] = case.test.test_id
-    return out
+    return collateral
 
 
 def _shard_wide(cases: list[_Case]) -> set[str]:

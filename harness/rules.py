@@ -28,6 +28,8 @@ from dataclasses import dataclass
 
 SOURCES = ("message", "stderr", "stdout", "exit", "ranks", "timeout")
 SHARD_WIDE_TESTS = 3
+# How the executor and the report job say a process or its output failed (the ``exit`` source).
+HARNESS_PREFIXES = ("crashed:", "corrupt output:", "result.json unreadable:")
 _SECTION = re.compile(r"^----- (?P<name>.+?) -----$", re.MULTILINE)
 _RANK_HEADER = re.compile(r"^--- (rank \d+: .*?) ---$", re.MULTILINE)
 _MP_EXIT = re.compile(r"(?:process|Process) \d+ terminated with (?:signal \w+|exit code -?\d+)")
@@ -175,9 +177,9 @@ RULES: tuple[Rule, ...] = (
         "harness-output",
         True,
         ("exit",),
-        re.compile(r"^corrupt output: (?P<what>.*)"),
+        re.compile(r"^(?:corrupt output|result\.json unreadable): (?P<what>.*)"),
         "unreadable test results",
-        "the shard's JUnit / stream files could not be read",
+        "the shard's result, JUnit or stream files could not be read",
     ),
     Rule(
         "connection-refused",
@@ -333,7 +335,7 @@ def read_sources(evidence: str | None, log: str | None) -> dict[str, str]:
         "message": whole,
         "stderr": "\n".join(stderr),
         "stdout": "\n".join(stdout),
-        "exit": executor if executor.startswith(("crashed:", "corrupt output:")) else "",
+        "exit": executor if executor.startswith(HARNESS_PREFIXES) else "",
         "ranks": "\n".join(
             [*_RANK_HEADER.findall(whole), *(m[0] for m in _MP_EXIT.finditer(whole))]
         ),

@@ -98,6 +98,12 @@ CASES = [
         "unreadable test results",
     ),
     (
+        "harness-output",
+        "result.json unreadable: not valid JSON (CPU-PyTorch-1/result.json)",
+        "",
+        "unreadable test results",
+    ),
+    (
         "rank-signal",
         None,
         log(

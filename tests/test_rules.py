@@ -242,3 +242,11 @@ def test_sources_split_the_log() -> None:
     assert sources["stderr"].strip() == "warn" and sources["stdout"].strip() == "hello"
     assert sources["timeout"].startswith("timeout: still running") and not sources["exit"]
     assert "E   assert 1" in sources["message"] and "warn" not in sources["message"]
+
+
+def test_the_readme_lists_every_rule() -> None:
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    for rule in RULES:
+        assert f"| `{rule.name}` | {', '.join(rule.where)} |" in readme, rule.name

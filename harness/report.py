@@ -8,9 +8,10 @@ API (also used by the GitHub adapter)::
     text = render_report(report, "md")               # "md" | "html" | "json"
     reply_triggered(report) / reply_completed(report)
 
-The markdown fits GitHub's 65,536-character comment limit (it drops logs, then collapses long
-lists, then cuts with a pointer to the HTML report), and escapes @mentions and anything that
-looks like HTML (so test output can never forge the bot's hidden reply marker).
+The markdown fits GitHub's 65,536-character comment limit (it shortens the key lines, then drops
+them and collapses long lists, then cuts with a pointer to the HTML report), and escapes
+@mentions and anything that looks like HTML (so test output can never forge the bot's hidden
+reply marker).
 """
 
 from __future__ import annotations

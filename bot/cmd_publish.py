@@ -79,8 +79,24 @@ from stagebot.bot.errors import StagebotError
     help="The plan job's artifact_digest output: --plan and --ledger must match it, or nothing "
     "is published (exit 3).",
 )
+@click.option(
+    "--stage-run-id",
+    type=click.IntRange(min=1),
+    default=None,
+    help="The workflow run whose jobs ran the stages (their pages are the full logs the report "
+    "links; default: this run, GITHUB_RUN_ID).",
+)
 def publish(
-    results, ledger, plan_path, base_ledger, pipeline, cancelled, out, config_path, artifact_digest
+    results,
+    ledger,
+    plan_path,
+    base_ledger,
+    pipeline,
+    cancelled,
+    out,
+    config_path,
+    artifact_digest,
+    stage_run_id=None,
 ):
     """Record StageResults, render the report, edit the reply, set the status."""
     from stagebot.bot.base import select_base
@@ -113,7 +129,7 @@ def publish(
         exclude=number,
     )
     record = book.pipeline(number)
-    links, warning = _job_links(api, env)
+    links, warning = _job_links(api, stage_run_id or env.run_id)
     lines += warning
     report = report_from_record(record, base=base, cancelled=cancelled, log_links=links)
     book.finish_pipeline(number, report.analysis.state, meta={"base_pipeline": base.pipeline})
@@ -131,15 +147,16 @@ def publish(
     click.echo("\n".join(lines))
 
 
-def _job_links(api, env) -> tuple[dict[str, str], list[str]]:
-    """(stage -> its job's page: the full log; what to say): the report links each stage's log.
-    Without a run id (not in Actions) or when GitHub will not say, the report links nothing."""
+def _job_links(api, run_id: int | None) -> tuple[dict[str, str], list[str]]:
+    """(stage -> its job's page: the full log; what to say): a stage job is named after its
+    stage, so the jobs of the stage run link each stage's log. Without a run id (not in Actions)
+    or when GitHub will not say, the report links nothing."""
     from stagebot.bot.github import GitHubError
 
-    if env.run_id is None:
+    if run_id is None:
         return {}, []
     try:
-        return api.job_urls(env.run_id), []
+        return api.job_urls(run_id), []
     except GitHubError as error:
         return {}, [f"warning: the stage jobs' log links are left out ({error})"]
 

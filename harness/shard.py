@@ -200,7 +200,7 @@ def _run_tests(entry, context, env, deadline, timeout_s):
         tests = _reruns(entry, context, env, deadline, tests)
     if problem is None and _silent_exit_1(tests, first):
         tests.append(_session_failure(first))
-    return tests, _state(tests, problem, first), _shard_evidence(tests, problem, first)
+    return tests, _state(tests, problem), _shard_evidence(tests, problem, first)
 
 
 def _attempt(entry, context, env, deadline, stream_path, tag, select) -> _Attempt:
@@ -352,7 +352,7 @@ def _reruns(entry, context, env, deadline, tests: list[TestOutcome]) -> list[Tes
     return [by_id[t.test_id] for t in tests]
 
 
-def _state(tests: list[TestOutcome], problem: str | None, attempt: _Attempt) -> str:
+def _state(tests: list[TestOutcome], problem: str | None) -> str:
     """The exit status is read before NOT_RUN: a suite's own verdict (a session failure) fails
     the shard even when every case was skipped."""
     if problem is not None:
@@ -366,13 +366,13 @@ def _state(tests: list[TestOutcome], problem: str | None, attempt: _Attempt) -> 
 
 def _session_failure(attempt: _Attempt) -> TestOutcome:
     """The suite's own verdict as a failing item, with the suite's line as evidence."""
-    line = suite_verdict_line(_log_tail(attempt))
+    line = _suite_verdict_line(_log_tail(attempt))
     return TestOutcome(
         SESSION_ID, "failed", 0.0, line or "pytest exited 1 but reported no failed test"
     )
 
 
-def suite_verdict_line(log: str) -> str | None:
+def _suite_verdict_line(log: str) -> str | None:
     """The line a suite printed for its verdict: the last FAIL / ERROR line of the session's
     output (pytest's own ``===`` summary lines aside), else the last error-looking line."""
     for line in reversed(log.splitlines()):

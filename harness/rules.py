@@ -32,6 +32,7 @@ SHARD_WIDE_TESTS = 3
 HARNESS_PREFIXES = ("crashed:", "corrupt output:", "result.json unreadable:")
 _SECTION = re.compile(r"^----- (?P<name>.+?) -----$", re.MULTILINE)
 _RANK_HEADER = re.compile(r"^--- (rank \d+: .*?) ---$", re.MULTILINE)
+_RANK_SUMMARY = re.compile(r"\d+ of \d+ ranks failed \([^)]*\): (rank \d+: .*)$", re.MULTILINE)
 _MP_EXIT = re.compile(r"(?:process|Process) \d+ terminated with (?:signal \w+|exit code -?\d+)")
 _PYTEST_TIMEOUT = re.compile(r"Timeout \(>[\d.]+s\) from pytest-timeout\.?")
 _SIZE = re.compile(r"(?P<n>[\d.]+) (?P<unit>[KMGT]i?B|B)")
@@ -337,7 +338,11 @@ def read_sources(evidence: str | None, log: str | None) -> dict[str, str]:
         "stdout": "\n".join(stdout),
         "exit": executor if executor.startswith(HARNESS_PREFIXES) else "",
         "ranks": "\n".join(
-            [*_RANK_HEADER.findall(whole), *(m[0] for m in _MP_EXIT.finditer(whole))]
+            [
+                *(why for found in _RANK_SUMMARY.findall(whole) for why in found.split("; ")),
+                *_RANK_HEADER.findall(whole),
+                *(m[0] for m in _MP_EXIT.finditer(whole)),
+            ]
         ),
         "timeout": "\n".join(
             [executor] * executor.startswith("timeout:")

@@ -120,6 +120,12 @@ CASES = [
         "crash: SIGBUS in rank 3",
     ),
     (
+        "rank-signal",
+        "stagebot.harness.suites.sharding_ir.spawn.RankFailure: 2 of 2 ranks failed (gloo): rank 0: stopped after another rank failed; rank 1: killed by SIGSEGV (exit code -11)",
+        "",
+        "crash: SIGSEGV in rank 1",
+    ),
+    (
         "rank-timeout",
         None,
         log("--- rank 0: still running at the deadline after 30 s ---"),

@@ -99,7 +99,7 @@ def run_on_ranks(
                 outcomes[rank] = (False, f"returned a result but exited with code {proc.exitcode}")
         failures = {
             rank: (
-                _why(text, procs[rank].exitcode, timeout_s),
+                _why(text, None if rank in stopped else procs[rank].exitcode, timeout_s),
                 _body(text) + _stderr_tail(logs[rank]),
             )
             for rank, (ok, text) in sorted(outcomes.items())
@@ -122,17 +122,19 @@ def _body(text: str) -> str:
 
 
 def _why(text: str, exitcode: int | None, timeout_s: float) -> str:
-    """One phrase: why a rank failed (its exception, the signal or exit code that ended it)."""
+    """One phrase: why a rank failed (its exception, the signal or exit code that ended it).
+    ``exitcode``: None for a rank the parent stopped; a signal the rank died of comes first (a
+    dying rank can make another fail first, which would otherwise hide its crash)."""
     if text.startswith("still running at the deadline"):
         return f"still running at the deadline after {timeout_s:g} s"
-    if text.startswith("stopped after another rank failed"):
-        return "stopped after another rank failed"
-    if text.startswith("exited with code") and exitcode is not None and exitcode < 0:
+    if exitcode is not None and exitcode < 0:
         try:
             name = signal.Signals(-exitcode).name
         except ValueError:
             name = f"signal {-exitcode}"
         return f"killed by {name} (exit code {exitcode})"
+    if text.startswith("stopped after another rank failed"):
+        return "stopped after another rank failed"
     if text.startswith(("exited with code", "returned a result")):
         return text.splitlines()[0]
     lines = [line for line in text.strip().splitlines() if line and not line.startswith(" ")]

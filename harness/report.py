@@ -25,7 +25,7 @@ from typing import Any
 from stagebot.harness.analysis import BLOCKING, Analysis, analyse
 from stagebot.harness.results import ResultError, StageResult
 from stagebot.harness.streams import read_stream
-from stagebot.templates.markdown import escape
+from stagebot.templates.markdown import Trusted, escape
 
 COMMENT_LIMIT = 65_536
 PARTLY_TESTED = (
@@ -51,6 +51,7 @@ class Report:
     slots: dict[str, list[str]] = field(default_factory=dict)
     reused_tests: dict[str, list[str]] = field(default_factory=dict)
     host: str = ""
+    ignored_results: list[str] = field(default_factory=list)  # result files not accepted
 
     @property
     def exit_code(self) -> int:
@@ -191,6 +192,7 @@ def report_from_record(
         slots=meta.get("slots", {}),
         reused_tests=record.reused_tests,
         host=meta.get("host", ""),
+        ignored_results=list(meta.get("ignored_results") or []),
     )
 
 
@@ -277,7 +279,7 @@ def reply_completed(report: Report) -> str:
 
 def md_code(text: object) -> str:
     """Inline code that survives any content: an HTML <code> with escaped text."""
-    return f"<code>{escape(text)}</code>"
+    return Trusted(f"<code>{escape(text)}</code>")
 
 
 def _json(report: Report) -> dict[str, Any]:

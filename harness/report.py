@@ -25,7 +25,7 @@ from typing import Any
 from stagebot.harness.analysis import BLOCKING, Analysis, analyse
 from stagebot.harness.results import ResultError, StageResult
 from stagebot.harness.streams import read_stream
-from stagebot.templates.markdown import Trusted, escape
+from stagebot.templates.markdown import Trusted, escape, url
 
 COMMENT_LIMIT = 65_536
 PARTLY_TESTED = (
@@ -254,6 +254,7 @@ def render_report(report: Report, fmt: str = "md", *, limit: int = COMMENT_LIMIT
             compact=compact,
             md=escape,
             code=md_code,
+            url=url,
             partly=PARTLY_TESTED,
         )
         if len(text) <= limit:

@@ -233,7 +233,7 @@ def test_the_report_links_each_failure_to_its_stage_job(gh, tmp_path, monkeypatc
     gh.add_job(50000 + 102, "plan (authorize, reply, matrix)")
     failing.whole("/bot run", 102)
     (reply,) = replies(gh)
-    assert f"full log: {job['html_url']}" in reply["body"]
+    assert f'<a href="{job["html_url"]}">full log</a>' in reply["body"]
     assert any(r.route == "list_jobs" for r in gh.requests)
 
 

@@ -225,7 +225,7 @@ def test_a_failures_full_log_links_its_job_in_the_stage_run(gh, tmp_path, monkey
     failing.report(failing.stages(outputs), 103)
     (reply,) = replies(gh)
     assert "completed with state FAILURE" in reply["body"]
-    assert f"full log: {job['html_url']}" in reply["body"]
+    assert f'<a href="{job["html_url"]}">full log</a>' in reply["body"]
 
 
 def test_the_next_plan_takes_the_ledger_the_report_left_and_reuses_everything(gh, flow) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from fixtures.botrun import ROOT
 
+from stagebot.harness.results import SESSION_ID
 from stagebot.harness.shard import ShardContext, run_shard
 from stagebot.stages.plan import MatrixEntry
 
@@ -54,11 +55,12 @@ def test_the_rerun_limit_counts_failures_inclusively(tmp_path, rerun_max_failure
     assert attempts(result) == {"test_wrong_sum": expected, "test_numeric_mismatch": expected}
 
 
-def test_exit_1_without_a_failed_test_is_an_error(tmp_path) -> None:
+def test_exit_1_without_a_failed_test_fails_the_shard(tmp_path) -> None:
+    """pytest's exit status is the suite's verdict: exit 1 with every test passed is a failing
+    session item, never a SUCCESS."""
     result = run_shard(entry("check_silent_exit.py"), ShardContext(out_dir=tmp_path, root=ROOT))
-    assert [t.outcome for t in result.tests] == ["passed"]
-    assert result.state == "ERROR"
-    assert result.evidence.startswith("pytest exited 1 but reported no failed test")
+    assert [(t.test_id, t.outcome) for t in result.tests][-1] == (SESSION_ID, "failed")
+    assert result.state == "FAILURE"
 
 
 def test_exit_1_with_a_flaky_test_is_a_success(tmp_path) -> None:

@@ -24,8 +24,9 @@ from stagebot.bot.cli_options import (
     read_comment,
 )
 from stagebot.bot.run_options import (
-    DEFAULT_LEDGER,
     base_ledger_option,
+    default_ledger,
+    default_out,
     ledger_option,
     out_option,
     pipeline_option,
@@ -81,7 +82,7 @@ def run(
     """Plan COMMENT (or '-' for stdin) and run it here; print the report."""
     from stagebot.bot.grammar import parse_comment
     from stagebot.bot.ledger import Ledger
-    from stagebot.bot.worktree import tree_identity
+    from stagebot.bot.worktree import make_output_folder, repository_root, tree_identity
 
     command = parse_comment(read_comment(comment))
     if command.name not in ("run", "reuse-pipeline"):
@@ -91,13 +92,17 @@ def run(
             "`/bot reuse-pipeline`)"
         )
         return
-    ledger_path = ledger or DEFAULT_LEDGER
+    home = repository_root(Path.cwd())  # the default ledger and out/ live there
+    ledger_path = ledger or default_ledger(home)
     if ledger is None:
-        ledger_path.parent.mkdir(parents=True, exist_ok=True)
+        make_output_folder(ledger_path.parent)
     dirty = False
-    if commit is None:
-        commit, dirty = tree_identity(root)
+    if commit is None:  # stagebot's own outputs are not changes of the tree
+        commit, dirty = tree_identity(root, outputs=(ledger_path, out_dir or home / "out"))
     with Ledger.open(ledger_path) as book:
+        named = command.pipeline_id if command.name == "reuse-pipeline" else command.run.reuse_test
+        if isinstance(named, int):  # a pipeline that does not exist is a usage error
+            book.require_pipeline(named)
         if command.name == "reuse-pipeline":
             code = _reuse_pipeline(book, command, commit, pr, root)
         else:
@@ -115,6 +120,7 @@ def run(
                 number=number,
                 shard_timeout=shard_timeout,
                 root=root,
+                home=home,
             )
             code = _run(command, book, request)
     sys.exit(code)
@@ -137,6 +143,7 @@ class RunRequest:
     number: int | None
     shard_timeout: float | None
     root: Path
+    home: Path  # the repository root of the current folder: the default out/ is there
 
 
 def _run(command, book, request: RunRequest) -> int:
@@ -167,13 +174,26 @@ def _run(command, book, request: RunRequest) -> int:
         branch=request.branch,
         base_commit=request.base_commit,
         number=request.number,
-        meta={"stage_paths": catalog.suspect_patterns([s.stage for s in plan.shards])},
+        meta={
+            "stage_paths": catalog.suspect_patterns([s.stage for s in plan.shards]),
+            "triggered_by": _os_user(),
+        },
     )
     try:
         return _execute(book, number, plan, catalog, command, request)
     except BaseException as error:
         _abort(book, number, error)
         raise
+
+
+def _os_user() -> str:
+    """Who started this local run (the OS user), as the reports say it."""
+    import getpass
+
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # no login name and no passwd entry (a bare container)
+        return "an unknown user"
 
 
 def _abort(book, number: int, error: BaseException) -> None:
@@ -197,6 +217,7 @@ def _abort(book, number: int, error: BaseException) -> None:
 
 def _execute(book, number: int, plan, catalog, command, request: RunRequest) -> int:
     from stagebot.bot.ledger import Ledger, retry_busy
+    from stagebot.bot.worktree import make_output_folder
     from stagebot.harness.executor import Settings, execute
     from stagebot.harness.report import (
         render_report,
@@ -205,7 +226,8 @@ def _execute(book, number: int, plan, catalog, command, request: RunRequest) -> 
         report_from_record,
     )
 
-    out = request.out_dir or Path("out") / f"pipeline-{number}"
+    out = request.out_dir or default_out(request.home, number)
+    make_output_folder(out)
     record = book.pipeline(number)
     click.echo(reply_triggered(report_from_record(record)), nl=False)
     options = command.run

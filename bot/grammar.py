@@ -15,9 +15,11 @@ from dataclasses import dataclass, replace
 
 from stagebot.bot.command import TEST_BACKENDS, Command, RunOptions
 from stagebot.bot.errors import CommandError
-from stagebot.bot.suggest import unknown
+from stagebot.bot.suggest import excerpt, unknown
 
-BOT_LINE = re.compile(r"^[ \t]*/bot(?:[ \t]+(?P<args>.*?))?[ \t]*$")
+# Linear on any line: one unbounded repeat after the literal (a lazy `.*?` before `[ \t]*$`
+# backtracks quadratically on long runs of blanks); the arguments' blanks are stripped after.
+BOT_LINE = re.compile(r"^[ \t]*/bot(?:[ \t](?P<args>.*))?$")
 FENCE = re.compile(r"^[ \t]{0,3}(?P<fence>`{3,}|~{3,})")
 QUOTE = re.compile(r"^[ \t]*>")
 PIPELINE_ID = re.compile(r"^#?(?P<id>[0-9]+)$")
@@ -138,7 +140,7 @@ def _parse_run(args: list[str]) -> Command:
         value: object
         if flag.kind == "bool":
             if inline:
-                raise CommandError(f"{flag.name} takes no value (got {inline!r})")
+                raise CommandError(f"{flag.name} takes no value (got {excerpt(inline)})")
             value = True
         elif flag.kind == "list":
             if inline:
@@ -171,7 +173,7 @@ def _parse_run(args: list[str]) -> Command:
 def _split_list(flag: Flag, raw: str) -> tuple[str, ...]:
     items = tuple(item.strip() for item in raw.split(","))
     if not all(items):
-        raise CommandError(f"{flag.name} has an empty item in {raw!r}; write {flag.metavar}")
+        raise CommandError(f"{flag.name} has an empty item in {excerpt(raw)}; write {flag.metavar}")
     if flag.name == "--test-backend":
         items = tuple(item.lower() for item in items)
         for item in items:
@@ -180,7 +182,7 @@ def _split_list(flag: Flag, raw: str) -> tuple[str, ...]:
     for item in items:
         if not LIST_ITEM.match(item):
             raise CommandError(
-                f"{flag.name} item {item!r} is not a name (letters, digits, _ . - and * "
+                f"{flag.name} item {excerpt(item)} is not a name (letters, digits, _ . - and * "
                 f"wildcards, not starting with -); write {flag.metavar}"
             )
     return items
@@ -195,13 +197,17 @@ def _check_contradictions(given: dict[str, object]) -> None:
 def _pipeline_id(where: str, raw: str) -> int:
     match = PIPELINE_ID.match(raw)
     if not match:
-        raise CommandError(f"{where} takes a pipeline id such as 47634 or #47634, not {raw!r}")
+        raise CommandError(
+            f"{where} takes a pipeline id such as 47634 or #47634, not {excerpt(raw)}"
+        )
     return int(match["id"])
 
 
 def _parse_kill(args: list[str]) -> Command:
     if args:
-        raise CommandError(f"kill takes no arguments (got {' '.join(args)!r}); write /bot kill")
+        raise CommandError(
+            f"kill takes no arguments (got {excerpt(' '.join(args))}); write /bot kill"
+        )
     return Command("kill")
 
 
@@ -221,7 +227,7 @@ def _parse_skip(args: list[str]) -> Command:
 def _parse_reuse_pipeline(args: list[str]) -> Command:
     if len(args) > 1:
         raise CommandError(
-            f"reuse-pipeline takes at most one pipeline id (got {' '.join(args)!r}); "
+            f"reuse-pipeline takes at most one pipeline id (got {excerpt(' '.join(args))}); "
             "write /bot reuse-pipeline [#N]"
         )
     return Command(
@@ -309,9 +315,10 @@ def find_command_line(comment: str) -> tuple[int, str] | None:
             continue
         match = BOT_LINE.match(line)
         if match:
-            found.append((number, match["args"] or ""))
+            found.append((number, (match["args"] or "").strip(" \t")))
     if len(found) > 1:
-        lines = " and ".join(str(number) for number, _ in found)
+        numbers = [str(number) for number, _ in found[:5]]
+        lines = " and ".join(numbers) if len(found) <= 5 else f"{', '.join(numbers)}, …"
         raise CommandError(
             f"found {len(found)} /bot commands (lines {lines}); put one command per comment"
         )

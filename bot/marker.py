@@ -14,7 +14,7 @@ from typing import Any
 from stagebot.bot.errors import StagebotError
 
 MARKER_VERSION = 1
-PIPELINE_STATES = ("RUNNING", "SUCCESS", "FAILURE", "ABORTED")
+PIPELINE_STATES = ("RUNNING", "SUCCESS", "FAILURE", "ABORTED", "NOT_RUN")
 # One line: render() never writes a newline, so a forged, unclosed "<!-- stagebot:{" earlier in
 # the body cannot run on into (and swallow) the real marker.
 MARKER = re.compile(r"<!-- stagebot:(?P<payload>\{[^\n]*?\}) -->")
@@ -29,7 +29,7 @@ class ReplyMarker:
     pipeline: int
     commit: str
     comment_id: int  # the triggering comment
-    state: str  # RUNNING | SUCCESS | FAILURE | ABORTED
+    state: str  # RUNNING | SUCCESS | FAILURE | ABORTED | NOT_RUN
     stages: dict[str, str] = field(default_factory=dict)  # stage -> StageResult state
 
     def render(self) -> str:

@@ -209,6 +209,9 @@ class CommentHandler:
         commit = self.pull.head_sha  # pinned now: later pushes do not change this pipeline
         changed = self.api.changed_files(self.pull.number)
         try:
+            reuse_from = command.run.reuse_test if command.run else None
+            if isinstance(reuse_from, int) and self.ledger is not None:
+                self.ledger.require_pipeline(reuse_from)
             catalog = load_catalog(self.catalog_path)
             plan = plan_run(
                 command,

@@ -13,7 +13,8 @@ INFRA is decided first (from the start of an evidence line: the executor writes 
 ``crashed:`` / ``corrupt output:``, an infrastructure exception's name, or an error message that
 opens with an OOM / NCCL signature; never an AssertionError line), then the base comparison.
 Pipeline state and exit code: any NEW / PRE-EXISTING / UNCLASSIFIED -> FAILURE, 1; only
-INFRA -> FAILURE, 3; cancelled -> ABORTED, 1; otherwise SUCCESS, 0. NEW failures list "suspects":
+INFRA -> FAILURE, 3; cancelled -> ABORTED, 1; no shard ran (each one NOT_RUN or REUSED, at least
+one NOT_RUN) -> NOT_RUN, 4; otherwise SUCCESS, 0. NEW failures list "suspects":
 the PR's changed files that the stage's ``run_if_changed`` patterns or the test's own folder point
 to.
 """
@@ -64,7 +65,7 @@ class Failure:
 @dataclass(frozen=True)
 class Analysis:
     failures: list[Failure]
-    state: str  # SUCCESS | FAILURE | ABORTED
+    state: str  # SUCCESS | FAILURE | ABORTED | NOT_RUN
     exit_code: int
     base_pipeline: int | None
     not_run: list[tuple[str, str]] = field(default_factory=list)  # (stage, why)
@@ -82,6 +83,14 @@ def is_infra(evidence: str | None) -> bool:
     return any(
         INFRA_LINE.match(line) and not ASSERTION_LINE.match(line)
         for line in (evidence or "").splitlines()
+    )
+
+
+def nothing_ran(results: list[StageResult]) -> bool:
+    """No shard ran here, and some could not (this host lacks their GPUs, ``--cpu-slots 0``):
+    not a pass, whatever was reused."""
+    return any(r.state == "NOT_RUN" for r in results) and all(
+        r.state in ("NOT_RUN", "REUSED") for r in results
     )
 
 
@@ -127,6 +136,8 @@ def analyse(
         state, code = "FAILURE", 1
     elif "INFRA" in categories:
         state, code = "FAILURE", 3
+    elif nothing_ran(results):
+        state, code = "NOT_RUN", 4
     else:
         state, code = "SUCCESS", 0
     not_run = [(r.stage, r.evidence or "not run") for r in results if r.state == "NOT_RUN"]

@@ -27,9 +27,18 @@ from stagebot.templates.markdown import escape
 
 COMMENT_LIMIT = 65_536
 PARTLY_TESTED = (
-    "(Partly Tested): this run did not cover the whole default selection, so it cannot set the "
-    "PR's status; comment plain `/bot run` for that."
+    "This run did not cover the whole default selection, so it does not set the PR's status; "
+    "comment plain `/bot run` for that."
 )
+
+
+@dataclass(frozen=True)
+class StatusDecision:
+    """The gating commit status a pipeline sets: ``state`` (success | failure | error) with its
+    ``description``; ``state`` None when the pipeline leaves the status alone (Partly Tested)."""
+
+    state: str | None
+    description: str
 
 
 @dataclass
@@ -38,7 +47,7 @@ class Report:
     commit: str | None
     pr: int | None
     command: str
-    state: str  # pipeline state (SUCCESS | FAILURE | ABORTED | RUNNING)
+    state: str  # pipeline state (SUCCESS | FAILURE | ABORTED | NOT_RUN | RUNNING)
     gating: bool
     partly_tested_reason: str | None
     started_at: str | None
@@ -49,24 +58,61 @@ class Report:
     slots: dict[str, list[str]] = field(default_factory=dict)
     reused_tests: dict[str, list[str]] = field(default_factory=dict)
     host: str = ""
+    triggered_by: str = ""  # who started a local run (the OS user); the bot's replies say it
 
     @property
     def exit_code(self) -> int:
         return self.analysis.exit_code
 
     @property
+    def status(self) -> StatusDecision:
+        """The one decision of the status this pipeline sets: the reply says what `bot publish`
+        sets. A gating pipeline always sets one; shards that could not run make it an error."""
+        own = f"PR_Github #{self.pipeline}"
+        if not self.gating:
+            return StatusDecision(None, "Partly Tested: the status is left alone")
+        if self.state == "FAILURE":
+            return StatusDecision("failure", f"{own} failed: {self.headline()}")
+        if self.state == "ABORTED":
+            return StatusDecision("error", f"{own} was aborted before it finished")
+        if self.state != "SUCCESS" or self.analysis.not_run:
+            missing = len(self.analysis.not_run)
+            return StatusDecision("error", f"{own} could not run {missing} stage(s): not a pass")
+        return StatusDecision("success", f"{own} passed on {self.sha7}")
+
+    @property
     def sets_status(self) -> bool:
-        return self.gating and not self.analysis.not_run
+        return self.status.state is not None
+
+    @property
+    def dirty(self) -> bool:
+        """Run on a work tree with uncommitted changes (bot/worktree.py's identity)."""
+        return "+dirty." in (self.commit or "")
 
     @property
     def sha7(self) -> str:
-        return (self.commit or "unknown")[:7]
+        return (self.commit or "unknown")[:7] + ("+dirty" if self.dirty else "")
+
+    def dirty_note(self) -> str:
+        """Why a dirty tree's run reused nothing recorded for its commit."""
+        sha = (self.commit or "").partition("+")[0]
+        return (
+            f"the work tree differs from commit {sha[:7]}, so this run is recorded as "
+            f"{self.commit} and only that exact state can reuse its results: nothing recorded "
+            f"for {sha[:7]} itself was reused. Commit or stash the changes to reuse results."
+        )
 
     def headline(self) -> str:
         counts = self.analysis.counts()
         blocking = sum(counts[c] for c in BLOCKING)
+        not_run = len(self.analysis.not_run)
         if self.state == "ABORTED":
             return "⏹️ Cancelled before it finished — comment `/bot run` to start again."
+        if self.state == "NOT_RUN":
+            return (
+                f'⚠️ Nothing ran: {not_run} shard(s) could not run on this host (see "Not run") '
+                "— nothing was tested, so this is not a pass."
+            )
         if counts["NEW"]:
             return (
                 f"❌ {counts['NEW']} new failure(s) this PR likely caused — fix them, then "
@@ -85,6 +131,11 @@ class Report:
                 "runtime errors) — comment `/bot run` to retry; reuse re-runs only what failed."
             )
         flaky = f" ({counts['FLAKY']} flaky test(s) listed below)" if counts["FLAKY"] else ""
+        if not_run:
+            return (
+                f"⚠️ Everything that ran passed{flaky}, but {not_run} shard(s) could not run "
+                '(see "Not run") — not a pass.'
+            )
         if not self.sets_status:
             return f"✅ Everything that ran passed{flaky} — Partly Tested, see below."
         return f"✅ All stages passed{flaky} — nothing to do."
@@ -185,6 +236,7 @@ def report_from_record(
         slots=meta.get("slots", {}),
         reused_tests=record.reused_tests,
         host=meta.get("host", ""),
+        triggered_by=meta.get("triggered_by", ""),
     )
 
 
@@ -276,6 +328,7 @@ def _json(report: Report) -> dict[str, Any]:
         "state": report.state,
         "exit_code": report.exit_code,
         "sets_status": report.sets_status,
+        "status": asdict(report.status),
         "headline": report.headline(),
         "stages": [r.to_json() for r in report.results],
         "failures": [

@@ -124,10 +124,11 @@ def test_mixed_run_categories_states_and_not_run(tmp_path, ledger) -> None:
     assert "completed with state FAILURE (Partly Tested)" in done.stdout
 
 
-def test_only_not_run_and_skips_is_success_but_not_gating(tmp_path, ledger) -> None:
+def test_a_run_in_which_nothing_ran_is_not_a_success(tmp_path, ledger) -> None:
     done = run_stages(ledger, tmp_path / "out", "CPU-PyTorch-Skipped-1, H200-PyTorch-1")
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "#### Not run (2)" in done.stdout and "(Partly Tested)" in done.stdout
+    assert done.returncode == 4, done.stdout + done.stderr
+    assert "completed with state NOT_RUN" in done.stdout and "Everything" not in done.stdout
+    assert "#### Not run (2)" in done.stdout and "### ⚠️ Nothing ran" in done.stdout
     assert {r["state"] for r in results(tmp_path / "out").values()} == {"NOT_RUN"}
 
 

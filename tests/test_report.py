@@ -163,11 +163,93 @@ def test_replies() -> None:
     report = fixture_report()
     assert reply_triggered(report) == "PR_Github #12 [ run ] triggered by Bot. Commit: `0123456`\n"
     done = reply_completed(report)
-    assert done.startswith("PR_Github #12 [ run ] completed with state FAILURE (Partly Tested).")
-    assert "cannot set the PR's status" in done  # a NOT_RUN shard: it may not gate
+    # gating with a NOT_RUN shard: it still sets the status (failure here), and the reply says so
+    assert done.startswith("PR_Github #12 [ run ] completed with state FAILURE. Commit")
+    assert "Partly Tested" not in done
+    assert "status is set to **failure**" in done
     report.results.pop()
     report.analysis = analyse(report.results)
     assert "Partly Tested" not in reply_completed(report)
+    report.gating = False
+    partial = reply_completed(report)
+    assert partial.count("Partly Tested") == 1 and "does not set the PR's status" in partial
+
+
+def _gating_report(results, state: str | None = None, gating: bool = True) -> Report:
+    analysis = analyse(results)
+    return Report(
+        pipeline=7,
+        commit="0123456789abcdef",
+        pr=5,
+        command="/bot run",
+        state=state or analysis.state,
+        gating=gating,
+        partly_tested_reason=None if gating else "--stage-list picks the stages",
+        started_at=None,
+        finished_at=None,
+        results=results,
+        analysis=analysis,
+    )
+
+
+@pytest.mark.parametrize(
+    ("states", "gating", "status"),
+    [
+        pytest.param(["SUCCESS"], True, "success", id="all passed"),
+        pytest.param(["SUCCESS", "NOT_RUN"], True, "error", id="passed, one could not run"),
+        pytest.param(["FAILURE", "NOT_RUN"], True, "failure", id="failed, one could not run"),
+        pytest.param(["NOT_RUN", "NOT_RUN"], True, "error", id="nothing ran"),
+        pytest.param(["SUCCESS", "NOT_RUN"], False, None, id="Partly Tested"),
+    ],
+)
+def test_the_reply_says_the_status_publish_sets(states, gating, status) -> None:
+    """One decision (Report.status): what the reply announces is what `bot publish` sets."""
+    tests = {"SUCCESS": "passed", "FAILURE": "failed"}
+    results = [
+        result(
+            f"S-PyTorch-{i}",
+            state,
+            None,
+            None,
+            tests=[Outcome(f"t/test_s.py::t{i}", tests[state], 1.0)] if state in tests else [],
+            evidence="needs 1 x B200 GPU(s)" if state == "NOT_RUN" else None,
+        )
+        for i, state in enumerate(states, start=1)
+    ]
+    report = _gating_report(results, gating=gating)
+    assert report.status.state == status
+    done = reply_completed(report)
+    markdown = render_report(report, "md").split("#### Re-running")[0]  # the header and notes
+    if status is None:
+        assert "Partly Tested" in done and "set to" not in done
+        assert markdown.count("(Partly Tested)") == 2, "the header and the note, each once"
+        assert "(Partly Tested) (Partly Tested)" not in markdown.replace("**", "")
+    else:
+        assert f"status is set to **{status}**" in done and "Partly Tested" not in done
+        assert "Partly Tested" not in markdown
+        assert "✅" not in markdown.splitlines()[0] or status == "success"
+
+
+def test_a_run_in_which_nothing_ran_has_its_own_state() -> None:
+    results = [result("S-PyTorch-1", "NOT_RUN", None, None, evidence="no CPU slot")]
+    report = _gating_report(results)
+    assert (report.analysis.state, report.exit_code) == ("NOT_RUN", 4)
+    assert report.headline().startswith("⚠️ Nothing ran")
+    reused = [*results, result("S-PyTorch-2", "REUSED", None, None)]
+    assert analyse(reused).state == "NOT_RUN", "reused results are not a run here"
+    ran = [*results, result("S-PyTorch-3", "SUCCESS", None, None, tests=[])]
+    assert analyse(ran).state == "SUCCESS"
+
+
+def test_a_dirty_tree_says_so_in_the_headers() -> None:
+    report = fixture_report()
+    report.commit = "0123456789abcdef+dirty.abcdef123456"
+    markdown = render_report(report, "md")
+    html = render_report(report, "html")
+    assert "commit `0123456+dirty`" in markdown
+    assert "**Uncommitted changes:**" in markdown and "nothing recorded for 0123456" in markdown
+    assert "Uncommitted changes" in html and "0123456+dirty" in html
+    assert "Uncommitted" not in render_report(fixture_report(), "md")
 
 
 def test_json_report() -> None:

@@ -30,6 +30,14 @@ HELP_FLAGS = ("-h", "--help")
 LINE_BREAK = re.compile(r"\r\n|\r|\n")
 HTML_COMMENT = re.compile(r"<!--.*?(?:-->|\Z)", re.DOTALL)  # invisible on GitHub
 LIST_ITEM = re.compile(r"^[A-Za-z0-9_*][A-Za-z0-9_*.-]*$")
+# One piece of a shell word (shlex.split's POSIX rules); shlex itself grows each token a character
+# at a time, quadratic on a long token, so the /bot line is split with this instead.
+WORD_PIECE = re.compile(
+    r"(?P<plain>[^ \t\r\n\"'\\]+)|\\(?P<escaped>.)|\"(?P<double>(?:[^\"\\]|\\.)*)\""
+    r"|'(?P<single>[^']*)'|(?P<blank>[ \t\r\n]+)",
+    re.DOTALL,
+)
+DOUBLE_QUOTED_ESCAPE = re.compile(r'\\(["\\])')
 
 
 @dataclass(frozen=True)
@@ -297,6 +305,36 @@ SUBCOMMANDS: dict[str, Subcommand] = {
 }
 
 
+def split_words(line: str) -> list[str]:
+    """``shlex.split(line)`` in linear time: blanks separate words, quotes group them, a
+    backslash escapes the next character (in double quotes only ``"`` and ``\\``)."""
+    words: list[str] = []
+    pieces: list[str] | None = None  # the word being read (None: between words)
+    position = 0
+    while position < len(line):
+        match = WORD_PIECE.match(line, position)
+        if match is None:  # an unclosed quote, or a backslash at the very end
+            rest = line[position:]
+            trailing = len(rest) - len(rest.rstrip("\\"))
+            cut_escape = rest[0] == "\\" or (rest[0] == '"' and trailing % 2 == 1)
+            raise ValueError("No escaped character" if cut_escape else "No closing quotation")
+        position = match.end()
+        if match["blank"] is not None:
+            if pieces is not None:
+                words.append("".join(pieces))
+            pieces = None
+            continue
+        if match["double"] is not None:
+            piece = DOUBLE_QUOTED_ESCAPE.sub(r"\1", match["double"])
+        else:
+            piece = next(p for p in match.group("plain", "escaped", "single") if p is not None)
+        pieces = pieces if pieces is not None else []
+        pieces.append(piece)
+    if pieces is not None:
+        words.append("".join(pieces))
+    return words
+
+
 def find_command_line(comment: str) -> tuple[int, str] | None:
     """Return (1-based line number, arguments) of the comment's one `/bot` line, or None."""
     found: list[tuple[int, str]] = []
@@ -332,7 +370,7 @@ def parse_comment(comment: str) -> Command:
         return Command(None)
     number, raw = located
     try:
-        args = shlex.split(raw.translate(TYPOGRAPHIC_QUOTES))
+        args = split_words(raw.translate(TYPOGRAPHIC_QUOTES))
     except ValueError as error:
         raise CommandError(f"cannot split the /bot line on line {number}: {error}") from None
     if not args:

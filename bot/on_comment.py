@@ -158,6 +158,7 @@ class CommentHandler:
     replies: list[Reply] = field(init=False, default_factory=list)
     pipeline: int = field(init=False, default=0)
     pull: PullRequest = field(init=False)
+    resuming: Reply | None = field(init=False, default=None)
 
     @property
     def ledger(self) -> Ledger | None:
@@ -172,11 +173,12 @@ class CommentHandler:
         self.replies = our_replies(self.api.comments(number), self.config.bot_login)
         self.ledger_source.trusted = lambda: ledger_digests(self.replies)
         earlier = reply_to(self.replies, self.event.comment_id)
-        if earlier is not None:
+        if earlier is not None and not self._unfinished(earlier):
             return Outcome(
                 f"no-op: comment {self.event.comment_id} was already handled "
                 f"(reply {earlier.comment.id}, pipeline #{earlier.marker.pipeline})"
             )
+        self.resuming = earlier  # a re-run of this workflow run's plan job: finish the pipeline
         self.pipeline = self.env.run_number or next_pipeline(self.replies)
         self.pull = self.api.pull(number)
         try:
@@ -199,6 +201,17 @@ class CommentHandler:
             "reuse-pipeline": self._reuse_pipeline,
         }[command.name]
         return handler(command)
+
+    def _unfinished(self, earlier: Reply) -> bool:
+        """Our reply to this comment says RUNNING for this very workflow run, and this is a
+        re-run attempt: the plan job posted the reply, then failed (e.g. the status write kept
+        failing). A second delivery of the event is a new run, and stays a no-op."""
+        return (
+            earlier.marker.state == "RUNNING"
+            and self.env.run_attempt > 1
+            and self.env.run_number is not None
+            and earlier.marker.pipeline == self.env.run_number
+        )
 
     # ---- commands
     def _run(self, command: Command) -> Outcome:
@@ -231,7 +244,8 @@ class CommentHandler:
         self.api.react(self.event.comment_id, "eyes")
         cancelled = self._stop_running(f"Superseded by PR_Github #{self.pipeline}.")
         entries = [entry.to_json() for entry in matrix_entries(plan, catalog, self.pipeline)]
-        if self.ledger is not None:
+        recorded = self.ledger.pipeline(self.pipeline, with_results=False) if self.ledger else None
+        if self.ledger is not None and recorded is None:  # a re-run may find it recorded
             self.ledger.start_pipeline(
                 command=command.to_json(),
                 commit=commit,
@@ -412,6 +426,12 @@ class CommentHandler:
             )
             return found.comment if found else None
 
-        comment = self.api.create_comment(self.pull.number, body, recover=landed)
+        if self.resuming is not None:  # the reply a failed attempt posted: edit it in place
+            comment = replace(self.resuming.comment, body=body)
+            self.api.edit_comment(comment.id, body)
+            self.replies.remove(self.resuming)
+            self.resuming = None
+        else:
+            comment = self.api.create_comment(self.pull.number, body, recover=landed)
         self.replies.append(Reply(comment, marker))
         return comment

@@ -321,6 +321,24 @@ def test_commands_that_run_nothing(tmp_path, ledger) -> None:
     assert bad.returncode == 2 and "unknown stage 'Nope-1'" in bad.stderr
 
 
+def test_naming_a_pipeline_that_does_not_exist_is_an_error(tmp_path, ledger) -> None:
+    first = run_stages(ledger, tmp_path / "o", "CPU-Build_Check")
+    assert first.returncode == 0, first.stderr
+    for comment in (
+        "/bot reuse-pipeline 7",
+        '/bot run --stage-list "CPU-Build_Check" --reuse-test 7',
+    ):
+        done = bot(
+            "run", "--catalog", str(CATALOG), "--ledger", str(ledger), "--commit", "c0ffee", comment
+        )
+        assert done.returncode == 2, done.stdout + done.stderr
+        assert (
+            done.stderr.startswith("Error: pipeline #7 is not in the ledger")
+            and "(it has #1)" in done.stderr
+        )
+        assert len(done.stderr.strip().splitlines()) == 1
+
+
 def test_reuse_pipeline_validates_only_successful_gating_runs(tmp_path, ledger) -> None:
     partial = run_stages(ledger, tmp_path / "o", "CPU-PyTorch-Waived-1")
     assert partial.returncode == 0

@@ -458,6 +458,29 @@ def test_unreachable_github_exits_non_zero(gh, handle) -> None:
     assert result.outputs == {} and gh.writes() == []
 
 
+def test_a_plan_job_whose_status_write_failed_can_be_re_run(gh, handle, tmp_path) -> None:
+    """The reply landed, then the pending status kept failing (exit 3): re-running the plan job
+    (the same workflow run) finishes the pipeline instead of answering "already handled"."""
+    ledger = tmp_path / "ledger.sqlite"
+    gh.fail("5xx", route="create_status", times=100)
+    failed = handle("/bot run", args=("--ledger", str(ledger)))
+    assert failed.code == 3 and "set" in failed.err and status(gh) is None
+    (reply,) = replies(gh)
+    assert marker_of(reply).state == "RUNNING"
+    gh.faults.clear()
+    delivered_again = handle("/bot run", args=("--ledger", str(ledger)))
+    assert "already handled" in delivered_again.out, "only a re-run attempt resumes"
+    retry = {"GITHUB_RUN_ATTEMPT": "2"}
+    again = handle("/bot run", args=("--ledger", str(ledger)), env=retry)
+    assert again.code == 0 and again.outputs["run"] == "true", again.out + again.err
+    assert again.outputs["pipeline"] == "101" and again.matrix
+    assert status(gh)["state"] == "pending" and "PR_Github #101" in status(gh)["description"]
+    (edited,) = replies(gh)
+    assert edited["id"] == reply["id"] and marker_of(edited).state == "RUNNING"
+    later = handle("/bot run", run_number=102, args=("--ledger", str(ledger)), env=retry)
+    assert later.outputs["run"] == "false" and "already handled" in later.out
+
+
 def test_every_endpoint_failing_twice_still_gives_one_reply_and_status(gh, handle) -> None:
     gh.fail_every_endpoint(2, ("5xx-after-write", "403"))
     result = handle("/bot run")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import sys
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 
 import click
@@ -19,6 +20,7 @@ from stagebot.bot.cli_options import (
     changed_files_option,
     comment_argument,
     commit_option,
+    json_option,
     pr_option,
     read_changed_files,
     read_comment,
@@ -62,6 +64,7 @@ DEFAULT_BRANCH = "main"
 @pipeline_option("Use this pipeline number (in Actions: the workflow run number).")
 @shard_timeout_option
 @root_option
+@json_option
 @comment_argument
 def run(
     catalog,
@@ -77,9 +80,11 @@ def run(
     number,
     shard_timeout,
     root,
+    as_json,
     comment,
 ) -> None:
-    """Plan COMMENT (or '-' for stdin) and run it here; print the report."""
+    """Plan COMMENT (or '-' for stdin) and run it here; print the report (with --json: the
+    report as JSON on stdout, the rest on stderr)."""
     from stagebot.bot.grammar import parse_comment
     from stagebot.bot.ledger import Ledger
     from stagebot.bot.worktree import make_output_folder, repository_root, tree_identity
@@ -121,6 +126,7 @@ def run(
                 shard_timeout=shard_timeout,
                 root=root,
                 home=home,
+                as_json=as_json,
             )
             code = _run(command, book, request)
     sys.exit(code)
@@ -144,6 +150,7 @@ class RunRequest:
     shard_timeout: float | None
     root: Path
     home: Path  # the repository root of the current folder: the default out/ is there
+    as_json: bool = False  # stdout: only the JSON report
 
 
 def _run(command, book, request: RunRequest) -> int:
@@ -229,7 +236,8 @@ def _execute(book, number: int, plan, catalog, command, request: RunRequest) -> 
     out = request.out_dir or default_out(request.home, number)
     make_output_folder(out)
     record = book.pipeline(number)
-    click.echo(reply_triggered(report_from_record(record)), nl=False)
+    say = partial(click.echo, err=request.as_json)  # with --json, stdout is the JSON alone
+    say(reply_triggered(report_from_record(record)), nl=False)
     options = command.run
     settings = Settings(
         out_dir=out,
@@ -268,9 +276,11 @@ def _execute(book, number: int, plan, catalog, command, request: RunRequest) -> 
     markdown = render_report(report, "md")
     (out / "report.md").write_text(markdown)
     (out / "report.html").write_text(render_report(report, "html"))
-    click.echo(markdown)
-    click.echo(reply_completed(report), nl=False)
-    click.echo(f"reports: {out / 'report.md'}, {out / 'report.html'}; ledger: {book.path}")
+    say(markdown)
+    say(reply_completed(report), nl=False)
+    say(f"reports: {out / 'report.md'}, {out / 'report.html'}; ledger: {book.path}")
+    if request.as_json:
+        click.echo(render_report(report, "json"), nl=False)
     return report.exit_code
 
 

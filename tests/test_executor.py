@@ -305,7 +305,8 @@ def test_run_stage_from_a_matrix_entry(tmp_path) -> None:
 
 
 def test_report_usage_errors(tmp_path) -> None:
-    assert bot("report").returncode == 2
+    both = bot("report", "--ledger", str(tmp_path / "l.sqlite"), "--results", str(tmp_path))
+    assert both.returncode == 2 and "not both" in both.stderr
     empty = tmp_path / "empty"
     empty.mkdir()
     missing = bot("report", "--results", str(empty))

@@ -1,8 +1,10 @@
 """The code a local run tests: the repository root from any subfolder, and a tree identity that
-stagebot's own outputs never make dirty (else the next run silently reuses nothing)."""
+stagebot's own outputs never make dirty (else the next run silently reuses nothing); and the
+commands a new user types there first (`bot report`, `bot stages`, `bot run --json`)."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -91,3 +93,37 @@ def test_reuse_from_a_subfolder_and_another_out(repo: Path) -> None:
     assert third.returncode == 0, third.stdout + third.stderr
     assert "| CPU-Build_Check | SUCCESS |" in third.stdout
     assert "+dirty`" in third.stdout and "**Uncommitted changes:**" in third.stdout
+
+
+def test_first_commands_from_a_subfolder(repo: Path) -> None:
+    catalog = str(repo / "catalog.yaml")
+    sub = repo / "sub"
+    nothing = _bot(sub, "report")
+    assert nothing.returncode == 2 and nothing.stderr.startswith("Error: no ledger at ")
+    done = _bot(sub, "run", "--json", "--catalog", catalog, COMMENT)
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)  # stdout is the JSON report alone; the rest went to stderr
+    assert data["pipeline"] == 1 and data["state"] == "SUCCESS" and data["exit_code"] == 0
+    assert "completed with state SUCCESS" in done.stderr
+    again = _bot(sub, "run", "--catalog", catalog, COMMENT)
+    assert again.returncode == 0
+    newest = _bot(sub, "report")  # the default ledger's newest pipeline
+    assert newest.returncode == 0 and "**Pipeline #2**" in newest.stdout, newest.stderr
+    assert "| CPU-Build_Check | REUSED |" in newest.stdout
+
+
+def test_stages_lists_by_default_and_takes_paths_inside_the_repository() -> None:
+    from fixtures.botrun import ROOT, bot
+
+    listing = bot("stages")
+    assert listing.returncode == 0 and listing.stdout.startswith("STAGE ")
+    assert bot("stages", "--list").stdout == listing.stdout
+    suite = ROOT / "harness" / "suites" / "nvfp4_moe" / "test_layouts.py"
+    plain = bot("stages", "--test", "harness/suites/nvfp4_moe/test_layouts.py")
+    assert plain.returncode == 0 and "CPU-PyTorch-1" in plain.stdout
+    for spelling in ("./harness/suites/nvfp4_moe/test_layouts.py", str(suite), f"{suite}::t"):
+        assert bot("stages", "--test", spelling).stdout == plain.stdout, spelling
+    outside = bot("stages", "--test", "/elsewhere/test_x.py")
+    assert outside.returncode == 2 and "outside the repository" in outside.stderr
+    both = bot("stages", "--list", "--stage", "CPU-PyTorch-1")
+    assert both.returncode == 2

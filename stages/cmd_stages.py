@@ -41,8 +41,8 @@ def stages(catalog, list_all: bool, stage_name: str | None, test_id: str | None)
 
 
 def _repository_relative(test_id: str) -> str:
-    """``./path`` or an absolute path inside the repository, as the catalog writes suite paths
-    (relative to the repository root), node id kept: ``/repo/tests/a.py::t`` -> ``tests/a.py::t``."""
+    """``./path`` or an absolute path inside the repository as the catalog writes suite paths
+    (from the repository root), node id kept: ``/repo/tests/a.py::t`` -> ``tests/a.py::t``."""
     from stagebot.bot.worktree import repository_root
 
     path, sep, node = test_id.partition("::")

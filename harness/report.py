@@ -15,17 +15,24 @@ looks like HTML (so test output can never forge the bot's hidden reply marker).
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stagebot.harness.analysis import BLOCKING, Analysis, analyse
 from stagebot.harness.results import ResultError, StageResult, TestOutcome
 from stagebot.harness.streams import read_stream
 from stagebot.templates.markdown import escape
 
+if TYPE_CHECKING:
+    from markupsafe import Markup
+
 COMMENT_LIMIT = 65_536
+HEADLINE_MARKS = re.compile("(?:✅|❌|⚠️|⏹️|🛠️) ?")
+INLINE_CODE = re.compile(r"`([^`]+)`")
+TICK_STEPS_S = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 14_400, 28_800)
 PARTLY_TESTED = (
     "This run did not cover the whole default selection, so it does not set the PR's status; "
     "comment plain `/bot run` for that."
@@ -172,7 +179,14 @@ class Report:
             for lane in self.slots.get(result.stage) or result.gpus or ["CPU"]:
                 spans.append((lane, start, max(end, start), result))
         if not spans:
-            return {"lanes": [], "bars": [], "width": width, "height": lane_height, "span": 0}
+            return {
+                "lanes": [],
+                "bars": [],
+                "ticks": [],
+                "width": width,
+                "height": lane_height,
+                "span": 0,
+            }
         t0 = min(s for _, s, _, _ in spans)
         span = max(e for _, _, e, _ in spans) - t0 or 1.0
         lanes = sorted({lane for lane, *_ in spans})
@@ -190,11 +204,19 @@ class Report:
             }
             for lane, start, end, result in spans
         ]
+        step = next((s for s in TICK_STEPS_S if span / s <= 6), span)
+        ticks = [
+            {"x": round(label + t * scale, 1), "label": f"{t:g}s" if t < 60 else _duration(t)}
+            for t in (i * step for i in range(int(span // step) + 1))
+        ]
+        lanes_height = len(lanes) * lane_height + 8
         return {
             "lanes": [{"name": n, "y": i * lane_height + 4} for i, n in enumerate(lanes)],
             "bars": bars,
+            "ticks": ticks,  # the time axis: elapsed time since the first shard started
             "width": width,
-            "height": len(lanes) * lane_height + 8,
+            "lanes_height": lanes_height,
+            "height": lanes_height + 18,
             "span": _duration(span),
         }
 
@@ -281,7 +303,7 @@ def render_report(report: Report, fmt: str = "md", *, limit: int = COMMENT_LIMIT
     from stagebot.templates import render_template
 
     if fmt == "html":
-        return render_template("report.html.j2", r=report, partly=PARTLY_TESTED)
+        return render_template("report.html.j2", r=report, partly=PARTLY_TESTED, inline=html_inline)
     if fmt != "md":
         raise ValueError(f"unknown report format {fmt!r}; expected md, html or json")
     for compact in (0, 1, 2):
@@ -300,6 +322,15 @@ def render_report(report: Report, fmt: str = "md", *, limit: int = COMMENT_LIMIT
         "(`bot report --format html`)."
     )
     return text[: limit - len(pointer)] + pointer
+
+
+def html_inline(text: object) -> Markup:
+    """Report text for the HTML page: escaped, `code` spans as <code>, and without the emoji
+    marks (a browser without an emoji font draws boxes; the state has its own colour there)."""
+    from markupsafe import Markup, escape
+
+    plain = HEADLINE_MARKS.sub("", str(text))
+    return Markup(INLINE_CODE.sub(r"<code>\1</code>", str(escape(plain))))
 
 
 def reply_triggered(report: Report) -> str:

@@ -269,14 +269,8 @@ def test_json_report() -> None:
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (apt-get install chromium)")
-def test_html_report_in_headless_chromium(tmp_path: Path) -> None:
-    report = fixture_report()
-    page = tmp_path / "report.html"
-    page.write_text(render_report(report, "html"))
-    static = Counter()
-    static.feed(page.read_text())
-    assert static.external == []  # self-contained: nothing to fetch
+def dump_dom(page: Path, tmp_path: Path) -> subprocess.CompletedProcess:
+    """The DOM of ``page`` as headless Chromium built it (its scripts run first)."""
     done = subprocess.run(
         [
             CHROMIUM,
@@ -287,6 +281,7 @@ def test_html_report_in_headless_chromium(tmp_path: Path) -> None:
             "--disable-component-update",
             "--disable-sync",
             "--no-first-run",
+            "--window-size=1280,1000",
             f"--user-data-dir={tmp_path / 'profile'}",
             "--dump-dom",
             page.as_uri(),
@@ -296,6 +291,18 @@ def test_html_report_in_headless_chromium(tmp_path: Path) -> None:
         timeout=120,
     )
     assert done.returncode == 0, done.stderr[-2000:]
+    return done
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (apt-get install chromium)")
+def test_html_report_in_headless_chromium(tmp_path: Path) -> None:
+    report = fixture_report()
+    page = tmp_path / "report.html"
+    page.write_text(render_report(report, "html"))
+    static = Counter()
+    static.feed(page.read_text())
+    assert static.external == []  # self-contained: nothing to fetch
+    done = dump_dom(page, tmp_path)
     dom = Counter()
     dom.feed(done.stdout)  # the DOM as Chromium built it
     assert dom.bars == 7  # a bar per slot held: 3 one-GPU shards + one 4-GPU shard
@@ -304,3 +311,38 @@ def test_html_report_in_headless_chromium(tmp_path: Path) -> None:
     assert "@octocat &lt;!-- stagebot" in done.stdout  # escaped text, not markup
     lanes = re.findall(r'<text class="lane"[^>]*>([^<]+)</text>', done.stdout)
     assert lanes == ["0", "1", "2", "3"]  # reused / not-run shards hold no slot
+
+
+EMOJI = re.compile("[\u2600-\u27bf\U0001f300-\U0001faff\ufe0f]")
+# measures the laid-out page: appended to a copy of the report (the report itself has no script)
+MEASURE = """<script>
+const cell = (table, column) => document.querySelector(`#${table} tr:nth-child(2) td:nth-child(${column})`);
+document.body.dataset.stageWidth = cell("failures", 3).getBoundingClientRect().width;
+const text = document.createRange();
+text.selectNodeContents(cell("failures", 3));
+document.body.dataset.stageLines = text.getClientRects().length;
+document.body.dataset.pageWidth = document.documentElement.scrollWidth;
+</script>"""
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (apt-get install chromium)")
+def test_html_report_reads_well_in_chromium(tmp_path: Path) -> None:
+    """No emoji boxes or literal backticks in the headline, a time axis under the timeline, and
+    a long test id wraps in its own cell instead of squeezing the stage names."""
+    report = fixture_report()
+    long_id = "harness/suites/x/test_equivalence.py::test_case[" + "-".join(["param"] * 40) + "]"
+    report.results[1].tests[0] = Outcome(long_id, "failed", 1.0, "AssertionError: " + "x" * 400)
+    report.state = "ABORTED"  # its headline says "comment `/bot run` to start again"
+    report.analysis = analyse(report.results, cancelled=True)
+    page = tmp_path / "report.html"
+    page.write_text(render_report(report, "html") + MEASURE)
+    dom = dump_dom(page, tmp_path).stdout
+    headline = re.search(r"<h1>(.*?)</h1>", dom, re.S)[1]
+    assert not EMOJI.search(headline) and "`" not in headline
+    assert "<code>/bot run</code>" in headline
+    ticks = re.findall(r'<text class="tick"[^>]*>([^<]+)</text>', dom)
+    assert ticks[0] == "0s" and len(ticks) >= 3
+    measured = {k: float(v) for k, v in re.findall(r'data-(\w+)-width="([\d.]+)"', dom)}
+    lines = int(re.search(r'data-stage-lines="(\d+)"', dom)[1])
+    assert measured["stage"] >= 80 and lines == 1, "the stage name stays on one line"
+    assert measured["page"] <= 1280, "nothing widens the page past the window"

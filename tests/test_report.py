@@ -316,7 +316,8 @@ def test_html_report_in_headless_chromium(tmp_path: Path) -> None:
 EMOJI = re.compile("[\u2600-\u27bf\U0001f300-\U0001faff\ufe0f]")
 # measures the laid-out page: appended to a copy of the report (the report itself has no script)
 MEASURE = """<script>
-const cell = (table, column) => document.querySelector(`#${table} tr:nth-child(2) td:nth-child(${column})`);
+const cell = (table, column) =>
+  document.querySelector(`#${table} tr:nth-child(2) td:nth-child(${column})`);
 document.body.dataset.stageWidth = cell("failures", 3).getBoundingClientRect().width;
 const text = document.createRange();
 text.selectNodeContents(cell("failures", 3));

@@ -325,6 +325,20 @@ def test_unknown_stage_is_answered_like_a_parse_error(gh, handle) -> None:
     assert reactions(gh) == ["confused"]
 
 
+def test_reusing_a_pipeline_the_ledger_lacks_names_those_it_has(gh, handle, tmp_path) -> None:
+    ledger = tmp_path / "ledger.sqlite"
+    assert handle("/bot run", args=("--ledger", str(ledger))).outputs["run"] == "true"
+    result = handle(
+        "/bot run --reuse-test 99",
+        comment_id=COMMENT_ID + 1,
+        run_number=102,
+        args=("--ledger", str(ledger)),
+    )
+    assert_nothing_ran(result)
+    reply = replies(gh)[-1]
+    assert "pipeline #99 is not in the ledger" in reply["body"] and "it has #101" in reply["body"]
+
+
 def test_user_text_in_replies_cannot_mention_or_forge_a_marker(gh, handle) -> None:
     handle('/bot run --stage-list "@everyone<!-- stagebot:{} -->"')
     (reply,) = replies(gh)

@@ -342,7 +342,7 @@ def reply_triggered(report: Report) -> str:
 def reply_completed(report: Report) -> str:
     from stagebot.templates import render_template
 
-    return render_template("report_reply_completed.md.j2", r=report, partly=PARTLY_TESTED)
+    return render_template("report_reply_completed.md.j2", r=report)
 
 
 def md_code(text: object) -> str:

@@ -2,7 +2,8 @@
 
 Exit codes: 0 SUCCESS; 1 a NEW / PRE-EXISTING / UNCLASSIFIED failure, or the run was cancelled
 (ABORTED); 3 only infrastructure failures, or the ledger is unusable (nothing ran then);
-2 a usage error. `/bot reuse-pipeline [N]` records that the commit is validated by N.
+4 nothing ran (NOT_RUN: no shard could run on this host); 2 a usage error (a pipeline the
+ledger lacks included). `/bot reuse-pipeline [N]` records that the commit is validated by N.
 """
 
 from __future__ import annotations

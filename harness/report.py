@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from stagebot.harness.analysis import BLOCKING, Analysis, analyse
 from stagebot.harness.results import ResultError, StageResult, TestOutcome
 from stagebot.harness.streams import read_stream
-from stagebot.templates.markdown import escape
+from stagebot.templates.markdown import Trusted, escape
 
 if TYPE_CHECKING:
     from markupsafe import Markup
@@ -66,6 +66,7 @@ class Report:
     reused_tests: dict[str, list[str]] = field(default_factory=dict)
     host: str = ""
     triggered_by: str = ""  # who started a local run (the OS user); the bot's replies say it
+    ignored_results: list[str] = field(default_factory=list)  # result files not accepted
 
     @property
     def exit_code(self) -> int:
@@ -259,6 +260,7 @@ def report_from_record(
         reused_tests=record.reused_tests,
         host=meta.get("host", ""),
         triggered_by=meta.get("triggered_by", ""),
+        ignored_results=list(meta.get("ignored_results") or []),
     )
 
 
@@ -347,7 +349,7 @@ def reply_completed(report: Report) -> str:
 
 def md_code(text: object) -> str:
     """Inline code that survives any content: an HTML <code> with escaped text."""
-    return f"<code>{escape(text)}</code>"
+    return Trusted(f"<code>{escape(text)}</code>")
 
 
 def _json(report: Report) -> dict[str, Any]:

@@ -50,6 +50,7 @@ CASES = {
         lambda: _reply(
             "triggered",
             command="/bot run",
+            commit=SHA,
             cancelled=[3],
             counts={"run": 2, "reuse": 1, "skip": 0},
             partly_tested_reason=None,

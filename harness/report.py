@@ -144,7 +144,7 @@ class Report:
                 f"⚠️ Everything that ran passed{flaky}, but {not_run} shard(s) could not run "
                 '(see "Not run") — not a pass.'
             )
-        if not self.sets_status:
+        if not self.gating:
             return f"✅ Everything that ran passed{flaky} — Partly Tested, see below."
         return f"✅ All stages passed{flaky} — nothing to do."
 

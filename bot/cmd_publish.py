@@ -86,10 +86,27 @@ from stagebot.bot.errors import StagebotError
     help="The plan job's artifact_digest output: --plan and --ledger must match it, or nothing "
     "is published (exit 3).",
 )
+@click.option(
+    "--stage-run-id",
+    type=click.IntRange(min=1),
+    default=None,
+    help="The workflow run whose jobs ran the stages (their pages are the full logs the report "
+    "links; default: this run, GITHUB_RUN_ID).",
+)
 def publish(
-    results, ledger, plan_path, base_ledger, pipeline, cancelled, out, config_path, artifact_digest
+    results,
+    ledger,
+    plan_path,
+    base_ledger,
+    pipeline,
+    cancelled,
+    out,
+    config_path,
+    artifact_digest,
+    stage_run_id=None,
 ):
     """Record StageResults, render the report, edit the reply, set the status."""
+    from stagebot.bot.base import select_base
     from stagebot.bot.config import load_config
     from stagebot.bot.github import ActionsEnv, RetryPolicy, connect
     from stagebot.bot.ledger import Ledger
@@ -111,14 +128,21 @@ def publish(
         record = _start_from_plan(book, number, plan_path)
     plan = record.plan or {}
     ignored = _record_results(book, number, plan, Path(results), cancelled)
-    base = (base_book or book).base_pipeline(
-        record.base_commit, default_branch(env.event_path), exclude=None if base_book else number
+    base = select_base(
+        book,
+        base_book=base_book,
+        base_commit=record.base_commit,
+        default_branch=default_branch(env.event_path),
+        exclude=number,
     )
-    outcomes = (base_book or book).test_outcomes(base) if base is not None else None
     record = book.pipeline(number)
-    report = report_from_record(record, base=outcomes, base_pipeline=base, cancelled=cancelled)
+    links, warning = _job_links(api, stage_run_id or env.run_id)
+    lines += warning
+    report = report_from_record(record, base=base, cancelled=cancelled, log_links=links)
     book.finish_pipeline(
-        number, report.analysis.state, meta={"base_pipeline": base, "ignored_results": ignored}
+        number,
+        report.analysis.state,
+        meta={"base_pipeline": base.pipeline, "ignored_results": ignored},
     )
     report.ignored_results = ignored
     report.state = report.analysis.state
@@ -133,6 +157,20 @@ def publish(
     else:
         lines += _record_main_ledger(api, ledger)
     click.echo("\n".join(lines))
+
+
+def _job_links(api, run_id: int | None) -> tuple[dict[str, str], list[str]]:
+    """(stage -> its job's page: the full log; what to say): a stage job is named after its
+    stage, so the jobs of the stage run link each stage's log. Without a run id (not in Actions)
+    or when GitHub will not say, the report links nothing."""
+    from stagebot.bot.github import GitHubError
+
+    if run_id is None:
+        return {}, []
+    try:
+        return api.job_urls(run_id), []
+    except GitHubError as error:
+        return {}, [f"warning: the stage jobs' log links are left out ({error})"]
 
 
 def _main_ledger(api, path: Path | None):

@@ -1,4 +1,5 @@
-"""`bot report`: render a recorded pipeline, or one assembled from StageResult files."""
+"""`bot report`: render a recorded pipeline, or one assembled from StageResult files; both against
+the same base selection (``bot/base.py``)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,14 @@ from pathlib import Path
 
 import click
 
-from stagebot.bot.run_options import base_ledger_option, ledger_option, pipeline_option
+from stagebot.bot.errors import StagebotError
+from stagebot.bot.run_options import (
+    base_ledger_option,
+    default_ledger,
+    ledger_option,
+    pipeline_option,
+    root_option,
+)
 
 
 @click.command("report")
@@ -23,31 +31,47 @@ from stagebot.bot.run_options import base_ledger_option, ledger_option, pipeline
     "--format", "fmt", type=click.Choice(["md", "html", "json"]), default="md", show_default=True
 )
 @base_ledger_option
-def report(ledger, number, results, fmt, base_ledger) -> None:
-    """Render a pipeline's report (--ledger PATH [--pipeline N] | --results DIR)."""
+@click.option(
+    "--base-commit", default=None, help="With --results: the base commit to compare with."
+)
+@root_option
+def report(ledger, number, results, fmt, base_ledger, base_commit, root) -> None:
+    """Render a pipeline's report: from a ledger (default: `bot run`'s, the newest pipeline)
+    or from a folder of StageResult files (--results DIR)."""
+    from stagebot.bot.base import select_base
     from stagebot.bot.ledger import Ledger
+    from stagebot.bot.worktree import repository_root
     from stagebot.harness.report import render_report, report_from_record, report_from_results
 
-    if (ledger is None) == (results is None):
-        raise click.UsageError(
-            "give exactly one of --ledger PATH (with --pipeline N) or --results DIR"
-        )
-    if results is not None:
-        click.echo(render_report(report_from_results(results, pipeline=number), fmt), nl=False)
-        return
+    if ledger is not None and results is not None:
+        raise click.UsageError("give --ledger PATH or --results DIR, not both")
+    if ledger is None and results is None:
+        ledger = default_ledger(repository_root(Path.cwd()))
+        if not ledger.exists():
+            raise StagebotError(
+                f"no ledger at {ledger} (`bot run` writes it there): run `bot run` first, "
+                "or give --ledger PATH or --results DIR"
+            )
     with ExitStack() as stack:
-        book = stack.enter_context(Ledger.open(ledger, readonly=True))
-        number = number or book.latest_number()
-        record = book.pipeline(number) if number else None
-        if record is None:
-            why = f"has no pipeline #{number}" if number else "has no pipeline yet"
-            raise click.BadParameter(f"{ledger} {why}", param_hint="--pipeline")
         base_book = (
-            stack.enter_context(Ledger.open(base_ledger, readonly=True)) if base_ledger else book
+            stack.enter_context(Ledger.open(base_ledger, readonly=True)) if base_ledger else None
         )
-        base = record.meta.get("base_pipeline")
-        if base_ledger:
-            base = base_book.base_pipeline(record.base_commit, "main")
-        outcomes = base_book.test_outcomes(base) if base else None
-    rendered = report_from_record(record, base=outcomes, base_pipeline=base)
+        if results is not None:
+            base = select_base(None, base_book=base_book, base_commit=base_commit)
+            rendered = report_from_results(results, pipeline=number, base=base)
+        else:
+            book = stack.enter_context(Ledger.open(ledger, readonly=True))
+            number = number or book.latest_number()
+            record = book.pipeline(number) if number else None
+            if record is None:
+                why = f"has no pipeline #{number}" if number else "has no pipeline yet"
+                raise click.BadParameter(f"{ledger} {why}", param_hint="--pipeline")
+            base = select_base(
+                book,
+                base_book=base_book,
+                base_commit=record.base_commit or base_commit,
+                exclude=record.number,
+                pinned=record.meta.get("base_pipeline"),
+            )
+            rendered = report_from_record(record, base=base, root=root)
     click.echo(render_report(rendered, fmt), nl=False)

@@ -2,7 +2,8 @@
 
 Exit codes: 0 SUCCESS; 1 a NEW / PRE-EXISTING / UNCLASSIFIED failure, or the run was cancelled
 (ABORTED); 3 only infrastructure failures, or the ledger is unusable (nothing ran then);
-2 a usage error. `/bot reuse-pipeline [N]` records that the commit is validated by N.
+4 nothing ran (NOT_RUN: no shard could run on this host); 2 a usage error (a pipeline the
+ledger lacks included). `/bot reuse-pipeline [N]` records that the commit is validated by N.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import sys
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 
 import click
@@ -19,13 +21,15 @@ from stagebot.bot.cli_options import (
     changed_files_option,
     comment_argument,
     commit_option,
+    json_option,
     pr_option,
     read_changed_files,
     read_comment,
 )
 from stagebot.bot.run_options import (
-    DEFAULT_LEDGER,
     base_ledger_option,
+    default_ledger,
+    default_out,
     ledger_option,
     out_option,
     pipeline_option,
@@ -61,6 +65,7 @@ DEFAULT_BRANCH = "main"
 @pipeline_option("Use this pipeline number (in Actions: the workflow run number).")
 @shard_timeout_option
 @root_option
+@json_option
 @comment_argument
 def run(
     catalog,
@@ -76,12 +81,14 @@ def run(
     number,
     shard_timeout,
     root,
+    as_json,
     comment,
 ) -> None:
-    """Plan COMMENT (or '-' for stdin) and run it here; print the report."""
+    """Plan COMMENT (or '-' for stdin) and run it here; print the report (with --json: the
+    report as JSON on stdout, the rest on stderr)."""
     from stagebot.bot.grammar import parse_comment
     from stagebot.bot.ledger import Ledger
-    from stagebot.bot.worktree import tree_identity
+    from stagebot.bot.worktree import make_output_folder, repository_root, tree_identity
 
     command = parse_comment(read_comment(comment))
     if command.name not in ("run", "reuse-pipeline"):
@@ -91,13 +98,17 @@ def run(
             "`/bot reuse-pipeline`)"
         )
         return
-    ledger_path = ledger or DEFAULT_LEDGER
+    home = repository_root(Path.cwd())  # the default ledger and out/ live there
+    ledger_path = ledger or default_ledger(home)
     if ledger is None:
-        ledger_path.parent.mkdir(parents=True, exist_ok=True)
+        make_output_folder(ledger_path.parent)
     dirty = False
-    if commit is None:
-        commit, dirty = tree_identity(root)
+    if commit is None:  # stagebot's own outputs are not changes of the tree
+        commit, dirty = tree_identity(root, outputs=(ledger_path, out_dir or home / "out"))
     with Ledger.open(ledger_path) as book:
+        named = command.pipeline_id if command.name == "reuse-pipeline" else command.run.reuse_test
+        if isinstance(named, int):  # a pipeline that does not exist is a usage error
+            book.require_pipeline(named)
         if command.name == "reuse-pipeline":
             code = _reuse_pipeline(book, command, commit, pr, root)
         else:
@@ -115,6 +126,8 @@ def run(
                 number=number,
                 shard_timeout=shard_timeout,
                 root=root,
+                home=home,
+                as_json=as_json,
             )
             code = _run(command, book, request)
     sys.exit(code)
@@ -137,6 +150,8 @@ class RunRequest:
     number: int | None
     shard_timeout: float | None
     root: Path
+    home: Path  # the repository root of the current folder: the default out/ is there
+    as_json: bool = False  # stdout: only the JSON report
 
 
 def _run(command, book, request: RunRequest) -> int:
@@ -167,13 +182,26 @@ def _run(command, book, request: RunRequest) -> int:
         branch=request.branch,
         base_commit=request.base_commit,
         number=request.number,
-        meta={"stage_paths": catalog.suspect_patterns([s.stage for s in plan.shards])},
+        meta={
+            "stage_paths": catalog.suspect_patterns([s.stage for s in plan.shards]),
+            "triggered_by": _os_user(),
+        },
     )
     try:
         return _execute(book, number, plan, catalog, command, request)
     except BaseException as error:
         _abort(book, number, error)
         raise
+
+
+def _os_user() -> str:
+    """Who started this local run (the OS user), as the reports say it."""
+    import getpass
+
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # no login name and no passwd entry (a bare container)
+        return "an unknown user"
 
 
 def _abort(book, number: int, error: BaseException) -> None:
@@ -196,7 +224,9 @@ def _abort(book, number: int, error: BaseException) -> None:
 
 
 def _execute(book, number: int, plan, catalog, command, request: RunRequest) -> int:
+    from stagebot.bot.base import select_base
     from stagebot.bot.ledger import Ledger, retry_busy
+    from stagebot.bot.worktree import make_output_folder
     from stagebot.harness.executor import Settings, execute
     from stagebot.harness.report import (
         render_report,
@@ -205,9 +235,11 @@ def _execute(book, number: int, plan, catalog, command, request: RunRequest) -> 
         report_from_record,
     )
 
-    out = request.out_dir or Path("out") / f"pipeline-{number}"
+    out = request.out_dir or default_out(request.home, number)
+    make_output_folder(out)
     record = book.pipeline(number)
-    click.echo(reply_triggered(report_from_record(record)), nl=False)
+    say = partial(click.echo, err=request.as_json)  # with --json, stdout is the JSON alone
+    say(reply_triggered(report_from_record(record)), nl=False)
     options = command.run
     settings = Settings(
         out_dir=out,
@@ -225,20 +257,25 @@ def _execute(book, number: int, plan, catalog, command, request: RunRequest) -> 
             if request.base_ledger
             else book
         )
-        base = base_book.base_pipeline(
-            request.base_commit, DEFAULT_BRANCH, exclude=number if base_book is book else None
+        base = select_base(
+            book,
+            base_book=base_book if base_book is not book else None,
+            base_commit=request.base_commit,
+            default_branch=DEFAULT_BRANCH,
+            exclude=number,
         )
-        base_outcomes = base_book.test_outcomes(base) if base is not None else None
     record = book.pipeline(number)
-    report = report_from_record(
-        record, base=base_outcomes, base_pipeline=base, cancelled=execution.cancelled
-    )
+    report = report_from_record(record, base=base, cancelled=execution.cancelled, root=request.root)
     report.slots, report.host = execution.slots, execution.host
     retry_busy(
         lambda: book.finish_pipeline(
             number,
             report.analysis.state,
-            meta={"slots": execution.slots, "host": execution.host, "base_pipeline": base},
+            meta={
+                "slots": execution.slots,
+                "host": execution.host,
+                "base_pipeline": base.pipeline,
+            },
         )
     )
     report.state = report.analysis.state
@@ -246,9 +283,11 @@ def _execute(book, number: int, plan, catalog, command, request: RunRequest) -> 
     markdown = render_report(report, "md")
     (out / "report.md").write_text(markdown)
     (out / "report.html").write_text(render_report(report, "html"))
-    click.echo(markdown)
-    click.echo(reply_completed(report), nl=False)
-    click.echo(f"reports: {out / 'report.md'}, {out / 'report.html'}; ledger: {book.path}")
+    say(markdown)
+    say(reply_completed(report), nl=False)
+    say(f"reports: {out / 'report.md'}, {out / 'report.html'}; ledger: {book.path}")
+    if request.as_json:
+        click.echo(render_report(report, "json"), nl=False)
     return report.exit_code
 
 

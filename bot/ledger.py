@@ -17,6 +17,8 @@ API (also used by the GitHub adapter)::
     ledger.durations("CPU-PyTorch")                 # test id -> seconds, for shard splitting
     ledger.pinned_split(family, commit, digest, n)  # the split earlier runs on this commit used
     ledger.base_pipeline(base_commit, "main")       # the pipeline failures are compared with
+    ledger.test_outcomes(n)                         # (stage family, test id) -> outcome
+    ledger.flaky_history("main")                    # (family, test id) -> pipelines it was flaky
     ledger.record_validation(head_commit, n, pr=pr) # `/bot reuse-pipeline`
 """
 
@@ -36,16 +38,18 @@ from typing import Any, TypeVar
 from stagebot.bot.errors import StagebotError
 from stagebot.harness.results import StageResult, TestOutcome
 from stagebot.stages.history import PriorShard
+from stagebot.stages.names import stage_family
 
 T = TypeVar("T")
 SCHEMA_VERSION = 1
 DEFAULT_BUSY_TIMEOUT_S = 30.0
 BUSY_TIMEOUT_ENV = "STAGEBOT_LEDGER_BUSY_TIMEOUT"
 RECORD_PATIENCE_S = 60.0
+HISTORY_PIPELINES = 20  # how far back main's flaky history looks
 SQLITE_HEADER = b"SQLite format 3\x00"
 LEDGER_TABLES = {"pipelines", "shards", "tests"}
 DEFAULT_REPO = "local"
-FINAL_STATES = ("SUCCESS", "FAILURE", "ABORTED")
+FINAL_STATES = ("SUCCESS", "FAILURE", "ABORTED", "NOT_RUN")
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS pipelines (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -97,6 +101,10 @@ class LedgerError(StagebotError):
     exit_code = 3
 
 
+class UnknownPipelineError(StagebotError):
+    """A command names a pipeline the ledger does not have (a user error: exit 2)."""
+
+
 class LedgerBusyError(LedgerError):
     """The ledger stayed locked by another process past the busy timeout."""
 
@@ -107,14 +115,24 @@ def retry_busy(call: Callable[[], T], patience_s: float | None = None) -> T:
     produced must not be lost because another process held the lock a little too long."""
     if patience_s is None:
         patience_s = max(10 * busy_timeout_s(), RECORD_PATIENCE_S)
+    return _retry(call, lambda error: isinstance(error, LedgerBusyError), patience_s, 0.2)
+
+
+def _retry(
+    call: Callable[[], T], busy: Callable[[Exception], bool], patience_s: float, pause_s: float
+) -> T:
+    """``call()``, again every ``pause_s`` while it fails ``busy``, until ``patience_s`` passed.
+
+    The ledger's one retry loop (tenacity would do it too, but costs every ``Ledger.open``
+    its import; GitHub calls have their own policy in bot/github.py)."""
     deadline = time.monotonic() + patience_s
     while True:
         try:
             return call()
-        except LedgerBusyError:
-            if time.monotonic() >= deadline:
+        except Exception as error:
+            if not busy(error) or time.monotonic() >= deadline:
                 raise
-            time.sleep(0.2)
+            time.sleep(pause_s)
 
 
 @dataclass(frozen=True)
@@ -205,17 +223,16 @@ class Ledger:
         """Switch to WAL and create the schema. SQLite answers "busy" at once, without its busy
         handler, while another process does the same on a new file (to avoid a deadlock), so
         retry until the busy timeout has passed."""
-        deadline = time.monotonic() + timeout
-        while True:
+
+        def once() -> None:
             try:
-                return self._set_up_once()
-            except sqlite3.OperationalError as error:
-                busy = "locked" in str(error) or "busy" in str(error)
-                if not busy or time.monotonic() >= deadline:
-                    raise
+                self._set_up_once()
+            except sqlite3.OperationalError:
                 if self.connection.in_transaction:
                     self.connection.execute("ROLLBACK")
-                time.sleep(0.05)
+                raise
+
+        _retry(once, _is_busy, timeout, 0.05)
 
     def _set_up_once(self) -> None:
         self._check_schema(new_ok=True)  # before anything is written (the WAL switch included)
@@ -477,15 +494,21 @@ class Ledger:
             if row is None:
                 return Validation(None, None, None, False, "no successful gating pipeline to reuse")
             source = row["number"]
-        record = self.pipeline(source, with_results=False)
+        record = self.pipeline(source)
         if record is None:
-            return Validation(None, source, None, False, f"pipeline #{source} is not in the ledger")
-        if record.state != "SUCCESS" or not record.gating:
-            why = (
-                f"pipeline #{source} ended {record.state}"
-                if record.state != "SUCCESS"
-                else f"pipeline #{source} was a partial run (Partly Tested): it cannot validate"
-            )
+            return Validation(None, source, None, False, self.unknown_pipeline(source))
+        not_run = [r.stage for r in record.results if r.state == "NOT_RUN"]
+        if record.state != "SUCCESS" or not record.gating or not_run:
+            if record.state != "SUCCESS":
+                why = f"pipeline #{source} ended {record.state}"
+            elif not record.gating:
+                why = f"pipeline #{source} was a partial run (Partly Tested): it cannot validate"
+            else:
+                why = (
+                    f"pipeline #{source} did not run {len(not_run)} stage(s) "
+                    f"({', '.join(not_run[:3])}{', …' if len(not_run) > 3 else ''}): "
+                    "it cannot validate"
+                )
             return Validation(None, source, record.commit, False, why + "; run `/bot run`")
         number = self.start_pipeline(
             command={"version": 1, "command": "reuse-pipeline", "options": {"pipeline_id": source}},
@@ -576,6 +599,25 @@ class Ledger:
                 return row["number"]
         return None
 
+    def unknown_pipeline(self, number: int) -> str:
+        """Why pipeline ``number`` cannot be used: the ledger lacks it; names the ones it has."""
+        rows = self._query(
+            "SELECT number FROM pipelines WHERE repo = ? ORDER BY number DESC LIMIT 11",
+            (self.repo,),
+        )
+        have = [f"#{row['number']}" for row in rows]
+        listing = (
+            "it has none yet"
+            if not have
+            else f"it has {', '.join(have[:10])}{', …' if len(have) > 10 else ''}"
+        )
+        return f"pipeline #{number} is not in the ledger {self.path} ({listing})"
+
+    def require_pipeline(self, number: int) -> None:
+        """Raise UnknownPipelineError (naming the pipelines it has) when ``number`` is not here."""
+        if self.pipeline(number, with_results=False) is None:
+            raise UnknownPipelineError(self.unknown_pipeline(number))
+
     def latest_number(self) -> int | None:
         row = self._query_one("SELECT MAX(number) AS n FROM pipelines WHERE repo = ?", (self.repo,))
         return row["n"] if row else None
@@ -633,23 +675,75 @@ class Ledger:
             )
         }
 
-    def test_outcomes(self, number: int) -> dict[str, TestOutcome]:
-        """Test id -> outcome in pipeline ``number`` (executed or reused), for base comparison."""
+    def test_outcomes(self, number: int) -> dict[tuple[str, str], TestOutcome]:
+        """(stage family, test id) -> outcome in pipeline ``number`` (executed or reused), for
+        base comparison: like with like, since one node id runs in several stage families (CPU,
+        A10, H200 …) with different backends."""
         row = self._query_one(
             "SELECT id FROM pipelines WHERE repo = ? AND number = ?", (self.repo, number)
         )
         if row is None:
             return {}
-        return {
-            r["test_id"]: TestOutcome(
+        outcomes: dict[tuple[str, str], TestOutcome] = {}
+        for r in self._query(
+            "SELECT stage, test_id, outcome, duration_s, evidence, attempts FROM tests"
+            " WHERE pipeline_id = ? ORDER BY stage",
+            (row["id"],),
+        ):
+            key = (stage_family(r["stage"]), r["test_id"])
+            test = TestOutcome(
                 r["test_id"], r["outcome"], r["duration_s"], r["evidence"], r["attempts"]
             )
-            for r in self._query(
-                "SELECT test_id, outcome, duration_s, evidence, attempts FROM tests"
-                " WHERE pipeline_id = ?",
-                (row["id"],),
+            if key not in outcomes or test.outcome in ("failed", "error"):
+                outcomes[key] = test  # two shards of one family: a failure wins
+        return outcomes
+
+    def test_history(
+        self, branch: str, *, test_id: str | None = None, last: int = HISTORY_PIPELINES
+    ) -> list[tuple[int, str, str, str, str, int]]:
+        """(pipeline, commit, stage, test id, outcome, attempts) of the latest ``last`` finished
+        pipelines on ``branch`` (one test id, or a prefix of ids ending at ``::``), newest
+        first; reused results are left out (they were not run there)."""
+        rows = self._query(
+            "SELECT p.number, p.commit_id, t.stage, t.test_id, t.outcome, t.attempts"
+            " FROM tests t JOIN pipelines p ON p.id = t.pipeline_id"
+            " WHERE p.id IN (SELECT id FROM pipelines WHERE repo = ? AND branch = ? AND state IN"
+            " ('SUCCESS', 'FAILURE') ORDER BY id DESC LIMIT ?)"
+            " AND t.reused_from IS NULL AND (? IS NULL OR t.test_id = ? OR t.test_id LIKE ?)"
+            " ORDER BY p.id DESC, t.stage, t.test_id",
+            (self.repo, branch, last, test_id, test_id, f"{test_id}::%"),
+        )
+        return [
+            (
+                r["number"],
+                r["commit_id"] or "",
+                r["stage"],
+                r["test_id"],
+                r["outcome"],
+                r["attempts"],
             )
-        }
+            for r in rows
+        ]
+
+    def flaky_history(
+        self, branch: str, last: int = HISTORY_PIPELINES
+    ) -> dict[tuple[str, str], tuple[int, ...]]:
+        """(stage family, test id) -> pipelines on ``branch`` (the latest ``last``) where the test
+        was flaky: it failed, then passed on a re-run, or it failed in one pipeline and passed in
+        another at the same commit (Dr. CI's two signs)."""
+        flaky: dict[tuple[str, str], set[int]] = {}
+        at_commit: dict[tuple[str, str, str], dict[str, list[int]]] = {}
+        for number, commit, stage, test_id, outcome, _ in self.test_history(branch, last=last):
+            key = (stage_family(stage), test_id)
+            if outcome == "flaky":
+                flaky.setdefault(key, set()).add(number)
+            elif outcome in ("passed", "failed", "error") and commit:
+                kind = "passed" if outcome == "passed" else "failed"
+                at_commit.setdefault((*key, commit), {}).setdefault(kind, []).append(number)
+        for (family, test_id, _), kinds in at_commit.items():
+            if "passed" in kinds and "failed" in kinds:
+                flaky.setdefault((family, test_id), set()).update(kinds["failed"])
+        return {key: tuple(sorted(numbers)) for key, numbers in flaky.items()}
 
     # -- helpers ---------------------------------------------------------------------------
     def _id(self, number: int) -> int:
@@ -705,9 +799,14 @@ def _check_file(path: Path, readonly: bool) -> None:
             )
 
 
+def _is_busy(error: Exception) -> bool:
+    text = str(error)
+    return isinstance(error, sqlite3.OperationalError) and ("locked" in text or "busy" in text)
+
+
 def _ledger_error(path: Path, error: sqlite3.Error, timeout: float) -> LedgerError:
     text = str(error)
-    if "locked" in text or "busy" in text:
+    if _is_busy(error):
         return LedgerBusyError(
             f"ledger {path} is still locked by another process after the {timeout:g} s busy "
             f"timeout; wait for it to finish (or raise ${BUSY_TIMEOUT_ENV})"

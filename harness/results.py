@@ -14,6 +14,8 @@ from stagebot.bot.errors import StagebotError
 STAGE_RESULT_VERSION = 1
 STATES = ("SUCCESS", "FAILURE", "ERROR", "ABORTED", "NOT_RUN", "REUSED")
 TEST_OUTCOMES = ("passed", "failed", "error", "skipped", "waived", "flaky")
+# The test id of a suite's own verdict: pytest exited 1 with no failed test (a failing item).
+SESSION_ID = "(pytest session)"
 
 
 class ResultError(StagebotError):

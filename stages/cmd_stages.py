@@ -5,6 +5,8 @@ The test -> stage mapping works on path / node-id prefixes (no pytest collection
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 from stagebot.bot.cli_options import catalog_option
@@ -16,25 +18,59 @@ from stagebot.stages.planner import STAGE_LISTING
 
 @click.command()
 @catalog_option
-@click.option("--list", "list_all", is_flag=True, help="List every stage.")
+@click.option("--list", "list_all", is_flag=True, help="List every stage (the default).")
 @click.option("--stage", "stage_name", metavar="NAME", help="Describe one stage.")
 @click.option("--test", "test_id", metavar="ID", help="Which stages run this test id or path.")
-def stages(catalog, list_all: bool, stage_name: str | None, test_id: str | None) -> None:
-    """Show the stage catalog (give exactly one of --list, --stage, --test)."""
+@click.option(
+    "--ledger",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="With --test: show the test's recent history on main from this ledger "
+    "(default: out/ledger.sqlite when it exists).",
+)
+@click.option("--branch", default="main", show_default=True, help="The history's branch.")
+def stages(
+    catalog, list_all: bool, stage_name: str | None, test_id: str | None, ledger, branch
+) -> None:
+    """Show the stage catalog: every stage (the default, or --list), one (--stage), or the
+    stages that run a test (--test)."""
     given = [
         flag
         for flag, value in (("--list", list_all), ("--stage", stage_name), ("--test", test_id))
         if value
     ]
-    if len(given) != 1:
-        raise click.UsageError("give exactly one of --list, --stage NAME, --test ID")
+    if len(given) > 1:
+        raise click.UsageError(f"give one of --list, --stage NAME, --test ID (got {given})")
     loaded = load_catalog(catalog)
-    if list_all:
-        click.echo(_table(loaded.stages))
-    elif stage_name:
+    if stage_name:
         click.echo(_describe(loaded, _find_stage(loaded, stage_name)))
-    else:
+    elif test_id:
+        test_id = _repository_relative(test_id)
         click.echo(_stages_for_test(loaded, test_id))
+        history = _history(ledger, branch, test_id)
+        if history:
+            click.echo(history)
+    else:
+        click.echo(_table(loaded.stages))
+
+
+def _repository_relative(test_id: str) -> str:
+    """``./path`` or an absolute path inside the repository as the catalog writes suite paths
+    (from the repository root), node id kept: ``/repo/tests/a.py::t`` -> ``tests/a.py::t``."""
+    from stagebot.bot.worktree import repository_root
+
+    path, sep, node = test_id.partition("::")
+    root = repository_root(Path.cwd())
+    given = Path(path)
+    if given.is_absolute() or path.startswith(("./", "../")):
+        absolute = (Path.cwd() / given).resolve()
+        try:
+            path = absolute.relative_to(root.resolve()).as_posix()
+        except ValueError:
+            raise PlanError(
+                f"{test_id!r} is outside the repository {root}; give a path inside it"
+            ) from None
+    return path + sep + node
 
 
 def _table(stages: tuple[Stage, ...]) -> str:
@@ -113,4 +149,37 @@ def _stages_for_test(catalog: Catalog, test_id: str) -> str:
         raise PlanError(f"no stage runs {test_id!r}; the suites are: {', '.join(paths)}")
     waived = [w for w in catalog.waives if _covers(w.test_id, test_id)]
     lines += [f"waived: {w.test_id} on {w.gpu_type or 'every GPU'} ({w.reason})" for w in waived]
+    return "\n".join(lines)
+
+
+def _history(ledger: Path | None, branch: str, test_id: str) -> str | None:
+    """The test's outcomes in the latest pipelines on ``branch``, and where it was flaky."""
+    from stagebot.bot.ledger import HISTORY_PIPELINES, Ledger
+    from stagebot.bot.run_options import default_ledger
+    from stagebot.bot.worktree import repository_root
+
+    if ledger is None:
+        ledger = default_ledger(repository_root(Path.cwd()))
+        if not ledger.is_file():
+            return None
+    with Ledger.open(ledger, readonly=True) as book:
+        rows = book.test_history(branch, test_id=test_id)
+        flaky = {
+            key: numbers
+            for key, numbers in book.flaky_history(branch).items()
+            if key[1] == test_id or key[1].startswith(test_id + "::")
+        }
+    title = f"history on {branch} (latest {HISTORY_PIPELINES} pipelines of {ledger}):"
+    if not rows:
+        return f"{title} not run there"
+    lines = [title]
+    for number, commit, stage, test, outcome, attempts in rows:
+        shown = (
+            f"flaky (failed, then passed on attempt {attempts})" if outcome == "flaky" else outcome
+        )
+        lines.append(f"  #{number} {commit[:7]} {stage} {test}: {shown}")
+    for (family, test), numbers in sorted(flaky.items()):
+        lines.append(
+            f"flaky on {branch}: {test} in {family}: " + ", ".join(f"#{n}" for n in numbers)
+        )
     return "\n".join(lines)

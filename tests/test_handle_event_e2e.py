@@ -225,6 +225,43 @@ def test_a_failing_stage_sets_failure(gh, tmp_path, monkeypatch, capsys) -> None
     assert ledger_state(failing, 101) == "FAILURE"
 
 
+@pytest.mark.parametrize(
+    ("suite", "state"), [("check_fail.py", "failure"), ("check_basic.py", "error")]
+)
+def test_a_gating_run_with_a_stage_that_could_not_run_says_the_status_it_sets(
+    gh, tmp_path, monkeypatch, capsys, suite, state
+) -> None:
+    """The stage job of a GPU stage found no such GPU (NOT_RUN): the reply says what publish
+    sets, never "Partly Tested" (the run is gating)."""
+    monkeypatch.chdir(tmp_path)
+    run = Pipeline(gh, tmp_path, monkeypatch, capsys, suite=suite)
+    gpu = (
+        "  H200: {arch: sm_90a, device_names: ['NVIDIA H200*'], runner_labels: [gpu-h200]}\n"
+        "families:\n"
+        "  - {name: H200-PyTorch, kind: test, timeout_minutes: 2,"
+        " suites: [{path: tests/fixtures/suites/check_basic.py}]}\n"
+    )
+    run.catalog.write_text(run.catalog.read_text().replace("families:\n", gpu, 1))
+    run.whole("/bot run", 101)
+    (reply,) = replies(gh)
+    assert status(gh)["state"] == state
+    assert f"The PR's status is set to **{state}**" in reply["body"]
+    assert "Partly Tested" not in reply["body"].split("#### Re-running")[0]
+    assert "| H200-PyTorch-1 | NOT_RUN |" in reply["body"]
+
+
+def test_the_report_links_each_failure_to_its_stage_job(gh, tmp_path, monkeypatch, capsys):
+    """The report job lists its run's jobs (the Actions API) and links a failure's full log."""
+    monkeypatch.chdir(tmp_path)
+    failing = Pipeline(gh, tmp_path, monkeypatch, capsys, suite="check_fail.py")
+    job = gh.add_job(50000 + 102, "CPU-PyTorch-1")
+    gh.add_job(50000 + 102, "plan (authorize, reply, matrix)")
+    failing.whole("/bot run", 102)
+    (reply,) = replies(gh)
+    assert f'<a href="{job["html_url"]}">full log</a>' in reply["body"]
+    assert any(r.route == "list_jobs" for r in gh.requests)
+
+
 def test_a_partly_tested_run_leaves_the_status_alone(gh, pipeline) -> None:
     pipeline.whole('/bot run --stage-list "CPU-PyTorch-1"', 101)
     (reply,) = replies(gh)
@@ -252,6 +289,15 @@ def test_a_superseded_pipeline_does_not_overwrite_the_newer_status(gh, pipeline)
     assert status(gh)["state"] == "success"
     states = {marker_of(c).pipeline: marker_of(c).state for c in replies(gh)}
     assert states == {101: "ABORTED", 102: "SUCCESS"}
+
+
+def test_pipeline_12_does_not_own_the_status_of_pipeline_123(gh, pipeline) -> None:
+    """Ownership is the whole number: "#12" is a prefix of "#123", not its owner."""
+    pipeline.comment("/bot run", 12)
+    pipeline.comment("/bot run", 123)  # supersedes #12
+    text = pipeline.report(12, pipeline.tmp / "none", "--cancelled")
+    assert "belongs to another pipeline" in text
+    assert status(gh)["description"].startswith("PR_Github #123 ")
 
 
 def test_a_second_run_on_the_same_commit_reuses_everything(gh, pipeline) -> None:

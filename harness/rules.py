@@ -35,6 +35,8 @@ _RANK_HEADER = re.compile(r"^--- (rank \d+: .*?) ---$", re.MULTILINE)
 _RANK_SUMMARY = re.compile(r"\d+ of \d+ ranks failed \([^)]*\): (rank \d+: .*)$", re.MULTILINE)
 _MP_EXIT = re.compile(r"(?:process|Process) \d+ terminated with (?:signal \w+|exit code -?\d+)")
 _PYTEST_TIMEOUT = re.compile(r"Timeout \(>[\d.]+s\) from pytest-timeout\.?")
+# A failure the test asserted: its own words, never a machine-level signature.
+_ASSERTION = re.compile(r"\s*(?:E\s+)?(?:[\w.]*AssertionError\b|assert\b)")
 _SIZE = re.compile(r"(?P<n>[\d.]+) (?P<unit>[KMGT]i?B|B)")
 _UNITS = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
 
@@ -366,6 +368,10 @@ class Verdict:
 def judge(sources: dict[str, str]) -> Verdict:
     machine = machine_signature = shard_wide = signature = None
     sticky = False
+    # A test's assertion may quote any error text ("expected NCCL error …"): the machine-level
+    # rules read what the process printed and how it ended, not the assertion's message.
+    asserted = _ASSERTION.match(sources.get("message", "")) is not None
+    machine_sources = {**sources, "message": ""} if asserted else sources
     for rule in RULES:
         if rule.machine is True and machine is not None:
             continue
@@ -373,7 +379,7 @@ def judge(sources: dict[str, str]) -> Verdict:
             continue
         if rule.machine is False and signature is not None:
             continue
-        found = rule.match(sources)
+        found = rule.match(machine_sources if rule.machine else sources)
         if found is None:
             continue
         if rule.machine is True:

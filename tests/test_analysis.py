@@ -203,8 +203,14 @@ def test_infra_is_not_read_from_a_test_assertion() -> None:
         "AssertionError: CUDA out of memory was expected, the call succeeded",
         "torch.testing.AssertionError: NCCL error count 2 != 0",
         "assert oom_count == 0",
+        # The assertion quotes a machine-level error word for word: still the test's own words.
+        "AssertionError: NCCL error in: ProcessGroupNCCL.cpp:1, unhandled system error",
+        'assert err == "CUDA error: uncorrectable ECC error encountered"',
+        "torch.testing.AssertionError: No space left on device",
     ):
         assert not is_infra(evidence), evidence
+    # The same text raised by the library is machine-level.
+    assert is_infra("RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:1, unhandled system error")
 
 
 STICKY = "RuntimeError: CUDA error: an illegal memory access was encountered"

@@ -110,6 +110,7 @@ def publish(
     outcomes = (base_book or book).test_outcomes(base) if base is not None else None
     record = book.pipeline(number)
     report = report_from_record(record, base=outcomes, base_pipeline=base, cancelled=cancelled)
+    report.logs_url = env.run_url
     book.finish_pipeline(number, report.analysis.state, meta={"base_pipeline": base})
     report.state = report.analysis.state
     if out is not None:

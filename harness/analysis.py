@@ -10,8 +10,9 @@
 | WAIVED       | skipped by the waives file                           | not a failure    |
 
 INFRA is decided first (from the start of an evidence line: the executor writes ``timeout:`` /
-``crashed:`` / ``corrupt output:``, an infrastructure exception's name, or an error message that
-opens with an OOM / NCCL signature; never an AssertionError line), then the base comparison.
+``crashed:`` / ``corrupt output:`` / ``environment:``, an infrastructure exception's name, or an
+error message that opens with an OOM / NCCL signature; never an AssertionError line), then the
+base comparison.
 Pipeline state and exit code: any NEW / PRE-EXISTING / UNCLASSIFIED -> FAILURE, 1; only
 INFRA -> FAILURE, 3; cancelled -> ABORTED, 1; otherwise SUCCESS, 0. NEW failures list "suspects":
 the PR's changed files that the stage's ``run_if_changed`` patterns or the test's own folder point
@@ -25,6 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
+from stagebot.harness.causes import cause_line
 from stagebot.harness.evidence import Mismatch, mismatch
 from stagebot.harness.results import StageResult, TestOutcome
 from stagebot.stages.patterns import path_matches
@@ -34,7 +36,7 @@ BLOCKING = ("NEW", "PRE-EXISTING", "UNCLASSIFIED")
 # INFRA is read from the start of an evidence line: the executor's own prefixes, the names of
 # infrastructure exceptions, or an exception whose message opens with a known signature. A line
 # that merely mentions such a word (an assertion about NCCL calls, say) is not infrastructure.
-_PREFIXES = r"(?:timeout|crashed|corrupt output):"
+_PREFIXES = r"(?:timeout|crashed|corrupt output|environment):"
 _EXCEPTIONS = (
     r"(?:[\w.]+\.)?(?:OutOfMemoryError|DistBackendError|DistNetworkError|DistStoreError|"
     r"ChildFailedError|NcclError|NCCLError)\b"
@@ -115,7 +117,7 @@ def analyse(
                     result.stage,
                     f"{result.stage} (whole shard)",
                     "INFRA",
-                    result.evidence or "the shard ended in ERROR without evidence",
+                    cause_line(result.evidence) or "the shard ended in ERROR without evidence",
                 )
             )
     order = {category: index for index, category in enumerate(CATEGORIES)}

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 from typing import TextIO
 
+from stagebot.harness.causes import cause_line
 from stagebot.harness.results import StageResult
 from stagebot.harness.streams import LiveCounts
 
@@ -35,7 +36,8 @@ class Progress:
     def finished(self, result: StageResult) -> None:
         self.running.pop(result.stage, None)
         counts = _counts(result)
-        why = f" — {result.evidence}" if result.evidence and result.state != "SUCCESS" else ""
+        failed = result.evidence and result.state != "SUCCESS"
+        why = f" — {cause_line(result.evidence)}" if failed else ""
         self.line(f"{result.state:<8} {result.stage} {result.duration_s:.1f}s {counts}{why}")
 
     def tick(self) -> None:

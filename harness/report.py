@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from stagebot.harness.analysis import BLOCKING, Analysis, analyse
+from stagebot.harness.causes import cause_line, is_environment
 from stagebot.harness.results import ResultError, StageResult, TestOutcome
 from stagebot.harness.streams import read_stream
 from stagebot.templates.markdown import escape
@@ -49,6 +50,9 @@ class Report:
     slots: dict[str, list[str]] = field(default_factory=dict)
     reused_tests: dict[str, list[str]] = field(default_factory=dict)
     host: str = ""
+    # Where the shards' full logs are when not on this machine: the workflow run's page, whose
+    # stagebot-result-<stage> artifacts hold them (set by `bot publish`).
+    logs_url: str | None = None
 
     @property
     def exit_code(self) -> int:
@@ -79,6 +83,11 @@ class Report:
             if counts["UNCLASSIFIED"]:
                 what.append(f"{counts['UNCLASSIFIED']} with no base to compare")
             return f"❌ {blocking} failure(s) ({', '.join(what)}) — look at them below."
+        if counts["INFRA"] and self.environment_errors():
+            return (
+                f"🛠️ {len(self.environment_errors())} shard(s) could not run in their environment "
+                '— fix it (see "Errored shards"); a re-run there fails the same way.'
+            )
         if counts["INFRA"]:
             return (
                 f"🛠️ {counts['INFRA']} infrastructure failure(s) only (timeouts, crashes, "
@@ -105,10 +114,29 @@ class Report:
                     "reused_from": f"#{result.reused_from}" if result.reused_from else "",
                     "tests": ", ".join(f"{n} {o}" for o, n in counts.items())
                     + (f"{', ' if counts else ''}{reused} reused" if reused else ""),
-                    "note": result.evidence if result.state != "SUCCESS" else "",
+                    "note": cause_line(result.evidence) if result.state != "SUCCESS" else "",
                 }
             )
         return rows
+
+    def errored_shards(self) -> list[dict[str, Any]]:
+        """Each ERROR shard: its cause line, where its full log is, and the log's last lines."""
+        rows = []
+        for result in self.results:
+            if result.state != "ERROR":
+                continue
+            cause, _, tail = (result.evidence or "no evidence recorded").partition("\n")
+            log = (
+                f"artifact stagebot-result-{result.stage} of {self.logs_url}"
+                if self.logs_url
+                else result.log_path
+            )
+            rows.append({"stage": result.stage, "cause": cause, "log": log, "tail": tail})
+        return rows
+
+    def environment_errors(self) -> list[StageResult]:
+        """ERROR shards whose environment cannot run them: re-running does not help."""
+        return [r for r in self.results if r.state == "ERROR" and is_environment(r.evidence)]
 
     def timeline(self, width: int = 900, lane_height: int = 26) -> dict[str, Any]:
         """Gantt bars by slot: one bar per slot each shard that ran held (x/width in px)."""
@@ -283,6 +311,7 @@ def _json(report: Report) -> dict[str, Any]:
             for f in report.analysis.failures
         ],
         "not_run": [{"stage": s, "why": w} for s, w in report.analysis.not_run],
+        "errored": report.errored_shards(),
         "base_pipeline": report.analysis.base_pipeline,
     }
 

@@ -115,8 +115,8 @@ def publish(
     report.state = report.analysis.state
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
-        (out / "report.md").write_text(render_report(report, "md"))
-        (out / "report.html").write_text(render_report(report, "html"))
+        (out / "report.md").write_text(render_report(report, "md"), encoding="utf-8")
+        (out / "report.html").write_text(render_report(report, "html"), encoding="utf-8")
     lines.insert(0, f"pipeline #{number}: {report.state}")
     book.close()  # final: the bytes the report job saves for the PR's next pipeline
     if record.pr is not None:
@@ -202,7 +202,7 @@ def _start_from_plan(book, number: int, plan_path: Path | None):
             f"ledger {book.path} has no pipeline #{number} and no plan.json was given; "
             "give --plan (from `bot handle-event --out`) or the plan job's ledger"
         )
-    plan = json.loads(plan_path.read_text())
+    plan = json.loads(plan_path.read_text(encoding="utf-8"))
     book.start_pipeline(
         command=plan["command"],
         commit=plan.get("commit"),

@@ -1,13 +1,14 @@
 """`bot run`: plan a comment with the ledger as history, run it on this host, report, exit.
 
 Exit codes: 0 SUCCESS; 1 a NEW / PRE-EXISTING / UNCLASSIFIED failure, or the run was cancelled
-(ABORTED); 3 only infrastructure failures, or the ledger is unusable (nothing ran then);
+(ABORTED); 3 only infrastructure failures, or the ledger or --out is unusable (nothing ran then);
 2 a usage error. `/bot reuse-pipeline [N]` records that the commit is validated by N.
 """
 
 from __future__ import annotations
 
 import sys
+import tempfile
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -23,6 +24,7 @@ from stagebot.bot.cli_options import (
     read_changed_files,
     read_comment,
 )
+from stagebot.bot.errors import StagebotError
 from stagebot.bot.run_options import (
     DEFAULT_LEDGER,
     base_ledger_option,
@@ -34,6 +36,7 @@ from stagebot.bot.run_options import (
 )
 
 DEFAULT_BRANCH = "main"
+DEFAULT_OUT = Path("out")
 
 
 @click.command("run")
@@ -92,12 +95,12 @@ def run(
         )
         return
     ledger_path = ledger or DEFAULT_LEDGER
-    if ledger is None:
-        ledger_path.parent.mkdir(parents=True, exist_ok=True)
+    _writable_folder(ledger_path.parent, "--ledger's folder")
     dirty = False
     if commit is None:
         commit, dirty = tree_identity(root)
     with Ledger.open(ledger_path) as book:
+        _writable_folder(out_dir or DEFAULT_OUT, "--out")  # the ledger is usable: nothing ran yet
         if command.name == "reuse-pipeline":
             code = _reuse_pipeline(book, command, commit, pr, root)
         else:
@@ -118,6 +121,25 @@ def run(
             )
             code = _run(command, book, request)
     sys.exit(code)
+
+
+class OutputError(StagebotError):
+    """A folder `bot run` must write cannot be created or written: nothing ran or was recorded."""
+
+    exit_code = 3
+
+
+def _writable_folder(folder: Path, what: str) -> None:
+    """Create ``folder`` and check that files can be written in it, before anything is recorded."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as error:
+        raise OutputError(
+            f"{what} {folder} cannot be {'written' if folder.is_dir() else 'created'} "
+            f"({error.strerror or error}); give a folder you can write to"
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -205,7 +227,7 @@ def _execute(book, number: int, plan, catalog, command, request: RunRequest) -> 
         report_from_record,
     )
 
-    out = request.out_dir or Path("out") / f"pipeline-{number}"
+    out = request.out_dir or DEFAULT_OUT / f"pipeline-{number}"
     record = book.pipeline(number)
     click.echo(reply_triggered(report_from_record(record)), nl=False)
     options = command.run
@@ -244,8 +266,8 @@ def _execute(book, number: int, plan, catalog, command, request: RunRequest) -> 
     report.state = report.analysis.state
     out.mkdir(parents=True, exist_ok=True)
     markdown = render_report(report, "md")
-    (out / "report.md").write_text(markdown)
-    (out / "report.html").write_text(render_report(report, "html"))
+    (out / "report.md").write_text(markdown, encoding="utf-8")
+    (out / "report.html").write_text(render_report(report, "html"), encoding="utf-8")
     click.echo(markdown)
     click.echo(reply_completed(report), nl=False)
     click.echo(f"reports: {out / 'report.md'}, {out / 'report.html'}; ledger: {book.path}")

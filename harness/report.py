@@ -221,7 +221,7 @@ def report_from_results(folder: Path, *, pipeline: int | None = None) -> Report:
     results, logs = [], {}
     for path in sorted(folder.rglob("result.json")):
         try:
-            result = StageResult.from_json(json.loads(path.read_text()))
+            result = StageResult.from_json(json.loads(path.read_text(encoding="utf-8")))
         except (json.JSONDecodeError, ResultError) as error:
             raise ResultError(f"{path}: not a StageResult ({error})") from None
         results.append(result)

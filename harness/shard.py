@@ -132,7 +132,9 @@ def run_shard(entry: MatrixEntry, context: ShardContext) -> StageResult:
 
 def write_result(out: Path, result: StageResult) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    (out / "result.json").write_text(json.dumps(result.to_json(), indent=2) + "\n")
+    (out / "result.json").write_text(
+        json.dumps(result.to_json(), indent=2) + "\n", encoding="utf-8"
+    )
 
 
 def placeholder_result(
@@ -161,7 +163,7 @@ def not_run_result(entry: MatrixEntry, out: Path | None, state: str, evidence: s
     if out is not None:
         clear_shard_folder(out)
         (out / "tests.jsonl").touch()
-        (out / "log.txt").write_text(f"{state}: {evidence}\n")
+        (out / "log.txt").write_text(f"{state}: {evidence}\n", encoding="utf-8")
         write_junit(out / "junit.xml", entry.stage, [])
         result = StageResult(**{**result.__dict__, "log_path": str(out / "log.txt")})
         write_result(out, result)
@@ -191,7 +193,7 @@ def pytest_argv(entry: MatrixEntry, python: str) -> list[list[str]]:
 
 def _run_tests(entry, context, env, deadline, timeout_s):
     out = context.out_dir
-    (out / "waives.json").write_text(json.dumps(entry.waives))
+    (out / "waives.json").write_text(json.dumps(entry.waives), encoding="utf-8")
     select = list(entry.tests)
     first = _attempt(entry, context, env, deadline, out / "tests.jsonl", "1", select)
     problem = _problem(first, timeout_s)
@@ -229,11 +231,11 @@ def _attempt(entry, context, env, deadline, stream_path, tag, select) -> _Attemp
         argv.append(f"--stagebot-waives={out / 'waives.json'}")
         if select:
             ids = out / "raw" / f"select-{tag}.txt"
-            ids.write_text("\n".join(select) + "\n")
+            ids.write_text("\n".join(select) + "\n", encoding="utf-8")
             argv.append(f"--stagebot-select={ids}")
         if entry.reused_tests:
             ids = out / "raw" / "deselect.txt"
-            ids.write_text("\n".join(entry.reused_tests) + "\n")
+            ids.write_text("\n".join(entry.reused_tests) + "\n", encoding="utf-8")
             argv.append(f"--stagebot-deselect={ids}")
         try:
             finished = run_process(

@@ -13,6 +13,9 @@ from xml.etree import ElementTree
 
 from stagebot.harness.results import TestOutcome
 
+# pytest marks an expected failure in its JUnit file as <skipped type="pytest.xfail">.
+XFAIL_TYPE = "pytest.xfail"
+
 
 class JunitError(Exception):
     """A JUnit file that cannot be parsed."""
@@ -21,7 +24,7 @@ class JunitError(Exception):
 @dataclass(frozen=True)
 class JunitCase:
     test_id: str
-    outcome: str  # passed | failed | error | skipped
+    outcome: str  # passed | failed | error | skipped | xfailed
     duration_s: float
     message: str | None
 
@@ -44,6 +47,8 @@ def read_junit(path: Path) -> list[JunitCase] | None:
             child = case.find(tag)
             if child is not None:
                 outcome = {"failure": "failed"}.get(tag, tag)
+                if tag == "skipped" and child.get("type") == XFAIL_TYPE:
+                    outcome = "xfailed"
                 message = child.get("message") or (child.text or "").strip()[:500] or None
                 break
         cases.append(JunitCase(_test_id(case), outcome, float(case.get("time") or 0.0), message))
@@ -90,6 +95,9 @@ def write_junit(path: Path, suite_name: str, tests: list[TestOutcome]) -> None:
             ElementTree.SubElement(case, tag, message=test.evidence or test.outcome)
         elif test.outcome in ("skipped", "waived"):
             ElementTree.SubElement(case, "skipped", message=test.evidence or test.outcome)
+        elif test.outcome == "xfailed":
+            reason = test.evidence or test.outcome
+            ElementTree.SubElement(case, "skipped", type=XFAIL_TYPE, message=reason)
         elif test.outcome == "flaky":
             properties = ElementTree.SubElement(case, "properties")
             ElementTree.SubElement(properties, "property", name="flaky", value=str(test.attempts))
@@ -98,4 +106,8 @@ def write_junit(path: Path, suite_name: str, tests: list[TestOutcome]) -> None:
     tree.write(path, encoding="utf-8", xml_declaration=True)
 
 
-_COUNTS = {"failures": ("failed",), "errors": ("error",), "skipped": ("skipped", "waived")}
+_COUNTS = {
+    "failures": ("failed",),
+    "errors": ("error",),
+    "skipped": ("skipped", "waived", "xfailed"),
+}

@@ -38,7 +38,7 @@ from stagebot.harness.results import StageResult, TestOutcome
 from stagebot.harness.streams import Stream, read_stream
 from stagebot.stages.plan import MatrixEntry
 
-EXECUTED = ("passed", "failed", "error", "flaky")
+EXECUTED = ("passed", "failed", "error", "flaky", "xfailed")
 PYTEST_EXIT = {2: "interrupted", 3: "an internal error", 4: "a usage error"}
 
 
@@ -332,7 +332,7 @@ def _outcome(record: dict) -> TestOutcome:
     outcome = record["outcome"]
     if outcome in ("failed", "error"):
         evidence = test_evidence(record.get("log")) or f"{outcome} in {record.get('phase')}"
-    elif outcome in ("skipped", "waived"):
+    elif outcome in ("skipped", "waived", "xfailed"):
         evidence = record.get("log") or None
     else:
         evidence = None

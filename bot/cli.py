@@ -73,7 +73,6 @@ def cli() -> None:
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run the CLI; a project error prints one line and exits with its code, any
     other exception its traceback and exit 3."""
-    _never_fail_on_unencodable_output()
     try:
         cli.main(args=argv, prog_name="bot", standalone_mode=False)
     except click.exceptions.Exit as done:
@@ -91,11 +90,3 @@ def main(argv: list[str] | None = None) -> None:
         traceback.print_exc()
         click.echo(f"Error: stagebot failed unexpectedly (exit {INTERNAL_ERROR_EXIT})", err=True)
         sys.exit(INTERNAL_ERROR_EXIT)
-
-
-def _never_fail_on_unencodable_output() -> None:
-    """Under a non-UTF-8 locale, characters the console cannot show (the report's emoji) are
-    escaped rather than raise; files are always written as UTF-8."""
-    for stream in (sys.stdout, sys.stderr):
-        if hasattr(stream, "reconfigure") and "utf" not in (stream.encoding or "").lower():
-            stream.reconfigure(errors="backslashreplace")

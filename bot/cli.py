@@ -30,6 +30,10 @@ COMMANDS: dict[str, str] = {
     "run": "stagebot.bot.cmd_run:run",
     "run-stage": "stagebot.bot.cmd_run_stage:run_stage",
     "report": "stagebot.bot.cmd_report:report",
+    "app-token": "stagebot.bot.cmd_app_token:app_token",
+    "fetch-ledger": "stagebot.bot.cmd_fetch_ledger:fetch_ledger",
+    "dispatch": "stagebot.bot.cmd_dispatch:dispatch",
+    "report-run": "stagebot.bot.cmd_report_run:report_run",
 }
 
 

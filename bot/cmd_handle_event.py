@@ -5,7 +5,9 @@ GITHUB_API_URL, GITHUB_TOKEN, GITHUB_RUN_ID, GITHUB_RUN_NUMBER, GITHUB_SERVER_UR
 and writes ``run``, ``matrix``, ``pipeline``, ``commit``, ``pr`` and ``reply_id`` to
 GITHUB_OUTPUT, and, for a run with ``--out`` and ``--ledger``, ``artifact_digest``: the digest
 of plan.json and the closed ledger (ledger_files.artifact_digest), which `bot publish
---artifact-digest` checks. Exits 0 for every event it handled (a run, a no-op, a refusal, a
+--artifact-digest` checks; with ``--ledger``, ``ledger_digest``: the sha256 of the ledger as the
+job leaves it, which names the artifact the plan job uploads it as (bot/ledger_transport.py).
+Exits 0 for every event it handled (a run, a no-op, a refusal, a
 malformed command); non-zero only when it could not do its job (GitHub unreachable after
 retries: 3; a missing variable or bad settings: 2).
 
@@ -30,7 +32,7 @@ import click
 from stagebot.bot.cli_options import catalog_option
 from stagebot.bot.config import load_config
 from stagebot.bot.events import comment_event, load_payload, push_event
-from stagebot.bot.ledger_files import artifact_digest, artifact_files
+from stagebot.bot.ledger_files import artifact_digest, artifact_files, file_digest
 from stagebot.bot.on_comment import CommentHandler, LedgerSource, Outcome
 
 
@@ -85,6 +87,8 @@ def handle_event(config_path, catalog, ledger, out) -> None:
         click.echo(f"warning: {source.notice}", err=True)
     source.close()
     outputs = outcome.outputs()
+    if ledger is not None and ledger.exists():  # names the ledger artifact the plan job uploads
+        outputs["ledger_digest"] = file_digest(ledger)
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         if outcome.plan is not None:

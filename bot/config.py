@@ -7,16 +7,23 @@ what would be right, like the catalog's.
 allowlist: [alice, bob]        # logins treated like write permission (default: none)
 approval_label: ci-approved    # the label that approves gated plans (default: ci-approved)
 status_context: stagebot       # the gating commit status's context (default: stagebot)
-workflow: bot.yml              # the bot's workflow file, whose runs kill cancels (default: bot.yml)
+workflow: bot.yml              # the bot's plan workflow file (default: bot.yml)
+stage_workflow: stage.yml      # the workflow that runs PR code on the GPU runners, which the
+                               # plan job dispatches and kill cancels (default: stage.yml)
+stage_branch: stagebot-stage   # the branch the stage workflow is dispatched on: not the default
+                               # branch, so its runs have a cache scope of their own
+report_workflow: report.yml    # the workflow_run workflow that reports (default: report.yml)
 bot_login: github-actions[bot] # who the bot posts as; only its replies' markers count
-                               # (default: github-actions[bot], the GITHUB_TOKEN's identity)
+                               # (default: $STAGEBOT_BOT_LOGIN, which `bot app-token` sets to the
+                               # GitHub App's login, else github-actions[bot])
 ```
 """
 
 from __future__ import annotations
 
+import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import yaml
@@ -26,7 +33,17 @@ from stagebot.bot.errors import StagebotError
 DEFAULT_PATH = Path(".github/stagebot.yml")
 LOGIN = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})(?:\[bot\])?$")
 WORKFLOW_FILE = re.compile(r"^[A-Za-z0-9._-]+\.ya?ml$")
-KEYS = ("allowlist", "approval_label", "status_context", "workflow", "bot_login")
+BRANCH = re.compile(r"^(?!.*\.\.)[A-Za-z0-9][A-Za-z0-9._/-]{0,99}$")
+KEYS = (
+    "allowlist",
+    "approval_label",
+    "status_context",
+    "workflow",
+    "stage_workflow",
+    "stage_branch",
+    "report_workflow",
+    "bot_login",
+)
 
 
 class ConfigError(StagebotError):
@@ -39,8 +56,12 @@ class BotConfig:
     approval_label: str = "ci-approved"
     status_context: str = "stagebot"
     workflow: str = "bot.yml"
+    stage_workflow: str = "stage.yml"
+    stage_branch: str = "stagebot-stage"
+    report_workflow: str = "report.yml"
     bot_login: str = "github-actions[bot]"
     source: str = "(defaults)"
+    given: tuple[str, ...] = ()  # the keys the file set
 
     def allowlisted(self, login: str) -> bool:
         """Logins compare case-insensitively, as GitHub treats them."""
@@ -48,7 +69,20 @@ class BotConfig:
 
 
 def load_config(path: str | Path | None = None) -> BotConfig:
-    """Load the settings; a missing file at the default path gives the defaults."""
+    """Load the settings; a missing file at the default path gives the defaults. Without
+    ``bot_login`` in the file, STAGEBOT_BOT_LOGIN (the GitHub App's login) sets it."""
+    config = _load_file(path)
+    login = os.environ.get("STAGEBOT_BOT_LOGIN", "").strip()
+    if login and config.bot_login == BotConfig.bot_login and "bot_login" not in config.given:
+        if not LOGIN.match(login):
+            raise ConfigError(
+                f"STAGEBOT_BOT_LOGIN={login!r} is not a GitHub login such as app[bot]"
+            )
+        config = replace(config, bot_login=login)
+    return config
+
+
+def _load_file(path: str | Path | None) -> BotConfig:
     explicit = path is not None
     file = Path(path) if explicit else DEFAULT_PATH
     if not file.exists():
@@ -85,18 +119,20 @@ def load_config(path: str | Path | None = None) -> BotConfig:
             values[key] = _logins(value_node, where)
         else:
             values[key] = _string(key, value_node, where)
-    return BotConfig(**values, source=str(file))
+    return BotConfig(**values, source=str(file), given=tuple(values))
 
 
 def _string(key: str, node: yaml.Node, where: str) -> str:
     value = node.value if isinstance(node, yaml.ScalarNode) else None
     if not isinstance(value, str) or not value.strip() or node.tag != "tag:yaml.org,2002:str":
         raise ConfigError(f"{where}: {key} must be a non-empty string")
-    if key == "workflow" and not WORKFLOW_FILE.match(value):
+    if key.endswith("workflow") and not WORKFLOW_FILE.match(value):
         raise ConfigError(
-            f"{where}: workflow must be a file name in .github/workflows such as bot.yml, "
+            f"{where}: {key} must be a file name in .github/workflows such as bot.yml, "
             f"not {value!r}"
         )
+    if key == "stage_branch" and not BRANCH.match(value):
+        raise ConfigError(f"{where}: stage_branch {value!r} is not a branch name such as a-b/c")
     if key == "bot_login" and not LOGIN.match(value):
         raise ConfigError(f"{where}: bot_login {value!r} is not a GitHub login such as app[bot]")
     if key == "status_context" and len(value) > 255:

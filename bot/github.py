@@ -101,6 +101,33 @@ class WorkflowRun:
     run_number: int
     status: str
     html_url: str
+    display_title: str = ""
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """One workflow run as the report checks it: which workflow file ran (``path``), on what
+    event, branch and repository, and how it ended."""
+
+    id: int
+    path: str  # e.g. ".github/workflows/stage.yml"
+    event: str
+    head_branch: str
+    head_sha: str
+    head_repo: str  # owner/name of the repository the run's code came from
+    display_title: str
+    status: str
+    conclusion: str | None
+    html_url: str
+
+
+@dataclass(frozen=True)
+class Artifact:
+    id: int
+    name: str
+    size: int
+    expired: bool
+    run_id: int | None
 
 
 class GitHubApi(Protocol):
@@ -135,6 +162,20 @@ class GitHubApi(Protocol):
     def statuses(self, sha: str, context: str) -> list[Status]: ...
 
     def cancel_run(self, run_id: int) -> bool: ...
+
+    def default_branch(self) -> str: ...
+
+    def workflow_run(self, run_id: int) -> RunInfo: ...
+
+    def run_artifacts(self, run_id: int) -> list[Artifact]: ...
+
+    def artifacts_named(self, name: str) -> list[Artifact]: ...
+
+    def download_artifact(self, artifact_id: int, limit: int) -> bytes: ...
+
+    def dispatch_workflow(
+        self, workflow: str, ref: str, inputs: dict[str, str], recover: Callable[[], int | None]
+    ) -> int: ...
 
 
 # ---------------------------------------------------------------- configuration
@@ -282,6 +323,8 @@ class PyGithubApi:
 
         self.repository = repository
         self.policy = policy
+        self._token = token  # artifact downloads go around PyGithub (a redirect to storage)
+        self._api_url = api_url.rstrip("/")
         self._gh = github.Github(
             base_url=api_url,
             auth=github.Auth.Token(token),
@@ -353,7 +396,10 @@ class PyGithubApi:
                     {"status": status},
                     list_item="workflow_runs",
                 )
-                runs += [WorkflowRun(r.id, r.run_number, r.status, r.html_url) for r in listing]
+                runs += [
+                    WorkflowRun(r.id, r.run_number, r.status, r.html_url, r.display_title or "")
+                    for r in listing
+                ]
             return runs
 
         return self._read(f"list the active runs of {workflow} in {self.repository}", call)
@@ -384,6 +430,94 @@ class PyGithubApi:
             ]
 
         return self._read(f"list the statuses of {sha[:7]} in {self.repository}", call)
+
+    def default_branch(self) -> str:
+        return self._read(
+            f"get the default branch of {self.repository}", lambda: self._repo.default_branch
+        )
+
+    def workflow_run(self, run_id: int) -> RunInfo:
+        def call() -> RunInfo:
+            _, data = self._gh.requester.requestJsonAndCheck(
+                "GET", f"{self._repo.url}/actions/runs/{run_id}"
+            )
+            return _run_info(data)
+
+        return self._read(f"get workflow run {run_id} of {self.repository}", call)
+
+    def run_artifacts(self, run_id: int) -> list[Artifact]:
+        return self._artifacts(
+            f"list the artifacts of workflow run {run_id}",
+            f"{self._repo.url}/actions/runs/{run_id}/artifacts",
+            {},
+        )
+
+    def artifacts_named(self, name: str) -> list[Artifact]:
+        """The repository's artifacts called ``name``, newest first (GitHub's order)."""
+        return self._artifacts(
+            f"list the artifacts named {name}",
+            f"{self._repo.url}/actions/artifacts",
+            {"name": name},
+        )
+
+    def _artifacts(self, what: str, url: str, params: dict[str, str]) -> list[Artifact]:
+        def call() -> list[Artifact]:
+            import github
+
+            listing = github.PaginatedList.PaginatedList(
+                github.Artifact.Artifact,
+                self._gh.requester,
+                url,
+                params,
+                list_item="artifacts",
+            )
+            return [
+                Artifact(
+                    a.id,
+                    a.name,
+                    a.size_in_bytes,
+                    bool(a.expired),
+                    a.workflow_run.id if a.workflow_run is not None else None,
+                )
+                for a in listing
+            ]
+
+        return self._read(f"{what} in {self.repository}", call)
+
+    def download_artifact(self, artifact_id: int, limit: int) -> bytes:
+        """The artifact's zip. GitHub answers with a redirect to a signed storage URL, which is
+        fetched without our token; more than ``limit`` bytes is refused."""
+
+        def call() -> bytes:
+            import requests
+
+            url = f"{self._api_url}/repos/{self.repository}/actions/artifacts/{artifact_id}/zip"
+            timeout = max(1, math.ceil(self.policy.timeout))
+            headers = {"Authorization": f"token {self._token}", "User-Agent": "stagebot"}
+            first = requests.get(url, headers=headers, allow_redirects=False, timeout=timeout)
+            if first.status_code in (301, 302, 303, 307, 308):
+                answer = requests.get(
+                    first.headers["Location"],
+                    headers={"User-Agent": "stagebot"},
+                    stream=True,
+                    timeout=timeout,
+                )
+            else:
+                answer = first
+            if answer.status_code != 200:
+                raise GitHubError(
+                    f"could not download artifact {artifact_id}: HTTP {answer.status_code}"
+                )
+            data = b""
+            for chunk in answer.iter_content(1 << 16):
+                data += chunk
+                if len(data) > limit:
+                    raise GitHubError(
+                        f"artifact {artifact_id} is larger than the {limit} bytes the bot reads"
+                    )
+            return data
+
+        return self._read(f"download artifact {artifact_id} of {self.repository}", call)
 
     # ---- writes (retried here, with recovery after ambiguous failures)
     def create_comment(
@@ -442,6 +576,28 @@ class PyGithubApi:
 
         return self._write(f"cancel workflow run {run_id} in {self.repository}", call)
 
+    def dispatch_workflow(
+        self, workflow: str, ref: str, inputs: dict[str, str], recover: Callable[[], int | None]
+    ) -> int:
+        """Start ``workflow`` on ``ref`` (workflow_dispatch) and return the new run's id
+        (``return_run_details``). Not idempotent: after an ambiguous failure, ``recover`` looks
+        for the run before dispatching again."""
+
+        def call() -> int:
+            _, data = self._gh.requester.requestJsonAndCheck(
+                "POST",
+                f"{self._repo.url}/actions/workflows/{workflow}/dispatches",
+                input={"ref": ref, "inputs": inputs, "return_run_details": True},
+            )
+            if not isinstance(data, dict) or not isinstance(data.get("workflow_run_id"), int):
+                raise GitHubError(
+                    f"dispatching {workflow} returned no workflow_run_id: this GitHub does not "
+                    "support return_run_details, which the bot needs to tell its runs apart"
+                )
+            return data["workflow_run_id"]
+
+        return self._write(f"dispatch {workflow} on {ref} in {self.repository}", call, recover)
+
     # ---- the retry loops
     def _read(self, what: str, call: Callable[[], T]) -> T:
         try:
@@ -485,6 +641,22 @@ class PyGithubApi:
 
 def truncate(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _run_info(data: dict[str, Any]) -> RunInfo:
+    head_repo = (data.get("head_repository") or {}).get("full_name") or ""
+    return RunInfo(
+        id=int(data["id"]),
+        path=str(data.get("path") or ""),
+        event=str(data.get("event") or ""),
+        head_branch=str(data.get("head_branch") or ""),
+        head_sha=str(data.get("head_sha") or ""),
+        head_repo=str(head_repo),
+        display_title=str(data.get("display_title") or ""),
+        status=str(data.get("status") or ""),
+        conclusion=data.get("conclusion"),
+        html_url=str(data.get("html_url") or ""),
+    )
 
 
 def _comment(item: Any) -> Comment:
@@ -578,3 +750,68 @@ def _read_retry(policy: RetryPolicy):
         secondary_rate_wait=policy.secondary_rate_wait,
         max_rate_limit_wait=policy.max_wait,
     )
+
+
+# ---------------------------------------------------------------- the bot's GitHub App
+
+
+@dataclass(frozen=True)
+class AppIdentity:
+    """An installation token of the bot's GitHub App and the login the App writes as."""
+
+    token: str
+    login: str  # "<app slug>[bot]"
+
+
+def mint_installation_token(
+    api_url: str,
+    repository: str,
+    app_id: str,
+    private_key: str,
+    permissions: dict[str, str],
+    policy: RetryPolicy,
+) -> AppIdentity:
+    """Sign a JWT with the App's private key, find the App's installation on ``repository``
+    and mint a token limited to ``permissions`` (GitHub caps it at what the App was granted)."""
+    import github
+    import jwt  # PyGithub's own dependency, for the App's JWT
+
+    try:
+        auth = github.Auth.AppAuth(app_id, private_key)
+        auth.create_jwt()  # a malformed key fails here, with no request made
+    except (ValueError, TypeError, jwt.PyJWTError) as error:
+        raise SetupError(
+            f"the GitHub App's private key cannot sign a token ({_one_line(error)}); give the "
+            "App's PEM private key (BEGIN RSA PRIVATE KEY) in STAGEBOT_APP_PRIVATE_KEY"
+        ) from None
+    integration = github.GithubIntegration(
+        auth=auth,
+        base_url=api_url,
+        retry=_read_retry(policy),
+        timeout=max(1, math.ceil(policy.timeout)),
+        user_agent="stagebot",
+        seconds_between_requests=policy.seconds_between_requests,
+        seconds_between_writes=policy.seconds_between_writes,
+    )
+    owner, name = repository.split("/")
+
+    def call() -> AppIdentity:
+        installation = integration.get_repo_installation(owner, name)
+        token = integration.get_access_token(installation.id, permissions).token
+        return AppIdentity(token, f"{integration.get_app().slug}[bot]")
+
+    try:
+        return call()
+    except Exception as error:  # classified: GitHubError or re-raised as-is
+        failure = _classify(error)
+        if failure is None:
+            raise
+        raise GitHubError(
+            f"could not mint the GitHub App's installation token for {repository}: "
+            f"{failure.text} (is the App installed on the repository, with these permissions: "
+            f"{', '.join(f'{k}: {v}' for k, v in sorted(permissions.items()))}?)"
+        ) from None
+
+
+def _one_line(error: Exception) -> str:
+    return " ".join(str(error).split())[:200]

@@ -1,13 +1,13 @@
 """Main's ledger (the post-merge history) is authenticated by a commit status.
 
-The Actions cache that carries it can be written by the code a stage job runs. So the report job
-of a post-merge pipeline records the sha256 of the ledger it saves as the description of a
-``stagebot/ledger`` status (statuses need ``statuses: write``, which only the bot's own jobs
-hold; the stage jobs hold ``contents: read``). The status goes on the commit of the newest
-pipeline the ledger holds, and a restored main ledger is used only when that commit carries a
-status with the file's digest (and no SQLite side file would replay changes into it). The
-commit is read from the untrusted file, so it must be a full hex SHA: anything else (a path,
-say) vouches for nothing.
+It travels as an artifact of the bot's report runs (bot/ledger_transport.py); this is a second,
+independent check: the report job of a post-merge pipeline records the sha256 of the ledger it
+saves as the description of a ``stagebot/ledger`` status (statuses need ``statuses: write``,
+which only the bot's own jobs hold; the stage jobs hold ``contents: read``). The status goes on
+the commit of the newest pipeline the ledger holds, and a fetched main ledger is used only when
+that commit carries a status with the file's digest (and no SQLite side file would replay
+changes into it). The commit is read from the untrusted file, so it must be a full hex SHA:
+anything else (a path, say) vouches for nothing.
 
 Not covered: replay. Any ledger the bot once saved for main stays vouched for, so a restored
 older one rolls the history back (less reuse and a staler failure-analysis base, never a

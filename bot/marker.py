@@ -78,8 +78,8 @@ def find_marker(body: str) -> ReplyMarker | None:
 
 # The ledger's digest, a second hidden line the bot writes just before its marker: the sha256 of
 # the ledger file the bot saved for the PR's next pipeline. handle-event accepts a restored
-# ledger only when one of the bot's own replies names its digest (the Actions cache it travels
-# in can be written by the PR code of a stage job). Not part of the marker's schema.
+# ledger only when one of the bot's own replies names its digest, and bot/ledger_transport.py
+# fetches the artifact named by it. Not part of the marker's schema.
 LEDGER_DIGEST = re.compile(r"<!-- stagebot-ledger:sha256:(?P<digest>[0-9a-f]{64}) -->")
 
 

@@ -34,6 +34,7 @@ from stagebot.bot.replies import (
     reply_to,
     running,
 )
+from stagebot.bot.stage_runs import active_pipelines
 
 if TYPE_CHECKING:
     from stagebot.bot.ledger import Ledger
@@ -115,10 +116,9 @@ class LedgerSource:
             if why is not None:
                 aside = self.move_aside(path)
                 self.notice = (
-                    "The pipeline ledger restored from the Actions cache is not one the bot "
-                    f"saved ({why}; the cache can be written by the code a stage job runs); it "
-                    f"was moved aside to {aside.name} and this pipeline starts from an empty "
-                    "history (nothing is reused)."
+                    "The pipeline ledger handed to this job is not one the bot saved "
+                    f"({why}); it was moved aside to {aside.name} and this pipeline starts "
+                    "from an empty history (nothing is reused)."
                 )
                 return Ledger.open(path)
         self._checked = True
@@ -338,7 +338,7 @@ class CommentHandler:
         stale = running(self.replies, self.pipeline)
         if not stale:
             return []
-        active = {run.run_number: run for run in self.api.active_runs(self.config.workflow)}
+        active = active_pipelines(self.api, self.config)  # the stage runs, by pipeline
         stopped = []
         for reply in stale:
             number = reply.marker.pipeline

@@ -10,19 +10,28 @@ Threaded HTTP on 127.0.0.1 that serves the endpoints stagebot uses with GitHub's
 - ``timeout``: hold the answer longer than the client waits (no write);
 - ``timeout-after-write``: perform the write, then hold the answer past the client's timeout.
 
+Also the Actions side of the bot's flow: workflow runs, their artifacts (zip downloads answer
+with a redirect to ``/_blobs/<id>``, outside the API, as GitHub's storage does),
+``workflow_dispatch`` (the run's title rendered from the workflow file's ``run-name``, unknown
+inputs refused like GitHub), and a GitHub App (``add_app``): installation lookup, JWT-checked
+installation tokens, and the App's login for the tokens it minted.
+
 Serves under ``/api/v3`` by default, the way GitHub Enterprise Server does, so the client must
 honour GITHUB_API_URL's path. Usage: ``with FakeGitHub() as gh: gh.url, gh.add_pull(...)``.
 """
 
 from __future__ import annotations
 
+import io
 import itertools
 import json
 import re
 import threading
 import time
+import zipfile
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -88,8 +97,18 @@ ROUTES: list[tuple[str, str, re.Pattern[str]]] = [
         ("GET", "list_workflow_runs", r"/repos/[^/]+/[^/]+/actions/workflows/(?P<wf>[^/]+)/runs"),
         ("GET", "compare", r"/repos/[^/]+/[^/]+/compare/(?P<base>[0-9a-f]+)\.{3}(?P<head>\w+)"),
         ("POST", "cancel_run", r"/repos/[^/]+/[^/]+/actions/runs/(?P<id>\d+)/cancel"),
+        ("GET", "get_run", r"/repos/[^/]+/[^/]+/actions/runs/(?P<id>\d+)"),
+        ("GET", "list_run_artifacts", r"/repos/[^/]+/[^/]+/actions/runs/(?P<id>\d+)/artifacts"),
+        ("GET", "list_artifacts", r"/repos/[^/]+/[^/]+/actions/artifacts"),
+        ("GET", "download_artifact", r"/repos/[^/]+/[^/]+/actions/artifacts/(?P<id>\d+)/zip"),
+        ("POST", "dispatch", r"/repos/[^/]+/[^/]+/actions/workflows/(?P<wf>[^/]+)/dispatches"),
+        ("GET", "get_installation", r"/repos/[^/]+/[^/]+/installation"),
+        ("POST", "create_token", r"/app/installations/(?P<id>\d+)/access_tokens"),
+        ("GET", "get_app", r"/app"),
     )
 ]
+WORKFLOWS = Path(__file__).resolve().parents[1] / ".github" / "workflows"
+INPUT = re.compile(r"\$\{\{\s*inputs\.([\w-]+)\s*\}\}")
 
 
 class FakeGitHub:
@@ -111,6 +130,13 @@ class FakeGitHub:
         self.permissions: dict[str, tuple[str, str]] = {}
         self.runs: dict[int, dict[str, Any]] = {}
         self.diffs: dict[tuple[str, str], list[str]] = {}  # (base, head) -> changed files
+        self.artifacts: dict[int, dict[str, Any]] = {}
+        self.blobs: dict[int, bytes] = {}
+        self.blob_auth: list[str | None] = []  # the Authorization header of each blob fetch
+        self.dispatches: list[dict[str, Any]] = []
+        self.run_details = True  # False: a GitHub whose dispatch API returns no run id
+        self.app: dict[str, Any] | None = None
+        self.tokens: dict[str, str] = {}  # installation token -> the App's login
         self._ids = itertools.count(1001)
         self._server: ThreadingHTTPServer | None = None
 
@@ -186,8 +212,17 @@ class FakeGitHub:
         with self.lock:
             return self._new_comment(number, body, _user(author), comment_id)
 
-    def add_run(self, run_number: int, status: str = "in_progress") -> dict[str, Any]:
-        run_id = 50000 + run_number
+    def add_run(
+        self,
+        run_number: int,
+        status: str = "in_progress",
+        run_id: int | None = None,
+        **fields: Any,
+    ) -> dict[str, Any]:
+        """A workflow run (default: a bot.yml run on main, started by a comment); ``fields``
+        override any of its keys (path, event, head_branch, head_repo, display_title, …)."""
+        run_id = run_id or 50000 + run_number
+        head_repo = fields.pop("head_repo", self.repo)
         self.runs[run_id] = {
             "id": run_id,
             "run_number": run_number,
@@ -196,11 +231,76 @@ class FakeGitHub:
             "event": "issue_comment",
             "path": ".github/workflows/bot.yml",
             "name": "bot",
+            "head_branch": "main",
+            "head_sha": "0" * 40,
+            "display_title": "bot",
+            "head_repository": {"full_name": head_repo},
+            "repository": {"full_name": self.repo},
             "url": self.api(f"/actions/runs/{run_id}"),
             "html_url": f"{self.base}/{self.repo}/actions/runs/{run_id}",
             "cancel_url": self.api(f"/actions/runs/{run_id}/cancel"),
+            "artifacts_url": self.api(f"/actions/runs/{run_id}/artifacts"),
+            **fields,
         }
         return self.runs[run_id]
+
+    def add_stage_run(
+        self, pipeline: int, status: str = "in_progress", pr: int | None = None, plan_run: int = 1
+    ) -> dict[str, Any]:
+        """A run of stage.yml as the bot dispatches it for ``pipeline`` (its title names it)."""
+        key = f"pr-{pr}" if pr else "main"
+        return self.add_run(
+            pipeline,
+            status=status,
+            run_id=80000 + pipeline,
+            path=".github/workflows/stage.yml",
+            name="stage",
+            event="workflow_dispatch",
+            head_branch="stagebot-stage",
+            display_title=f"stagebot {key} pipeline {pipeline} plan-run {plan_run}",
+        )
+
+    def add_artifact(
+        self, run_id: int, name: str, files: dict[str, bytes], expired: bool = False
+    ) -> dict[str, Any]:
+        """An artifact of run ``run_id`` holding ``files`` (path -> bytes), zipped."""
+        buffer = io.BytesIO()
+        with zipfile.ZipFile(buffer, "w") as archive:
+            for path, data in files.items():
+                archive.writestr(path, data)
+        with self.lock:
+            artifact_id = next(self._ids)
+            run = self.runs.get(run_id, {})
+            self.blobs[artifact_id] = buffer.getvalue()
+            self.artifacts[artifact_id] = {
+                "id": artifact_id,
+                "node_id": f"A_{artifact_id}",
+                "name": name,
+                "size_in_bytes": len(self.blobs[artifact_id]),
+                "url": self.api(f"/actions/artifacts/{artifact_id}"),
+                "archive_download_url": self.api(f"/actions/artifacts/{artifact_id}/zip"),
+                "expired": expired,
+                "created_at": "2026-01-01T00:00:00Z",
+                "expires_at": "2026-04-01T00:00:00Z",
+                "updated_at": "2026-01-01T00:00:00Z",
+                "workflow_run": {
+                    "id": run_id,
+                    "repository_id": 1,
+                    "head_repository_id": 1,
+                    "head_branch": run.get("head_branch"),
+                    "head_sha": run.get("head_sha"),
+                },
+            }
+            return self.artifacts[artifact_id]
+
+    def add_app(self, app_id: int, slug: str, public_key_pem: bytes, installation_id: int = 77):
+        """A GitHub App installed on the repository; its JWTs are checked with the key."""
+        self.app = {
+            "id": app_id,
+            "slug": slug,
+            "key": public_key_pem,
+            "installation": installation_id,
+        }
 
     # ---- faults
     def fail(self, kind: str, *, method=None, route=None, times=1, retry_after="0") -> None:
@@ -310,7 +410,9 @@ class FakeGitHub:
                 return 422, {"message": "Validation Failed"}
             if len(body["body"]) > 65536:
                 return 422, {"message": "Body is too long (maximum is 65536 characters)"}
-            return 201, _public(self._new_comment(number, body["body"], _user(_login(auth))))
+            return 201, _public(
+                self._new_comment(number, body["body"], _user(_login(auth, self.tokens)))
+            )
         if route in ("get_comment", "edit_comment"):
             comment = self.comments.get(int(params["id"]))
             if comment is None:
@@ -333,7 +435,7 @@ class FakeGitHub:
                 "id": next(self._ids),
                 "comment_id": comment_id,
                 "content": content,
-                "user": _user(_login(auth)),
+                "user": _user(_login(auth, self.tokens)),
             }
             self.reactions.append(reaction)
             return 201, reaction
@@ -356,7 +458,7 @@ class FakeGitHub:
                 "description": body.get("description"),
                 "target_url": body.get("target_url"),
                 "context": body.get("context", "default"),
-                "creator": _user(_login(auth)),
+                "creator": _user(_login(auth, self.tokens)),
             }
             self.statuses.setdefault(params["sha"], []).append(status)
             return 201, status
@@ -391,7 +493,96 @@ class FakeGitHub:
                 return 409, {"message": "Cannot cancel a workflow run that is completed."}
             run["status"], run["conclusion"] = "completed", "cancelled"
             return 202, {}
+        if route == "get_run":
+            run = self.runs.get(int(params["id"]))
+            return (200, run) if run else _not_found()
+        if route in ("list_run_artifacts", "list_artifacts"):
+            if route == "list_run_artifacts" and int(params["id"]) not in self.runs:
+                return _not_found()
+            found = [
+                a
+                for a in sorted(self.artifacts.values(), key=lambda a: -a["id"])
+                if query.get("name") in (None, a["name"])
+                and (route == "list_artifacts" or a["workflow_run"]["id"] == int(params["id"]))
+            ]
+            return 200, {"total_count": len(found), "artifacts": found}
+        if route == "download_artifact":
+            artifact = self.artifacts.get(int(params["id"]))
+            if artifact is None:
+                return _not_found()
+            if artifact["expired"]:
+                return 410, {"message": "Artifact has expired"}
+            return 302, {"Location": f"{self.base}/_blobs/{artifact['id']}"}
+        if route == "dispatch":
+            return self._dispatch(params["wf"], body or {}, auth)
+        if route == "get_installation":
+            if self._app_claims(auth) is None:
+                return 401, {"message": "A JSON web token could not be decoded"}
+            return 200, {"id": self.app["installation"], "app_id": self.app["id"]}
+        if route == "create_token":
+            if self._app_claims(auth) is None:
+                return 401, {"message": "A JSON web token could not be decoded"}
+            if int(params["id"]) != self.app["installation"]:
+                return _not_found()
+            token = f"ghs_installation_{next(self._ids)}"
+            self.tokens[token] = f"{self.app['slug']}[bot]"
+            permissions = (body or {}).get("permissions") or {}
+            return 201, {
+                "token": token,
+                "expires_at": "2099-01-01T00:00:00Z",
+                "permissions": permissions,
+                "repository_selection": "selected",
+            }
+        if route == "get_app":
+            if self._app_claims(auth) is None:
+                return 401, {"message": "A JSON web token could not be decoded"}
+            return 200, {"id": self.app["id"], "slug": self.app["slug"], "name": self.app["slug"]}
         return _not_found()
+
+    def _app_claims(self, auth: str | None) -> dict[str, Any] | None:
+        """The JWT's claims when it is signed by the App's key and names the App; else None."""
+        import jwt
+
+        if self.app is None or not auth or not auth.startswith("Bearer "):
+            return None
+        try:
+            claims = jwt.decode(auth[7:], self.app["key"], algorithms=["RS256"])
+        except jwt.PyJWTError:
+            return None
+        return claims if str(claims.get("iss")) == str(self.app["id"]) else None
+
+    def _dispatch(self, workflow: str, body: dict[str, Any], auth: str | None):
+        """workflow_dispatch: the run's title is the workflow file's run-name, rendered."""
+        path = WORKFLOWS / workflow
+        if not path.is_file():
+            return _not_found()
+        import yaml
+
+        spec = yaml.safe_load(path.read_text())
+        declared = (spec.get(True) or spec.get("on"))["workflow_dispatch"]["inputs"]
+        inputs = body.get("inputs") or {}
+        unexpected = sorted(set(inputs) - set(declared))
+        missing = sorted(k for k, v in declared.items() if v.get("required") and k not in inputs)
+        if unexpected or missing or not isinstance(body.get("ref"), str):
+            return 422, {"message": f"Unexpected inputs {unexpected}, missing {missing}"}
+        title = INPUT.sub(lambda m: str(inputs.get(m[1], "")), spec.get("run-name", spec["name"]))
+        run_id = next(self._ids) + 70000
+        self.add_run(
+            run_id - 70000,
+            status="queued",
+            run_id=run_id,
+            path=f".github/workflows/{workflow}",
+            name=spec["name"],
+            event="workflow_dispatch",
+            head_branch=body["ref"],
+            display_title=title,
+            actor={"login": _login(auth, self.tokens)},
+        )
+        self.dispatches.append({"workflow": workflow, "run_id": run_id, **body})
+        if not body.get("return_run_details") or not self.run_details:
+            return 204, None
+        run = self.runs[run_id]
+        return 200, {"workflow_run_id": run_id, "run_url": run["url"], "html_url": run["html_url"]}
 
 
 def _user(login: str) -> dict[str, Any]:
@@ -404,10 +595,14 @@ def _user(login: str) -> dict[str, Any]:
     }
 
 
-def _login(auth: str | None) -> str:
-    """The token decides who writes: ``token user:LOGIN`` or anything else -> the Actions bot."""
+def _login(auth: str | None, tokens: dict[str, str] | None = None) -> str:
+    """The token decides who writes: ``token user:LOGIN``, an App's installation token (its
+    ``slug[bot]``), or anything else -> the Actions bot."""
     if auth and " user:" in auth:
         return auth.split(" user:", 1)[1]
+    token = (auth or "").split(" ", 1)[-1]
+    if tokens and token in tokens:
+        return tokens[token]
     return "github-actions[bot]"
 
 
@@ -445,6 +640,13 @@ class _Handler(BaseHTTPRequestHandler):
         raw = self.rfile.read(length) if length else b""
         body = json.loads(raw) if raw else None
         auth = self.headers.get("Authorization")
+        if method == "GET" and path.startswith("/_blobs/"):  # artifact storage, not the API
+            with fake.lock:
+                fake.blob_auth.append(auth)
+                blob = fake.blobs.get(int(path.rsplit("/", 1)[1] or 0))
+            if blob is None:
+                return self._send(404, {"message": "Not Found"})
+            return self._send_bytes(blob)
         if not path.startswith(fake.prefix + "/"):
             return self._send(404, {"message": "Not Found"})
         path = path[len(fake.prefix) :]
@@ -483,6 +685,10 @@ class _Handler(BaseHTTPRequestHandler):
             record.status = 504
             return self._send(504, {"message": "held past the client's timeout"})
         record.status = status
+        if status == 302:
+            return self._send(302, {}, {"Location": payload["Location"]})
+        if status == 204:
+            return self._send_bytes(b"", 204)
         if isinstance(payload, list):
             return self._send_page(status, payload, query)
         return self._send(status, payload)
@@ -499,6 +705,15 @@ class _Handler(BaseHTTPRequestHandler):
             nxt += f"per_page={per_page}&page={page + 1}"
             headers["Link"] = f'<{nxt}>; rel="next"'
         self._send(status, chunk, headers)
+
+    def _send_bytes(self, data: bytes, status: int = 200) -> None:
+        self.send_response(status)
+        if status != 204:
+            self.send_header("Content-Type", "application/zip")
+            self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        if status != 204:
+            self.wfile.write(data)
 
     def _send(self, status: int, payload: Any, headers: dict[str, str] | None = None) -> None:
         data = json.dumps(payload).encode()

@@ -63,6 +63,20 @@ def test_shipped_catalog_has_the_required_families_and_suites() -> None:
     assert catalog.gpu_types["DGX_H200"].arch == "sm_90a"
 
 
+def test_every_gpu_family_asks_for_an_ephemeral_self_hosted_runner() -> None:
+    """Stage jobs run PR code: on a persistent runner it could trojan the tool cache, pip's
+    config or leave processes for the next job (main's post-merge jobs included). Every GPU type
+    asks for the `ephemeral` label (one job per runner); CPU stages use GitHub-hosted runners,
+    which are fresh VMs."""
+    catalog = load_catalog()
+    for family in catalog.families:
+        labels = catalog.gpu_types[family.gpu_type].runner_labels
+        if family.gpu_type == "CPU":
+            assert labels == ("ubuntu-latest",), family.name
+        else:
+            assert {"self-hosted", "ephemeral"} <= set(labels), (family.name, labels)
+
+
 def test_every_pytorch_family_runs_the_nvfp4_suite_and_the_h200_one_forces_cute() -> None:
     nvfp4 = "harness/suites/nvfp4_moe"
     for family in load_catalog().families:

@@ -192,14 +192,14 @@ def test_unhandled_event_kinds_are_no_ops(handle, gh) -> None:
 
 @pytest.mark.parametrize("author", ["reader", "triager", "stranger"])
 def test_unauthorized_run_gets_one_reply_and_nothing_runs(gh, handle, author) -> None:
-    gh.add_run(100)  # a live pipeline that an unauthorized comment must not cancel
+    gh.add_stage_run(100, pr=PR)  # a live pipeline that an unauthorized comment must not cancel
     gh.add_comment(PR, _running_marker(100), BOT)
     result = handle("/bot run", author=author)
     assert_nothing_ran(result)
     (reply,) = [c for c in replies(gh) if marker_of(c).comment_id == COMMENT_ID]
     assert "needs write permission" in reply["body"] and f"@{author} has" in reply["body"]
     assert status(gh) is None and reactions(gh) == []
-    assert gh.calls("cancel_run") == [] and gh.runs[50100]["status"] == "in_progress"
+    assert gh.calls("cancel_run") == [] and gh.runs[80100]["status"] == "in_progress"
     assert [w.route for w in gh.writes()] == ["create_comment"]
 
 
@@ -375,13 +375,13 @@ def _running_marker(pipeline: int, comment_id: int = 1, sha: str = SHA) -> str:
 
 
 def test_kill_cancels_running_pipelines_and_marks_them_aborted(gh, handle) -> None:
-    gh.add_run(99, status="queued")
-    gh.add_run(100)
-    gh.add_run(98, status="completed")
+    gh.add_stage_run(99, status="queued", pr=PR)
+    gh.add_stage_run(100, pr=PR)
+    gh.add_stage_run(98, status="completed", pr=PR)
     old = [gh.add_comment(PR, _running_marker(n, comment_id=n), BOT) for n in (99, 100)]
     result = handle("/bot kill", run_number=101)
     assert_nothing_ran(result)
-    assert {gh.runs[50099]["conclusion"], gh.runs[50100]["conclusion"]} == {"cancelled"}
+    assert {gh.runs[80099]["conclusion"], gh.runs[80100]["conclusion"]} == {"cancelled"}
     for comment in old:
         assert marker_of(gh.comments[comment["id"]]).state == "ABORTED"
         assert "completed with state ABORTED" in gh.comments[comment["id"]]["body"]
@@ -398,12 +398,11 @@ def test_kill_with_nothing_running_says_so(gh, handle) -> None:
 
 
 def test_a_new_run_cancels_the_prs_earlier_run(gh, handle) -> None:
-    gh.add_run(101)
     handle("/bot run", run_number=101, comment_id=1)
-    gh.add_run(102)
+    gh.add_stage_run(101, pr=PR)  # the stage run the plan job of #101 dispatched
     result = handle("/bot run", run_number=102, comment_id=2)
     assert result.outputs["run"] == "true"
-    assert gh.runs[50101]["conclusion"] == "cancelled" and gh.runs[50102]["status"] == "in_progress"
+    assert gh.runs[80101]["conclusion"] == "cancelled"
     states = {marker_of(c).pipeline: marker_of(c).state for c in replies(gh)}
     assert states == {101: "ABORTED", 102: "RUNNING"}
     (reply,) = [c for c in replies(gh) if marker_of(c).pipeline == 102]

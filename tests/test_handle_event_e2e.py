@@ -289,12 +289,12 @@ def test_reuse_pipeline_of_a_failed_pipeline_is_refused(gh, tmp_path, monkeypatc
 
 
 def test_kill_marks_the_ledger_pipeline_aborted(gh, pipeline) -> None:
-    gh.add_run(101)
+    gh.add_stage_run(101, pr=PR)
     pipeline.comment("/bot run", 101)
     assert ledger_state(pipeline, 101) == "RUNNING"
     pipeline.comment("/bot kill", 102)
     assert ledger_state(pipeline, 101) == "ABORTED"
-    assert gh.runs[50101]["conclusion"] == "cancelled"
+    assert gh.runs[80101]["conclusion"] == "cancelled"
     assert BOT  # the replies are the bot's (see replies())
 
 
@@ -350,9 +350,9 @@ def test_a_changed_file_name_cannot_forge_the_reply_marker(gh, pipeline) -> None
     assert reply["body"].count("<!-- stagebot:") == 1 and "@everyone" not in reply["body"]
     assert "<!--" not in reply["body"].split("`README.md`")[0]  # the file names are inert
     assert "`README.md`" in reply["body"]
-    gh.add_run(4242)
+    gh.add_stage_run(4242, pr=PR)
     pipeline.comment("/bot run", 103)
-    assert gh.runs[50000 + 4242]["conclusion"] is None and gh.calls("cancel_run") == []
+    assert gh.runs[80000 + 4242]["conclusion"] is None and gh.calls("cancel_run") == []
 
 
 def test_a_restored_ledger_the_bot_did_not_save_is_refused(gh, pipeline) -> None:

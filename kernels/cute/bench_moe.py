@@ -2,11 +2,14 @@
 
     python3 -m stagebot.kernels.cute.bench_moe [--out DIR] [--quick]
 
-Shapes: S1, a plain grouped GEMM of 8 experts x 8192 rows, N = K = 4096; then the MoE layer of
-256 experts over EP 32 (8 local experts), top-8, hidden 7168, intermediate 2048, at 16, 128 and
-8192 tokens: GEMM1 (N = 4096, K = 7168, SwiGLU) and GEMM2 (N = 7168, K = 2048, finalize), tables
-from ops.moe_sort over a balanced routing (max(1, tokens * 8 / 256) rows per local expert, tiles
-of 128). ``--quick`` runs the 16-token layer only (both GEMMs).
+Shapes: S1, a plain grouped GEMM of 8 experts x 8192 rows, N = K = 4096; then three MoE layers
+(``LAYERS``) at 16, 128 and 8192 tokens, GEMM1 (N = 2 * intermediate, K = hidden, SwiGLU) and
+GEMM2 (N = hidden, K = intermediate, finalize), tables from ops.moe_sort over a balanced routing
+(max(1, tokens * top_k / experts) rows per local expert, tiles of 128): 256 experts over EP 32
+(8 local), top-8, hidden 7168, intermediate 2048 (unprefixed names); Qwen3-30B-A3B, 128
+experts all local, top-8, hidden 2048, intermediate 768; a Mixtral-8x7B-like layer, 8 experts
+all local, top-2, hidden 4096, intermediate 14336. ``--quick`` runs the first layer's 16-token
+GEMMs only.
 
 Implementations, timed in the same run (min of do_bench's median and CUDA-graph replay):
 - ours: the cute backend's implementation of the op, called without the op API's validation
@@ -41,11 +44,26 @@ from pathlib import Path
 from typing import Any
 
 TILE = 128
-LOCAL_EXPERTS = 8
 NVFP4_BYTES = 4.5 / 8  # per value: a 4-bit code and an 8-bit scale per 16 values
-MOE = dict(experts=256, top_k=8, hidden=7168, inter=2048)
 DECODE_TOKENS = 128  # shapes with at most this many tokens are the decode shapes
 DEVICE = "cuda"
+
+
+@dataclass(frozen=True)
+class Layer:
+    prefix: str  # of its shapes' names
+    experts: int
+    local_experts: int  # the first ones are this rank's
+    top_k: int
+    hidden: int
+    inter: int
+
+
+LAYERS = (
+    Layer("", 256, 8, 8, 7168, 2048),
+    Layer("Qwen3-30B-A3B ", 128, 128, 8, 2048, 768),
+    Layer("Mixtral-8x7B ", 8, 8, 2, 4096, 14336),
+)
 
 
 @dataclass(frozen=True)
@@ -53,24 +71,31 @@ class Shape:
     name: str
     kind: str  # "plain" | "swiglu" | "finalize"
     tokens: int
-    experts: int  # routed experts of the model; the first LOCAL_EXPERTS are this rank's
+    experts: int  # routed experts of the model; the first local_experts are this rank's
+    local_experts: int
     top_k: int
     n: int
     k: int
 
 
 def shapes(quick: bool) -> list[Shape]:
-    e, top_k, hidden, inter = MOE["experts"], MOE["top_k"], MOE["hidden"], MOE["inter"]
-    layer = [
+    layers = [
         s
+        for m in (LAYERS[:1] if quick else LAYERS)
         for t in ((16,) if quick else (16, 128, 8192))
         for s in (
-            Shape(f"T{t} GEMM1 SwiGLU", "swiglu", t, e, top_k, 2 * inter, hidden),
-            Shape(f"T{t} GEMM2 finalize", "finalize", t, e, top_k, hidden, inter),
+            Shape(
+                f"{m.prefix}T{t} GEMM1 SwiGLU", "swiglu", t, m.experts, m.local_experts, m.top_k,
+                2 * m.inter, m.hidden,
+            ),
+            Shape(
+                f"{m.prefix}T{t} GEMM2 finalize", "finalize", t, m.experts, m.local_experts,
+                m.top_k, m.hidden, m.inter,
+            ),
         )
-    ]
-    plain = Shape("S1 8x8192 N=K=4096", "plain", 8 * 8192, LOCAL_EXPERTS, 1, 4096, 4096)
-    return layer if quick else [plain, *layer]
+    ]  # fmt: skip
+    plain = Shape("S1 8x8192 N=K=4096", "plain", 8 * 8192, 8, 8, 1, 4096, 4096)
+    return layers if quick else [plain, *layers]
 
 
 @dataclass
@@ -104,7 +129,8 @@ def build_problem(shape: Shape, seed: int) -> Problem:
     tse = _balanced_routing(shape.tokens, shape.experts, shape.top_k).to(DEVICE)
     weights = torch.rand(tse.shape, generator=g, device=DEVICE)
     scales = weights / weights.sum(dim=1, keepdim=True)
-    tables = ops.moe_sort(tse, scales, shape.experts, shape.top_k, 0, LOCAL_EXPERTS, TILE)
+    local_experts = shape.local_experts
+    tables = ops.moe_sort(tse, scales, shape.experts, shape.top_k, 0, local_experts, TILE)
     x = torch.randn(shape.tokens, shape.k, generator=g, device=DEVICE)
     gs_x = (448.0 * 6 / x.abs().amax()).reshape(1)
     a, a_sf = ops.moe_permute(
@@ -116,7 +142,7 @@ def build_problem(shape: Shape, seed: int) -> Problem:
         shape.top_k,
     )
     del x
-    w = torch.randn(LOCAL_EXPERTS, shape.n, shape.k, generator=g, device=DEVICE)
+    w = torch.randn(local_experts, shape.n, shape.k, generator=g, device=DEVICE)
     w /= math.sqrt(shape.k)  # GEMM outputs of unit scale
     gs_w = 448.0 * 6 / w.abs().amax(dim=(1, 2))
     b, b_sf = ops.nvfp4_quantize(w, gs_w)
@@ -144,7 +170,7 @@ def build_problem(shape: Shape, seed: int) -> Problem:
     nnet = int(tables.num_non_exiting_tiles)
     valid = moe_tables.valid_rows(tables.tile_idx_to_mn_limit, nnet, TILE)
     local = tse.flatten().long()
-    counts = torch.bincount(local[local < LOCAL_EXPERTS], minlength=LOCAL_EXPERTS).tolist()
+    counts = torch.bincount(local[local < local_experts], minlength=local_experts).tolist()
     return Problem(
         shape=shape,
         op_args={
@@ -209,7 +235,7 @@ def _peer_operands(p: Problem, dtype):
 
     rows, s = sum(p.counts), p.shape
     x = torch.randn(rows, s.k, device=DEVICE, dtype=torch.bfloat16).to(dtype)
-    w = torch.randn(LOCAL_EXPERTS, s.n, s.k, device=DEVICE, dtype=torch.bfloat16).to(dtype)
+    w = torch.randn(s.local_experts, s.n, s.k, device=DEVICE, dtype=torch.bfloat16).to(dtype)
     offs = torch.tensor(p.counts, device=DEVICE).cumsum(0).int()
     return x, w.transpose(-2, -1), offs
 
@@ -318,7 +344,7 @@ def useful_work(p: Problem) -> tuple[float, float]:
         "swiglu": rows * s.n // 2 * NVFP4_BYTES,
         "finalize": s.tokens * s.n * 2,
     }[s.kind]
-    inputs = (rows + LOCAL_EXPERTS * s.n) * s.k * NVFP4_BYTES
+    inputs = (rows + s.local_experts * s.n) * s.k * NVFP4_BYTES
     return 2.0 * rows * s.n * s.k, inputs + out
 
 

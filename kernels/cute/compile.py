@@ -1,16 +1,26 @@
 """Compiling and caching the CuTe kernels; compile-only (fake) arguments for AoT checks.
 
-Compiled kernels are cached in memory by (kernel class, tactic, dtypes, compile-time constants).
-Nothing here queries the device: the grid size is an argument of the launch.
+Compiled kernels are cached in memory by (kernel class, tactic, dtypes, compile-time constants),
+and on disk (stagebot.kernels.cute.disk_cache) by that key, the kernel sources' digest and the
+stagebot and CuTe DSL versions, so every pytest process of a stage, and every later run, loads
+a kernel compiled once. Nothing here queries the device: the grid size is a launch argument.
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import importlib.metadata
 import shutil
 import tempfile
+import time
+import warnings
+from collections import Counter
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from stagebot.kernels.cute import disk_cache
 from stagebot.kernels.cute.tactics import Tactic
 
 # The kernel behind each op, and the (a, b, c) dtypes each implements (the only ones).
@@ -47,6 +57,13 @@ class CompileKey:
 POINTER_ALIGNS = (16, 16, 16, 16, 4, 4, 4, 4, 16, 4, 4, 4, 4)
 
 _cache: dict[CompileKey, Any] = {}
+# This process's compiles and disk-cache loads: counts ("compiled", "loaded") and seconds
+# ("compiled_s", "loaded_s"), for the suite's summary.
+stats: Counter = Counter()
+# The files whose content the compiled code depends on (their digest is part of the disk key).
+KERNEL_SOURCES = (
+    "grouped_gemm.py", "epilogues.py", "ptx.py", "tactics.py", "compile.py", "compiled_io.py",
+)  # fmt: skip
 
 
 def store_dtype(kernel: str):
@@ -64,10 +81,79 @@ def pointer_dtypes(kernel: str):
     return (u8, u8, i32, i32, f32, i32, i32, i32, c, u8, f32, i32, f32)
 
 
+def _version(distribution: str) -> str:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+@functools.cache
+def _sources_digest() -> str:
+    h = hashlib.sha256()
+    for name in KERNEL_SOURCES:
+        h.update((Path(__file__).parent / name).read_bytes())
+    return h.hexdigest()
+
+
+def disk_entry_name(key: CompileKey) -> str:
+    """The disk cache's name for ``key``: a different kernel source or version, another name."""
+    return disk_cache.entry_name(
+        (
+            repr(key),
+            _sources_digest(),
+            f"stagebot {_version('stagebot')}",
+            f"nvidia-cutlass-dsl {_version('nvidia-cutlass-dsl')}",
+        )
+    )
+
+
 def compile_kernel(key: CompileKey, *, keep_ptx: bool = False) -> Any:
-    """Compiles (once per key) with placeholder pointers; m is a runtime argument."""
+    """Compiles (once per key, in memory and in the disk cache) with placeholder pointers; m is
+    a runtime argument. ``keep_ptx`` always compiles (the PTX is not stored)."""
     if key in _cache and not keep_ptx:
         return _cache[key]
+    folder = None if keep_ptx else disk_cache.default_dir()
+    if folder is None:
+        compiled = _timed_compile(key, keep_ptx)
+    else:
+        from stagebot.kernels.cute import compiled_io
+
+        start = time.perf_counter()
+        try:
+            compiled, loaded = disk_cache.DiskCache(folder).get_or_build(
+                disk_entry_name(key),
+                _load,
+                lambda: (c := _timed_compile(key, False), compiled_io.dumps(c)),
+            )
+        except OSError as error:  # e.g. a read-only home: the cache is an optimisation
+            warnings.warn(
+                f"the cute kernel cache {folder} is unusable ({error}); compiling", stacklevel=2
+            )
+            compiled, loaded = _timed_compile(key, False), False
+        if loaded:
+            stats["loaded"] += 1
+            stats["loaded_s"] += time.perf_counter() - start
+    _cache[key] = compiled
+    return compiled
+
+
+def _load(payload: bytes) -> Any:
+    from stagebot.kernels.cute import compiled_io
+    from stagebot.kernels.cute.grouped_gemm import Nvfp4GroupedGemmSm90
+
+    return compiled_io.loads(payload, Nvfp4GroupedGemmSm90.__call__)
+
+
+def _timed_compile(key: CompileKey, keep_ptx: bool) -> Any:
+    start = time.perf_counter()
+    compiled = _compile(key, keep_ptx)
+    stats["compiled"] += 1
+    stats["compiled_s"] += time.perf_counter() - start
+    return compiled
+
+
+def _compile(key: CompileKey, keep_ptx: bool) -> Any:
     import cutlass
     import cutlass.cute as cute
     from cutlass.cute.runtime import make_fake_stream, make_ptr
@@ -102,5 +188,4 @@ def compile_kernel(key: CompileKey, *, keep_ptx: bool = False) -> Any:
     finally:
         if keep_ptx:
             shutil.rmtree(scratch, ignore_errors=True)
-    _cache[key] = compiled
     return compiled

@@ -215,6 +215,17 @@ class Routed:
         return cls(x, tse, tfs, tables, sorted(set(spread) | set(covering)))
 
 
+def run_op(op: str, fn, *args, **kwargs):
+    """(fn(*args, **kwargs), the backend that ran ``op``): its error model sets the tolerance."""
+    from stagebot.kernels import backends
+
+    with backends.record_dispatch() as log:
+        result = fn(*args, **kwargs)
+    ran = {backend for logged, backend in log if logged == op}
+    assert len(ran) == 1, f"{op} ran on {sorted(ran) or 'no backend'}: expected one"
+    return result, ran.pop()
+
+
 def tile_covering_tokens(tables: MoeSortTables, case: Case, g: torch.Generator) -> list[int]:
     """Tokens such that every non-exiting tile holds a valid row of one of them.
 

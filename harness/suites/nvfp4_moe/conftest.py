@@ -16,6 +16,7 @@ instead. The run ends with the launches per kernel and tactic.
 
 from __future__ import annotations
 
+import sys
 import zlib
 
 import pytest
@@ -177,3 +178,17 @@ def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
         terminalreporter.section(f"{PREFIX} cute launches per kernel and pinned tactic")
         for line in tactic_lines:
             terminalreporter.write_line(line)
+    if compile_line := _compile_line():
+        terminalreporter.write_line(compile_line)
+
+
+def _compile_line() -> str:
+    """Where this process's cute kernels came from: compiled here, or the disk cache."""
+    compile_module = sys.modules.get("stagebot.kernels.cute.compile")
+    if compile_module is None or not compile_module.stats:
+        return ""
+    stats = compile_module.stats
+    return (
+        f"{PREFIX} cute kernels: {stats['compiled']} compiled ({stats['compiled_s']:.1f} s), "
+        f"{stats['loaded']} loaded from the disk cache ({stats['loaded_s']:.1f} s)"
+    )

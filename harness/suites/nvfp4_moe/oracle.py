@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 from collections import OrderedDict
+from dataclasses import dataclass
 
 import torch
 
@@ -129,6 +130,20 @@ def swiglu_rows(intermediate: int, device: torch.device | str) -> torch.Tensor:
     return (j // SWIGLU_GROUP) * (2 * SWIGLU_GROUP) + part * SWIGLU_GROUP + j % SWIGLU_GROUP
 
 
+@dataclass(frozen=True)
+class Combined:
+    """A weighted sum of GEMM rows per token, float64 [n, H], with what bounds its rounding.
+
+    ``magnitude`` is the sum of the terms' magnitudes (sum_k |s_k * row_k|): a sum whose terms or
+    partial sums are rounded errs in proportion to it. ``products`` is sum_k |s_k| * sum_i
+    |a_i * w_i|: the same for the GEMM's own reduction over its K products.
+    """
+
+    value: torch.Tensor
+    magnitude: torch.Tensor
+    products: torch.Tensor
+
+
 class MoeOracle:
     """One MoE layer, all experts, weights in the kernels' layout, evaluated token by token.
 
@@ -187,7 +202,15 @@ class MoeOracle:
 
     def fc2(self, expert: int, act_rows: torch.Tensor) -> torch.Tensor:
         """[..., H] from the NVFP4-rounded (with fc2_gs) activation rows [..., I]."""
-        return round_trip(act_rows, self.fc2_gs) @ self.weight("w2", expert).T
+        return self.fc2_with_products(expert, act_rows)[0]
+
+    def fc2_with_products(
+        self, expert: int, act_rows: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(fc2 rows, sum over the reduction of |activation * weight|): a finite-precision sum's
+        rounding error is bounded in proportion to the latter, not to the result."""
+        act, weight = round_trip(act_rows, self.fc2_gs), self.weight("w2", expert)
+        return act @ weight.T, act.abs() @ weight.abs().T
 
     def layer(
         self,
@@ -195,29 +218,32 @@ class MoeOracle:
         experts: list[list[int]],
         scales: list[list[float]],
         local: range,
-    ) -> torch.Tensor:
+    ) -> Combined:
         """[n, H]: each token's MoE output, summed over its experts local to this rank."""
-        total, _ = self.combine_with_magnitude(
-            x_rows, experts, scales, local, lambda e, rows: self.fc2(e, self.swiglu(e, rows))
+        return self.combine(
+            x_rows,
+            experts,
+            scales,
+            local,
+            lambda e, rows: self.fc2_with_products(e, self.swiglu(e, rows)),
         )
-        return total
 
-    def combine_with_magnitude(
+    def combine(
         self,
         x_rows: torch.Tensor,
         experts: list[list[int]],
         scales: list[list[float]],
         local: range,
         expert_fn,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """([n, H] per token, sum of scale * expert_fn(expert, its row) over its local experts;
-        the sum of those terms' magnitudes): a sum whose terms and partial sums are rounded (bf16
-        atomics) errs in proportion to the magnitudes, not to the sum.
+    ) -> Combined:
+        """Per token, the sum of scale * term over its local experts, where
+        ``expert_fn(expert, rows)`` gives (terms, their products' magnitudes); with the
+        magnitudes that bound the rounding of such a sum (see Combined).
 
         Each output row depends only on its own token; one expert's rows are evaluated together.
         """
         out = torch.zeros(len(experts), self.w2.shape[1], dtype=F64, device=x_rows.device)
-        magnitude = torch.zeros_like(out)
+        magnitude, products = torch.zeros_like(out), torch.zeros_like(out)
         by_expert: dict[int, list[tuple[int, float]]] = {}
         for i, (row_experts, row_scales) in enumerate(zip(experts, scales, strict=True)):
             for expert, scale in zip(row_experts, row_scales, strict=True):
@@ -226,7 +252,9 @@ class MoeOracle:
         for expert, items in sorted(by_expert.items()):
             rows = torch.tensor([i for i, _ in items], device=x_rows.device)
             weight = torch.tensor([w for _, w in items], dtype=F64, device=x_rows.device)
-            terms = expert_fn(expert, x_rows[rows]) * weight.unsqueeze(1)
+            terms, term_products = expert_fn(expert, x_rows[rows])
+            terms = terms * weight.unsqueeze(1)
             out.index_add_(0, rows, terms)
             magnitude.index_add_(0, rows, terms.abs())
-        return out, magnitude
+            products.index_add_(0, rows, term_products * weight.abs().unsqueeze(1))
+        return Combined(out, magnitude, products)

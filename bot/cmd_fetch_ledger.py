@@ -1,0 +1,48 @@
+"""`bot fetch-ledger`: the plan job's first step, which replaces restoring the Actions cache.
+
+For a `/bot` comment on a PR: the ledger the bot's newest reply vouches for, taken from an
+artifact of one of the bot's own runs (bot/ledger_transport.py). For a push to the default
+branch: main's newest ledger from a report run. Writes it to ``--out``; finding none is not an
+error (the pipeline starts without history, and handle-event says so). Exits 0, or 3 when
+GitHub stays unreachable.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+
+@click.command("fetch-ledger")
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    required=True,
+    help="Where to write the ledger (nothing is written when none is found).",
+)
+@click.option("--config", "config_path", type=click.Path(path_type=Path), default=None)
+def fetch_ledger(out: Path, config_path: Path | None) -> None:
+    """Fetch the PR's (or main's) ledger from the bot's own runs' artifacts."""
+    from stagebot.bot.config import load_config
+    from stagebot.bot.events import comment_event, ignore_reason, load_payload
+    from stagebot.bot.github import ActionsEnv, RetryPolicy, connect
+    from stagebot.bot.ledger_transport import fetch_main_ledger, fetch_pr_ledger
+    from stagebot.bot.replies import our_replies
+
+    env = ActionsEnv.from_environ()
+    config = load_config(config_path)
+    if env.event_name == "issue_comment":
+        event = comment_event(load_payload(env.event_path))
+        why = ignore_reason(event, config.bot_login)
+        if why is not None:
+            click.echo(f"no-op: {why}")
+            return
+        api = connect(env, RetryPolicy.from_environ())
+        replies = our_replies(api.comments(event.number), config.bot_login)
+        _, notes = fetch_pr_ledger(api, replies, config, out)
+    elif env.event_name == "push":
+        _, notes = fetch_main_ledger(connect(env, RetryPolicy.from_environ()), config, out)
+    else:
+        notes = [f"no-op: {env.event_name} events carry no ledger"]
+    click.echo("\n".join(notes))

@@ -1,0 +1,85 @@
+"""Which workflow runs are the bot's own, and which stage run belongs to which pipeline.
+
+The plan job (bot.yml, default-branch code) starts one run of the stage workflow per pipeline
+with ``workflow_dispatch`` on the stage branch; the run's title (stage.yml's ``run-name``) names
+the PR, the pipeline and the plan run. The title is set by whoever dispatched, so it only tells
+the report where to look: a stage run counts only when the plan run it names is one of the
+bot's own runs and that run's dispatch record holds this stage run's id.
+"""
+
+from __future__ import annotations
+
+import re
+
+from stagebot.bot.config import BotConfig
+from stagebot.bot.github import GitHubApi, RunInfo, WorkflowRun
+
+TITLE = re.compile(
+    r"^stagebot (?P<key>pr-(?P<pr>[1-9]\d{0,9})|main) pipeline (?P<pipeline>[1-9]\d{0,9}) "
+    r"plan-run (?P<plan_run>[1-9]\d{0,18})$"
+)
+PLAN_EVENTS = ("issue_comment", "push")
+
+
+def stage_key(pr: int | None) -> str:
+    """The title's and the report's concurrency key: ``pr-N``, or ``main`` for post-merge."""
+    return f"pr-{pr}" if pr else "main"
+
+
+def stage_title(pr: int | None, pipeline: int, plan_run: int) -> str:
+    """What stage.yml's run-name renders for these dispatch inputs."""
+    return f"stagebot {stage_key(pr)} pipeline {pipeline} plan-run {plan_run}"
+
+
+def workflow_path(name: str) -> str:
+    return f".github/workflows/{name}"
+
+
+def own_run_problem(
+    run: RunInfo, workflows: tuple[str, ...], events: tuple[str, ...], repository: str, branch: str
+) -> str | None:
+    """Why ``run`` is not a run of one of ``workflows`` from ``repository``'s ``branch`` started by
+    one of ``events`` (i.e. the bot's own code, as reviewed there), or None when it is."""
+    paths = [workflow_path(w) for w in workflows]
+    if run.path not in paths:
+        return f"run {run.id} ran {run.path or 'an unknown workflow'}, not {' or '.join(paths)}"
+    if run.event not in events:
+        return f"run {run.id} was started by {run.event}, not {' or '.join(events)}"
+    if run.head_repo != repository:
+        return f"run {run.id} ran code of {run.head_repo or 'an unknown repository'}"
+    if run.head_branch != branch:
+        return f"run {run.id} ran the workflow of {run.head_branch!r}, not of {branch!r}"
+    return None
+
+
+def stage_run_problem(run: RunInfo, config: BotConfig, repository: str) -> str | None:
+    """Why ``run`` is not a run of the stage workflow as the bot dispatches it, or None."""
+    return own_run_problem(
+        run, (config.stage_workflow,), ("workflow_dispatch",), repository, config.stage_branch
+    )
+
+
+def plan_run_problem(
+    run: RunInfo, config: BotConfig, repository: str, default_branch: str
+) -> str | None:
+    """Why ``run`` is not one of the bot's plan runs (bot.yml on the default branch)."""
+    return own_run_problem(run, (config.workflow,), PLAN_EVENTS, repository, default_branch)
+
+
+def parse_title(title: str) -> tuple[str, int, int] | None:
+    """(key, pipeline, plan run) from a stage run's title; None for any other title."""
+    match = TITLE.match(title)
+    if match is None:
+        return None
+    return match["key"], int(match["pipeline"]), int(match["plan_run"])
+
+
+def active_pipelines(api: GitHubApi, config: BotConfig) -> dict[int, WorkflowRun]:
+    """The queued or running stage runs, by the pipeline their title names (what /bot kill and
+    a superseding /bot run cancel)."""
+    found: dict[int, WorkflowRun] = {}
+    for run in api.active_runs(config.stage_workflow):
+        parsed = parse_title(run.display_title)
+        if parsed is not None:
+            found[parsed[1]] = run
+    return found

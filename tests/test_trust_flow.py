@@ -1,0 +1,443 @@
+"""Trust model v2 end to end, as the three workflows run it, on the fake GitHub (real PyGithub):
+bot.yml's plan job (`bot fetch-ledger`, `bot handle-event`, `bot dispatch`, its uploads), the
+dispatched stage run (`bot run-stage` per entry, its result artifacts) and report.yml's job
+(`bot report-run`, its ledger upload). Every job starts in an empty folder: what travels between
+them travels as artifacts on the fake server, as on GitHub. The attack tests plant what PR code
+or a second workflow could plant and check that the report and the next plan ignore it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from github_server import FakeGitHub
+from test_handle_event import PR, SHA, marker_of, replies, status
+from test_handle_event_e2e import CATALOG
+
+from stagebot.bot.cli import main
+from stagebot.bot.ledger import Ledger
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def gh():
+    with FakeGitHub() as server:
+        server.add_pull(PR, head_sha=SHA, files=("src/x.py",))
+        server.grant("writer", "write")
+        yield server
+
+
+class Flow:
+    """The jobs of the three workflows; ``job`` folders are fresh for each job."""
+
+    def __init__(self, gh: FakeGitHub, tmp: Path, monkeypatch, capsys, suite="check_basic.py"):
+        self.gh, self.tmp, self.monkeypatch, self.capsys = gh, tmp, monkeypatch, capsys
+        self.catalog = tmp / "catalog.yaml"
+        self.catalog.write_text(CATALOG.format(suite=suite))
+        self.jobs = 0
+
+    def job(self, name: str) -> Path:
+        self.jobs += 1
+        folder = self.tmp / f"job-{self.jobs}-{name}"
+        folder.mkdir()
+        self.monkeypatch.chdir(folder)
+        return folder
+
+    def env(self, run_id: int, event_name: str, payload: dict, run_number: int) -> None:
+        event = self.tmp / f"event-{run_id}.json"
+        event.write_text(json.dumps(payload))
+        output = self.tmp / f"output-{run_id}.txt"
+        output.write_text("")
+        for key, value in {
+            "GITHUB_EVENT_NAME": event_name,
+            "GITHUB_EVENT_PATH": str(event),
+            "GITHUB_REPOSITORY": self.gh.repo,
+            "GITHUB_API_URL": self.gh.url,
+            "GITHUB_SERVER_URL": self.gh.base,
+            "GITHUB_TOKEN": "ghs_test",
+            "GITHUB_RUN_ID": str(run_id),
+            "GITHUB_RUN_NUMBER": str(run_number),
+            "GITHUB_OUTPUT": str(output),
+            "STAGEBOT_GITHUB_BACKOFF_S": "0.001",
+            "STAGEBOT_GITHUB_THROTTLE_S": "0",
+            "STAGEBOT_GITHUB_TIMEOUT_S": "1",
+            "STAGEBOT_PLAN_WAIT_S": "0",
+        }.items():
+            self.monkeypatch.setenv(key, value)
+
+    def outputs(self, run_id: int) -> dict[str, str]:
+        text = (self.tmp / f"output-{run_id}.txt").read_text()
+        return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+
+    def bot(self, *args: str, code: int = 0) -> str:
+        try:
+            main(list(args))
+            got = 0
+        except SystemExit as done:
+            got = done.code or 0
+        out, err = self.capsys.readouterr()
+        assert got == code, out + err
+        return out + err
+
+    # ---- bot.yml
+    def plan(self, body: str, number: int, author: str = "writer") -> dict[str, str]:
+        """The plan job of bot.yml run ``number``; its outputs (and the stage run's id)."""
+        run_id = 50000 + number
+        self.gh.add_run(number, run_id=run_id)
+        comment_id = 7000 + number
+        payload = json.loads((ROOT / "tests/fixtures/events/pr_comment_created.json").read_text())
+        payload["comment"].update(id=comment_id, body=body)
+        payload["comment"]["user"]["login"] = author
+        payload["issue"]["number"] = PR
+        self.gh.add_comment(PR, body, author, comment_id=comment_id)
+        self.env(run_id, "issue_comment", payload, number)
+        return self._plan_job(run_id)
+
+    def push(self, number: int) -> dict[str, str]:
+        run_id = 50000 + number
+        self.gh.add_run(number, run_id=run_id, event="push")
+        payload = json.loads((ROOT / "tests/fixtures/events/push_main.json").read_text())
+        self.env(run_id, "push", payload, number)
+        return self._plan_job(run_id)
+
+    def _plan_job(self, run_id: int) -> dict[str, str]:
+        self.job("plan")
+        log = self.bot("fetch-ledger", "--out", ".stagebot/ledger.sqlite")
+        log += self.bot(
+            "handle-event", "--catalog", str(self.catalog),
+            "--ledger", ".stagebot/ledger.sqlite", "--out", ".stagebot/plan",
+        )  # fmt: skip
+        outputs = self.outputs(run_id)
+        outputs["log"] = log
+        if outputs["run"] == "true":
+            self.bot("dispatch", "--plan-dir", ".stagebot/plan")
+            plan = Path(".stagebot/plan")
+            self.gh.add_artifact(
+                run_id,
+                "stagebot-plan",
+                {n: (plan / n).read_bytes() for n in ("plan.json", "dispatch.json")},
+            )
+            outputs["stage_run"] = json.loads((plan / "dispatch.json").read_text())["stage_run_id"]
+        if outputs.get("ledger_digest"):
+            ledger = Path(".stagebot/ledger.sqlite").read_bytes()
+            name = "stagebot-ledger-" + outputs["ledger_digest"]
+            self.gh.add_artifact(run_id, name, {"ledger.sqlite": ledger})
+        self.gh.runs[run_id].update(status="completed", conclusion="success")
+        return outputs
+
+    # ---- stage.yml
+    def stages(self, outputs: dict, conclusion: str = "success") -> int:
+        """The dispatched stage run: `bot run-stage` per entry, one artifact per shard."""
+        run_id = outputs["stage_run"]
+        folder = self.job("stage")
+        matrix = json.loads(self.gh.dispatches[-1]["inputs"]["matrix"])
+        assert matrix == json.loads(outputs["matrix"])
+        for entry in matrix:
+            assert entry["commit"] == SHA or outputs.get("commit") == entry["commit"]
+            done = subprocess.run(
+                [sys.executable, "-c", "from stagebot.bot.cli import main; main()"]
+                + ["run-stage", "--entry", json.dumps(entry), "--out", str(folder / "results")],
+                cwd=ROOT,
+                env={k: v for k, v in os.environ.items() if not k.startswith("GITHUB_")},
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            assert done.returncode in (0, 1), done.stdout + done.stderr
+            self.upload_results(run_id, entry["stage"], folder / "results")
+        self.gh.runs[run_id].update(status="completed", conclusion=conclusion)
+        return run_id
+
+    def upload_results(self, run_id: int, stage: str, results: Path, extra=None) -> None:
+        files = {
+            str(p.relative_to(results)): p.read_bytes()
+            for p in (results / stage).rglob("*")
+            if p.is_file()
+        }
+        self.gh.add_artifact(run_id, f"stagebot-result-{stage}", {**files, **(extra or {})})
+
+    # ---- report.yml
+    def report(self, stage_run: int, number: int) -> tuple[dict[str, str], str]:
+        """report.yml's job for a completed stage run: (its outputs, its log)."""
+        run_id = 60000 + number
+        self.gh.add_run(
+            number, run_id=run_id, path=".github/workflows/report.yml", event="workflow_run"
+        )
+        payload = {
+            "action": "completed",
+            "workflow_run": {"id": stage_run},
+            "repository": {"full_name": self.gh.repo, "default_branch": "main"},
+        }
+        self.env(run_id, "workflow_run", payload, number)
+        self.job("report")
+        log = self.bot("report-run", "--run-id", str(stage_run), "--work", ".stagebot")
+        outputs = self.outputs(run_id)
+        if outputs["published"] == "true":
+            ledger = Path(outputs["ledger"]).read_bytes()
+            self.gh.add_artifact(run_id, outputs["ledger_artifact"], {"ledger.sqlite": ledger})
+        self.gh.runs[run_id].update(status="completed", conclusion="success")
+        return outputs, log
+
+    def whole(self, body: str, number: int) -> dict[str, str]:
+        outputs = self.plan(body, number)
+        assert outputs["run"] == "true", outputs
+        self.report(self.stages(outputs), number)
+        return outputs
+
+
+@pytest.fixture
+def flow(gh, tmp_path, monkeypatch, capsys):
+    return Flow(gh, tmp_path, monkeypatch, capsys)
+
+
+def published(gh: FakeGitHub) -> list[str]:
+    """The routes of the writes that publish something (the report job's)."""
+    return [w.route for w in gh.writes() if w.route in ("edit_comment", "create_status")]
+
+
+def test_a_comment_runs_in_a_dispatched_stage_run_and_is_reported(gh, flow) -> None:
+    outputs = flow.whole("/bot run", 101)
+    (dispatch,) = gh.dispatches
+    assert dispatch["workflow"] == "stage.yml" and dispatch["ref"] == "stagebot-stage"
+    assert dispatch["return_run_details"] is True
+    stage_run = gh.runs[outputs["stage_run"]]
+    assert stage_run["display_title"] == "stagebot pr-7 pipeline 101 plan-run 50101"
+    (reply,) = replies(gh)
+    assert "completed with state SUCCESS" in reply["body"] and marker_of(reply).pipeline == 101
+    assert status(gh)["state"] == "success"
+    assert all(auth is None for auth in gh.blob_auth)  # the token never goes to storage
+    assert gh.calls("unknown") == []
+
+
+def test_the_next_plan_takes_the_ledger_the_report_left_and_reuses_everything(gh, flow) -> None:
+    flow.whole("/bot run", 101)
+    outputs = flow.plan("/bot run", 102)
+    assert outputs["run"] == "true" and json.loads(outputs["matrix"]) == []
+    flow.report(flow.stages(outputs), 102)
+    reply = next(c for c in replies(gh) if marker_of(c).pipeline == 102)
+    assert set(marker_of(reply).stages.values()) == {"REUSED"}
+    assert "completed with state SUCCESS" in reply["body"]
+
+
+def test_a_cancelled_stage_run_is_reported_aborted(gh, flow) -> None:
+    outputs = flow.plan("/bot run", 101)
+    flow.gh.runs[outputs["stage_run"]].update(status="completed", conclusion="cancelled")
+    flow.report(outputs["stage_run"], 101)
+    (reply,) = replies(gh)
+    assert "completed with state ABORTED" in reply["body"] and status(gh)["state"] == "error"
+
+
+def test_a_dispatch_that_landed_despite_an_error_is_not_repeated(gh, flow) -> None:
+    gh.fail("5xx-after-write", route="dispatch")
+    outputs = flow.plan("/bot run", 101)
+    (dispatch,) = gh.dispatches
+    assert outputs["stage_run"] == dispatch["run_id"]
+    assert [r.fault for r in gh.calls("dispatch")] == ["5xx-after-write"]
+
+
+def _planned_without_dispatch(flow: Flow) -> None:
+    """A plan job up to `bot handle-event` (pipeline #101), in its job folder."""
+    flow.gh.add_run(101, run_id=50101)
+    payload = json.loads((ROOT / "tests/fixtures/events/pr_comment_created.json").read_text())
+    payload["comment"].update(id=7101, body="/bot run")
+    payload["comment"]["user"]["login"] = "writer"
+    payload["issue"]["number"] = PR
+    flow.gh.add_comment(PR, "/bot run", "writer", comment_id=7101)
+    flow.env(50101, "issue_comment", payload, 101)
+    flow.job("plan")
+    flow.bot("handle-event", "--catalog", str(flow.catalog), "--out", ".stagebot/plan")
+
+
+def test_a_github_whose_dispatch_returns_no_run_id_is_an_error(gh, flow) -> None:
+    gh.run_details = False
+    _planned_without_dispatch(flow)
+    log = flow.bot("dispatch", "--plan-dir", ".stagebot/plan", code=3)
+    assert log.startswith("Error: ") and "return_run_details" in log, log
+    assert not Path(".stagebot/plan/dispatch.json").exists()
+
+
+def test_a_dispatch_github_refuses_turns_the_pending_status_into_an_error(gh, flow) -> None:
+    gh.fail("5xx", route="dispatch", times=10)
+    _planned_without_dispatch(flow)
+    assert status(gh)["state"] == "pending"
+    log = flow.bot("dispatch", "--plan-dir", ".stagebot/plan", code=3)
+    assert log.startswith("Error: could not dispatch stage.yml on stagebot-stage"), log
+    assert status(gh)["state"] == "error"
+    assert status(gh)["description"].startswith("PR_Github #101 could not start its stage run")
+
+
+def test_a_matrix_too_long_for_a_dispatch_is_refused(gh, flow, monkeypatch) -> None:
+    from stagebot.bot import cmd_dispatch
+
+    monkeypatch.setattr(cmd_dispatch, "MAX_MATRIX", 10)
+    _planned_without_dispatch(flow)
+    log = flow.bot("dispatch", "--plan-dir", ".stagebot/plan", code=2)
+    assert "more than the 10 a workflow_dispatch carries" in log and gh.dispatches == []
+
+
+# ---------------------------------------------------------------- attacks on the report
+
+
+def test_a_stage_run_the_bot_did_not_dispatch_is_ignored(gh, flow) -> None:
+    """Anyone who can dispatch stage.yml (or a workflow holding actions: write) can start a run
+    titled like the bot's, naming the bot's plan run: its results are never read."""
+    outputs = flow.plan("/bot run", 101)
+    title = gh.runs[outputs["stage_run"]]["display_title"]
+    gh.add_run(
+        1, status="completed", run_id=90001, conclusion="success", **STAGE, display_title=title
+    )
+    gh.add_artifact(90001, "stagebot-result-CPU-PyTorch-1", {"CPU-PyTorch-1/result.json": b"{}"})
+    before = published(gh)
+    _, log = flow.report(90001, 101)
+    assert f"plan run 50101 dispatched run {outputs['stage_run']}" in log
+    assert "not run 90001" in log and published(gh) == before
+    assert marker_of(replies(gh)[0]).state == "RUNNING"
+
+
+STAGE = dict(
+    path=".github/workflows/stage.yml", event="workflow_dispatch", head_branch="stagebot-stage"
+)
+
+
+@pytest.mark.parametrize(
+    "fields, why",
+    [
+        ({"path": ".github/workflows/evil.yml"}, "ran .github/workflows/evil.yml"),
+        ({"event": "pull_request"}, "was started by pull_request"),
+        ({"head_branch": "feature"}, "ran the workflow of 'feature'"),
+        ({"head_repo": "attacker/octo-repo"}, "ran code of attacker/octo-repo"),
+    ],
+)
+def test_a_run_that_is_not_the_stage_workflow_on_the_stage_branch_is_ignored(
+    gh, flow, fields, why
+) -> None:
+    """E.g. a PR's own copy of stage.yml run by `pull_request`: its workflow file is the PR's."""
+    flow.plan("/bot run", 101)
+    fake = {**STAGE, "display_title": "stagebot pr-7 pipeline 101 plan-run 50101", **fields}
+    gh.add_run(1, status="completed", run_id=90002, conclusion="success", **fake)
+    before = published(gh)
+    _, log = flow.report(90002, 101)
+    assert why in log and "nothing is reported" in log and published(gh) == before
+
+
+def test_a_plan_run_that_is_not_the_bots_is_not_believed(gh, flow) -> None:
+    """The title may name any run; a `pull_request` run of a PR's copy of bot.yml can upload a
+    plan and a dispatch record naming the stage run. Only the bot's plan runs count."""
+    outputs = flow.plan("/bot run", 101)
+    fake_plan = gh.add_run(2, run_id=90003, event="pull_request", head_branch="feature")
+    fake_plan.update(status="completed", conclusion="success")
+    record = {"stage_run_id": outputs["stage_run"], "pipeline": 101}
+    gh.add_artifact(90003, "stagebot-plan", {"dispatch.json": json.dumps(record).encode()})
+    gh.runs[outputs["stage_run"]].update(
+        display_title="stagebot pr-7 pipeline 101 plan-run 90003", status="completed"
+    )
+    before = published(gh)
+    _, log = flow.report(outputs["stage_run"], 101)
+    assert "run 90003 was started by pull_request" in log and published(gh) == before
+
+
+def test_extra_and_misplaced_result_files_are_ignored_and_named(
+    gh, tmp_path, monkeypatch, capsys
+) -> None:
+    """PR code writes what the stage job uploads. A `stagebot-result-zzz` artifact and a
+    second shard's result.json inside another shard's artifact (the v1 report merged every
+    `stagebot-result-*` artifact into one folder: last path won) change nothing."""
+    failing = Flow(gh, tmp_path, monkeypatch, capsys, suite="check_fail.py")
+    outputs = failing.plan("/bot run", 101)
+    run_id = outputs["stage_run"]
+    forged = json.dumps({"stage": "CPU-PyTorch-1", "state": "SUCCESS"}).encode()
+    gh.add_artifact(run_id, "stagebot-result-zzz-injected", {"zzz-injected/result.json": forged})
+    failing.stages(outputs)
+    real = next(a for a in gh.artifacts.values() if a["name"] == "stagebot-result-CPU-Build_Check")
+    gh.artifacts.pop(real["id"])
+    results = next(tmp_path.glob("job-*-stage")) / "results"
+    failing.upload_results(
+        run_id, "CPU-Build_Check", results, extra={"CPU-PyTorch-1/result.json": forged}
+    )
+    _, log = failing.report(run_id, 101)
+    assert "ignored artifact 'stagebot-result-zzz-injected'" in log
+    assert "ignored CPU-PyTorch-1/result.json (outside CPU-Build_Check/)" in log
+    (reply,) = replies(gh)
+    assert "completed with state FAILURE" in reply["body"] and status(gh)["state"] == "failure"
+
+
+# ---------------------------------------------------------------- attacks on the ledgers
+
+
+def _forged_copy(gh: FakeGitHub, artifact: dict, tmp: Path, pipeline: int = 101) -> bytes:
+    """The artifact's ledger with ``pipeline`` turned into a FAILURE."""
+    import io
+    import zipfile
+
+    path = tmp / f"forged-{artifact['id']}.sqlite"
+    path.write_bytes(zipfile.ZipFile(io.BytesIO(gh.blobs[artifact["id"]])).read("ledger.sqlite"))
+    with Ledger.open(path) as book:
+        book.finish_pipeline(pipeline, "FAILURE")
+    return path.read_bytes()
+
+
+def _reported_ledger(gh: FakeGitHub, report_run: int) -> dict:
+    (artifact,) = [a for a in gh.artifacts.values() if a["workflow_run"]["id"] == report_run]
+    return artifact
+
+
+def test_a_ledger_artifact_from_a_stage_run_is_never_taken(gh, flow, tmp_path) -> None:
+    """PR code can upload an artifact named like the bot's ledger (the name is public: the
+    reply records the digest); only the bot's own runs' artifacts are taken."""
+    outputs = flow.whole("/bot run", 101)
+    genuine = _reported_ledger(gh, 60101)
+    forged = _forged_copy(gh, genuine, tmp_path)
+    gh.add_artifact(outputs["stage_run"], genuine["name"], {"ledger.sqlite": forged})
+    again = flow.plan("/bot run", 102)
+    assert f"run {outputs['stage_run']} ran .github/workflows/stage.yml" in again["log"]
+    assert json.loads(again["matrix"]) == []  # the genuine ledger: #101 passed, all reused
+
+
+def test_a_ledger_named_in_someone_elses_comment_is_never_taken(gh, flow, tmp_path) -> None:
+    """A comment can carry a ledger line of its own (with a digest that matches a forged
+    artifact PR code uploaded): only the bot's replies name ledgers."""
+    import hashlib
+
+    from stagebot.bot.marker import render_ledger_digest
+
+    outputs = flow.whole("/bot run", 101)
+    forged = _forged_copy(gh, _reported_ledger(gh, 60101), tmp_path)
+    digest = hashlib.sha256(forged).hexdigest()
+    gh.add_artifact(outputs["stage_run"], f"stagebot-ledger-{digest}", {"ledger.sqlite": forged})
+    gh.add_comment(PR, "see " + render_ledger_digest(digest), "writer")
+    again = flow.plan("/bot run", 102)
+    assert f"run {outputs['stage_run']}" not in again["log"]  # the comment was never read
+    assert json.loads(again["matrix"]) == []
+
+
+def test_a_ledger_whose_bytes_differ_from_its_digest_is_not_used(gh, flow, tmp_path) -> None:
+    """Even from one of the bot's runs, a ledger is used only when its sha256 is the one the
+    bot's reply recorded; else the pipeline starts without history and the reply says so."""
+    flow.whole("/bot run", 101)
+    genuine = _reported_ledger(gh, 60101)
+    gh.artifacts.pop(genuine["id"])
+    forged = _forged_copy(gh, genuine, tmp_path)
+    gh.add_artifact(60101, genuine["name"], {"ledger.sqlite": forged})
+    again = flow.plan("/bot run", 102)
+    assert "holds a ledger whose sha256 is not" in again["log"]
+    assert "no ledger the bot vouched for was found" in again["log"]
+    assert json.loads(again["matrix"]) != []  # nothing reused from an unvouched ledger
+
+
+def test_mains_ledger_comes_from_the_bots_report_runs_only(gh, flow, tmp_path) -> None:
+    outputs = flow.push(201)
+    flow.report(flow.stages(outputs), 201)
+    genuine = next(a for a in gh.artifacts.values() if a["name"] == "stagebot-ledger-main")
+    assert genuine["workflow_run"]["id"] == 60201
+    forged = _forged_copy(gh, genuine, tmp_path, pipeline=201)
+    gh.add_artifact(outputs["stage_run"], "stagebot-ledger-main", {"ledger.sqlite": forged})
+    again = flow.push(202)
+    assert f"run {outputs['stage_run']} ran .github/workflows/stage.yml" in again["log"]
+    assert "took main's ledger from run 60201" in again["log"]
+    assert "rejected" not in again["log"]

@@ -16,8 +16,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_handle_event import marker_of, replies, status
 import test_trust_flow
+from test_handle_event import marker_of, replies, status
 from workflow_installs import bot_jobs, build_wheel, fresh_venv, source_copy
 
 pytestmark = pytest.mark.slow

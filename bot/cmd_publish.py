@@ -79,8 +79,24 @@ from stagebot.bot.errors import StagebotError
     help="The plan job's artifact_digest output: --plan and --ledger must match it, or nothing "
     "is published (exit 3).",
 )
+@click.option(
+    "--logs-url",
+    default=None,
+    metavar="URL",
+    help="The workflow run whose stagebot-result-<stage> artifacts hold the shards' logs "
+    "(default: this run).",
+)
 def publish(
-    results, ledger, plan_path, base_ledger, pipeline, cancelled, out, config_path, artifact_digest
+    results,
+    ledger,
+    plan_path,
+    base_ledger,
+    pipeline,
+    cancelled,
+    out,
+    config_path,
+    artifact_digest,
+    logs_url=None,
 ):
     """Record StageResults, render the report, edit the reply, set the status."""
     from stagebot.bot.config import load_config
@@ -110,7 +126,7 @@ def publish(
     outcomes = (base_book or book).test_outcomes(base) if base is not None else None
     record = book.pipeline(number)
     report = report_from_record(record, base=outcomes, base_pipeline=base, cancelled=cancelled)
-    report.logs_url = env.run_url
+    report.logs_url = logs_url or env.run_url
     book.finish_pipeline(number, report.analysis.state, meta={"base_pipeline": base})
     report.state = report.analysis.state
     if out is not None:

@@ -4,10 +4,12 @@ start) is named as such, and the report says to fix it rather than to re-run."""
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
 import pytest
+import test_trust_flow
 
 from stagebot.harness.analysis import analyse
 from stagebot.harness.collect import CollectError, collect_tests
@@ -16,6 +18,7 @@ from stagebot.harness.results import StageResult
 from stagebot.harness.shard import ShardContext, run_shard
 from stagebot.stages.plan import MatrixEntry
 
+ROOT = Path(__file__).resolve().parents[1]
 PASSING = "def test_ok():\n    assert True\n"
 
 
@@ -147,3 +150,28 @@ def test_on_github_the_report_links_the_runs_log_artifacts() -> None:
     url = "https://github.com/octo-org/octo-repo/actions/runs/50101"
     text = render_report(report_of(errored(ENVIRONMENT), logs_url=url), "md")
     assert f"[stagebot-result-CPU-PyTorch-1]({url})" in text
+
+
+gh = test_trust_flow.gh  # the fake GitHub fixture
+
+
+@pytest.mark.slow
+def test_on_github_the_reply_names_the_environment_and_links_the_stage_runs_logs(
+    gh, tmp_path, monkeypatch, capsys
+) -> None:
+    flow = test_trust_flow.Flow(gh, tmp_path, monkeypatch, capsys)
+    outputs = flow.plan("/bot run", 101)
+    stage_run, results = outputs["stage_run"], tmp_path / "results"
+    python = python_without_site(tmp_path)
+    for raw in json.loads(outputs["matrix"]):
+        shard_entry = MatrixEntry.from_json(raw)
+        context = ShardContext(out_dir=results / shard_entry.stage, root=ROOT, python=python)
+        run_shard(shard_entry, context)
+        flow.upload_results(stage_run, shard_entry.stage, results)
+    gh.runs[stage_run].update(status="completed", conclusion="failure")
+    flow.report(stage_run, 101)
+    (reply,) = test_trust_flow.replies(gh)
+    body = reply["body"]
+    assert "could not run in their environment" in body and "to retry" not in body, body
+    link = f"[stagebot-result-CPU-PyTorch-1]({gh.base}/{gh.repo}/actions/runs/{stage_run})"
+    assert link in body and "has no pytest" in body

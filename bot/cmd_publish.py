@@ -3,14 +3,19 @@ renders the report, edits the pipeline's one reply into it and sets the gating s
 
 - Shards the plan reused are recorded REUSED (their passed tests copied from the source
   pipeline); shards whose job left no ``result.json`` are ABORTED when the run was cancelled
-  (``--cancelled``), else ERROR with that as the evidence. A ``result.json`` that cannot be read
-  (truncated, not UTF-8, not a StageResult) makes only its shard ERROR ("result.json unreadable:
-  …", an infrastructure failure); the other shards' results are kept and the pipeline still ends.
+  (``--cancelled``), else ERROR with that as the evidence. Only ``<planned stage>/result.json``
+  counts, one per planned shard; it must be schema-valid and name its folder's stage and shard.
+  A file that is not (truncated, not UTF-8, a mistyped field, another shard's claim) makes only
+  its shard ERROR ("result.json unreadable: …", an infrastructure failure); any other
+  ``result.json`` (an unplanned folder, a second copy deeper down) is ignored and listed in the
+  report. The stage jobs run PR code: nothing they write can add or replace a shard's result.
 - The reply is found by the id the plan job recorded, else by its marker's pipeline number; a
   missing reply is posted (once: the marker makes the post idempotent).
 - The status is set only for gating plans, and only while the newest status of the context is
   this pipeline's own (a newer pipeline or a skip is never overwritten). SUCCESS -> success;
-  FAILURE -> failure; ABORTED or shards that could not run -> error.
+  FAILURE -> failure; ABORTED or shards that could not run -> error. GitHub has no conditional
+  status write, so the statuses are read again after the write: a newer pipeline's status or a
+  person's skip / reuse that landed in between is posted again on top.
 - The reply records the sha256 of the ledger as this job leaves it (a hidden line before the
   marker); `bot handle-event` accepts the next restored ledger only when it matches. A
   post-merge pipeline records it as the ``stagebot/ledger`` status of its commit instead, and
@@ -24,6 +29,7 @@ renders the report, edits the pipeline's one reply into it and sets the gating s
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -119,7 +125,7 @@ def publish(
     if record is None:
         record = _start_from_plan(book, number, plan_path)
     plan = record.plan or {}
-    _record_results(book, number, plan, Path(results), cancelled)
+    ignored = _record_results(book, number, plan, Path(results), cancelled)
     base = (base_book or book).base_pipeline(
         record.base_commit, default_branch(env.event_path), exclude=None if base_book else number
     )
@@ -127,7 +133,10 @@ def publish(
     record = book.pipeline(number)
     report = report_from_record(record, base=outcomes, base_pipeline=base, cancelled=cancelled)
     report.logs_url = logs_url or env.run_url
-    book.finish_pipeline(number, report.analysis.state, meta={"base_pipeline": base})
+    book.finish_pipeline(
+        number, report.analysis.state, meta={"base_pipeline": base, "ignored_results": ignored}
+    )
+    report.ignored_results = ignored
     report.state = report.analysis.state
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
@@ -229,32 +238,24 @@ def _start_from_plan(book, number: int, plan_path: Path | None):
     return book.pipeline(number, with_results=False)
 
 
-def _record_results(book, number: int, plan: dict[str, Any], folder: Path, cancelled: bool):
-    from stagebot.harness.results import ResultError, StageResult
+def _record_results(
+    book, number: int, plan: dict[str, Any], folder: Path, cancelled: bool
+) -> list[str]:
+    """Record each planned shard's result; return the result files that were ignored.
+
+    A result is accepted only as ``<folder>/<planned stage>/result.json``, schema-valid, naming
+    the stage and shard of its folder: the files come from stage jobs, which run PR code, so any
+    other file (an extra stage, a second copy at another depth, a file claiming another
+    shard) is ignored and named in the report, never merged in."""
     from stagebot.harness.streams import read_stream
 
-    planned = {shard["stage"] for shard in plan.get("shards", [])}
-    found: dict[str, tuple[StageResult, dict[str, str]]] = {}
-    unreadable: dict[str, str] = {}  # stage -> why its result.json could not be read
-    strays: list[str] = []  # unreadable files in no planned stage's folder
-    for path in sorted(folder.rglob("result.json")) if folder.exists() else []:
-        try:
-            result = StageResult.from_json(json.loads(path.read_text(encoding="utf-8")))
-            logs = {}
-            jsonl = path.with_name("tests.jsonl")
-            if jsonl.exists():
-                stream = read_stream(jsonl)
-                logs = {t: r["log"] for t, r in stream.results.items() if r.get("log")}
-        except (ValueError, ResultError, OSError) as error:
-            # one damaged file (truncated, not UTF-8, an unknown key) costs only its shard
-            why = f"result.json unreadable: {_one_line(error)} ({path.relative_to(folder)})"
-            stage = next((p for p in reversed(path.parent.parts) if p in planned), None)
-            if stage is None:
-                strays.append(why)
-            else:
-                unreadable[stage] = why
-            continue
-        found[result.stage] = (result, logs)
+    shards = [s for s in plan.get("shards", []) if s["action"] == "run"]
+    accepted = {folder / shard["stage"] / "result.json" for shard in shards}
+    ignored = [
+        f"{path.relative_to(folder)} (not the result.json of a planned shard)"
+        for path in (sorted(folder.rglob("result.json")) if folder.exists() else [])
+        if path not in accepted
+    ]
     for shard in plan.get("shards", []):
         stage, source = shard["stage"], shard.get("reuse_from")
         if shard["action"] == "skip":
@@ -263,10 +264,20 @@ def _record_results(book, number: int, plan: dict[str, Any], folder: Path, cance
             result = _placeholder(shard, "REUSED", f"passed in #{source}; not re-run", source)
             book.record_result(number, result, reused_tests=_passed(book, source, stage))
             continue
-        result, logs = found.get(stage, (None, {}))
-        if result is None and stage in unreadable:
-            result = _placeholder(shard, "ERROR", unreadable[stage])
-        elif result is None:
+        path = folder / stage / "result.json"
+        result, logs = None, {}
+        if path.exists():
+            try:
+                result = _read_result(path, shard)
+                jsonl = path.with_name("tests.jsonl")
+                if jsonl.exists():
+                    stream = read_stream(jsonl)
+                    logs = {t: r["log"] for t, r in stream.results.items() if r.get("log")}
+            except (ValueError, StagebotError, OSError) as error:
+                # one damaged file (truncated, not UTF-8, not schema-valid) costs only its shard
+                why = f"result.json unreadable: {_one_line(error)} ({path.relative_to(folder)})"
+                result, logs = _placeholder(shard, "ERROR", why), {}
+        if result is None:
             result = (
                 _placeholder(shard, "ABORTED", "cancelled before this stage finished")
                 if cancelled
@@ -274,12 +285,27 @@ def _record_results(book, number: int, plan: dict[str, Any], folder: Path, cance
                     shard,
                     "ERROR",
                     "the stage job left no result.json (it failed before writing one or its "
-                    "runner was lost); see the workflow run's log"
-                    + "".join(f"; also found {why}" for why in strays),
+                    "runner was lost); see the workflow run's log",
                 )
             )
         reused = _passed(book, source, stage) if shard.get("reused_tests") else None
         book.record_result(number, result, logs=logs, reused_tests=reused)
+    return ignored
+
+
+def _read_result(path: Path, shard: dict[str, Any]):
+    """The StageResult at ``path``, which must be the planned ``shard``'s own."""
+    from stagebot.harness.results import ResultError, StageResult
+
+    result = StageResult.from_json(json.loads(path.read_text(encoding="utf-8")))
+    claimed = (result.stage, result.shard, result.shards)
+    planned = (shard["stage"], shard["shard"], shard["shards"])
+    if claimed != planned:
+        raise ResultError(
+            f"it claims stage {claimed[0]!r} shard {claimed[1]}/{claimed[2]}, but its folder "
+            f"is planned shard {planned[0]!r} {planned[1]}/{planned[2]}"
+        )
+    return result
 
 
 def _one_line(error: Exception) -> str:
@@ -347,16 +373,20 @@ def _publish_to_pr(api, env, config, record, report, ledger_digest: str) -> list
 
 
 def _set_status(api, env, config, record, report) -> str:
+    """Set the gating status unless a newer pipeline (or a skip / reuse) owns it. Statuses are
+    append-only and GitHub has no conditional write, so after writing, the statuses are read
+    again: one that landed between our read and our write, from a newer pipeline or a person's
+    skip / reuse, is posted again on top (two report jobs of one PR can interleave)."""
     context = config.status_context
     if not report.gating:
         return f"status {context!r} left alone: Partly Tested"
     if not record.commit:
         return "status left alone: no pinned commit"
     own = f"PR_Github #{record.number} "
-    current = api.statuses(record.commit, context)
-    if current and own not in current[0].description + " ":
+    before = api.statuses(record.commit, context)
+    if before and own not in before[0].description + " ":
         return (
-            f"status {context!r} left alone: its newest value ({current[0].description!r}) "
+            f"status {context!r} left alone: its newest value ({before[0].description!r}) "
             "belongs to another pipeline"
         )
     if report.state == "SUCCESS" and report.sets_status:
@@ -369,4 +399,21 @@ def _set_status(api, env, config, record, report) -> str:
         missing = len(report.analysis.not_run)
         state, text = "error", f"{own}could not run {missing} stage(s): not a pass"
     api.set_status(record.commit, state, context, text, env.run_url)
-    return f"status {context!r} set to {state} on {record.commit[:7]}"
+    line = f"status {context!r} set to {state} on {record.commit[:7]}"
+    after = api.statuses(record.commit, context)
+    between = after[1 : len(after) - len(before)] if after and own in after[0].description else []
+    newer = next((s for s in between if _outranks(s.description, record.number)), None)
+    if newer is not None:
+        api.set_status(record.commit, newer.state, context, newer.description, newer.target_url)
+        line += f", then restored {newer.description!r}, which landed in between"
+    return line
+
+
+PIPELINE_IN_STATUS = re.compile(r"^PR_Github #(?P<number>[0-9]+) ")
+
+
+def _outranks(description: str, number: int) -> bool:
+    """Whether a status must not be overwritten by pipeline ``number``'s: a newer pipeline's
+    (``PR_Github #N …``, N > number) or a person's skip / reuse (no pipeline prefix)."""
+    match = PIPELINE_IN_STATUS.match(description)
+    return match is None or int(match["number"]) > number

@@ -38,6 +38,7 @@ class Command:
     run: RunOptions | None = None
     comment: str | None = None  # skip --comment
     pipeline_id: int | None = None  # reuse-pipeline [N]
+    sha: str | None = None  # --sha: the head commit the commenter approved (a hex prefix)
     line: int | None = field(default=None, compare=False)  # 1-based line of the comment
 
     def options(self) -> dict[str, Any]:
@@ -54,7 +55,8 @@ class Command:
         return {}
 
     def to_json(self) -> dict[str, Any]:
-        return {"version": COMMAND_VERSION, "command": self.name, "options": self.options()}
+        data = {"version": COMMAND_VERSION, "command": self.name, "options": self.options()}
+        return data | ({"sha": self.sha} if self.sha is not None else {})
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Command:
@@ -65,6 +67,9 @@ class Command:
                 f"unsupported Command version {data.get('version')!r}; expected {COMMAND_VERSION}"
             )
         name, options = data.get("command"), data.get("options", {})
+        sha = data.get("sha")
+        if sha is not None and not (isinstance(sha, str) and 7 <= len(sha) <= 40):
+            raise CommandError(f"Command sha {sha!r} is not a 7 to 40 digit hex prefix")
         if name is not None and name not in SUBCOMMANDS:
             raise CommandError(
                 f"unknown command {name!r}; expected one of {', '.join(SUBCOMMANDS)}"
@@ -75,9 +80,9 @@ class Command:
             if unknown:
                 raise CommandError(f"unknown run option(s) {unknown}; expected {sorted(known)}")
             values = {k: tuple(v) if isinstance(v, list) else v for k, v in options.items()}
-            return cls("run", run=RunOptions(**values))
+            return cls("run", run=RunOptions(**values), sha=sha)
         if name == "skip":
-            return cls("skip", comment=options.get("comment"))
+            return cls("skip", comment=options.get("comment"), sha=sha)
         if name == "reuse-pipeline":
-            return cls("reuse-pipeline", pipeline_id=options.get("pipeline_id"))
+            return cls("reuse-pipeline", pipeline_id=options.get("pipeline_id"), sha=sha)
         return cls(name)

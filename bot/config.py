@@ -4,7 +4,10 @@ The file is optional; every key has a stated default. Errors name the file and l
 what would be right, like the catalog's.
 
 ```yaml
-allowlist: [alice, bob]        # logins treated like write permission (default: none)
+allowlist:                     # users treated like write permission (default: none),
+  - {login: alice, id: 583231} #   matched by user id (a login can be renamed and re-registered
+  - 1234567                    #   by someone else); the login is a note for people
+approvers: [{login: carol, id: 99}] # besides maintain/admin: whose approval label counts
 approval_label: ci-approved    # the label that approves gated plans (default: ci-approved)
 status_context: stagebot       # the gating commit status's context (default: stagebot)
 workflow: bot.yml              # the bot's plan workflow file (default: bot.yml)
@@ -16,7 +19,11 @@ report_workflow: report.yml    # the workflow_run workflow that reports (default
 bot_login: github-actions[bot] # who the bot posts as; only its replies' markers count
                                # (default: $STAGEBOT_BOT_LOGIN, which `bot app-token` sets to the
                                # GitHub App's login, else github-actions[bot])
+rate_limit: 10                 # /bot comments of one person answered per PR and hour (default 10)
 ```
+
+Migration from login allowlists: a bare login is refused with the fix in the message; write
+``{login: NAME, id: NUMBER}``, the id being ``id`` in ``https://api.github.com/users/NAME``.
 """
 
 from __future__ import annotations
@@ -36,6 +43,7 @@ WORKFLOW_FILE = re.compile(r"^[A-Za-z0-9._-]+\.ya?ml$")
 BRANCH = re.compile(r"^(?!.*\.\.)[A-Za-z0-9][A-Za-z0-9._/-]{0,99}$")
 KEYS = (
     "allowlist",
+    "approvers",
     "approval_label",
     "status_context",
     "workflow",
@@ -43,7 +51,9 @@ KEYS = (
     "stage_branch",
     "report_workflow",
     "bot_login",
+    "rate_limit",
 )
+USER_LISTS = ("allowlist", "approvers")
 
 
 class ConfigError(StagebotError):
@@ -52,7 +62,8 @@ class ConfigError(StagebotError):
 
 @dataclass(frozen=True)
 class BotConfig:
-    allowlist: tuple[str, ...] = ()
+    allowlist: tuple[int, ...] = ()  # user ids
+    approvers: tuple[int, ...] = ()  # user ids
     approval_label: str = "ci-approved"
     status_context: str = "stagebot"
     workflow: str = "bot.yml"
@@ -60,12 +71,13 @@ class BotConfig:
     stage_branch: str = "stagebot-stage"
     report_workflow: str = "report.yml"
     bot_login: str = "github-actions[bot]"
+    rate_limit: int = 10  # /bot comments one person may have answered per PR and hour
     source: str = "(defaults)"
     given: tuple[str, ...] = ()  # the keys the file set
 
-    def allowlisted(self, login: str) -> bool:
-        """Logins compare case-insensitively, as GitHub treats them."""
-        return login.lower() in {name.lower() for name in self.allowlist}
+    def allowlisted(self, user_id: int | None) -> bool:
+        """By user id, never by login (a login can be given up and taken by someone else)."""
+        return user_id is not None and user_id in self.allowlist
 
 
 def load_config(path: str | Path | None = None) -> BotConfig:
@@ -115,8 +127,10 @@ def _load_file(path: str | Path | None) -> BotConfig:
             raise ConfigError(f"{where}: unknown key {key!r} (valid: {', '.join(KEYS)})")
         if key in values:
             raise ConfigError(f"{where}: {key!r} is given twice; give it once")
-        if key == "allowlist":
-            values[key] = _logins(value_node, where)
+        if key in USER_LISTS:
+            values[key] = _user_ids(key, value_node, where)
+        elif key == "rate_limit":
+            values[key] = _positive(key, value_node, where)
         else:
             values[key] = _string(key, value_node, where)
     return BotConfig(**values, source=str(file), given=tuple(values))
@@ -140,17 +154,38 @@ def _string(key: str, node: yaml.Node, where: str) -> str:
     return value.strip()
 
 
-def _logins(node: yaml.Node, where: str) -> tuple[str, ...]:
+def _positive(key: str, node: yaml.Node, where: str) -> int:
+    value = node.value if isinstance(node, yaml.ScalarNode) else None
+    if node.tag != "tag:yaml.org,2002:int" or not str(value).isdigit() or int(value) < 1:
+        raise ConfigError(f"{where}: {key} must be a positive whole number, e.g. {key}: 10")
+    return int(value)
+
+
+def _user_ids(key: str, node: yaml.Node, where: str) -> tuple[int, ...]:
+    """A list of users by id: ``{login: alice, id: 583231}`` (the login is a note for people)
+    or a bare id. A bare login is refused: logins can be renamed and re-registered."""
     if not isinstance(node, yaml.SequenceNode):
-        raise ConfigError(f"{where}: allowlist must be a list of GitHub logins, e.g. [alice, bob]")
-    logins = []
+        raise ConfigError(f"{where}: {key} must be a list such as [{{login: alice, id: 583231}}]")
+    ids = []
     for item in node.value:
         line = f"{where.rsplit(':', 1)[0]}:{item.start_mark.line + 1}"
-        if not isinstance(item, yaml.ScalarNode) or not LOGIN.match(str(item.value)):
-            shown = item.value if isinstance(item, yaml.ScalarNode) else "a nested value"
-            raise ConfigError(
-                f"{line}: allowlist item {shown!r} is not a GitHub login "
-                "(letters, digits and single hyphens, at most 39 characters)"
-            )
-        logins.append(item.value)
-    return tuple(logins)
+        if isinstance(item, yaml.ScalarNode) and item.tag == "tag:yaml.org,2002:int":
+            ids.append(int(item.value))
+            continue
+        if isinstance(item, yaml.MappingNode):
+            fields = {k.value: v for k, v in item.value}
+            raw = fields.get("id")
+            if (
+                set(fields) <= {"login", "id"}
+                and isinstance(raw, yaml.ScalarNode)
+                and raw.tag == "tag:yaml.org,2002:int"
+            ):
+                ids.append(int(raw.value))
+                continue
+        shown = item.value if isinstance(item, yaml.ScalarNode) else "this item"
+        raise ConfigError(
+            f"{line}: {key} item {shown!r} is not a user id; write {{login: NAME, id: NUMBER}} "
+            "(the id is at https://api.github.com/users/NAME): users are matched by id, since "
+            "a login can be renamed and re-registered by someone else"
+        )
+    return tuple(ids)

@@ -30,6 +30,8 @@ class CommentEvent:
     number: int  # the issue or pull request
     is_pull_request: bool
     html_url: str
+    author_id: int | None = None  # the commenter's user id (the allowlist matches ids)
+    created_at: str = ""  # GitHub's time of the comment (ISO 8601)
 
 
 @dataclass(frozen=True)
@@ -69,6 +71,8 @@ def comment_event(payload: dict[str, Any]) -> CommentEvent:
             number=int(issue["number"]),
             is_pull_request=bool(issue.get("pull_request")),
             html_url=comment.get("html_url") or "",
+            author_id=int(user["id"]) if isinstance(user.get("id"), int) else None,
+            created_at=str(comment.get("created_at") or ""),
         )
     except (KeyError, TypeError, ValueError) as error:
         raise EventError(

@@ -67,6 +67,7 @@ class Comment:
     author_type: str  # "User" | "Bot" | "Organization"
     body: str
     html_url: str = ""
+    created_at: str = ""  # ISO 8601, GitHub's clock
 
 
 @dataclass(frozen=True)
@@ -93,6 +94,19 @@ class Status:
     state: str
     description: str
     context: str
+    target_url: str | None = None
+
+
+@dataclass(frozen=True)
+class TimelineEvent:
+    """One issue-timeline event, in GitHub's order: ``labeled`` / ``unlabeled`` (``label``),
+    ``commented`` (``comment_id``), ``head_ref_force_pushed``, and others the bot ignores."""
+
+    kind: str
+    actor: str | None
+    actor_id: int | None
+    label: str | None = None
+    comment_id: int | None = None  # a "commented" event's comment
 
 
 @dataclass(frozen=True)
@@ -138,6 +152,10 @@ class GitHubApi(Protocol):
     def pull(self, number: int) -> PullRequest: ...
 
     def changed_files(self, number: int) -> list[str]: ...
+
+    def pull_commits(self, number: int) -> list[str]: ...
+
+    def timeline(self, number: int) -> list[TimelineEvent]: ...
 
     def permission(self, login: str) -> Permission: ...
 
@@ -363,6 +381,32 @@ class PyGithubApi:
             lambda: [f.filename for f in self._repo.get_pull(number).get_files()],
         )
 
+    def pull_commits(self, number: int) -> list[str]:
+        """The SHAs of the pull request's commits (GitHub lists at most 250)."""
+        return self._read(
+            f"list the commits of {self.repository}#{number}",
+            lambda: [c.sha for c in self._repo.get_pull(number).get_commits()],
+        )
+
+    def timeline(self, number: int) -> list[TimelineEvent]:
+        def call() -> list[TimelineEvent]:
+            events = []
+            for item in self._repo.get_issue(number).get_timeline():
+                data = item.raw_data
+                actor = data.get("actor") or {}
+                events.append(
+                    TimelineEvent(
+                        kind=str(data.get("event") or ""),
+                        actor=actor.get("login"),
+                        actor_id=actor.get("id"),
+                        label=(data.get("label") or {}).get("name"),
+                        comment_id=data.get("id") if data.get("event") == "commented" else None,
+                    )
+                )
+            return events
+
+        return self._read(f"list the timeline of {self.repository}#{number}", call)
+
     def permission(self, login: str) -> Permission:
         def call() -> Permission:
             import github
@@ -424,7 +468,7 @@ class PyGithubApi:
                     return []
                 raise
             return [
-                Status(s.state, s.description or "", s.context)
+                Status(s.state, s.description or "", s.context, s.target_url)
                 for s in listing
                 if s.context == context
             ]
@@ -667,6 +711,7 @@ def _comment(item: Any) -> Comment:
         author_type=(user.type if user is not None else "User") or "User",
         body=item.body or "",
         html_url=item.html_url or "",
+        created_at=item.created_at.isoformat() if item.created_at else "",
     )
 
 

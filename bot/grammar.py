@@ -1,7 +1,8 @@
 """The `/bot` command language: find the one command in a PR comment and parse it.
 
-Only a line whose first word is exactly ``/bot`` counts; fenced code blocks and ``>`` quotes are
-dropped first, so quoted or pasted commands do nothing. Each subcommand's usage, who may use it,
+Only a line whose first word is exactly ``/bot`` counts; fenced and indented code blocks,
+``<pre>`` / ``<code>`` elements and ``>`` quotes are dropped first, so quoted or pasted commands
+(which GitHub shows as code or quotes) do nothing. Each subcommand's usage, who may use it,
 examples and flags are declared here, beside its parser, and the help text is rendered from these
 declarations (templates/bot_help.md.j2): one source of truth.
 """
@@ -20,6 +21,9 @@ from stagebot.bot.suggest import unknown
 BOT_LINE = re.compile(r"^[ \t]*/bot(?:[ \t]+(?P<args>.*?))?[ \t]*$")
 FENCE = re.compile(r"^[ \t]{0,3}(?P<fence>`{3,}|~{3,})")
 QUOTE = re.compile(r"^[ \t]*>")
+INDENTED_CODE = re.compile(r"^(?: {4}| {0,3}\t)")  # 4 columns: GitHub shows code (or plain text)
+# an HTML element GitHub shows as code or raw text: nothing inside it is a command
+HTML_CODE = re.compile(r"<(?P<tag>pre|code|textarea)(?=[\s>/]|$)", re.IGNORECASE)
 PIPELINE_ID = re.compile(r"^#?(?P<id>[0-9]+)$")
 TYPOGRAPHIC_QUOTES = str.maketrans({"\u201c": '"', "\u201d": '"', "\u2018": "'", "\u2019": "'"})
 HELP_FLAGS = ("-h", "--help")
@@ -28,6 +32,8 @@ HELP_FLAGS = ("-h", "--help")
 LINE_BREAK = re.compile(r"\r\n|\r|\n")
 HTML_COMMENT = re.compile(r"<!--.*?(?:-->|\Z)", re.DOTALL)  # invisible on GitHub
 LIST_ITEM = re.compile(r"^[A-Za-z0-9_*][A-Za-z0-9_*.-]*$")
+SHA_MIN, SHA_MAX = 7, 40
+SHA_PREFIX = re.compile(r"^[0-9a-f]+$")
 
 
 @dataclass(frozen=True)
@@ -115,6 +121,14 @@ RUN_FLAGS = (
     ),
 )
 RUN_FLAGS_BY_NAME = {flag.name: flag for flag in RUN_FLAGS}
+SHA_FLAG = Flag(
+    "--sha",
+    "sha",
+    f"The PR head commit you reviewed ({SHA_MIN} to {SHA_MAX} hex digits of its SHA): the "
+    "command is refused when the head is another commit. Needed by skip and reuse-pipeline, "
+    "and by run on PRs whose author lacks write permission.",
+    "PREFIX",
+)
 CONTRADICTIONS = (
     ("--reuse-test", "--disable-reuse-test"),
     ("--only-multi-gpu-test", "--disable-multi-gpu-test"),
@@ -238,19 +252,21 @@ SUBCOMMANDS: dict[str, Subcommand] = {
     for spec in (
         Subcommand(
             "run",
-            "/bot run [flags]",
+            "/bot run [--sha PREFIX] [flags]",
             "Plan and run the stages for the PR's head commit, then post one report. By default "
             "it reuses tests that already passed on this commit.",
             "anyone with write permission; --post-merge, --add-multi-gpu-test and "
-            "--only-multi-gpu-test also need the approval label",
+            "--only-multi-gpu-test also need the approval label; on a PR whose author lacks "
+            "write permission, --sha is required",
             (
                 "/bot run",
+                "/bot run --sha 1a2b3c4",
                 "/bot run --disable-fail-fast",
                 '/bot run --stage-list "DGX_H200-4_GPUs-AutoDeploy-1"',
                 '/bot run --extra-stage "DGX_B200-4_GPUs-AutoDeploy-1"',
             ),
             _parse_run,
-            RUN_FLAGS,
+            (SHA_FLAG, *RUN_FLAGS),
         ),
         Subcommand(
             "kill",
@@ -262,21 +278,23 @@ SUBCOMMANDS: dict[str, Subcommand] = {
         ),
         Subcommand(
             "skip",
-            '/bot skip --comment "REASON"',
-            "Mark the PR's head commit as passing without testing it.",
+            '/bot skip --sha PREFIX --comment "REASON"',
+            "Mark the PR's head commit, which --sha names, as passing without testing it.",
             "maintainers and admins",
-            ('/bot skip --comment "docs-only change"',),
+            ('/bot skip --sha 1a2b3c4 --comment "docs-only change"',),
             _parse_skip,
+            (SHA_FLAG,),
             dangerous=True,
         ),
         Subcommand(
             "reuse-pipeline",
-            "/bot reuse-pipeline [#N]",
-            "Validate the head commit with the result of pipeline N (default: the latest), "
-            "and stop running pipelines.",
+            "/bot reuse-pipeline --sha PREFIX [#N]",
+            "Validate the head commit, which --sha names, with the result of pipeline N "
+            "(default: the latest), and stop running pipelines.",
             "maintainers and admins",
-            ("/bot reuse-pipeline", "/bot reuse-pipeline #47634"),
+            ("/bot reuse-pipeline --sha 1a2b3c4", "/bot reuse-pipeline --sha 1a2b3c4 #47634"),
             _parse_reuse_pipeline,
+            (SHA_FLAG,),
             dangerous=True,
         ),
         Subcommand(
@@ -295,6 +313,7 @@ def find_command_line(comment: str) -> tuple[int, str] | None:
     """Return (1-based line number, arguments) of the comment's one `/bot` line, or None."""
     found: list[tuple[int, str]] = []
     fence: str | None = None
+    element: str | None = None  # an open <pre>, <code> or <textarea>
     visible = HTML_COMMENT.sub(lambda hidden: "\n" * hidden[0].count("\n"), comment)
     for number, line in enumerate(LINE_BREAK.split(visible), start=1):
         opening = FENCE.match(line)
@@ -305,7 +324,15 @@ def find_command_line(comment: str) -> tuple[int, str] | None:
         if opening:
             fence = opening["fence"]
             continue
-        if QUOTE.match(line):
+        if element is not None:
+            if _closes(element, line):
+                element = None
+            continue
+        tag = HTML_CODE.search(line)
+        if tag and not _closes(tag["tag"], line[tag.end() :]):
+            element = tag["tag"]
+            continue
+        if QUOTE.match(line) or INDENTED_CODE.match(line):
             continue
         match = BOT_LINE.match(line)
         if match:
@@ -316,6 +343,10 @@ def find_command_line(comment: str) -> tuple[int, str] | None:
             f"found {len(found)} /bot commands (lines {lines}); put one command per comment"
         )
     return found[0] if found else None
+
+
+def _closes(tag: str, text: str) -> bool:
+    return re.search(rf"</{tag}\s*>", text, re.IGNORECASE) is not None
 
 
 def parse_comment(comment: str) -> Command:
@@ -340,7 +371,36 @@ def parse_comment(comment: str) -> Command:
         [flag] for flag in HELP_FLAGS
     ):  # `/bot run --help` (run also checks later flags)
         spec = SUBCOMMANDS["help"]
-    return replace(spec.parse(rest), line=number)
+    sha, rest = _take_sha(rest) if SHA_FLAG in spec.flags else (None, rest)
+    return replace(spec.parse(rest), line=number, sha=sha)
+
+
+def _take_sha(args: list[str]) -> tuple[str | None, list[str]]:
+    """Take ``--sha PREFIX`` (or ``--sha=PREFIX``) out of the arguments; check the prefix."""
+    found = [i for i, arg in enumerate(args) if arg == "--sha" or arg.startswith("--sha=")]
+    if not found:
+        return None, args
+    if len(found) > 1:
+        raise CommandError("--sha is given twice; give it once")
+    i = found[0]
+    name, _, inline = args[i].partition("=")
+    if inline or name != args[i]:
+        value, rest = inline, args[:i] + args[i + 1 :]
+    elif i + 1 < len(args) and not args[i + 1].startswith("--"):
+        value, rest = args[i + 1], args[:i] + args[i + 2 :]
+    else:
+        raise CommandError("--sha needs the head commit's SHA, e.g. --sha 1a2b3c4")
+    sha = value.lower()
+    if not SHA_PREFIX.match(sha):
+        raise CommandError(
+            f"--sha {value!r} is not hexadecimal; give the commit's SHA, e.g. 1a2b3c4"
+        )
+    if not SHA_MIN <= len(sha) <= SHA_MAX:
+        raise CommandError(
+            f"--sha {value!r} has {len(sha)} digits; give {SHA_MIN} to {SHA_MAX} hex digits of "
+            "the commit's SHA (GitHub shows 7)"
+        )
+    return sha, rest
 
 
 def render(command: Command) -> str:
@@ -348,6 +408,8 @@ def render(command: Command) -> str:
     if command.name is None:
         return ""
     words = ["/bot", command.name]
+    if command.sha is not None:
+        words += ["--sha", command.sha]
     if command.name == "run":
         assert command.run is not None
         for flag in RUN_FLAGS:
@@ -367,8 +429,10 @@ def render(command: Command) -> str:
 
 def help_text() -> str:
     from stagebot.templates import render_template
+    from stagebot.templates.markdown import Trusted, code
 
-    return render_template("bot_help.md.j2", subcommands=list(SUBCOMMANDS.values()))
+    text = render_template("bot_help.md.j2", subcommands=list(SUBCOMMANDS.values()), code=code)
+    return Trusted(text)
 
 
 def _usage_hint(name: str) -> str:

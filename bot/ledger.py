@@ -196,6 +196,7 @@ class Ledger:
             if not readonly:
                 ledger._set_up(timeout)
             else:
+                ledger._harden()
                 ledger._check_schema()
             return ledger
         except sqlite3.Error as error:
@@ -244,6 +245,29 @@ class Ledger:
                 for statement in filter(str.strip, SCHEMA.split(";")):
                     self.connection.execute(statement)
                 self.connection.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+    def _harden(self) -> None:
+        """A read-only open is of a file that may come from untrusted hands (a restored cache,
+        main's ledger before its digest is checked): SQLite's defences for untrusted databases
+        (defensive mode where Python offers it, no schema-defined functions, no memory map,
+        cell checks as pages are read), then refuse what the bot never creates (views,
+        triggers, virtual tables) before any query reads it. No quick_check: that would scan
+        the whole file on every open."""
+        connection = self.connection
+        if hasattr(connection, "setconfig"):  # Python 3.12+
+            connection.setconfig(sqlite3.SQLITE_DBCONFIG_DEFENSIVE, True)
+        for pragma in ("trusted_schema = OFF", "mmap_size = 0", "cell_size_check = ON"):
+            connection.execute(f"PRAGMA {pragma}")
+        foreign = connection.execute(
+            "SELECT type, name FROM sqlite_master WHERE type IN ('view', 'trigger') "
+            "OR (type = 'table' AND sql LIKE 'CREATE VIRTUAL%')"
+        ).fetchall()
+        if foreign:
+            names = ", ".join(f"{row[0]} {row[1]!r}" for row in foreign)
+            raise LedgerError(
+                f"ledger {self.path} holds {names}, which stagebot never creates: not a ledger "
+                "the bot saved (use another --ledger)"
+            )
 
     def _check_schema(self, new_ok: bool = False) -> None:
         """Refuse, without writing, a database that is not a stagebot ledger of our version (an

@@ -15,9 +15,14 @@ from stagebot.bot.errors import StagebotError
 
 MARKER_VERSION = 1
 PIPELINE_STATES = ("RUNNING", "SUCCESS", "FAILURE", "ABORTED")
-# One line: render() never writes a newline, so a forged, unclosed "<!-- stagebot:{" earlier in
-# the body cannot run on into (and swallow) the real marker.
-MARKER = re.compile(r"<!-- stagebot:(?P<payload>\{[^\n]*?\}) -->")
+# The bot's own position: the body's last line (render() never writes a newline), optionally
+# preceded by the ledger digest line. Anything marker-like elsewhere (user text that escaped
+# escaping, a quote) is never read.
+TAIL = re.compile(
+    r"(?:^<!-- stagebot-ledger:sha256:(?P<digest>[0-9a-f]{64}) -->\n)?"
+    r"^<!-- stagebot:(?P<payload>\{[^\n]*\}) -->[ \t\r\n]*\Z",
+    re.MULTILINE,
+)
 
 
 class MarkerError(StagebotError):
@@ -61,12 +66,13 @@ class ReplyMarker:
 
 
 def find_marker(body: str) -> ReplyMarker | None:
-    """The marker of a comment body: the LAST one, because the bot always ends its replies with
-    its marker, so anything marker-like earlier in the body (user text that was not escaped, a
-    quote) can neither replace nor hide it. None when there is none; a malformed last marker
-    raises MarkerError. Callers must also check who wrote the comment (bot.replies.our_replies
-    counts only the bot login's comments): anyone can paste a marker into their own comment."""
-    match = next(reversed(list(MARKER.finditer(body))), None)
+    """The marker of a comment body, read only from the bot's own position: the body's last
+    line, because the bot always ends its replies with it; anything marker-like earlier in the
+    body (user text that was not escaped, a quote) can neither replace nor hide it. None when
+    there is none; a malformed marker raises MarkerError. Callers must also check who wrote the
+    comment (bot.replies.our_replies counts only the bot login's comments): anyone can paste a
+    marker into their own comment."""
+    match = TAIL.search(body)
     if match is None:
         return None
     try:
@@ -79,8 +85,8 @@ def find_marker(body: str) -> ReplyMarker | None:
 # The ledger's digest, a second hidden line the bot writes just before its marker: the sha256 of
 # the ledger file the bot saved for the PR's next pipeline. handle-event accepts a restored
 # ledger only when one of the bot's own replies names its digest, and bot/ledger_transport.py
-# fetches the artifact named by it. Not part of the marker's schema.
-LEDGER_DIGEST = re.compile(r"<!-- stagebot-ledger:sha256:(?P<digest>[0-9a-f]{64}) -->")
+# fetches the artifact named by it. Read only from the line right above the marker (TAIL): a
+# digest line anywhere else in a reply vouches for nothing. Not part of the marker's schema.
 
 
 def render_ledger_digest(digest: str) -> str:
@@ -88,4 +94,5 @@ def render_ledger_digest(digest: str) -> str:
 
 
 def find_ledger_digests(body: str) -> set[str]:
-    return {match["digest"] for match in LEDGER_DIGEST.finditer(body)}
+    match = TAIL.search(body)
+    return {match["digest"]} if match and match["digest"] else set()

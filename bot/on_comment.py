@@ -10,6 +10,7 @@ Order (each step can end the handling; every ending is a handled event):
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -21,7 +22,14 @@ from stagebot.bot.command import Command
 from stagebot.bot.config import BotConfig
 from stagebot.bot.errors import CommandError, StagebotError
 from stagebot.bot.events import CommentEvent, ignore_reason
-from stagebot.bot.github import ActionsEnv, Comment, GitHubApi, PullRequest
+from stagebot.bot.github import (
+    ActionsEnv,
+    Comment,
+    GitHubApi,
+    Permission,
+    PullRequest,
+    TimelineEvent,
+)
 from stagebot.bot.grammar import help_text, parse_comment, render
 from stagebot.bot.marker import ReplyMarker
 from stagebot.bot.replies import (
@@ -35,6 +43,7 @@ from stagebot.bot.replies import (
     running,
 )
 from stagebot.bot.stage_runs import active_pipelines
+from stagebot.templates.markdown import Trusted, escape
 
 if TYPE_CHECKING:
     from stagebot.bot.ledger import Ledger
@@ -169,13 +178,19 @@ class CommentHandler:
             return Outcome(f"no-op: {reason}")
         self.api = self.connect()
         number = self.event.number
-        self.replies = our_replies(self.api.comments(number), self.config.bot_login)
+        comments = self.api.comments(number)
+        self.replies = our_replies(comments, self.config.bot_login)
         self.ledger_source.trusted = lambda: ledger_digests(self.replies)
         earlier = reply_to(self.replies, self.event.comment_id)
         if earlier is not None:
             return Outcome(
                 f"no-op: comment {self.event.comment_id} was already handled "
                 f"(reply {earlier.comment.id}, pipeline #{earlier.marker.pipeline})"
+            )
+        if self._rate_limited(comments):
+            return Outcome(
+                f"no-op: @{self.event.author} reached the limit of {self.config.rate_limit} "
+                "answered /bot comments on this PR per hour"
             )
         self.pipeline = self.env.run_number or next_pipeline(self.replies)
         self.pull = self.api.pull(number)
@@ -189,9 +204,14 @@ class CommentHandler:
             self._reply("help", NO_RUN_STATE, help=help_text())
             return Outcome("answered /bot help", pipeline=self.pipeline)
         permission = self.api.permission(self.event.author)
-        decision = authorize(command.name, self.event.author, permission, self.config)
+        decision = authorize(
+            command.name, self.event.author, permission, self.config, self.event.author_id
+        )
         if not decision.allowed:
             return self._refuse(command, decision)
+        pinned = self._check_sha(command, permission)
+        if not pinned.allowed:
+            return self._refuse(command, pinned, sha_refused=True)
         handler = {
             "run": self._run,
             "kill": self._kill,
@@ -221,7 +241,14 @@ class CommentHandler:
         except StagebotError as error:
             return self._malformed(str(error), with_help=False)
         approval = approve(
-            plan.needs_approval, plan.approval_reasons, self.pull.labels, self.config
+            plan.needs_approval,
+            plan.approval_reasons,
+            self.pull.labels,
+            self.config,
+            head=commit,
+            timeline=lambda: self._timeline,
+            is_approver=self._is_approver,
+            reply_commits={r.comment.id: r.marker.commit for r in self.replies},
         )
         if not approval.allowed:
             return self._refuse(command, approval, label_missing=True)
@@ -246,6 +273,7 @@ class CommentHandler:
             "RUNNING",
             stages=stages,
             command=render(command),
+            commit=commit,
             cancelled=cancelled,
             counts=counts,
             partly_tested_reason=None if plan.gating else plan.partly_tested_reason,
@@ -333,6 +361,93 @@ class CommentHandler:
         )
 
     # ---- shared steps
+    def _check_sha(self, command: Command, permission: Permission) -> Decision:
+        """The command applies only to the commit its author named (--sha): skip and
+        reuse-pipeline always need it, run on PRs whose author lacks write permission. The
+        prefix must begin the head's SHA and no other commit of the PR, and no force-push may
+        follow the comment on the timeline: a short prefix can be ground to match a second
+        commit, which then either sits beside the named one or replaced it by force."""
+        head, sha = self.pull.head_sha, command.sha
+        if sha is None:
+            if command.name in ("skip", "reuse-pipeline"):
+                return Decision(
+                    False,
+                    f"`/bot {command.name}` needs --sha naming the commit you reviewed; the "
+                    f"PR's head is {head} (after reviewing it: --sha {head[:7]})",
+                )
+            if command.name == "run":
+                author = (
+                    permission
+                    if self.pull.author == self.event.author
+                    else self.api.permission(self.pull.author)
+                )
+                if not author.at_least("write"):
+                    return Decision(
+                        False,
+                        f"the PR's author @{escape(self.pull.author)} lacks write permission, "
+                        f"so `/bot run` needs --sha naming the commit you reviewed; the head "
+                        f"is {head} (after reviewing it: --sha {head[:7]})",
+                    )
+            return Decision(True, "no --sha needed")
+        if not head.startswith(sha):
+            return Decision(
+                False,
+                f"--sha {sha} is not the PR's head {head} (it moved since, or the SHA is "
+                f"mistyped); review {head[:7]} and comment again with --sha {head[:7]}",
+            )
+        matching = [c for c in self.api.pull_commits(self.pull.number) if c.startswith(sha)]
+        if len(matching) > 1:
+            return Decision(
+                False,
+                f"--sha {sha} is ambiguous: {len(matching)} commits of this PR begin with it "
+                f"({', '.join(matching)}); give the full SHA {head}",
+            )
+        since: list[TimelineEvent] | None = None  # the timeline after the comment
+        for index, event in enumerate(self._timeline):
+            if event.kind == "commented" and event.comment_id == self.event.comment_id:
+                since = self._timeline[index + 1 :]
+        if since is None or any(e.kind == "head_ref_force_pushed" for e in since):
+            return Decision(
+                False,
+                f"the PR was force-pushed after your comment (or the comment is not on its "
+                f"timeline), so --sha {sha} may name a commit made to match it; the head is "
+                f"{head}: review it and comment again with --sha {head}",
+            )
+        return Decision(True, f"--sha {sha} is the head {head}")
+
+    @functools.cached_property
+    def _timeline(self) -> list[TimelineEvent]:
+        return self.api.timeline(self.pull.number)
+
+    def _is_approver(self, event: TimelineEvent) -> bool:
+        if event.actor_id is not None and event.actor_id in self.config.approvers:
+            return True
+        return event.actor is not None and self.api.permission(event.actor).at_least("maintain")
+
+    def _rate_limited(self, comments: list[Comment]) -> bool:
+        """Whether the commenter already had ``rate_limit`` /bot comments on this PR answered in
+        the hour before this one (GitHub's timestamps; one reply and at most one pipeline per
+        comment). Bounds the replies, API calls and pipelines one person can cause."""
+        from datetime import datetime, timedelta
+
+        def when(stamp: str) -> datetime | None:
+            try:
+                return datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+            except ValueError:
+                return None
+
+        now = when(self.event.created_at)
+        if now is None:
+            return False
+        theirs = {c.id: when(c.created_at) for c in comments if c.author == self.event.author}
+        answered = sum(
+            1
+            for reply in self.replies
+            if (at := theirs.get(reply.marker.comment_id)) is not None
+            and now - timedelta(hours=1) <= at <= now
+        )
+        return answered >= self.config.rate_limit
+
     def _stop_running(self, why: str) -> list[int]:
         """Cancel this PR's other running pipelines and mark them ABORTED (reply and ledger)."""
         stale = running(self.replies, self.pipeline)
@@ -368,13 +483,16 @@ class CommentHandler:
         )
         return Outcome(f"malformed command: {error.splitlines()[0]}", pipeline=self.pipeline)
 
-    def _refuse(self, command: Command, decision: Decision, label_missing=False) -> Outcome:
+    def _refuse(
+        self, command: Command, decision: Decision, label_missing=False, sha_refused=False
+    ) -> Outcome:
         self._reply(
             "refused",
             NO_RUN_STATE,
             command=render(command),
-            why=decision.why,
+            why=Trusted(decision.why),  # authz escapes the user-controlled parts
             label_missing=label_missing,
+            sha_refused=sha_refused,
         )
         return Outcome(f"refused: {decision.why}", pipeline=self.pipeline)
 

@@ -18,7 +18,7 @@ from stagebot.bot.marker import (
     find_marker,
     render_ledger_digest,
 )
-from stagebot.templates.markdown import block, code, escape
+from stagebot.templates.markdown import block, code, escape, url
 
 NO_RUN_STATE = "ABORTED"  # a reply that started no pipeline: the marker schema has no "none"
 # "@" before anything a login or team (org/team, with "_") can start with
@@ -82,7 +82,7 @@ def render_reply(
     from stagebot.templates import render_template
 
     body = render_template(
-        f"reply_{kind}.md.j2", md=escape, code=code, block=block, **context
+        f"reply_{kind}.md.j2", md=escape, code=code, block=block, url=url, **context
     ).rstrip()
     if notice:
         body += f"\n\n⚠️ {escape(notice)}"

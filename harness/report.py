@@ -24,7 +24,7 @@ from stagebot.harness.analysis import BLOCKING, Analysis, analyse
 from stagebot.harness.causes import cause_line, is_environment
 from stagebot.harness.results import ResultError, StageResult, TestOutcome
 from stagebot.harness.streams import read_stream
-from stagebot.templates.markdown import escape
+from stagebot.templates.markdown import Trusted, escape
 
 COMMENT_LIMIT = 65_536
 PARTLY_TESTED = (
@@ -50,6 +50,7 @@ class Report:
     slots: dict[str, list[str]] = field(default_factory=dict)
     reused_tests: dict[str, list[str]] = field(default_factory=dict)
     host: str = ""
+    ignored_results: list[str] = field(default_factory=list)  # result files not accepted
     # Where the shards' full logs are when not on this machine: the workflow run's page, whose
     # stagebot-result-<stage> artifacts hold them (set by `bot publish`).
     logs_url: str | None = None
@@ -213,6 +214,7 @@ def report_from_record(
         slots=meta.get("slots", {}),
         reused_tests=record.reused_tests,
         host=meta.get("host", ""),
+        ignored_results=list(meta.get("ignored_results") or []),
     )
 
 
@@ -292,7 +294,7 @@ def reply_completed(report: Report) -> str:
 
 def md_code(text: object) -> str:
     """Inline code that survives any content: an HTML <code> with escaped text."""
-    return f"<code>{escape(text)}</code>"
+    return Trusted(f"<code>{escape(text)}</code>")
 
 
 def _json(report: Report) -> dict[str, Any]:

@@ -29,6 +29,8 @@ import re
 import threading
 import time
 import zipfile
+import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -79,7 +81,9 @@ ROUTES: list[tuple[str, str, re.Pattern[str]]] = [
         ("GET", "get_repo", r"/repos/(?P<owner>[^/]+)/(?P<repo>[^/]+)"),
         ("GET", "get_pull", r"/repos/[^/]+/[^/]+/pulls/(?P<number>\d+)"),
         ("GET", "list_pull_files", r"/repos/[^/]+/[^/]+/pulls/(?P<number>\d+)/files"),
+        ("GET", "list_pull_commits", r"/repos/[^/]+/[^/]+/pulls/(?P<number>\d+)/commits"),
         ("GET", "get_issue", r"/repos/[^/]+/[^/]+/issues/(?P<number>\d+)"),
+        ("GET", "list_timeline", r"/repos/[^/]+/[^/]+/issues/(?P<number>\d+)/timeline"),
         ("GET", "list_comments", r"/repos/[^/]+/[^/]+/issues/(?P<number>\d+)/comments"),
         ("POST", "create_comment", r"/repos/[^/]+/[^/]+/issues/(?P<number>\d+)/comments"),
         ("GET", "get_comment", r"/repos/[^/]+/[^/]+/issues/comments/(?P<id>\d+)"),
@@ -124,12 +128,16 @@ class FakeGitHub:
         self.hold_s = 2.0  # how long a "timeout" fault holds its answer
         self.pulls: dict[int, dict[str, Any]] = {}
         self.files: dict[int, list[str]] = {}
+        self.commits: dict[int, list[str]] = {}  # PR -> its commits' SHAs (default: the head)
+        self.timeline: dict[int, list[dict[str, Any]]] = {}  # PR -> events, oldest first
+        self._clock = itertools.count(1)
         self.comments: dict[int, dict[str, Any]] = {}
         self.reactions: list[dict[str, Any]] = []
         self.statuses: dict[str, list[dict[str, Any]]] = {}
         self.permissions: dict[str, tuple[str, str]] = {}
         self.runs: dict[int, dict[str, Any]] = {}
         self.diffs: dict[tuple[str, str], list[str]] = {}  # (base, head) -> changed files
+        self.hooks: list[tuple[str, Callable[[], None]]] = []  # (route, run once after it)
         self.artifacts: dict[int, dict[str, Any]] = {}
         self.blobs: dict[int, bytes] = {}
         self.blob_auth: list[str | None] = []  # the Authorization header of each blob fetch
@@ -201,6 +209,35 @@ class FakeGitHub:
         }
         self.files[number] = list(files)
 
+    def push(self, number: int, sha: str, *, force: bool = False) -> None:
+        """The PR's author pushes ``sha`` on top (or force-pushes it: the old commits go)."""
+        with self.lock:
+            pull = self.pulls[number]
+            old = self.commits.get(number) or [pull["head"]["sha"]]
+            self.commits[number] = [sha] if force else [*old, sha]
+            pull["head"]["sha"] = sha
+            self._event(number, "head_ref_force_pushed" if force else "committed", None, sha=sha)
+
+    def label(self, number: int, name: str, actor: str, *, remove: bool = False) -> None:
+        """``actor`` adds (or removes) a label: the label list and a timeline event."""
+        with self.lock:
+            labels = self.pulls[number]["labels"]
+            labels[:] = [label for label in labels if label["name"] != name]
+            if not remove:
+                labels.append({"id": len(labels) + 100, "name": name})
+            self._event(number, "unlabeled" if remove else "labeled", actor, label={"name": name})
+
+    def _event(self, number: int, kind: str, actor: str | None, **extra: Any) -> None:
+        tick = next(self._clock)
+        event = {
+            "id": extra.pop("id", None) or next(self._ids),
+            "event": kind,
+            "actor": _user(actor) if actor else None,
+            "created_at": f"2026-01-01T01:{tick // 60:02d}:{tick % 60:02d}Z",
+            **extra,
+        }
+        self.timeline.setdefault(number, []).append(event)
+
     def grant(self, login: str, role_name: str) -> None:
         """Give ``login`` a repository role; ``permission`` folds maintain/triage like GitHub."""
         legacy = {"maintain": "write", "triage": "read"}.get(role_name, role_name)
@@ -243,6 +280,11 @@ class FakeGitHub:
             **fields,
         }
         return self.runs[run_id]
+
+    def after(self, route: str, action: Callable[[], None]) -> None:
+        """Run ``action`` (e.g. another client's write) once, right after the next request of
+        ``route`` is handled and before its answer is sent: interleaves two clients."""
+        self.hooks.append((route, action))
 
     def add_stage_run(
         self, pipeline: int, status: str = "in_progress", pr: int | None = None, plan_run: int = 1
@@ -345,6 +387,12 @@ class FakeGitHub:
             if c["issue"] == number and c["user"]["login"] == login
         ]
 
+    def post_status(self, sha: str, state: str, context: str, description: str) -> None:
+        """A status written by another client (another job, a person)."""
+        with self.lock:
+            body = {"state": state, "context": context, "description": description}
+            self.handle("POST", "create_status", {"sha": sha}, {}, body, None)
+
     def latest_status(self, sha: str, context: str) -> dict[str, Any] | None:
         mine = [s for s in self.statuses.get(sha, []) if s["context"] == context]
         return mine[-1] if mine else None
@@ -366,6 +414,7 @@ class FakeGitHub:
             "updated_at": "2026-01-01T00:00:00Z",
         }
         self.comments[comment_id] = comment
+        self._event(number, "commented", user["login"], id=comment_id)
         return comment
 
     def handle(self, method: str, route: str, params: dict[str, str], query, body, auth):
@@ -388,6 +437,14 @@ class FakeGitHub:
                 {"sha": "f" * 40, "filename": name, "status": "modified"}
                 for name in self.files[number]
             ]
+        if route == "list_timeline":
+            return 200, list(self.timeline.get(int(params["number"]), []))
+        if route == "list_pull_commits":
+            number = int(params["number"])
+            if number not in self.pulls:
+                return _not_found()
+            shas = self.commits.get(number) or [self.pulls[number]["head"]["sha"]]
+            return 200, [{"sha": sha, "url": self.api(f"/commits/{sha}")} for sha in shas]
         if route == "get_issue":
             number = int(params["number"])
             if number in self.pulls:
@@ -589,10 +646,15 @@ def _user(login: str) -> dict[str, Any]:
     bot = login.endswith("[bot]")
     return {
         "login": login,
-        "id": abs(hash(login)) % 10**6,
+        "id": user_id(login),
         "type": "Bot" if bot else "User",
         "url": f"https://api.example/users/{login}",
     }
+
+
+def user_id(login: str) -> int:
+    """A login's stable numeric id on this fake server (GitHub's ids never change)."""
+    return zlib.crc32(login.encode()) % 10**6 + 1
 
 
 def _login(auth: str | None, tokens: dict[str, str] | None = None) -> str:
@@ -677,6 +739,10 @@ class _Handler(BaseHTTPRequestHandler):
             return self._send(504, {"message": "held past the client's timeout"})
         with fake.lock:
             status, payload = fake.handle(method, route, params, query, body, auth)
+            hook = next((h for h in fake.hooks if h[0] == route), None)
+            if hook is not None:
+                fake.hooks.remove(hook)
+                hook[1]()
         if kind == "5xx-after-write":
             record.status = 502
             return self._send(502, {"message": "Server Error (after the write)"})

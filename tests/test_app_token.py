@@ -44,6 +44,7 @@ def gh(keys):
     with FakeGitHub() as server:
         server.add_pull(PR, head_sha=SHA, files=("src/x.py",))
         server.grant("writer", "write")
+        server.grant("contributor", "write")  # the PR's author: run needs no --sha
         server.add_app(APP_ID, "stagebot-app", keys[1])
         yield server
 

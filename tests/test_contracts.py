@@ -140,9 +140,11 @@ def test_reader_errors_name_the_problem() -> None:
 
 def test_marker_survives_hostile_stage_names_and_is_found_in_a_body() -> None:
     marker = ReplyMarker(5, "abc1234", 99, "RUNNING", {"x --> <!-- y": "SUCCESS"})
-    body = f"PR_Github #5 [ run ] triggered by Bot.\n{marker.render()}\ntrailing"
+    body = f"PR_Github #5 [ run ] triggered by Bot.\n{marker.render()}\n"
     assert marker.render().count("-->") == 1
     assert find_marker(body) == marker
+    # read only from the bot's position, the last line: not from inside the body
+    assert find_marker(f"{body}a quote of it, and more text") is None
     assert find_marker("no marker") is None
     with pytest.raises(MarkerError, match="not JSON"):
         find_marker("<!-- stagebot:{nope} -->")

@@ -34,12 +34,15 @@ def test_the_shipped_file_loads() -> None:
     assert config.status_context and config.approval_label
 
 
-def test_values_and_case_insensitive_allowlist(tmp_path) -> None:
-    config = load_config(
-        write(tmp_path, "allowlist: [Alice, bob-2]\napproval_label: ok\nstatus_context: ci/x\n")
+def test_values_and_allowlist_by_user_id(tmp_path) -> None:
+    text = (
+        "allowlist: [{login: Alice, id: 11}, 22]\napprovers: [{id: 33}]\n"
+        "approval_label: ok\nstatus_context: ci/x\nrate_limit: 3\n"
     )
-    assert config.allowlisted("alice") and config.allowlisted("BOB-2")
-    assert not config.allowlisted("carol")
+    config = load_config(write(tmp_path, text))
+    assert config.allowlisted(11) and config.allowlisted(22)
+    assert not config.allowlisted(33) and not config.allowlisted(None)
+    assert config.approvers == (33,) and config.rate_limit == 3
     assert (config.approval_label, config.status_context) == ("ok", "ci/x")
 
 
@@ -50,9 +53,11 @@ def test_empty_file_gives_the_defaults(tmp_path) -> None:
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("allowlist: [a]\napprovl_label: x\n", ":2: unknown key 'approvl_label' (valid: "),
-        ("allowlist: alice\n", ":1: allowlist must be a list of GitHub logins"),
-        ("allowlist:\n  - alice\n  - 'not a login'\n", ":3: allowlist item 'not a login'"),
+        ("allowlist: [1]\napprovl_label: x\n", ":2: unknown key 'approvl_label' (valid: "),
+        ("allowlist: alice\n", ":1: allowlist must be a list such as [{login: alice, id: "),
+        ("allowlist:\n  - 5\n  - alice\n", ":3: allowlist item 'alice' is not a user id; write"),
+        ("approvers: [{login: a, id: x}]\n", ":1: approvers item 'this item' is not a user id"),
+        ("rate_limit: 0\n", ":1: rate_limit must be a positive whole number"),
         ("status_context: ''\n", ":1: status_context must be a non-empty string"),
         ("approval_label: [x]\n", ":1: approval_label must be a non-empty string"),
         ("approval_label: 12\n", ":1: approval_label must be a non-empty string"),

@@ -265,10 +265,10 @@ def test_help_is_rendered_from_the_declarations() -> None:
     for flag in RUN_FLAGS:
         assert f"`{flag.name}" in text and flag.doc in text
     for usage in (
-        "/bot run [flags]",
+        "/bot run [--sha PREFIX] [flags]",
         "/bot kill",
-        '/bot skip --comment "REASON"',
-        "/bot reuse-pipeline [#N]",
+        '/bot skip --sha PREFIX --comment "REASON"',
+        "/bot reuse-pipeline --sha PREFIX [#N]",
         "/bot help",
     ):
         assert f"### `{usage}`" in text

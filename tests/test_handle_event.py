@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from github_server import FakeGitHub
+from github_server import FakeGitHub, user_id
 
 from stagebot.bot.cli import main
 from stagebot.bot.marker import find_marker
@@ -42,6 +42,7 @@ def gh():
             ("boss", "admin"),
             ("triager", "triage"),
             ("reader", "read"),
+            ("contributor", "write"),  # the PR's author: a collaborator (run needs no --sha)
         ):
             server.grant(login, role)
         server.permissions["custom"] = ("write", "release-manager")
@@ -69,6 +70,7 @@ def handle(gh, tmp_path, monkeypatch, capsys):
             payload["comment"]["body"] = body
             payload["comment"]["id"] = comment_id
             payload["comment"]["user"]["login"] = author
+            payload["comment"]["user"]["id"] = user_id(author)
             payload["issue"]["number"] = number
             if comment_id not in gh.comments:
                 gh.add_comment(number, body, author, comment_id=comment_id)
@@ -211,15 +213,17 @@ def test_write_or_higher_may_run(gh, handle, author) -> None:
 
 def test_role_name_is_read_not_just_the_legacy_permission(gh, handle) -> None:
     # maintain folds into "write" in the legacy field; skip needs maintain
-    assert handle('/bot skip --comment "docs only"', author="maintainer").code == 0
+    assert handle(f'/bot skip --sha {SHA[:7]} --comment "docs only"', author="maintainer").code == 0
     assert status(gh)["state"] == "success"
 
 
-@pytest.mark.parametrize("command", ['/bot skip --comment "x"', "/bot reuse-pipeline"])
+@pytest.mark.parametrize(
+    "command", [f'/bot skip --sha {SHA[:7]} --comment "x"', f"/bot reuse-pipeline --sha {SHA[:7]}"]
+)
 @pytest.mark.parametrize("author", ["writer", "custom", "allowlisted"])
 def test_dangerous_commands_need_maintain(gh, handle, tmp_path, command, author) -> None:
     config = tmp_path / "settings.yml"
-    config.write_text("allowlist: [allowlisted]\n")
+    config.write_text(f"allowlist: [{{login: allowlisted, id: {user_id('allowlisted')}}}]\n")
     result = handle(command, author=author, args=("--config", str(config)))
     assert_nothing_ran(result)
     (reply,) = replies(gh)
@@ -229,16 +233,27 @@ def test_dangerous_commands_need_maintain(gh, handle, tmp_path, command, author)
 
 def test_the_allowlist_stands_in_for_write(gh, handle, tmp_path) -> None:
     config = tmp_path / "settings.yml"
-    config.write_text("allowlist: [Reader]\n")
+    config.write_text(f"allowlist: [{user_id('reader')}]\n")
     result = handle("/bot run", author="reader", args=("--config", str(config)))
     assert result.outputs["run"] == "true"
+
+
+def test_the_allowlist_matches_the_user_id_not_the_login(gh, handle, tmp_path) -> None:
+    """A login can be renamed and re-registered: the allowlist's id is the person."""
+    config = tmp_path / "settings.yml"
+    config.write_text(f"allowlist: [{{login: reader, id: {user_id('reader') + 1}}}]\n")
+    result = handle("/bot run", author="reader", args=("--config", str(config)))
+    assert_nothing_ran(result)
+    assert "needs write permission" in replies(gh)[0]["body"]
 
 
 def test_fork_authors_are_judged_by_permission(gh, handle) -> None:
     gh.add_pull(9, head_sha="f" * 40, author="outsider", fork=True)
     refused = handle("/bot run", author="outsider", number=9, comment_id=1)
     assert_nothing_ran(refused)
-    accepted = handle("/bot run", author="maintainer", number=9, comment_id=2, run_number=102)
+    accepted = handle(
+        "/bot run --sha fffffff", author="maintainer", number=9, comment_id=2, run_number=102
+    )
     assert accepted.outputs["commit"] == "f" * 40
     assert {entry["commit"] for entry in accepted.matrix} == {"f" * 40}
 
@@ -252,7 +267,7 @@ def test_plans_needing_approval_need_the_label(gh, handle, command) -> None:
     assert_nothing_ran(refused)
     (reply,) = replies(gh)
     assert "needs the 'ci-approved' label" in reply["body"] and reactions(gh) == []
-    gh.pulls[PR]["labels"] = [{"id": 1, "name": "ci-approved"}]
+    gh.label(PR, "ci-approved", "maintainer")
     accepted = handle(command, author="writer", comment_id=COMMENT_ID + 1, run_number=102)
     assert accepted.outputs["run"] == "true"
 
@@ -410,7 +425,7 @@ def test_a_new_run_cancels_the_prs_earlier_run(gh, handle) -> None:
 
 
 def test_skip_sets_success_with_reason_and_approver(gh, handle) -> None:
-    result = handle('/bot skip --comment "docs-only change"', author="maintainer")
+    result = handle(f'/bot skip --sha {SHA[:7]} --comment "docs-only change"', author="maintainer")
     assert_nothing_ran(result)
     success = status(gh)
     assert success["state"] == "success"
@@ -479,7 +494,9 @@ REPLY_CONTEXTS = {  # every value a user (or a restored ledger) can influence is
     "aborted": dict(pipeline=3, sha7=HOSTILE, why=HOSTILE),
     "killed": dict(killed=[3], sha7=HOSTILE, login=HOSTILE),
     "malformed": dict(login=HOSTILE, error=HOSTILE + "\n```\n" + HOSTILE, help=""),
-    "refused": dict(login=HOSTILE, command=HOSTILE, why="needs write", label_missing=False),
+    "refused": dict(
+        login=HOSTILE, command=HOSTILE, why="needs write", label_missing=False, sha_refused=False
+    ),
     "skipped": dict(login=HOSTILE, sha7=HOSTILE, status_context=HOSTILE, reason=HOSTILE),
     "triggered": dict(
         pipeline=3,
@@ -488,6 +505,7 @@ REPLY_CONTEXTS = {  # every value a user (or a restored ledger) can influence is
         comment_url="https://github.com/o/r/pull/7#c",
         run_url=None,
         command=HOSTILE,
+        commit=HOSTILE,
         cancelled=[],
         counts={"run": 1, "reuse": 0, "skip": 0},
         partly_tested_reason=HOSTILE,
@@ -550,7 +568,10 @@ def test_a_corrupt_ledger_is_moved_aside_and_the_run_starts_empty(gh, handle, tm
 
     ledger = tmp_path / "ledger.sqlite"
     ledger.write_bytes(CORRUPT)  # damaged although the bot saved it (its digest is recorded)
-    gh.add_comment(PR, render_ledger_digest(file_digest(ledger)) + _running_marker(99), BOT)
+    digest = render_ledger_digest(file_digest(ledger))  # the line right above the marker
+    gh.add_comment(
+        PR, _running_marker(99).replace("<!-- stagebot:", f"{digest}\n<!-- stagebot:"), BOT
+    )
     result = handle("/bot run", args=("--ledger", str(ledger)))
     assert result.code == 0 and result.outputs["run"] == "true", result.err
     (aside,) = tmp_path.glob("ledger.sqlite.rejected-*")

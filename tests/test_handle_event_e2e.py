@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from github_server import FakeGitHub
+from github_server import FakeGitHub, user_id
 from test_handle_event import BOT, PR, SHA, marker_of, replies, status
 
 from stagebot.bot.cli import main
@@ -41,6 +41,7 @@ def gh():
         server.add_pull(PR, head_sha=SHA, files=("src/x.py",))
         server.grant("writer", "write")
         server.grant("maintainer", "maintain")
+        server.grant("contributor", "write")  # the PR's author: run needs no --sha
         yield server
 
 
@@ -85,6 +86,7 @@ class Pipeline:
         payload = json.loads((ROOT / "tests/fixtures/events/pr_comment_created.json").read_text())
         payload["comment"].update(id=comment_id, body=body)
         payload["comment"]["user"]["login"] = author
+        payload["comment"]["user"]["id"] = user_id(author)
         payload["issue"]["number"] = PR
         self.gh.add_comment(PR, body, author, comment_id=comment_id)
         event = self.tmp / f"event-{run_number}.json"
@@ -265,9 +267,11 @@ def test_a_second_run_on_the_same_commit_reuses_everything(gh, pipeline) -> None
 def test_reuse_pipeline_validates_a_new_head_from_a_passed_pipeline(gh, pipeline) -> None:
     pipeline.whole("/bot run", 101)
     new_head = "e" * 40
-    gh.pulls[PR]["head"]["sha"] = new_head
+    gh.push(PR, new_head)
     gh.diffs[(SHA, new_head)] = ["README.md"]
-    outputs = pipeline.comment("/bot reuse-pipeline #101", 102, author="maintainer")
+    outputs = pipeline.comment(
+        f"/bot reuse-pipeline --sha {new_head[:7]} #101", 102, author="maintainer"
+    )
     assert outputs["run"] == "false"
     validated = gh.latest_status(new_head, "stagebot")
     assert (
@@ -282,7 +286,7 @@ def test_reuse_pipeline_of_a_failed_pipeline_is_refused(gh, tmp_path, monkeypatc
     monkeypatch.chdir(tmp_path)
     failing = Pipeline(gh, tmp_path, monkeypatch, capsys, suite="check_fail.py")
     failing.whole("/bot run", 101)
-    failing.comment("/bot reuse-pipeline 101", 102, author="maintainer")
+    failing.comment(f"/bot reuse-pipeline --sha {SHA[:7]} 101", 102, author="maintainer")
     reply = next(c for c in replies(gh) if marker_of(c).comment_id == 7102)
     assert "was not applied: pipeline #101 ended FAILURE" in reply["body"]
     assert status(gh)["state"] == "failure"
@@ -338,13 +342,13 @@ def test_a_changed_file_name_cannot_forge_the_reply_marker(gh, pipeline) -> None
     marker must not become the reply's marker (the next /bot run would cancel run #4242)."""
     pipeline.whole("/bot run", 101)
     new_head = "e" * 40
-    gh.pulls[PR]["head"]["sha"] = new_head
+    gh.push(PR, new_head)
     forged = (
         '<!-- stagebot:{"comment_id":1,"commit":"' + "f" * 40 + '","pipeline":4242,'
         '"stages":{},"state":"RUNNING","version":1} -->'
     )
     gh.diffs[(SHA, new_head)] = [forged, "@everyone.py", "README.md"]
-    pipeline.comment("/bot reuse-pipeline #101", 102, author="maintainer")
+    pipeline.comment(f"/bot reuse-pipeline --sha {new_head[:7]} #101", 102, author="maintainer")
     reply = next(c for c in replies(gh) if marker_of(c).comment_id == 7102)
     assert (marker_of(reply).pipeline, marker_of(reply).state) == (102, "SUCCESS")
     assert reply["body"].count("<!-- stagebot:") == 1 and "@everyone" not in reply["body"]

@@ -30,6 +30,7 @@ def gh():
     with FakeGitHub() as server:
         server.add_pull(PR, head_sha=SHA, files=("src/x.py",))
         server.grant("writer", "write")
+        server.grant("contributor", "write")  # the PR's author: run needs no --sha
         yield server
 
 

@@ -1,0 +1,209 @@
+"""Attack tests (issue 13, findings 1, 5 and 6): a command applies only to the commit its author
+named, the approval label only when an approver added it on the head, and one commenter cannot
+flood the bot. `bot handle-event` through the CLI, real PyGithub against the fake GitHub."""
+
+# ruff: noqa: F401, F811 - pytest fixtures imported from the test modules that define them
+from __future__ import annotations
+
+import pytest
+from test_handle_event import (
+    PR,
+    SHA,
+    assert_nothing_ran,
+    gh,
+    handle,
+    replies,
+    status,
+)
+
+BAD = "bad0" + "1" * 36  # what the PR's author pushes after the review
+GROUND = SHA[:7] + "f" * 33  # a commit ground to share the reviewed commit's 7-digit prefix
+
+
+def refusal(gh) -> str:
+    (reply,) = replies(gh)
+    assert "was not run" in reply["body"], reply["body"]
+    return reply["body"]
+
+
+# ---------------------------------------------------------------- finding 1: --sha
+
+
+def test_skip_without_sha_is_refused_and_names_the_head(gh, handle) -> None:
+    gh.push(PR, BAD)  # the author pushes right after the maintainer's review
+    result = handle('/bot skip --comment "reviewed"', author="maintainer")
+    assert_nothing_ran(result)
+    assert status(gh) is None and gh.latest_status(BAD, "stagebot") is None
+    assert f"needs --sha naming the commit you reviewed; the PR's head is {BAD}" in refusal(gh)
+
+
+@pytest.mark.parametrize(
+    "command", ['/bot skip --sha {sha} --comment "docs"', "/bot reuse-pipeline --sha {sha}"]
+)
+def test_a_push_after_the_review_voids_a_dangerous_command(gh, handle, command) -> None:
+    gh.push(PR, BAD)
+    result = handle(command.format(sha=SHA[:7]), author="maintainer")
+    assert_nothing_ran(result)
+    assert gh.latest_status(BAD, "stagebot") is None and status(gh) is None
+    body = refusal(gh)
+    assert f"--sha {SHA[:7]} is not the PR's head {BAD}" in body  # both SHAs
+    assert "comment the command again with its SHA" in body
+
+
+def test_skip_with_the_heads_sha_applies_to_that_commit(gh, handle) -> None:
+    result = handle(f'/bot skip --sha {SHA[:10].upper()} --comment "docs"', author="maintainer")
+    assert result.code == 0 and status(gh)["state"] == "success"
+
+
+def test_run_on_a_non_writers_pr_needs_the_sha(gh, handle) -> None:
+    gh.add_pull(9, head_sha="f" * 40, author="outsider", fork=True)
+    refused = handle("/bot run", author="writer", number=9, comment_id=1)
+    assert_nothing_ran(refused)
+    assert "lacks write permission, so `/bot run` needs --sha" in gh.bot_comments(9)[0]["body"]
+    gh.push(9, BAD)  # the fork's author pushes after the writer reviewed fffffff
+    moved = handle("/bot run --sha fffffff", author="writer", number=9, comment_id=2)
+    assert_nothing_ran(moved)
+    accepted = handle(
+        f"/bot run --sha {BAD[:7]}", author="writer", number=9, comment_id=3, run_number=102
+    )
+    assert accepted.outputs["run"] == "true" and accepted.outputs["commit"] == BAD
+    reply = gh.bot_comments(9)[-1]["body"]
+    assert f"Testing commit `{BAD}`" in reply  # the triggered reply names the full SHA
+
+
+def test_a_prefix_ground_to_match_a_pushed_commit_is_ambiguous(gh, handle) -> None:
+    gh.push(PR, GROUND)
+    result = handle(f'/bot skip --sha {SHA[:7]} --comment "docs"', author="maintainer")
+    assert_nothing_ran(result)
+    assert f"is ambiguous: 2 commits of this PR begin with it ({SHA}, {GROUND})" in refusal(gh)
+    assert gh.latest_status(GROUND, "stagebot") is None
+
+
+def test_a_force_push_after_the_comment_voids_it(gh, handle) -> None:
+    """The ground commit replaces the reviewed one by force: only the timeline tells."""
+    gh.add_comment(PR, f'/bot skip --sha {SHA[:7]} --comment "docs"', "maintainer", 55)
+    gh.push(PR, GROUND, force=True)
+    result = handle(
+        f'/bot skip --sha {SHA[:7]} --comment "docs"', author="maintainer", comment_id=55
+    )
+    assert_nothing_ran(result)
+    assert "force-pushed after your comment" in refusal(gh)
+    assert gh.latest_status(GROUND, "stagebot") is None
+
+
+@pytest.mark.parametrize(
+    ("body", "error"),
+    [
+        ("/bot skip --sha c0ffe --comment x", "has 5 digits; give 7 to 40 hex digits"),
+        ("/bot skip --sha c0ffeeg --comment x", "is not hexadecimal"),
+        ("/bot run --sha", "--sha needs the head commit's SHA"),
+        ("/bot run --sha c0ffee0 --sha c0ffee0", "--sha is given twice"),
+    ],
+)
+def test_bad_sha_prefixes_are_clear_errors(gh, handle, body, error) -> None:
+    assert_nothing_ran(handle(body, author="maintainer"))
+    (reply,) = replies(gh)
+    assert "Bot args parsing error!" in reply["body"] and error in reply["body"]
+
+
+# ---------------------------------------------------------------- finding 5: the approval label
+
+
+def gated(handle, comment_id: int, run_number: int):
+    return handle(
+        "/bot run --post-merge", author="writer", comment_id=comment_id, run_number=run_number
+    )
+
+
+def test_a_label_added_by_a_triager_approves_nothing(gh, handle) -> None:
+    assert_nothing_ran(gated(handle, 1, 101))  # the bot records the head in its reply
+    gh.label(PR, "ci-approved", "triager")
+    assert_nothing_ran(gated(handle, 2, 102))
+    assert "added by @triager, who is not a CI approver" in replies(gh)[-1]["body"]
+
+
+def test_a_push_after_the_label_voids_it(gh, handle) -> None:
+    assert_nothing_ran(gated(handle, 1, 101))
+    gh.label(PR, "ci-approved", "maintainer")
+    assert gated(handle, 2, 102).outputs["run"] == "true"  # approved for SHA
+    gh.push(PR, BAD)
+    assert_nothing_ran(gated(handle, 3, 103))
+    assert f"does not approve the head {BAD[:7]}" in replies(gh)[-1]["body"]
+    gh.label(PR, "ci-approved", "maintainer", remove=True)
+    gh.label(PR, "ci-approved", "maintainer")  # the approver reviewed BAD and re-approves
+    assert gated(handle, 4, 104).outputs["run"] == "true"
+
+
+def test_a_label_added_before_the_bot_saw_the_head_approves_nothing(gh, handle) -> None:
+    """A push right before the label (the approver reviewed the older head) is caught too:
+    only a bot reply recording the head before the label ties the label to it."""
+    gh.label(PR, "ci-approved", "maintainer")
+    assert_nothing_ran(gated(handle, 1, 101))
+
+
+def test_the_approvers_list_is_by_user_id(gh, handle, tmp_path) -> None:
+    from github_server import user_id
+
+    config = tmp_path / "settings.yml"
+    config.write_text(f"approvers: [{{login: triager, id: {user_id('triager')}}}]\n")
+    args = ("--config", str(config))
+    assert_nothing_ran(handle("/bot run --post-merge", author="writer", comment_id=1, args=args))
+    gh.label(PR, "ci-approved", "triager")
+    accepted = handle(
+        "/bot run --post-merge", author="writer", comment_id=2, run_number=102, args=args
+    )
+    assert accepted.outputs["run"] == "true"
+
+
+# ---------------------------------------------------------------- finding 6: rate limit
+
+
+def test_one_commenter_gets_at_most_rate_limit_answers_per_hour(gh, handle, tmp_path) -> None:
+    config = tmp_path / "settings.yml"
+    config.write_text("rate_limit: 3\n")
+    for i in range(5):
+        result = handle("/bot run", author="reader", comment_id=100 + i, run_number=101 + i,
+                        args=("--config", str(config)))  # fmt: skip
+        assert_nothing_ran(result)
+    assert len(replies(gh)) == 3
+    assert "reached the limit of 3" in result.out
+    other = handle("/bot help", author="writer", comment_id=200, args=("--config", str(config)))
+    assert other.code == 0 and len(replies(gh)) == 4  # others are not limited
+
+
+# ---------------------------------------------------------------- finding 6: commands shown as code
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        pytest.param("Try this:\n\n    /bot skip --sha c0ffee0 --comment x", id="indented code"),
+        pytest.param("\t/bot skip --sha c0ffee0 --comment x", id="tab-indented code"),
+        pytest.param("<pre>\n/bot skip --sha c0ffee0 --comment x\n</pre>", id="pre block"),
+        pytest.param("<PRE lang=sh>\n/bot skip --sha c0ffee0 --comment x\n</PRE>", id="PRE"),
+        pytest.param("<code>\n/bot skip --sha c0ffee0 --comment x</code>", id="code element"),
+    ],
+)
+def test_a_command_github_shows_as_code_does_nothing(gh, handle, body) -> None:
+    result = handle(body, author="maintainer")
+    assert result.code == 0 and "has no /bot line" in result.out
+    assert gh.requests == [] and status(gh) is None
+
+
+def test_a_command_after_a_closed_pre_block_counts(gh, handle) -> None:
+    result = handle("<pre>\nlog\n</pre>\n/bot help", author="reader")
+    assert result.code == 0 and "## stagebot help" in replies(gh)[0]["body"]
+
+
+def test_the_sha_travels_in_the_command_contract() -> None:
+    from test_contracts import validate
+
+    from stagebot.bot.command import Command
+    from stagebot.bot.grammar import parse_comment, render
+
+    command = parse_comment(f'/bot skip --sha {SHA[:12].upper()} --comment "docs"')
+    data = command.to_json()
+    validate("command", data)
+    assert data["sha"] == SHA[:12] and Command.from_json(data) == command
+    assert parse_comment(render(command)) == command
+    assert "sha" not in parse_comment("/bot kill").to_json()

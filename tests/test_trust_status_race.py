@@ -1,0 +1,44 @@
+"""Attack test (issue 13, finding 7): `bot publish` reads the status, then writes it. Another
+writer landing in between (a newer pipeline's plan job, a maintainer's skip) must end on top:
+the fake GitHub interleaves the second writer right after the report job's read."""
+
+# ruff: noqa: F401, F811 - pytest fixtures imported from the test modules that define them
+from __future__ import annotations
+
+import pytest
+from test_handle_event import SHA, status
+from test_handle_event_e2e import Pipeline, gh
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def pipeline(gh, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    return Pipeline(gh, tmp_path, monkeypatch, capsys)
+
+
+@pytest.mark.parametrize(
+    "between",
+    [
+        pytest.param(f"PR_Github #102 is running on {SHA[:7]}", id="a newer pipeline's pending"),
+        pytest.param("Skipped by @maintainer: docs only", id="a maintainer's skip"),
+    ],
+)
+def test_a_status_written_between_read_and_write_stays_on_top(gh, pipeline, between) -> None:
+    outputs = pipeline.comment("/bot run", 101)
+    results = pipeline.stages(outputs, 101)
+    state = "pending" if between.startswith("PR_Github") else "success"
+    gh.after("list_statuses", lambda: gh.post_status(SHA, state, "stagebot", between))
+    text = pipeline.report(101, results)
+    assert status(gh)["description"] == between, [s["description"] for s in gh.statuses[SHA]]
+    assert "which landed in between" in text
+
+
+def test_an_older_pipelines_status_in_between_is_not_restored(gh, pipeline) -> None:
+    outputs = pipeline.comment("/bot run", 101)
+    results = pipeline.stages(outputs, 101)
+    older = f"PR_Github #100 failed: {SHA[:7]}"
+    gh.after("list_statuses", lambda: gh.post_status(SHA, "failure", "stagebot", older))
+    pipeline.report(101, results)
+    assert status(gh)["description"].startswith("PR_Github #101 passed")

@@ -121,17 +121,18 @@ class Report:
         return rows
 
     def errored_shards(self) -> list[dict[str, Any]]:
-        """Each ERROR shard: its cause line, where its full log is, and the log's last lines."""
+        """Each ERROR shard: its cause line, where its full log is (markdown: a link to the run's
+        artifacts on GitHub, else the local path), and the log's last lines."""
         rows = []
         for result in self.results:
             if result.state != "ERROR":
                 continue
             cause, _, tail = (result.evidence or "no evidence recorded").partition("\n")
-            log = (
-                f"artifact stagebot-result-{result.stage} of {self.logs_url}"
-                if self.logs_url
-                else result.log_path
-            )
+            if self.logs_url:  # the run's URL: the bot's own environment, not user text
+                name = escape(f"stagebot-result-{result.stage}")
+                log = Trusted(f"[{name}]({self.logs_url}) (the run's artifacts)")
+            else:
+                log = md_code(result.log_path or "not kept")
             rows.append({"stage": result.stage, "cause": cause, "log": log, "tail": tail})
         return rows
 
@@ -313,7 +314,7 @@ def _json(report: Report) -> dict[str, Any]:
             for f in report.analysis.failures
         ],
         "not_run": [{"stage": s, "why": w} for s, w in report.analysis.not_run],
-        "errored": report.errored_shards(),
+        "logs_url": report.logs_url,
         "base_pipeline": report.analysis.base_pipeline,
     }
 

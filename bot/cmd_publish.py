@@ -86,11 +86,11 @@ from stagebot.bot.errors import StagebotError
     "is published (exit 3).",
 )
 @click.option(
-    "--logs-url",
+    "--stage-run-id",
+    type=click.IntRange(min=1),
     default=None,
-    metavar="URL",
-    help="The workflow run whose stagebot-result-<stage> artifacts hold the shards' logs "
-    "(default: this run).",
+    help="The workflow run whose jobs ran the stages (their pages are the full logs the report "
+    "links; default: this run, GITHUB_RUN_ID).",
 )
 def publish(
     results,
@@ -102,9 +102,10 @@ def publish(
     out,
     config_path,
     artifact_digest,
-    logs_url=None,
+    stage_run_id=None,
 ):
     """Record StageResults, render the report, edit the reply, set the status."""
+    from stagebot.bot.base import select_base
     from stagebot.bot.config import load_config
     from stagebot.bot.github import ActionsEnv, RetryPolicy, connect
     from stagebot.bot.ledger import Ledger
@@ -126,22 +127,28 @@ def publish(
         record = _start_from_plan(book, number, plan_path)
     plan = record.plan or {}
     ignored = _record_results(book, number, plan, Path(results), cancelled)
-    base = (base_book or book).base_pipeline(
-        record.base_commit, default_branch(env.event_path), exclude=None if base_book else number
+    base = select_base(
+        book,
+        base_book=base_book,
+        base_commit=record.base_commit,
+        default_branch=default_branch(env.event_path),
+        exclude=number,
     )
-    outcomes = (base_book or book).test_outcomes(base) if base is not None else None
     record = book.pipeline(number)
-    report = report_from_record(record, base=outcomes, base_pipeline=base, cancelled=cancelled)
-    report.logs_url = logs_url or env.run_url
+    links, warning = _job_links(api, stage_run_id or env.run_id)
+    lines += warning
+    report = report_from_record(record, base=base, cancelled=cancelled, log_links=links)
     book.finish_pipeline(
-        number, report.analysis.state, meta={"base_pipeline": base, "ignored_results": ignored}
+        number,
+        report.analysis.state,
+        meta={"base_pipeline": base.pipeline, "ignored_results": ignored},
     )
     report.ignored_results = ignored
     report.state = report.analysis.state
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
-        (out / "report.md").write_text(render_report(report, "md"), encoding="utf-8")
-        (out / "report.html").write_text(render_report(report, "html"), encoding="utf-8")
+        (out / "report.md").write_text(render_report(report, "md"))
+        (out / "report.html").write_text(render_report(report, "html"))
     lines.insert(0, f"pipeline #{number}: {report.state}")
     book.close()  # final: the bytes the report job saves for the PR's next pipeline
     if record.pr is not None:
@@ -149,6 +156,20 @@ def publish(
     else:
         lines += _record_main_ledger(api, ledger)
     click.echo("\n".join(lines))
+
+
+def _job_links(api, run_id: int | None) -> tuple[dict[str, str], list[str]]:
+    """(stage -> its job's page: the full log; what to say): a stage job is named after its
+    stage, so the jobs of the stage run link each stage's log. Without a run id (not in Actions)
+    or when GitHub will not say, the report links nothing."""
+    from stagebot.bot.github import GitHubError
+
+    if run_id is None:
+        return {}, []
+    try:
+        return api.job_urls(run_id), []
+    except GitHubError as error:
+        return {}, [f"warning: the stage jobs' log links are left out ({error})"]
 
 
 def _main_ledger(api, path: Path | None):
@@ -227,7 +248,7 @@ def _start_from_plan(book, number: int, plan_path: Path | None):
             f"ledger {book.path} has no pipeline #{number} and no plan.json was given; "
             "give --plan (from `bot handle-event --out`) or the plan job's ledger"
         )
-    plan = json.loads(plan_path.read_text(encoding="utf-8"))
+    plan = json.loads(plan_path.read_text())
     book.start_pipeline(
         command=plan["command"],
         commit=plan.get("commit"),

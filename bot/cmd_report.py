@@ -1,4 +1,5 @@
-"""`bot report`: render a recorded pipeline, or one assembled from StageResult files."""
+"""`bot report`: render a recorded pipeline, or one assembled from StageResult files; both against
+the same base selection (``bot/base.py``)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,12 @@ from pathlib import Path
 
 import click
 
-from stagebot.bot.run_options import base_ledger_option, ledger_option, pipeline_option
+from stagebot.bot.run_options import (
+    base_ledger_option,
+    ledger_option,
+    pipeline_option,
+    root_option,
+)
 
 
 @click.command("report")
@@ -23,8 +29,13 @@ from stagebot.bot.run_options import base_ledger_option, ledger_option, pipeline
     "--format", "fmt", type=click.Choice(["md", "html", "json"]), default="md", show_default=True
 )
 @base_ledger_option
-def report(ledger, number, results, fmt, base_ledger) -> None:
+@click.option(
+    "--base-commit", default=None, help="With --results: the base commit to compare with."
+)
+@root_option
+def report(ledger, number, results, fmt, base_ledger, base_commit, root) -> None:
     """Render a pipeline's report (--ledger PATH [--pipeline N] | --results DIR)."""
+    from stagebot.bot.base import select_base
     from stagebot.bot.ledger import Ledger
     from stagebot.harness.report import render_report, report_from_record, report_from_results
 
@@ -32,22 +43,26 @@ def report(ledger, number, results, fmt, base_ledger) -> None:
         raise click.UsageError(
             "give exactly one of --ledger PATH (with --pipeline N) or --results DIR"
         )
-    if results is not None:
-        click.echo(render_report(report_from_results(results, pipeline=number), fmt), nl=False)
-        return
     with ExitStack() as stack:
-        book = stack.enter_context(Ledger.open(ledger, readonly=True))
-        number = number or book.latest_number()
-        record = book.pipeline(number) if number else None
-        if record is None:
-            why = f"has no pipeline #{number}" if number else "has no pipeline yet"
-            raise click.BadParameter(f"{ledger} {why}", param_hint="--pipeline")
         base_book = (
-            stack.enter_context(Ledger.open(base_ledger, readonly=True)) if base_ledger else book
+            stack.enter_context(Ledger.open(base_ledger, readonly=True)) if base_ledger else None
         )
-        base = record.meta.get("base_pipeline")
-        if base_ledger:
-            base = base_book.base_pipeline(record.base_commit, "main")
-        outcomes = base_book.test_outcomes(base) if base else None
-    rendered = report_from_record(record, base=outcomes, base_pipeline=base)
+        if results is not None:
+            base = select_base(None, base_book=base_book, base_commit=base_commit)
+            rendered = report_from_results(results, pipeline=number, base=base)
+        else:
+            book = stack.enter_context(Ledger.open(ledger, readonly=True))
+            number = number or book.latest_number()
+            record = book.pipeline(number) if number else None
+            if record is None:
+                why = f"has no pipeline #{number}" if number else "has no pipeline yet"
+                raise click.BadParameter(f"{ledger} {why}", param_hint="--pipeline")
+            base = select_base(
+                book,
+                base_book=base_book,
+                base_commit=record.base_commit or base_commit,
+                exclude=record.number,
+                pinned=record.meta.get("base_pipeline"),
+            )
+            rendered = report_from_record(record, base=base, root=root)
     click.echo(render_report(rendered, fmt), nl=False)

@@ -104,7 +104,7 @@ def report_run(ctx: click.Context, run_id: int, work: Path, config_path: Path | 
         out=None,
         config_path=config_path,
         artifact_digest=None,
-        logs_url=f"{env.server_url}/{env.repository}/actions/runs/{run.id}",
+        stage_run_id=run.id,
     )
     name = ledger_artifact(file_digest(ledger)) if plan.get("pr") else MAIN_LEDGER
     outputs.update(published="true", ledger=str(ledger), ledger_artifact=name)

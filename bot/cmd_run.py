@@ -218,6 +218,7 @@ def _abort(book, number: int, error: BaseException) -> None:
 
 
 def _execute(book, number: int, plan, catalog, command, request: RunRequest) -> int:
+    from stagebot.bot.base import select_base
     from stagebot.bot.ledger import Ledger, retry_busy
     from stagebot.harness.executor import Settings, execute
     from stagebot.harness.report import (
@@ -247,20 +248,25 @@ def _execute(book, number: int, plan, catalog, command, request: RunRequest) -> 
             if request.base_ledger
             else book
         )
-        base = base_book.base_pipeline(
-            request.base_commit, DEFAULT_BRANCH, exclude=number if base_book is book else None
+        base = select_base(
+            book,
+            base_book=base_book if base_book is not book else None,
+            base_commit=request.base_commit,
+            default_branch=DEFAULT_BRANCH,
+            exclude=number,
         )
-        base_outcomes = base_book.test_outcomes(base) if base is not None else None
     record = book.pipeline(number)
-    report = report_from_record(
-        record, base=base_outcomes, base_pipeline=base, cancelled=execution.cancelled
-    )
+    report = report_from_record(record, base=base, cancelled=execution.cancelled, root=request.root)
     report.slots, report.host = execution.slots, execution.host
     retry_busy(
         lambda: book.finish_pipeline(
             number,
             report.analysis.state,
-            meta={"slots": execution.slots, "host": execution.host, "base_pipeline": base},
+            meta={
+                "slots": execution.slots,
+                "host": execution.host,
+                "base_pipeline": base.pipeline,
+            },
         )
     )
     report.state = report.analysis.state

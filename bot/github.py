@@ -181,6 +181,8 @@ class GitHubApi(Protocol):
 
     def cancel_run(self, run_id: int) -> bool: ...
 
+    def job_urls(self, run_id: int) -> dict[str, str]: ...
+
     def default_branch(self) -> str: ...
 
     def workflow_run(self, run_id: int) -> RunInfo: ...
@@ -447,6 +449,24 @@ class PyGithubApi:
             return runs
 
         return self._read(f"list the active runs of {workflow} in {self.repository}", call)
+
+    def job_urls(self, run_id: int) -> dict[str, str]:
+        """Job name -> its page (the job's log) in workflow run ``run_id``: a stage job is named
+        after its stage, so the report links each stage's full log."""
+
+        def call() -> dict[str, str]:
+            import github
+
+            listing = github.PaginatedList.PaginatedList(
+                github.WorkflowJob.WorkflowJob,
+                self._gh.requester,
+                f"{self._repo.url}/actions/runs/{run_id}/jobs",
+                {"filter": "latest"},
+                list_item="jobs",
+            )
+            return {job.name: job.html_url for job in listing}
+
+        return self._read(f"list the jobs of run {run_id} in {self.repository}", call)
 
     def compare_files(self, base: str, head: str) -> list[str]:
         return self._read(

@@ -17,6 +17,8 @@ API (also used by the GitHub adapter)::
     ledger.durations("CPU-PyTorch")                 # test id -> seconds, for shard splitting
     ledger.pinned_split(family, commit, digest, n)  # the split earlier runs on this commit used
     ledger.base_pipeline(base_commit, "main")       # the pipeline failures are compared with
+    ledger.test_outcomes(n)                         # (stage family, test id) -> outcome
+    ledger.flaky_history("main")                    # (family, test id) -> pipelines it was flaky
     ledger.record_validation(head_commit, n, pr=pr) # `/bot reuse-pipeline`
 """
 
@@ -36,12 +38,14 @@ from typing import Any, TypeVar
 from stagebot.bot.errors import StagebotError
 from stagebot.harness.results import StageResult, TestOutcome
 from stagebot.stages.history import PriorShard
+from stagebot.stages.names import stage_family
 
 T = TypeVar("T")
 SCHEMA_VERSION = 1
 DEFAULT_BUSY_TIMEOUT_S = 30.0
 BUSY_TIMEOUT_ENV = "STAGEBOT_LEDGER_BUSY_TIMEOUT"
 RECORD_PATIENCE_S = 60.0
+HISTORY_PIPELINES = 20  # how far back main's flaky history looks
 SQLITE_HEADER = b"SQLite format 3\x00"
 LEDGER_TABLES = {"pipelines", "shards", "tests"}
 DEFAULT_REPO = "local"
@@ -645,23 +649,75 @@ class Ledger:
             )
         }
 
-    def test_outcomes(self, number: int) -> dict[str, TestOutcome]:
-        """Test id -> outcome in pipeline ``number`` (executed or reused), for base comparison."""
+    def test_outcomes(self, number: int) -> dict[tuple[str, str], TestOutcome]:
+        """(stage family, test id) -> outcome in pipeline ``number`` (executed or reused), for
+        base comparison: like with like, since one node id runs in several stage families (CPU,
+        A10, H200 …) with different backends."""
         row = self._query_one(
             "SELECT id FROM pipelines WHERE repo = ? AND number = ?", (self.repo, number)
         )
         if row is None:
             return {}
-        return {
-            r["test_id"]: TestOutcome(
+        outcomes: dict[tuple[str, str], TestOutcome] = {}
+        for r in self._query(
+            "SELECT stage, test_id, outcome, duration_s, evidence, attempts FROM tests"
+            " WHERE pipeline_id = ? ORDER BY stage",
+            (row["id"],),
+        ):
+            key = (stage_family(r["stage"]), r["test_id"])
+            test = TestOutcome(
                 r["test_id"], r["outcome"], r["duration_s"], r["evidence"], r["attempts"]
             )
-            for r in self._query(
-                "SELECT test_id, outcome, duration_s, evidence, attempts FROM tests"
-                " WHERE pipeline_id = ?",
-                (row["id"],),
+            if key not in outcomes or test.outcome in ("failed", "error"):
+                outcomes[key] = test  # two shards of one family: a failure wins
+        return outcomes
+
+    def test_history(
+        self, branch: str, *, test_id: str | None = None, last: int = HISTORY_PIPELINES
+    ) -> list[tuple[int, str, str, str, str, int]]:
+        """(pipeline, commit, stage, test id, outcome, attempts) of the latest ``last`` finished
+        pipelines on ``branch`` (one test id, or a prefix of ids ending at ``::``), newest
+        first; reused results are left out (they were not run there)."""
+        rows = self._query(
+            "SELECT p.number, p.commit_id, t.stage, t.test_id, t.outcome, t.attempts"
+            " FROM tests t JOIN pipelines p ON p.id = t.pipeline_id"
+            " WHERE p.id IN (SELECT id FROM pipelines WHERE repo = ? AND branch = ? AND state IN"
+            " ('SUCCESS', 'FAILURE') ORDER BY id DESC LIMIT ?)"
+            " AND t.reused_from IS NULL AND (? IS NULL OR t.test_id = ? OR t.test_id LIKE ?)"
+            " ORDER BY p.id DESC, t.stage, t.test_id",
+            (self.repo, branch, last, test_id, test_id, f"{test_id}::%"),
+        )
+        return [
+            (
+                r["number"],
+                r["commit_id"] or "",
+                r["stage"],
+                r["test_id"],
+                r["outcome"],
+                r["attempts"],
             )
-        }
+            for r in rows
+        ]
+
+    def flaky_history(
+        self, branch: str, last: int = HISTORY_PIPELINES
+    ) -> dict[tuple[str, str], tuple[int, ...]]:
+        """(stage family, test id) -> pipelines on ``branch`` (the latest ``last``) where the test
+        was flaky: it failed, then passed on a re-run, or it failed in one pipeline and passed in
+        another at the same commit (Dr. CI's two signs)."""
+        flaky: dict[tuple[str, str], set[int]] = {}
+        at_commit: dict[tuple[str, str, str], dict[str, list[int]]] = {}
+        for number, commit, stage, test_id, outcome, _ in self.test_history(branch, last=last):
+            key = (stage_family(stage), test_id)
+            if outcome == "flaky":
+                flaky.setdefault(key, set()).add(number)
+            elif outcome in ("passed", "failed", "error") and commit:
+                kind = "passed" if outcome == "passed" else "failed"
+                at_commit.setdefault((*key, commit), {}).setdefault(kind, []).append(number)
+        for (family, test_id, _), kinds in at_commit.items():
+            if "passed" in kinds and "failed" in kinds:
+                flaky.setdefault((family, test_id), set()).update(kinds["failed"])
+        return {key: tuple(sorted(numbers)) for key, numbers in flaky.items()}
 
     # -- helpers ---------------------------------------------------------------------------
     def _id(self, number: int) -> int:

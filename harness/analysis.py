@@ -1,53 +1,46 @@
-"""Failure analysis: a category and one line of real evidence per failed, flaky or waived test.
+"""Failure analysis: a category, a signature and the key lines of every failed, flaky or waived
+test, from all the evidence (``harness/rules.py`` holds the table, as data).
 
-| category     | meaning                                              | pipeline         |
-|--------------|------------------------------------------------------|------------------|
-| NEW          | fails here, passed in the base pipeline              | FAILURE (exit 1) |
-| PRE-EXISTING | also fails in the base pipeline                      | FAILURE (exit 1) |
-| UNCLASSIFIED | no base pipeline (or the base did not run the test)  | FAILURE (exit 1) |
-| FLAKY        | failed, then passed on a re-run                      | SUCCESS          |
-| INFRA        | timeout, OOM, NCCL/distributed error, crashed worker | FAILURE (exit 3) |
-| WAIVED       | skipped by the waives file                           | not a failure    |
+Order (the first that applies decides; the README has the table):
 
-INFRA is decided first (from the start of an evidence line: the executor writes ``timeout:`` /
-``crashed:`` / ``corrupt output:`` / ``environment:``, an infrastructure exception's name, or an
-error message that opens with an OOM / NCCL signature; never an AssertionError line), then the
-base comparison.
-Pipeline state and exit code: any NEW / PRE-EXISTING / UNCLASSIFIED -> FAILURE, 1; only
-INFRA -> FAILURE, 3; cancelled -> ABORTED, 1; otherwise SUCCESS, 0. NEW failures list "suspects":
-the PR's changed files that the stage's ``run_if_changed`` patterns or the test's own folder point
-to.
+1. waived by the waives file -> WAIVED (not a failure);
+2. passed on a re-run -> FLAKY ("flaky: NCCL timeout once"); or failed and main's ledger records
+   the test as flaky in its recent pipelines -> FLAKY ("flaky on main: #41, #44"); not blocking;
+3. a machine-level signature (another process holds the GPU's memory, disk full, ECC / Xid /
+   unavailable / lost GPU, a failed download, the runner killed), or one shard-wide error hitting
+   many unrelated tests of a shard at once -> INFRA ("retry"); exit 3 when nothing else failed;
+4. also failed on the base, in the same stage family -> PRE-EXISTING;
+5. passed on the base -> NEW, with its signature (crash / hang / OOM / numerics …);
+6. not on the base -> UNCLASSIFIED, with its signature.
+
+A file that fails to import is the failure of the tests it hides (NEW when they passed on the base,
+naming them). A sticky CUDA error (an illegal memory access poisons the process) is reported once,
+with the later tests of its shard that failed the same way as its collateral. A shard that ended in
+ERROR without any failed test is one "(whole shard)" entry. Pipeline state and exit code: any NEW
+/ PRE-EXISTING / UNCLASSIFIED -> FAILURE, 1; only INFRA -> FAILURE, 3; cancelled -> ABORTED, 1;
+otherwise SUCCESS, 0.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from pathlib import PurePosixPath
+from dataclasses import dataclass, field, replace
+from pathlib import Path, PurePosixPath
 
-from stagebot.harness.causes import cause_line
-from stagebot.harness.evidence import Mismatch, mismatch
-from stagebot.harness.results import StageResult, TestOutcome
-from stagebot.stages.patterns import path_matches
+from stagebot.harness.causes import cause_line, is_environment
+from stagebot.harness.evidence import Mismatch, error_line, mismatch
+from stagebot.harness.key_lines import key_lines
+from stagebot.harness.results import SESSION_ID, StageResult, TestOutcome
+from stagebot.harness.rules import SHARD_WIDE_TESTS, Verdict, judge, read_sources
+from stagebot.harness.suspects import Suspect, rank_suspects
+from stagebot.stages.names import stage_family
 
 CATEGORIES = ("NEW", "PRE-EXISTING", "UNCLASSIFIED", "INFRA", "FLAKY", "WAIVED")
 BLOCKING = ("NEW", "PRE-EXISTING", "UNCLASSIFIED")
-# INFRA is read from the start of an evidence line: the executor's own prefixes, the names of
-# infrastructure exceptions, or an exception whose message opens with a known signature. A line
-# that merely mentions such a word (an assertion about NCCL calls, say) is not infrastructure.
-_PREFIXES = r"(?:timeout|crashed|corrupt output|environment):"
-_EXCEPTIONS = (
-    r"(?:[\w.]+\.)?(?:OutOfMemoryError|DistBackendError|DistNetworkError|DistStoreError|"
-    r"ChildFailedError|NcclError|NCCLError)\b"
-)
-_SIGNATURES = (
-    r"(?:(?:[\w.]+\.)?\w*(?:Error|Exception):\s*)?(?i:CUDA out of memory|"
-    r"CUDA error: out of memory|out of memory|NCCL (?:error|communicator|timeout)|ProcessGroupNCCL|"
-    r"\[Rank \d+\] Watchdog|Killed by signal|worker (?:\w+ )?(?:died|crashed|exited))"
-)
-INFRA_LINE = re.compile(rf"^\s*(?:{_PREFIXES}|{_EXCEPTIONS}|{_SIGNATURES})")
-ASSERTION_LINE = re.compile(r"^\s*(?:E\s+)?(?:(?:[\w.]+\.)?AssertionError\b|assert\b)")
+FAILED = ("failed", "error")
+_TIMES = {1: "once", 2: "twice"}
+
+BaseOutcomes = Mapping[tuple[str, str], TestOutcome]  # (stage family, test id) -> outcome
 
 
 @dataclass(frozen=True)
@@ -58,9 +51,13 @@ class Failure:
     evidence: str
     attempts: int = 1
     mismatch: Mismatch | None = None
-    suspects: tuple[str, ...] = ()
+    suspects: tuple[Suspect, ...] = ()
     note: str | None = None  # e.g. "also failing on base #12"
     log: str | None = None
+    signature: str | None = None  # "crash: SIGSEGV in rank 1", "flaky: NCCL timeout once"
+    collateral: tuple[str, ...] = ()  # later tests the same sticky error failed
+    key_lines: tuple[str, ...] = ()
+    log_link: str | None = None  # the full log: the stage job's URL, or the local file
 
 
 @dataclass(frozen=True)
@@ -77,49 +74,80 @@ class Analysis:
     def counts(self) -> dict[str, int]:
         return {category: len(self.of(category)) for category in CATEGORIES}
 
+    def groups(self, category: str) -> list[tuple[Failure, list[Failure]]]:
+        """The category's failures, identical ones (same evidence and signature, across shards
+        and ranks) folded into their first: [(first, the others)]."""
+        grouped: dict[tuple, tuple[Failure, list[Failure]]] = {}
+        for failure in self.of(category):
+            key = (failure.evidence, failure.signature, failure.note)
+            if key in grouped:
+                grouped[key][1].append(failure)
+            else:
+                grouped[key] = (failure, [])
+        return list(grouped.values())
 
-def is_infra(evidence: str | None) -> bool:
-    """Whether a line of ``evidence`` opens with an infrastructure signature (never an
-    assertion: a test's own check about OOM or NCCL is the code's failure)."""
-    return any(
-        INFRA_LINE.match(line) and not ASSERTION_LINE.match(line)
-        for line in (evidence or "").splitlines()
-    )
+
+@dataclass(frozen=True)
+class _Context:
+    """What every failure of one analysis is compared with."""
+
+    base: BaseOutcomes | None
+    base_pipeline: int | None
+    flaky_history: Mapping[tuple[str, str], tuple[int, ...]]
+    changed_files: list[str] | None
+    stage_paths: Mapping[str, list[str]]
+    root: Path | None
+
+
+@dataclass(frozen=True)
+class _Case:
+    result: StageResult
+    test: TestOutcome
+    log: str | None
+    verdict: Verdict
+
+
+def is_infra(evidence: str | None, log: str | None = None) -> bool:
+    """Whether the evidence holds a machine-level signature (never a test's own assertion)."""
+    return judge(read_sources(evidence, log)).machine is not None
 
 
 def analyse(
     results: list[StageResult],
     *,
-    base: Mapping[str, TestOutcome] | None = None,
+    base: BaseOutcomes | None = None,
     base_pipeline: int | None = None,
     changed_files: list[str] | None = None,
     stage_paths: Mapping[str, list[str]] | None = None,
     logs: Mapping[tuple[str, str], str] | None = None,
     cancelled: bool = False,
+    flaky_history: Mapping[tuple[str, str], tuple[int, ...]] | None = None,
+    root: Path | None = None,
+    log_links: Mapping[str, str] | None = None,
 ) -> Analysis:
-    """Classify every failed / flaky / waived test of ``results`` against the base outcomes."""
+    """Classify every failed / flaky / waived test of ``results`` (see the module's docstring)."""
     logs = logs or {}
+    context = _Context(
+        base, base_pipeline, flaky_history or {}, changed_files, stage_paths or {}, root
+    )
     failures: list[Failure] = []
     for result in results:
-        infra_seen = False
-        for test in result.tests:
-            failure = _classify(result, test, base, base_pipeline, logs)
-            if failure is None:
-                continue
-            if failure.category == "NEW":
-                suspects = _suspects(test.test_id, result.stage, changed_files, stage_paths)
-                failure = Failure(**{**failure.__dict__, "suspects": suspects})
-            infra_seen |= failure.category == "INFRA"
-            failures.append(failure)
-        if result.state == "ERROR" and not infra_seen:
-            failures.append(
-                Failure(
-                    result.stage,
-                    f"{result.stage} (whole shard)",
-                    "INFRA",
-                    cause_line(result.evidence) or "the shard ended in ERROR without evidence",
-                )
-            )
+        cases = [
+            _Case(result, test, logs.get((result.stage, test.test_id)), _judge(result, test, logs))
+            for test in result.tests
+            if test.outcome in (*FAILED, "flaky", "waived")
+        ]
+        collateral = _collateral(cases)
+        folded = {test_id for later in collateral.values() for test_id in later}
+        wide = _shard_wide(cases)
+        link = (log_links or {}).get(result.stage) or result.log_path
+        for case in cases:
+            if case.test.test_id not in folded:
+                failure = _failure(case, context, wide, link)
+                later = tuple(collateral.get(case.test.test_id, ()))
+                failures.append(replace(failure, collateral=later))
+        if result.state == "ERROR" and not any(c.test.outcome in FAILED for c in cases):
+            failures.append(_whole_shard(result, link))
     order = {category: index for index, category in enumerate(CATEGORIES)}
     failures.sort(key=lambda f: (order[f.category], f.stage, f.test_id))
     categories = {failure.category for failure in failures}
@@ -135,77 +163,178 @@ def analyse(
     return Analysis(failures, state, code, base_pipeline, not_run)
 
 
-def _classify(
-    result: StageResult,
-    test: TestOutcome,
-    base: Mapping[str, TestOutcome] | None,
-    base_pipeline: int | None,
-    logs: Mapping[tuple[str, str], str],
-) -> Failure | None:
-    log = logs.get((result.stage, test.test_id))
-    common = {"attempts": test.attempts, "mismatch": mismatch(log), "log": log}
+def _failure(case: _Case, context: _Context, wide: set[str], link: str | None) -> Failure:
+    """One case's classified failure with its key lines, log link and (when NEW) suspects."""
+    result, test = case.result, case.test
+    failure = _classify(case, context.base, context.base_pipeline, context.flaky_history, wide)
+    tail = _shard_log_tail(result) if not case.log else None
+    lines = [] if test.outcome == "waived" else key_lines(failure.evidence, case.log, tail)
+    failure = replace(failure, key_lines=tuple(lines), log_link=link)
+    if failure.category != "NEW":
+        return failure
+    suspects = rank_suspects(
+        test.test_id,
+        case.log or tail,
+        context.changed_files,
+        root=context.root,
+        stage_patterns=tuple(context.stage_paths.get(result.stage, ())),
+    )
+    return replace(failure, suspects=suspects)
+
+
+def _judge(result: StageResult, test: TestOutcome, logs) -> Verdict:
+    return judge(read_sources(test.evidence, logs.get((result.stage, test.test_id))))
+
+
+def _collateral(cases: list[_Case]) -> dict[str, list[str]]:
+    """The first failure of each sticky error -> the later failures of the shard with it."""
+    collateral: dict[str, list[str]] = {}
+    first: dict[str, str] = {}  # signature -> the test that hit it first
+    for case in cases:
+        if case.test.outcome not in FAILED or not case.verdict.sticky:
+            continue
+        signature = case.verdict.signature or ""
+        if signature in first:
+            collateral.setdefault(first[signature], []).append(case.test.test_id)
+        else:
+            first[signature] = case.test.test_id
+    return collateral
+
+
+def _shard_wide(cases: list[_Case]) -> set[str]:
+    """Shard-wide signatures that hit at least SHARD_WIDE_TESTS tests in two files or more."""
+    files: dict[str, list[str]] = {}
+    for case in cases:
+        if case.test.outcome in FAILED and case.verdict.shard_wide:
+            files.setdefault(case.verdict.shard_wide, []).append(case.test.test_id.split("::")[0])
+    return {
+        signature
+        for signature, paths in files.items()
+        if len(paths) >= SHARD_WIDE_TESTS and len(set(paths)) >= 2
+    }
+
+
+def _classify(case: _Case, base, base_pipeline, flaky_history, wide: set[str]) -> Failure:
+    result, test, verdict = case.result, case.test, case.verdict
     evidence = test.evidence or f"{test.outcome} (no error text was captured)"
+    common = {
+        "attempts": test.attempts,
+        "mismatch": mismatch(case.log),
+        "log": case.log,
+    }
+    first = evidence.split("after: ", 1)[-1] if test.outcome == "flaky" else evidence
+    signature = (
+        verdict.machine_signature
+        or verdict.signature
+        or verdict.shard_wide
+        or _fallback(first, case.log)
+    )
+    if test.test_id == SESSION_ID:
+        signature = "suite verdict: pytest exited 1 with no failed test"
+    elif "::" not in test.test_id and test.outcome in FAILED:
+        signature = f"collection error: {signature}"
+
+    def failure(category: str, note: str | None = None, sig: str | None = signature) -> Failure:
+        return Failure(
+            result.stage, test.test_id, category, evidence, note=note, signature=sig, **common
+        )
+
     if test.outcome == "waived":
-        return Failure(result.stage, test.test_id, "WAIVED", evidence, **common)
+        return failure("WAIVED", sig=None)
     if test.outcome == "flaky":
-        return Failure(result.stage, test.test_id, "FLAKY", evidence, **common)
-    if test.outcome not in ("failed", "error"):
-        return None
-    if is_infra(test.evidence):
-        return Failure(result.stage, test.test_id, "INFRA", evidence, **common)
+        failed = max(test.attempts - 1, 1)
+        return failure("FLAKY", sig=f"flaky: {signature} {_TIMES.get(failed, f'{failed} times')}")
+    family = stage_family(result.stage)
+    history = flaky_history.get((family, test.test_id))
+    if history:
+        return failure("FLAKY", note="flaky on main: " + ", ".join(f"#{n}" for n in history))
+    if verdict.machine is not None:
+        return failure("INFRA", note=f"{verdict.machine.means}: retry")
+    if verdict.shard_wide in wide:
+        return failure("INFRA", note="the same error hit many unrelated tests of this shard: retry")
     if base is None:
-        return Failure(
-            result.stage,
-            test.test_id,
-            "UNCLASSIFIED",
-            evidence,
-            note="no base pipeline to compare with",
-            **common,
-        )
-    before = base.get(test.test_id)
+        return failure("UNCLASSIFIED", "no base pipeline to compare with")
+    if "::" not in test.test_id:
+        return _file_level(failure, base, base_pipeline, family, test.test_id)
+    before = base.get((family, test.test_id))
     if before is None:
-        return Failure(
-            result.stage,
-            test.test_id,
-            "UNCLASSIFIED",
-            evidence,
-            note=f"base #{base_pipeline} did not run this test",
-            **common,
+        return failure("UNCLASSIFIED", f"base #{base_pipeline} did not run this test in {family}")
+    if before.outcome in FAILED:
+        return failure("PRE-EXISTING", f"also failing on base #{base_pipeline}")
+    if before.outcome in ("passed", "flaky"):
+        return failure("NEW", f"passed on base #{base_pipeline} in {_seconds(before.duration_s)}")
+    return failure("NEW", f"{before.outcome} on base #{base_pipeline}")
+
+
+def _file_level(failure, base, base_pipeline, family: str, test_id: str) -> Failure:
+    """A collection error (the id is a file) or the suite's session verdict, against the base."""
+    same = base.get((family, test_id))
+    if same is not None and same.outcome in FAILED:
+        return failure("PRE-EXISTING", f"also failing on base #{base_pipeline}")
+    if test_id == SESSION_ID:
+        ran = any(key[0] == family for key in base)
+        if ran:
+            return failure("NEW", f"the session passed on base #{base_pipeline}")
+        return failure("UNCLASSIFIED", f"base #{base_pipeline} did not run {family}")
+    hidden = sorted(
+        (key[1], outcome)
+        for key, outcome in base.items()
+        if key[0] == family and key[1].startswith(test_id + "::")
+    )
+    passed = [test for test, outcome in hidden if outcome.outcome in ("passed", "flaky")]
+    if passed:
+        shown = ", ".join(t.split("::", 1)[1] for t in passed[:5]) + (
+            " …" if len(passed) > 5 else ""
         )
-    if before.outcome in ("failed", "error"):
-        return Failure(
-            result.stage,
-            test.test_id,
-            "PRE-EXISTING",
-            evidence,
-            note=f"also failing on base #{base_pipeline}",
-            **common,
+        return failure(
+            "NEW", f"hides {len(passed)} test(s) that passed on base #{base_pipeline}: {shown}"
         )
+    if hidden:
+        return failure("PRE-EXISTING", f"its tests also failed on base #{base_pipeline}")
+    return failure("UNCLASSIFIED", f"base #{base_pipeline} did not run this file in {family}")
+
+
+def _whole_shard(result: StageResult, link: str | None) -> Failure:
+    evidence = result.evidence or "the shard ended in ERROR without evidence"
+    verdict = judge(read_sources(evidence, None))
+    signature = verdict.machine_signature or verdict.signature or _fallback(evidence, None)
+    category = "INFRA" if verdict.machine is not None else "UNCLASSIFIED"
+    note = f"{verdict.machine.means}: retry" if verdict.machine else "no test failed"
+    if is_environment(evidence):  # the shard's Python cannot run it: a retry fails the same way
+        category, signature, note = "INFRA", "environment", "fix the shard's environment"
+    tail = _shard_log_tail(result)
     return Failure(
         result.stage,
-        test.test_id,
-        "NEW",
-        evidence,
-        note=f"passed on base #{base_pipeline}" if before.outcome == "passed" else None,
-        **common,
+        f"{result.stage} (whole shard)",
+        category,
+        cause_line(evidence),
+        signature=signature,
+        note=note,
+        key_lines=tuple(key_lines(evidence, None, tail)),
+        log_link=link,
     )
 
 
-def _suspects(
-    test_id: str,
-    stage: str,
-    changed_files: list[str] | None,
-    stage_paths: Mapping[str, list[str]] | None,
-) -> tuple[str, ...]:
-    if not changed_files:
-        return ()
-    patterns = tuple((stage_paths or {}).get(stage, ()))
-    test_file = PurePosixPath(test_id.split("::")[0])
-    hits = []
-    for path in changed_files:
-        changed = PurePosixPath(path)
-        if (patterns and path_matches(path, patterns)) or changed == test_file:
-            hits.append(path)
-        elif "::" in test_id and changed.parent == test_file.parent:
-            hits.append(path)
-    return tuple(hits)
+def _seconds(value: float) -> str:
+    return f"{value:.2f} s" if value < 10 else f"{value:.0f} s"
+
+
+def _fallback(evidence: str, log: str | None) -> str:
+    """A signature for a failure no rule names: the kind of error and its first words."""
+    line = error_line(log) or evidence
+    kind = line.split(":", 1)[0] if ":" in line else line
+    if kind.startswith("assert") or kind.endswith("AssertionError"):
+        return "assertion"
+    return PurePosixPath(kind.split(".")[-1]).name[:60] or "error"
+
+
+def _shard_log_tail(result: StageResult, size: int = 4000) -> str | None:
+    if not result.log_path:
+        return None
+    try:
+        with open(result.log_path, "rb") as log:
+            log.seek(0, 2)
+            log.seek(max(0, log.tell() - size))
+            return log.read().decode(errors="replace")
+    except OSError:
+        return None

@@ -60,6 +60,8 @@ def _test_id(case) -> str:
     classname, name = case.get("classname", ""), case.get("name", "")
     file = case.get("file")
     parts = classname.split(".") if classname else []
+    if not classname and "::" not in name and "/" not in name and not file:
+        return name.replace(".", "/") + ".py"  # a collection error: pytest names the module
     if file:
         module_parts = Path(file).with_suffix("").parts
         rest = parts[len(module_parts) :]

@@ -2,14 +2,16 @@
 
 API (also used by the GitHub adapter)::
 
-    report = report_from_record(ledger.pipeline(n), base=ledger.test_outcomes(b), base_pipeline=b)
-    report = report_from_results(Path("results/"))  # a folder of StageResult folders (Actions)
+    base = select_base(ledger, base_commit=record.base_commit, exclude=n)  # bot/base.py
+    report = report_from_record(ledger.pipeline(n), base=base, root=Path("."))
+    report = report_from_results(Path("results/"), base=base)  # StageResult folders (Actions)
     text = render_report(report, "md")               # "md" | "html" | "json"
     reply_triggered(report) / reply_completed(report)
 
-The markdown fits GitHub's 65,536-character comment limit (it drops logs, then collapses long
-lists, then cuts with a pointer to the HTML report), and escapes @mentions and anything that
-looks like HTML (so test output can never forge the bot's hidden reply marker).
+The markdown fits GitHub's 65,536-character comment limit (it shortens the key lines, then drops
+them and collapses long lists, then cuts with a pointer to the HTML report), and escapes
+@mentions and anything that looks like HTML (so test output can never forge the bot's hidden
+reply marker).
 """
 
 from __future__ import annotations
@@ -22,9 +24,9 @@ from typing import Any
 
 from stagebot.harness.analysis import BLOCKING, Analysis, analyse
 from stagebot.harness.causes import cause_line, is_environment
-from stagebot.harness.results import ResultError, StageResult, TestOutcome
+from stagebot.harness.results import ResultError, StageResult
 from stagebot.harness.streams import read_stream
-from stagebot.templates.markdown import Trusted, escape
+from stagebot.templates.markdown import Trusted, escape, url
 
 COMMENT_LIMIT = 65_536
 PARTLY_TESTED = (
@@ -51,9 +53,6 @@ class Report:
     reused_tests: dict[str, list[str]] = field(default_factory=dict)
     host: str = ""
     ignored_results: list[str] = field(default_factory=list)  # result files not accepted
-    # Where the shards' full logs are when not on this machine: the workflow run's page, whose
-    # stagebot-result-<stage> artifacts hold them (set by `bot publish`).
-    logs_url: str | None = None
 
     @property
     def exit_code(self) -> int:
@@ -87,7 +86,7 @@ class Report:
         if counts["INFRA"] and self.environment_errors():
             return (
                 f"🛠️ {len(self.environment_errors())} shard(s) could not run in their environment "
-                '— fix it (see "Errored shards"); a re-run there fails the same way.'
+                "— fix it (see INFRA below); a re-run there fails the same way."
             )
         if counts["INFRA"]:
             return (
@@ -118,22 +117,6 @@ class Report:
                     "note": cause_line(result.evidence) if result.state != "SUCCESS" else "",
                 }
             )
-        return rows
-
-    def errored_shards(self) -> list[dict[str, Any]]:
-        """Each ERROR shard: its cause line, where its full log is (markdown: a link to the run's
-        artifacts on GitHub, else the local path), and the log's last lines."""
-        rows = []
-        for result in self.results:
-            if result.state != "ERROR":
-                continue
-            cause, _, tail = (result.evidence or "no evidence recorded").partition("\n")
-            if self.logs_url:  # the run's URL: the bot's own environment, not user text
-                name = escape(f"stagebot-result-{result.stage}")
-                log = Trusted(f"[{name}]({self.logs_url}) (the run's artifacts)")
-            else:
-                log = md_code(result.log_path or "not kept")
-            rows.append({"stage": result.stage, "cause": cause, "log": log, "tail": tail})
         return rows
 
     def environment_errors(self) -> list[StageResult]:
@@ -181,23 +164,27 @@ class Report:
 def report_from_record(
     record,
     *,
-    base: dict[str, TestOutcome] | None = None,
-    base_pipeline: int | None = None,
+    base=None,
     cancelled: bool | None = None,
+    root: Path | None = None,
+    log_links: dict[str, str] | None = None,
 ) -> Report:
-    """A Report of a ledger ``PipelineRecord`` (see ``bot.ledger``)."""
+    """A Report of a ledger ``PipelineRecord`` (see ``bot.ledger``) against ``base`` (a
+    ``bot.base.Base``); ``root``: the checkout the tests ran from (suspects read its imports);
+    ``log_links``: stage -> the full log's URL (the stage job on GitHub), else the local file."""
     plan = record.plan or {}
     meta = record.meta or {}
     order = {shard["stage"]: i for i, shard in enumerate(plan.get("shards", []))}
     results = sorted(record.results, key=lambda r: order.get(r.stage, len(order)))
     analysis = analyse(
         results,
-        base=base,
-        base_pipeline=base_pipeline,
+        **_base_arguments(base),
         changed_files=plan.get("changed_files"),
         stage_paths=meta.get("stage_paths"),
         logs=record.logs,
         cancelled=record.state == "ABORTED" if cancelled is None else cancelled,
+        root=root,
+        log_links=log_links,
     )
     return Report(
         pipeline=record.number,
@@ -219,8 +206,15 @@ def report_from_record(
     )
 
 
-def report_from_results(folder: Path, *, pipeline: int | None = None) -> Report:
-    """A Report assembled from every ``result.json`` under ``folder`` (the Actions report job)."""
+def _base_arguments(base) -> dict[str, Any]:
+    if base is None:
+        return {}
+    return {"base": base.outcomes, "base_pipeline": base.pipeline, "flaky_history": base.flaky}
+
+
+def report_from_results(folder: Path, *, pipeline: int | None = None, base=None) -> Report:
+    """A Report assembled from every ``result.json`` under ``folder`` (the Actions report job),
+    against ``base`` (a ``bot.base.Base``)."""
     results, logs = [], {}
     for path in sorted(folder.rglob("result.json")):
         try:
@@ -234,7 +228,7 @@ def report_from_results(folder: Path, *, pipeline: int | None = None) -> Report:
                 logs[(result.stage, test_id)] = record["log"]
     if not results:
         raise ResultError(f"{folder}: no result.json below this folder")
-    analysis = analyse(results, logs=logs)
+    analysis = analyse(results, logs=logs, **_base_arguments(base))
     starts = [r.started_at for r in results if r.started_at]
     ends = [r.finished_at for r in results if r.finished_at]
     return Report(
@@ -270,6 +264,7 @@ def render_report(report: Report, fmt: str = "md", *, limit: int = COMMENT_LIMIT
             compact=compact,
             md=escape,
             code=md_code,
+            url=url,
             partly=PARTLY_TESTED,
         )
         if len(text) <= limit:
@@ -314,7 +309,6 @@ def _json(report: Report) -> dict[str, Any]:
             for f in report.analysis.failures
         ],
         "not_run": [{"stage": s, "why": w} for s, w in report.analysis.not_run],
-        "logs_url": report.logs_url,
         "base_pipeline": report.analysis.base_pipeline,
     }
 

@@ -15,6 +15,8 @@ STAGE_RESULT_VERSION = 1
 STATES = ("SUCCESS", "FAILURE", "ERROR", "ABORTED", "NOT_RUN", "REUSED")
 # xfailed: ran and failed as its xfail mark expects; never counted (or reused) as passed.
 TEST_OUTCOMES = ("passed", "failed", "error", "skipped", "waived", "flaky", "xfailed")
+# The test id of a suite's own verdict: pytest exited 1 with no failed test (a failing item).
+SESSION_ID = "(pytest session)"
 
 
 class ResultError(StagebotError):

@@ -7,8 +7,10 @@ combinable suite group, pinned to its devices (``CUDA_VISIBLE_DEVICES``), with `
 pointing at a scratch folder; a build/sanity shard runs its command under ``bash -c``.
 
 States: cancelled -> ABORTED; timeout, a signal, a crash, an internal/usage error or a corrupt
-JUnit/JSONL -> ERROR with that evidence; 0 executed tests -> NOT_RUN; a failed test -> FAILURE;
-else SUCCESS. Failed tests are re-run (the entry's ``max_reruns`` times, only when at most
+JUnit/JSONL -> ERROR with that evidence; a failed test -> FAILURE (a file that fails to import is
+a failed item named by its path; pytest exiting 1 with no failed test -> a failed item
+``(pytest session)`` with the suite's own line: its verdict); 0 executed tests -> NOT_RUN; else
+SUCCESS. Failed tests are re-run (the entry's ``max_reruns`` times, only when at most
 ``rerun_max_failures`` failed: the catalog family's policy); one that then passes is ``flaky``.
 """
 
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import sys
 import threading
@@ -34,7 +37,7 @@ from stagebot.harness.causes import (
 from stagebot.harness.evidence import log_error_line, test_evidence
 from stagebot.harness.junit import JunitError, read_junit, write_junit
 from stagebot.harness.process import Finished, run_process
-from stagebot.harness.results import StageResult, TestOutcome
+from stagebot.harness.results import SESSION_ID, StageResult, TestOutcome
 from stagebot.harness.streams import Stream, read_stream
 from stagebot.stages.plan import MatrixEntry
 
@@ -177,7 +180,9 @@ def pytest_argv(entry: MatrixEntry, python: str) -> list[list[str]]:
     groups = ([plain] if plain else []) + [[s] for s in filtered]
     commands = []
     for group in groups:
+        # A file that fails to import fails its own tests, not the whole session's.
         argv = [python, "-m", "pytest", "-p", "no:cacheprovider", "-q"]
+        argv.append("--continue-on-collection-errors")
         if os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
             argv += ["-p", "stagebot.harness.pytest_plugin"]
         for suite in group:
@@ -202,7 +207,9 @@ def _run_tests(entry, context, env, deadline, timeout_s):
         return tests, "ABORTED", "cancelled: another shard failed (fail-fast) or the run stopped"
     if problem is None:
         tests = _reruns(entry, context, env, deadline, tests)
-    state = _state(tests, problem, first)
+    if problem is None and _silent_exit_1(tests, first):
+        tests.append(_session_failure(first))
+    state = _state(tests, problem)
     evidence = _shard_evidence(tests, problem, first)
     if state == "ERROR" and first.start_error is None:
         tail = _log_tail(first)
@@ -371,16 +378,34 @@ def _reruns(entry, context, env, deadline, tests: list[TestOutcome]) -> list[Tes
     return [by_id[t.test_id] for t in tests]
 
 
-def _state(tests: list[TestOutcome], problem: str | None, attempt: _Attempt) -> str:
+def _state(tests: list[TestOutcome], problem: str | None) -> str:
+    """The exit status is read before NOT_RUN: a suite's own verdict (a session failure) fails
+    the shard even when every case was skipped."""
     if problem is not None:
         return "ERROR"
-    if not any(t.outcome in EXECUTED for t in tests):
-        return "NOT_RUN"
     if any(t.outcome in ("failed", "error") for t in tests):
         return "FAILURE"
-    if _silent_exit_1(tests, attempt):
-        return "ERROR"
+    if not any(t.outcome in EXECUTED for t in tests):
+        return "NOT_RUN"
     return "SUCCESS"
+
+
+def _session_failure(attempt: _Attempt) -> TestOutcome:
+    """The suite's own verdict as a failing item, with the suite's line as evidence."""
+    line = _suite_verdict_line(_log_tail(attempt))
+    return TestOutcome(
+        SESSION_ID, "failed", 0.0, line or "pytest exited 1 but reported no failed test"
+    )
+
+
+def _suite_verdict_line(log: str) -> str | None:
+    """The line a suite printed for its verdict: the last FAIL / ERROR line of the session's
+    output (pytest's own ``===`` summary lines aside), else the last error-looking line."""
+    for line in reversed(log.splitlines()):
+        text = line.strip()
+        if text and not text.startswith("=") and re.search(r"\b(?:FAIL\w*|ERROR)\b", text):
+            return text
+    return log_error_line(log)
 
 
 def _silent_exit_1(tests: list[TestOutcome], attempt: _Attempt) -> bool:
@@ -400,9 +425,6 @@ def _shard_evidence(tests, problem, attempt) -> str | None:
         reasons = sorted({t.evidence or t.outcome for t in tests})
         shown = "; ".join(reasons[:3]) + (" …" if len(reasons) > 3 else "")
         return f"0 tests executed: all {len(tests)} skipped ({shown})"
-    if _silent_exit_1(tests, attempt):
-        line = log_error_line(_log_tail(attempt))
-        return "pytest exited 1 but reported no failed test" + (f": {line}" if line else "")
     failed = [t for t in tests if t.outcome in ("failed", "error")]
     if failed:
         return f"{len(failed)} test(s) failed; first: {failed[0].test_id}: {failed[0].evidence}"

@@ -5,6 +5,8 @@ The test -> stage mapping works on path / node-id prefixes (no pytest collection
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 from stagebot.bot.cli_options import catalog_option
@@ -19,7 +21,17 @@ from stagebot.stages.planner import STAGE_LISTING
 @click.option("--list", "list_all", is_flag=True, help="List every stage.")
 @click.option("--stage", "stage_name", metavar="NAME", help="Describe one stage.")
 @click.option("--test", "test_id", metavar="ID", help="Which stages run this test id or path.")
-def stages(catalog, list_all: bool, stage_name: str | None, test_id: str | None) -> None:
+@click.option(
+    "--ledger",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="With --test: show the test's recent history on main from this ledger "
+    "(default: out/ledger.sqlite when it exists).",
+)
+@click.option("--branch", default="main", show_default=True, help="The history's branch.")
+def stages(
+    catalog, list_all: bool, stage_name: str | None, test_id: str | None, ledger, branch
+) -> None:
     """Show the stage catalog (give exactly one of --list, --stage, --test)."""
     given = [
         flag
@@ -35,6 +47,9 @@ def stages(catalog, list_all: bool, stage_name: str | None, test_id: str | None)
         click.echo(_describe(loaded, _find_stage(loaded, stage_name)))
     else:
         click.echo(_stages_for_test(loaded, test_id))
+        history = _history(ledger, branch, test_id)
+        if history:
+            click.echo(history)
 
 
 def _table(stages: tuple[Stage, ...]) -> str:
@@ -113,4 +128,36 @@ def _stages_for_test(catalog: Catalog, test_id: str) -> str:
         raise PlanError(f"no stage runs {test_id!r}; the suites are: {', '.join(paths)}")
     waived = [w for w in catalog.waives if _covers(w.test_id, test_id)]
     lines += [f"waived: {w.test_id} on {w.gpu_type or 'every GPU'} ({w.reason})" for w in waived]
+    return "\n".join(lines)
+
+
+def _history(ledger: Path | None, branch: str, test_id: str) -> str | None:
+    """The test's outcomes in the latest pipelines on ``branch``, and where it was flaky."""
+    from stagebot.bot.ledger import HISTORY_PIPELINES, Ledger
+    from stagebot.bot.run_options import DEFAULT_LEDGER
+
+    if ledger is None:
+        if not DEFAULT_LEDGER.is_file():
+            return None
+        ledger = DEFAULT_LEDGER
+    with Ledger.open(ledger, readonly=True) as book:
+        rows = book.test_history(branch, test_id=test_id)
+        flaky = {
+            key: numbers
+            for key, numbers in book.flaky_history(branch).items()
+            if key[1] == test_id or key[1].startswith(test_id + "::")
+        }
+    title = f"history on {branch} (latest {HISTORY_PIPELINES} pipelines of {ledger}):"
+    if not rows:
+        return f"{title} not run there"
+    lines = [title]
+    for number, commit, stage, test, outcome, attempts in rows:
+        shown = (
+            f"flaky (failed, then passed on attempt {attempts})" if outcome == "flaky" else outcome
+        )
+        lines.append(f"  #{number} {commit[:7]} {stage} {test}: {shown}")
+    for (family, test), numbers in sorted(flaky.items()):
+        lines.append(
+            f"flaky on {branch}: {test} in {family}: " + ", ".join(f"#{n}" for n in numbers)
+        )
     return "\n".join(lines)

@@ -62,3 +62,12 @@ def parse_test_stage_name(name: str, *, with_shard: bool) -> TestStageName:
 
 def test_stage_name(family: str, shard: int) -> str:
     return f"{family}-{shard}"
+
+
+_SHARD_SUFFIX = re.compile(r"-[1-9][0-9]*$")
+
+
+def stage_family(stage: str) -> str:
+    """``CPU-PyTorch-2`` -> ``CPU-PyTorch``: a shard's family (the same tests on the same
+    hardware and backend; what a test's base outcome is compared within)."""
+    return _SHARD_SUFFIX.sub("", stage)

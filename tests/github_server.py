@@ -101,6 +101,7 @@ ROUTES: list[tuple[str, str, re.Pattern[str]]] = [
         ("GET", "list_workflow_runs", r"/repos/[^/]+/[^/]+/actions/workflows/(?P<wf>[^/]+)/runs"),
         ("GET", "compare", r"/repos/[^/]+/[^/]+/compare/(?P<base>[0-9a-f]+)\.{3}(?P<head>\w+)"),
         ("POST", "cancel_run", r"/repos/[^/]+/[^/]+/actions/runs/(?P<id>\d+)/cancel"),
+        ("GET", "list_jobs", r"/repos/[^/]+/[^/]+/actions/runs/(?P<id>\d+)/jobs"),
         ("GET", "get_run", r"/repos/[^/]+/[^/]+/actions/runs/(?P<id>\d+)"),
         ("GET", "list_run_artifacts", r"/repos/[^/]+/[^/]+/actions/runs/(?P<id>\d+)/artifacts"),
         ("GET", "list_artifacts", r"/repos/[^/]+/[^/]+/actions/artifacts"),
@@ -134,6 +135,7 @@ class FakeGitHub:
         self.comments: dict[int, dict[str, Any]] = {}
         self.reactions: list[dict[str, Any]] = []
         self.statuses: dict[str, list[dict[str, Any]]] = {}
+        self.jobs: dict[int, list[dict[str, Any]]] = {}
         self.permissions: dict[str, tuple[str, str]] = {}
         self.runs: dict[int, dict[str, Any]] = {}
         self.diffs: dict[tuple[str, str], list[str]] = {}  # (base, head) -> changed files
@@ -280,6 +282,21 @@ class FakeGitHub:
             **fields,
         }
         return self.runs[run_id]
+
+    def add_job(self, run_id: int, name: str) -> dict[str, Any]:
+        """A job of run ``run_id`` (a stage job is named after its stage)."""
+        job_id = 70000 + sum(len(jobs) for jobs in self.jobs.values())
+        job = {
+            "id": job_id,
+            "run_id": run_id,
+            "name": name,
+            "status": "completed",
+            "conclusion": "failure",
+            "url": self.api(f"/actions/jobs/{job_id}"),
+            "html_url": f"{self.base}/{self.repo}/actions/runs/{run_id}/job/{job_id}",
+        }
+        self.jobs.setdefault(run_id, []).append(job)
+        return job
 
     def after(self, route: str, action: Callable[[], None]) -> None:
         """Run ``action`` (e.g. another client's write) once, right after the next request of
@@ -542,6 +559,9 @@ class FakeGitHub:
                 "commits": [],
                 "files": [{"sha": "e" * 40, "filename": f, "status": "modified"} for f in files],
             }
+        if route == "list_jobs":
+            jobs = self.jobs.get(int(params["id"]), [])
+            return 200, {"total_count": len(jobs), "jobs": jobs}
         if route == "cancel_run":
             run = self.runs.get(int(params["id"]))
             if run is None:

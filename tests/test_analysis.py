@@ -51,14 +51,14 @@ def test_categories_against_the_base() -> None:
         Outcome("t.py::new", "failed", 1, "AssertionError: x"),
         Outcome("t.py::old", "failed", 1, "AssertionError: y"),
         Outcome("t.py::unseen", "failed", 1, "AssertionError: z"),
-        Outcome("t.py::flaky", "flaky", 1, "passed on re-run 1", 2),
-        Outcome("t.py::oom", "error", 1, "torch.OutOfMemoryError: CUDA out of memory"),
+        Outcome("t.py::flaky", "flaky", 1, "passed on re-run 1 after: AssertionError: w", 2),
+        Outcome("t.py::disk", "error", 1, "OSError: [Errno 28] No space left on device: 'ckpt'"),
         Outcome("t.py::waived", "waived", 0, "bug 1"),
         Outcome("t.py::ok", "passed", 1),
     ]
     base = {
-        "t.py::new": Outcome("t.py::new", "passed", 1),
-        "t.py::old": Outcome("t.py::old", "failed", 1),
+        ("S-PyTorch", "t.py::new"): Outcome("t.py::new", "passed", 1.5),
+        ("S-PyTorch", "t.py::old"): Outcome("t.py::old", "failed", 1),
     }
     analysis = analyse(
         [shard(tests=tests)],
@@ -73,14 +73,32 @@ def test_categories_against_the_base() -> None:
         "old": "PRE-EXISTING",
         "unseen": "UNCLASSIFIED",
         "flaky": "FLAKY",
-        "oom": "INFRA",
+        "disk": "INFRA",
         "waived": "WAIVED",
     }
     assert got["old"].note == "also failing on base #3"
-    assert got["unseen"].note == "base #3 did not run this test"
-    assert got["new"].suspects == ("t_helpers.py", "src/a.py")  # same folder / run_if_changed
+    assert got["new"].note == "passed on base #3 in 1.50 s"
+    assert got["unseen"].note == "base #3 did not run this test in S-PyTorch"
+    assert got["flaky"].signature == "flaky: assertion once"
+    assert got["disk"].signature == "disk full"
+    assert [str(s) for s in got["new"].suspects] == [
+        "t_helpers.py (same folder as the test)",
+        "src/a.py (the stage's run_if_changed)",
+    ]
     assert (analysis.state, analysis.exit_code) == ("FAILURE", 1)
     assert analyse([shard(tests=tests[:1])]).failures[0].category == "UNCLASSIFIED"
+
+
+def test_base_outcome_is_read_in_the_same_stage_family() -> None:
+    """The base failed this id on DGX_H200 only: a CPU failure is NEW, not PRE-EXISTING."""
+    failing = [Outcome("t.py::x", "failed", 1, "AssertionError: x")]
+    base = {
+        ("DGX_H200-4_GPUs-PyTorch", "t.py::x"): Outcome("t.py::x", "failed", 1),
+        ("CPU-PyTorch", "t.py::x"): Outcome("t.py::x", "passed", 1),
+    }
+    cpu = analyse([shard("CPU-PyTorch-2", tests=failing)], base=base, base_pipeline=5)
+    gpu = analyse([shard("DGX_H200-4_GPUs-PyTorch-1", tests=failing)], base=base, base_pipeline=5)
+    assert cpu.failures[0].category == "NEW" and gpu.failures[0].category == "PRE-EXISTING"
 
 
 @pytest.mark.parametrize(
@@ -98,12 +116,28 @@ def test_categories_against_the_base() -> None:
             id="flaky only passes",
         ),
         pytest.param(
-            [Outcome("a::b", "error", 1, "timeout: still running")],
+            [
+                Outcome(
+                    "a::b", "error", 1, "crashed: the worker was killed by SIGKILL during this test"
+                )
+            ],
             "ERROR",
-            "timeout: killed",
+            "crashed: pytest killed by SIGKILL while running a::b",
             False,
             ("FAILURE", 3),
-            id="infra only exits 3",
+            id="runner killed is infra, exits 3",
+        ),
+        pytest.param(
+            [
+                Outcome(
+                    "a::b", "error", 1, "timeout: still running when the shard was killed after 9 s"
+                )
+            ],
+            "ERROR",
+            "timeout: killed after 9 s while running a::b",
+            False,
+            ("FAILURE", 1),
+            id="a hang is the code's until the base says otherwise",
         ),
         pytest.param(
             [],
@@ -114,12 +148,19 @@ def test_categories_against_the_base() -> None:
             id="a crash with no test is infra",
         ),
         pytest.param(
-            [Outcome("a::b", "failed", 1, "RuntimeError: NCCL error")],
+            [
+                Outcome(
+                    "a::b",
+                    "failed",
+                    1,
+                    "RuntimeError: NCCL error in: X.cpp:1, unhandled system error",
+                )
+            ],
             "FAILURE",
             None,
             False,
             ("FAILURE", 3),
-            id="NCCL is infra",
+            id="NCCL system error is infra",
         ),
         pytest.param(
             [Outcome("a::b", "passed", 1)], "SUCCESS", None, True, ("ABORTED", 1), id="cancelled"
@@ -138,25 +179,110 @@ def test_a_whole_shard_error_is_listed_with_its_evidence() -> None:
     analysis = analyse([shard(state="ERROR", evidence="corrupt output: junit.xml is truncated")])
     (failure,) = analysis.failures
     assert failure.category == "INFRA" and failure.evidence.startswith("corrupt output")
+    assert failure.signature == "unreadable test results"
+
+
+def test_no_whole_shard_entry_when_a_test_carries_the_cause() -> None:
+    """A collection error ends the shard in ERROR too: one entry, the file's, never a second
+    "(whole shard)" one."""
+    tests = [Outcome("t/check_x.py", "error", 0, "ImportError: cannot import name 'f' from 'm'")]
+    analysis = analyse([shard(state="ERROR", tests=tests, evidence="pytest ended with …")])
+    assert [f.test_id for f in analysis.failures] == ["t/check_x.py"]
+
+
+def test_infra_is_not_read_from_a_test_assertion() -> None:
+    for evidence in (
+        "AssertionError: expected 2 NCCL all-reduce calls, got 3",
+        "AssertionError: OOM guard did not trigger (out of memory expected)",
+        "ValueError: the ProcessGroup size must be 4, not 3",
+    ):
+        assert not is_infra(evidence), evidence
+
+
+STICKY = "RuntimeError: CUDA error: an illegal memory access was encountered"
+
+
+def test_a_sticky_cuda_error_is_one_entry_with_its_collateral() -> None:
+    tests = [
+        Outcome("a.py::first", "failed", 1, STICKY),
+        Outcome("a.py::ok", "passed", 1),
+        Outcome("b.py::later", "failed", 1, STICKY),
+        Outcome("c.py::other", "failed", 1, "AssertionError: unrelated"),
+        Outcome("c.py::last", "error", 1, STICKY),
+    ]
+    analysis = analyse([shard(tests=tests)])
+    by_id = {f.test_id: f for f in analysis.failures}
+    assert sorted(by_id) == ["a.py::first", "c.py::other"]
+    assert by_id["a.py::first"].collateral == ("b.py::later", "c.py::last")
+    assert by_id["a.py::first"].signature == (
+        "crash: CUDA error: an illegal memory access was encountered"
+    )
+
+
+def test_shard_wide_errors_are_infra() -> None:
+    """The same connection error in three tests of two files: the machine; in one test: the
+    code's (compared with the base like any failure)."""
+    refused = "ConnectionRefusedError: [Errno 111] Connection refused"
+    many = [Outcome(f"{f}::t{i}", "failed", 1, refused) for i, f in enumerate("xyx")]
+    wide = analyse([shard(tests=many)])
+    assert {f.category for f in wide.failures} == {"INFRA"} and wide.exit_code == 3
+    one = analyse([shard(tests=many[:1])])
+    assert one.failures[0].category == "UNCLASSIFIED"
+    same_file = [Outcome(f"x.py::t{i}", "failed", 1, refused) for i in range(3)]
+    assert analyse([shard(tests=same_file)]).failures[0].category == "UNCLASSIFIED"
+
+
+def test_flaky_history_on_main_makes_a_failure_flaky() -> None:
+    tests = [Outcome("t.py::x", "failed", 1, "AssertionError: x", 3)]
+    base = {("S-PyTorch", "t.py::x"): Outcome("t.py::x", "passed", 1)}
+    history = {("S-PyTorch", "t.py::x"): (41, 44)}
+    analysis = analyse([shard(tests=tests)], base=base, base_pipeline=44, flaky_history=history)
+    (failure,) = analysis.failures
+    assert (failure.category, failure.note) == ("FLAKY", "flaky on main: #41, #44")
+    assert (analysis.state, analysis.exit_code) == ("SUCCESS", 0)
+    other_family = {("A10-PyTorch", "t.py::x"): (41,)}
+    again = analyse([shard(tests=tests)], base=base, base_pipeline=44, flaky_history=other_family)
+    assert again.failures[0].category == "NEW"
 
 
 @pytest.mark.parametrize(
-    ("evidence", "infra"),
+    ("base", "category", "note"),
     [
-        ("AssertionError: expected 2 NCCL all-reduce calls, got 3", False),
-        ("AssertionError: OOM guard did not trigger (out of memory expected)", False),
-        ("assert oom_count == 0", False),
-        ("ValueError: the ProcessGroup size must be 4, not 3", False),
-        ("RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:1970, unhandled system error", True),
-        ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", True),
-        ("torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:3", True),
-        ("timeout: still running when the shard was killed after 60 s", True),
-        ("crashed: the worker was killed by SIGKILL during this test", True),
+        pytest.param(
+            {
+                ("S-PyTorch", "t/check_x.py::a"): Outcome("t/check_x.py::a", "passed", 1),
+                ("S-PyTorch", "t/check_x.py::b"): Outcome("t/check_x.py::b", "passed", 1),
+                ("S-PyTorch", "t/check_y.py::c"): Outcome("t/check_y.py::c", "passed", 1),
+            },
+            "NEW",
+            "hides 2 test(s) that passed on base #9: a, b",
+            id="its tests passed on the base: NEW, naming them",
+        ),
+        pytest.param(
+            {("S-PyTorch", "t/check_y.py::c"): Outcome("t/check_y.py::c", "passed", 1)},
+            "UNCLASSIFIED",
+            "base #9 did not run this file in S-PyTorch",
+            id="the base never ran it",
+        ),
+        pytest.param(
+            {("S-PyTorch", "t/check_x.py"): Outcome("t/check_x.py", "error", 0)},
+            "PRE-EXISTING",
+            "also failing on base #9",
+            id="the base failed to import it too",
+        ),
     ],
 )
-def test_infra_is_read_from_a_line_start_never_an_assertion(evidence, infra) -> None:
-    assert is_infra(evidence) is infra
-    tests = [Outcome("t.py::x", "failed", 1, evidence)]
-    analysis = analyse([shard(tests=tests)])
-    assert analysis.failures[0].category == ("INFRA" if infra else "UNCLASSIFIED")
-    assert analysis.exit_code == (3 if infra else 1)  # a real failure never exits 3
+def test_a_collection_error_is_the_failure_of_the_tests_it_hides(base, category, note) -> None:
+    error = "ImportError: cannot import name 'f' from 'm' (/r/m.py)"
+    tests = [Outcome("t/check_x.py", "error", 0, error)]
+    (failure,) = analyse([shard(tests=tests)], base=base, base_pipeline=9).failures
+    assert (failure.category, failure.note) == (category, note)
+    assert failure.signature == f"collection error: import: {error}"
+
+
+def test_the_suites_own_verdict_is_a_blocking_failure() -> None:
+    verdict = Outcome("(pytest session)", "failed", 0, "[nvfp4_moe] FAIL forced backend: cute")
+    base = {("S-PyTorch", "t.py::a"): Outcome("t.py::a", "passed", 1)}
+    (failure,) = analyse([shard(tests=[verdict])], base=base, base_pipeline=2).failures
+    assert failure.category == "NEW" and failure.evidence.startswith("[nvfp4_moe] FAIL")
+    assert analyse([shard(tests=[verdict])]).exit_code == 1

@@ -225,6 +225,18 @@ def test_a_failing_stage_sets_failure(gh, tmp_path, monkeypatch, capsys) -> None
     assert ledger_state(failing, 101) == "FAILURE"
 
 
+def test_the_report_links_each_failure_to_its_stage_job(gh, tmp_path, monkeypatch, capsys):
+    """The report job lists its run's jobs (the Actions API) and links a failure's full log."""
+    monkeypatch.chdir(tmp_path)
+    failing = Pipeline(gh, tmp_path, monkeypatch, capsys, suite="check_fail.py")
+    job = gh.add_job(50000 + 102, "CPU-PyTorch-1")
+    gh.add_job(50000 + 102, "plan (authorize, reply, matrix)")
+    failing.whole("/bot run", 102)
+    (reply,) = replies(gh)
+    assert f'<a href="{job["html_url"]}">full log</a>' in reply["body"]
+    assert any(r.route == "list_jobs" for r in gh.requests)
+
+
 def test_a_partly_tested_run_leaves_the_status_alone(gh, pipeline) -> None:
     pipeline.whole('/bot run --stage-list "CPU-PyTorch-1"', 101)
     (reply,) = replies(gh)

@@ -182,3 +182,73 @@ def test_a_ledger_is_a_context_manager_that_closes_it(tmp_path) -> None:
     with pytest.raises(sqlite3.ProgrammingError, match="closed"):
         book.connection.execute("SELECT 1")
     assert not hasattr(Ledger, "record_results")  # record_result, one shard at a time
+
+
+def main_pipeline(book: Ledger, commit: str, results: list[StageResult]) -> int:
+    number = book.start_pipeline(command=RUN, commit=commit, branch="main")
+    for result in results:
+        book.record_result(number, result)
+    book.finish_pipeline(number, "FAILURE")
+    return number
+
+
+def test_test_outcomes_are_keyed_by_stage_family(book: Ledger) -> None:
+    number = main_pipeline(
+        book,
+        "m1",
+        [
+            shard("CPU-PyTorch-1", tests=[Outcome("t.py::x", "passed", 1.0)]),
+            shard("DGX_H200-4_GPUs-PyTorch-2", tests=[Outcome("t.py::x", "failed", 2.0)]),
+        ],
+    )
+    outcomes = book.test_outcomes(number)
+    assert outcomes[("CPU-PyTorch", "t.py::x")].outcome == "passed"
+    assert outcomes[("DGX_H200-4_GPUs-PyTorch", "t.py::x")].outcome == "failed"
+
+
+def test_flaky_history_on_main_has_both_signs(book: Ledger) -> None:
+    """Failed then passed on a re-run (outcome flaky); or failed and passed at the same commit."""
+    rerun = shard("CPU-PyTorch-1", tests=[Outcome("t.py::a", "flaky", 1.0, "passed on re-run 1")])
+    first = main_pipeline(book, "m1", [rerun])
+    failed = shard("CPU-PyTorch-1", tests=[Outcome("t.py::b", "failed", 1.0, "AssertionError")])
+    second = main_pipeline(book, "m2", [failed])
+    passed = shard("CPU-PyTorch-1", tests=[Outcome("t.py::b", "passed", 1.0)])
+    main_pipeline(book, "m2", [passed])
+    steady = shard("CPU-PyTorch-1", tests=[Outcome("t.py::c", "failed", 1.0, "AssertionError")])
+    main_pipeline(book, "m3", [steady])  # failed, never passed at m3: not flaky
+    pr = book.start_pipeline(command=RUN, commit="p1", branch="feature")
+    book.record_result(pr, shard("CPU-PyTorch-1", tests=[Outcome("t.py::d", "flaky", 1.0)]))
+    book.finish_pipeline(pr, "SUCCESS")  # not main's history
+    assert book.flaky_history("main") == {
+        ("CPU-PyTorch", "t.py::a"): (first,),
+        ("CPU-PyTorch", "t.py::b"): (second,),
+    }
+
+
+def test_stages_for_a_test_shows_its_history_on_main(tmp_path: Path) -> None:
+    from fixtures.botrun import CATALOG, bot
+
+    test_id = "tests/fixtures/suites/check_flaky.py::test_flaky_once"
+    with Ledger.open(tmp_path / "l.sqlite") as book:
+        flaky = Outcome(test_id, "flaky", 1.0, "passed on re-run 1", 2)
+        first = main_pipeline(book, "m1", [shard("CPU-PyTorch-Flaky-1", tests=[flaky])])
+        passed = Outcome(test_id, "passed", 1.0)
+        second = main_pipeline(book, "m2", [shard("CPU-PyTorch-Flaky-1", tests=[passed])])
+    done = bot(
+        "stages",
+        "--catalog",
+        str(CATALOG),
+        "--test",
+        test_id,
+        "--ledger",
+        str(tmp_path / "l.sqlite"),
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == "CPU-PyTorch-Flaky-1"
+    assert f"  #{second} m2 CPU-PyTorch-Flaky-1 {test_id}: passed" in lines
+    assert (
+        f"  #{first} m1 CPU-PyTorch-Flaky-1 {test_id}: flaky (failed, then passed on attempt 2)"
+        in lines
+    )
+    assert lines[-1] == f"flaky on main: {test_id} in CPU-PyTorch-Flaky: #{first}"

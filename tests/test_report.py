@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -74,8 +75,15 @@ def fixture_report() -> Report:
             "05:00",
             "09:00",
             gpus=["0", "1", "2", "3"],
-            evidence="timeout: killed after 240 s while running t/test_c.py::hang",
-            tests=[Outcome("t/test_c.py::hang", "error", 0.0, "timeout: still running")],
+            evidence="crashed: pytest killed by SIGKILL while running t/test_c.py::hang",
+            tests=[
+                Outcome(
+                    "t/test_c.py::hang",
+                    "error",
+                    0.0,
+                    "crashed: the worker was killed by SIGKILL during this test",
+                )
+            ],
         ),
         result(
             "A-PyTorch-3",
@@ -91,9 +99,9 @@ def fixture_report() -> Report:
         result("A-PyTorch-4", "REUSED", None, None),
         result("B-PyTorch-1", "NOT_RUN", None, None, evidence="needs 1 x B200 GPU(s)"),
     ]
-    base = {
-        "t/test_b.py::new": Outcome("t/test_b.py::new", "passed", 1.0),
-        "t/test_d.py::old": Outcome("t/test_d.py::old", "failed", 1.0),
+    base = {  # (stage family, test id): the base is read within the same family
+        ("A-PyTorch", "t/test_b.py::new"): Outcome("t/test_b.py::new", "passed", 1.0),
+        ("A-PyTorch", "t/test_d.py::old"): Outcome("t/test_d.py::old", "failed", 1.0),
     }
     return Report(
         pipeline=12,
@@ -143,12 +151,25 @@ def test_markdown_report_sections_and_escaping() -> None:
 
 def test_markdown_fits_the_comment_limit() -> None:
     report = fixture_report()
-    many = [Outcome(f"t/test_m.py::case_{i}", "failed", 1.0, "E" * 200) for i in range(3000)]
+    many = [
+        Outcome(f"t/test_m.py::case_{i}", "failed", 1.0, f"ValueError: case {i} " + "E" * 200)
+        for i in range(3000)
+    ]
     report.results.append(result("C-PyTorch-1", "FAILURE", "00:00", "01:00", tests=many))
     report.analysis = analyse(report.results)
     text = render_report(report, "md")
     assert len(text) <= COMMENT_LIMIT
     assert "more (see the HTML report)" in text
+
+
+def test_identical_failures_are_one_entry() -> None:
+    report = fixture_report()
+    same = [Outcome(f"t/test_m.py::case_{i}", "failed", 1.0, "ValueError: bad") for i in range(6)]
+    report.results.append(result("C-PyTorch-1", "FAILURE", "00:00", "01:00", tests=same))
+    report.analysis = analyse(report.results)
+    text = render_report(report, "md")
+    assert text.count("<code>ValueError: bad</code>") == 1
+    assert "same error in 6 tests: <code>t/test_m.py::case_1</code>" in text
 
 
 def test_markdown_fits_a_smaller_limit_with_a_pointer() -> None:
@@ -222,3 +243,38 @@ def test_html_report_in_headless_chromium(tmp_path: Path) -> None:
     assert "@octocat &lt;!-- stagebot" in done.stdout  # escaped text, not markup
     lanes = re.findall(r'<text class="lane"[^>]*>([^<]+)</text>', done.stdout)
     assert lanes == ["0", "1", "2", "3"]  # reused / not-run shards hold no slot
+
+
+def test_report_of_result_files_compares_with_the_base_ledger(tmp_path) -> None:
+    """`bot report --results DIR --base-ledger L`: the same base selection as every report."""
+    from fixtures.botrun import bot
+
+    from stagebot.bot.ledger import Ledger
+    from stagebot.harness.shard import write_result
+
+    with Ledger.open(tmp_path / "main.sqlite") as book:
+        number = book.start_pipeline(
+            command={"version": 1, "command": "run", "options": {}}, commit="m1", branch="main"
+        )
+        passed = [Outcome("t/test_x.py::a", "passed", 1.0), Outcome("t/test_x.py::b", "failed", 1)]
+        book.record_result(number, result("C-PyTorch-1", "FAILURE", "00:00", "01:00", tests=passed))
+        book.finish_pipeline(number, "FAILURE")
+    failing = [
+        Outcome("t/test_x.py::a", "failed", 1.0, "AssertionError: a"),
+        Outcome("t/test_x.py::b", "failed", 1.0, "AssertionError: b"),
+    ]
+    write_result(
+        tmp_path / "results" / "C-PyTorch-2",
+        result("C-PyTorch-2", "FAILURE", "00:00", "01:00", tests=failing),
+    )
+    args = ["report", "--results", str(tmp_path / "results"), "--format", "json"]
+    done = bot(*args, "--base-ledger", str(tmp_path / "main.sqlite"))
+    assert done.returncode == 0, done.stderr
+    got = json.loads(done.stdout)
+    assert got["base_pipeline"] == number
+    assert {f["test_id"]: f["category"] for f in got["failures"]} == {
+        "t/test_x.py::a": "NEW",
+        "t/test_x.py::b": "PRE-EXISTING",
+    }
+    alone = json.loads(bot(*args).stdout)
+    assert {f["category"] for f in alone["failures"]} == {"UNCLASSIFIED"}

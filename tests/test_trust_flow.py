@@ -216,6 +216,18 @@ def test_a_comment_runs_in_a_dispatched_stage_run_and_is_reported(gh, flow) -> N
     assert gh.calls("unknown") == []
 
 
+def test_a_failures_full_log_links_its_job_in_the_stage_run(gh, tmp_path, monkeypatch, capsys):
+    """The report job lists the stage run's jobs (each named after its stage) through the
+    Actions API and links a failure's full log to its stage's job, not to the report run."""
+    failing = Flow(gh, tmp_path, monkeypatch, capsys, suite="check_fail.py")
+    outputs = failing.plan("/bot run", 103)
+    job = gh.add_job(outputs["stage_run"], "CPU-PyTorch-1")
+    failing.report(failing.stages(outputs), 103)
+    (reply,) = replies(gh)
+    assert "completed with state FAILURE" in reply["body"]
+    assert f'<a href="{job["html_url"]}">full log</a>' in reply["body"]
+
+
 def test_the_next_plan_takes_the_ledger_the_report_left_and_reuses_everything(gh, flow) -> None:
     flow.whole("/bot run", 101)
     outputs = flow.plan("/bot run", 102)

@@ -45,4 +45,5 @@ def test_an_xfailed_test_is_recorded_xfailed_and_not_reused_as_passed(tmp_path) 
         number = book.start_pipeline(command={"version": 1}, commit="c0ffee")
         book.record_result(number, result)
         assert set(book.passed_tests(number, result.stage)) == {"check_suite.py::test_ok"}
-        assert book.test_outcomes(number)["check_suite.py::test_known_bug"].outcome == "xfailed"
+        outcomes = book.test_outcomes(number)
+        assert outcomes[("CPU-PyTorch", "check_suite.py::test_known_bug")].outcome == "xfailed"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from multiprocessing import util
 
 
@@ -10,4 +11,11 @@ def result_then_exit_3(rank: int) -> int:
     """Return a result, then exit with code 3 once the result queue has been flushed."""
     # After the queue's own exit finalizer (priority -5) has flushed the result to the parent.
     util.Finalize(None, os._exit, args=(3,), exitpriority=-10)
+    return rank
+
+
+def segfault_on_rank_1(rank: int) -> int:
+    """Rank 1 dies of SIGSEGV (as a crashing kernel or extension would); rank 0 returns."""
+    if rank == 1:
+        os.kill(os.getpid(), signal.SIGSEGV)
     return rank

@@ -2,8 +2,10 @@
 
 NCCL (one GPU per rank) when ``backend == "nccl"``, gloo on CPU otherwise. Ranks meet through a
 file store (no port to race for). Collectives time out after ``collective_timeout_s``; the parent
-stops every rank once any rank fails or the deadline passes, and raises ``RankFailure`` carrying
-each failed rank's traceback, so it reads in the pytest report itself.
+stops every rank once any rank fails or the deadline passes, and raises ``RankFailure``: its first
+line says why each rank failed (an exception, a signal, an exit code, the deadline), then each
+failed rank's traceback or stderr follows under ``--- rank N: why ---``, so it reads in the pytest
+report itself and the failure analysis can tell a crash from a hang from an exception.
 
 Each child's stderr goes to a file of its own from the moment it starts, so a rank that dies
 before its target runs (an import error while unpickling the target, a crash in the
@@ -16,6 +18,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import queue
+import signal
 import sys
 import tempfile
 import time
@@ -25,8 +28,9 @@ from datetime import timedelta
 from typing import Any
 
 
-class RankFailure(AssertionError):
-    """One or more ranks failed; the message holds their tracebacks."""
+class RankFailure(RuntimeError):
+    """One or more ranks failed (not an assertion: a rank may have crashed or hung); the message
+    says why each failed and holds their tracebacks."""
 
 
 def run_on_ranks(
@@ -81,24 +85,60 @@ def run_on_ranks(
                 if proc.is_alive():
                     proc.kill()
                     proc.join(timeout=10)
+        all_ok = all(ok for ok, _ in outcomes.values())
         for rank, proc in enumerate(procs):
             if not outcomes[rank][0]:
                 continue
             if rank in stopped:
-                outcomes[rank] = (False, f"returned a result but did not exit in {exit_grace_s} s")
+                if all_ok:  # it had its grace period; else another rank's failure stopped it
+                    outcomes[rank] = (
+                        False,
+                        f"returned a result but did not exit in {exit_grace_s} s",
+                    )
             elif proc.exitcode != 0:
                 outcomes[rank] = (False, f"returned a result but exited with code {proc.exitcode}")
         failures = {
-            rank: text + _stderr_tail(logs[rank])
+            rank: (
+                _why(text, None if rank in stopped else procs[rank].exitcode, timeout_s),
+                _body(text) + _stderr_tail(logs[rank]),
+            )
             for rank, (ok, text) in sorted(outcomes.items())
             if not ok
         }
     if failures:
+        whys = "; ".join(f"rank {rank}: {why}" for rank, (why, _) in failures.items())
         raise RankFailure(
-            f"{len(failures)} of {world_size} ranks failed ({backend}):\n"
-            + "\n".join(f"--- rank {rank} ---\n{text}" for rank, text in failures.items())
+            f"{len(failures)} of {world_size} ranks failed ({backend}): {whys}\n"
+            + "\n".join(
+                f"--- rank {rank}: {why} ---\n{text}" for rank, (why, text) in failures.items()
+            )
         )
     return [outcomes[rank][1] for rank in range(world_size)]
+
+
+def _body(text: str) -> str:
+    """A rank's details below its header: the traceback; a one-line reason is in the header."""
+    return text if "\n" in text.strip() else ""
+
+
+def _why(text: str, exitcode: int | None, timeout_s: float) -> str:
+    """One phrase: why a rank failed (its exception, the signal or exit code that ended it).
+    ``exitcode``: None for a rank the parent stopped; a signal the rank died of comes first (a
+    dying rank can make another fail first, which would otherwise hide its crash)."""
+    if text.startswith("still running at the deadline"):
+        return f"still running at the deadline after {timeout_s:g} s"
+    if exitcode is not None and exitcode < 0:
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:
+            name = f"signal {-exitcode}"
+        return f"killed by {name} (exit code {exitcode})"
+    if text.startswith("stopped after another rank failed"):
+        return "stopped after another rank failed"
+    if text.startswith(("exited with code", "returned a result")):
+        return text.splitlines()[0]
+    lines = [line for line in text.strip().splitlines() if line and not line.startswith(" ")]
+    return f"exception {lines[-1]}" if lines else "failed"
 
 
 def _start_with_stderr_to(proc, path: str) -> None:

@@ -12,10 +12,11 @@ renders the report, edits the pipeline's one reply into it and sets the gating s
 - The reply is found by the id the plan job recorded, else by its marker's pipeline number; a
   missing reply is posted (once: the marker makes the post idempotent).
 - The status is set only for gating plans, and only while the newest status of the context is
-  this pipeline's own (a newer pipeline or a skip is never overwritten). SUCCESS -> success;
-  FAILURE -> failure; ABORTED or shards that could not run -> error. GitHub has no conditional
-  status write, so the statuses are read again after the write: a newer pipeline's status or a
-  person's skip / reuse that landed in between is posted again on top.
+  this pipeline's own (a newer pipeline or a skip is never overwritten). ``Report.status``
+  decides it, the reply says it: SUCCESS -> success; FAILURE -> failure; ABORTED, NOT_RUN or
+  shards that could not run -> error. GitHub has no conditional status write, so the statuses
+  are read again after the write: a newer pipeline's status or a person's skip / reuse that
+  landed in between is posted again on top.
 - The reply records the sha256 of the ledger as this job leaves it (a hidden line before the
   marker); `bot handle-event` accepts the next restored ledger only when it matches. A
   post-merge pipeline records it as the ``stagebot/ledger`` status of its commit instead, and
@@ -394,12 +395,14 @@ def _publish_to_pr(api, env, config, record, report, ledger_digest: str) -> list
 
 
 def _set_status(api, env, config, record, report) -> str:
-    """Set the gating status unless a newer pipeline (or a skip / reuse) owns it. Statuses are
-    append-only and GitHub has no conditional write, so after writing, the statuses are read
-    again: one that landed between our read and our write, from a newer pipeline or a person's
-    skip / reuse, is posted again on top (two report jobs of one PR can interleave)."""
+    """Set the status the report decided (``Report.status``: the reply says the same) unless a
+    newer pipeline (or a skip / reuse) owns it. Statuses are append-only and GitHub has no
+    conditional write, so after writing, the statuses are read again: one that landed between
+    our read and our write, from a newer pipeline or a person's skip / reuse, is posted again
+    on top (two report jobs of one PR can interleave)."""
     context = config.status_context
-    if not report.gating:
+    decision = report.status
+    if decision.state is None:
         return f"status {context!r} left alone: Partly Tested"
     if not record.commit:
         return "status left alone: no pinned commit"
@@ -410,16 +413,8 @@ def _set_status(api, env, config, record, report) -> str:
             f"status {context!r} left alone: its newest value ({before[0].description!r}) "
             "belongs to another pipeline"
         )
-    if report.state == "SUCCESS" and report.sets_status:
-        state, text = "success", f"{own}passed on {record.commit[:7]}"
-    elif report.state == "FAILURE":
-        state, text = "failure", f"{own}failed: {report.headline()}"
-    elif report.state == "ABORTED":
-        state, text = "error", f"{own}was aborted before it finished"
-    else:
-        missing = len(report.analysis.not_run)
-        state, text = "error", f"{own}could not run {missing} stage(s): not a pass"
-    api.set_status(record.commit, state, context, text, env.run_url)
+    state = decision.state
+    api.set_status(record.commit, state, context, decision.description, env.run_url)
     line = f"status {context!r} set to {state} on {record.commit[:7]}"
     after = api.statuses(record.commit, context)
     between = after[1 : len(after) - len(before)] if after and own in after[0].description else []

@@ -8,8 +8,10 @@ from pathlib import Path
 
 import click
 
+from stagebot.bot.errors import StagebotError
 from stagebot.bot.run_options import (
     base_ledger_option,
+    default_ledger,
     ledger_option,
     pipeline_option,
     root_option,
@@ -34,15 +36,22 @@ from stagebot.bot.run_options import (
 )
 @root_option
 def report(ledger, number, results, fmt, base_ledger, base_commit, root) -> None:
-    """Render a pipeline's report (--ledger PATH [--pipeline N] | --results DIR)."""
+    """Render a pipeline's report: from a ledger (default: `bot run`'s, the newest pipeline)
+    or from a folder of StageResult files (--results DIR)."""
     from stagebot.bot.base import select_base
     from stagebot.bot.ledger import Ledger
+    from stagebot.bot.worktree import repository_root
     from stagebot.harness.report import render_report, report_from_record, report_from_results
 
-    if (ledger is None) == (results is None):
-        raise click.UsageError(
-            "give exactly one of --ledger PATH (with --pipeline N) or --results DIR"
-        )
+    if ledger is not None and results is not None:
+        raise click.UsageError("give --ledger PATH or --results DIR, not both")
+    if ledger is None and results is None:
+        ledger = default_ledger(repository_root(Path.cwd()))
+        if not ledger.exists():
+            raise StagebotError(
+                f"no ledger at {ledger} (`bot run` writes it there): run `bot run` first, "
+                "or give --ledger PATH or --results DIR"
+            )
     with ExitStack() as stack:
         base_book = (
             stack.enter_context(Ledger.open(base_ledger, readonly=True)) if base_ledger else None

@@ -2,7 +2,8 @@
 
 Exit codes: 0 SUCCESS; 1 a NEW / PRE-EXISTING / UNCLASSIFIED failure, or the run was cancelled
 (ABORTED); 3 only infrastructure failures, or the ledger or --out is unusable (nothing ran then);
-2 a usage error. `/bot reuse-pipeline [N]` records that the commit is validated by N.
+4 nothing ran (NOT_RUN: no shard could run on this host); 2 a usage error (a pipeline the
+ledger lacks included). `/bot reuse-pipeline [N]` records that the commit is validated by N.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import sys
 import tempfile
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 
 import click
@@ -20,14 +22,16 @@ from stagebot.bot.cli_options import (
     changed_files_option,
     comment_argument,
     commit_option,
+    json_option,
     pr_option,
     read_changed_files,
     read_comment,
 )
 from stagebot.bot.errors import StagebotError
 from stagebot.bot.run_options import (
-    DEFAULT_LEDGER,
     base_ledger_option,
+    default_ledger,
+    default_out,
     ledger_option,
     out_option,
     pipeline_option,
@@ -36,7 +40,6 @@ from stagebot.bot.run_options import (
 )
 
 DEFAULT_BRANCH = "main"
-DEFAULT_OUT = Path("out")
 
 
 @click.command("run")
@@ -64,6 +67,7 @@ DEFAULT_OUT = Path("out")
 @pipeline_option("Use this pipeline number (in Actions: the workflow run number).")
 @shard_timeout_option
 @root_option
+@json_option
 @comment_argument
 def run(
     catalog,
@@ -79,12 +83,14 @@ def run(
     number,
     shard_timeout,
     root,
+    as_json,
     comment,
 ) -> None:
-    """Plan COMMENT (or '-' for stdin) and run it here; print the report."""
+    """Plan COMMENT (or '-' for stdin) and run it here; print the report (with --json: the
+    report as JSON on stdout, the rest on stderr)."""
     from stagebot.bot.grammar import parse_comment
     from stagebot.bot.ledger import Ledger
-    from stagebot.bot.worktree import tree_identity
+    from stagebot.bot.worktree import make_output_folder, repository_root, tree_identity
 
     command = parse_comment(read_comment(comment))
     if command.name not in ("run", "reuse-pipeline"):
@@ -94,13 +100,19 @@ def run(
             "`/bot reuse-pipeline`)"
         )
         return
-    ledger_path = ledger or DEFAULT_LEDGER
+    home = repository_root(Path.cwd())  # the default ledger and out/ live there
+    ledger_path = ledger or default_ledger(home)
+    if ledger is None:
+        make_output_folder(ledger_path.parent)
     _writable_folder(ledger_path.parent, "--ledger's folder")
     dirty = False
-    if commit is None:
-        commit, dirty = tree_identity(root)
+    if commit is None:  # stagebot's own outputs are not changes of the tree
+        commit, dirty = tree_identity(root, outputs=(ledger_path, out_dir or home / "out"))
     with Ledger.open(ledger_path) as book:
-        _writable_folder(out_dir or DEFAULT_OUT, "--out")  # the ledger is usable: nothing ran yet
+        _writable_folder(out_dir or home / "out", "--out")  # the ledger is usable: nothing ran yet
+        named = command.pipeline_id if command.name == "reuse-pipeline" else command.run.reuse_test
+        if isinstance(named, int):  # a pipeline that does not exist is a usage error
+            book.require_pipeline(named)
         if command.name == "reuse-pipeline":
             code = _reuse_pipeline(book, command, commit, pr, root)
         else:
@@ -118,6 +130,8 @@ def run(
                 number=number,
                 shard_timeout=shard_timeout,
                 root=root,
+                home=home,
+                as_json=as_json,
             )
             code = _run(command, book, request)
     sys.exit(code)
@@ -131,8 +145,10 @@ class OutputError(StagebotError):
 
 def _writable_folder(folder: Path, what: str) -> None:
     """Create ``folder`` and check that files can be written in it, before anything is recorded."""
+    from stagebot.bot.worktree import make_output_folder
+
     try:
-        folder.mkdir(parents=True, exist_ok=True)
+        make_output_folder(folder)
         with tempfile.TemporaryFile(dir=folder):
             pass
     except OSError as error:
@@ -159,6 +175,8 @@ class RunRequest:
     number: int | None
     shard_timeout: float | None
     root: Path
+    home: Path  # the repository root of the current folder: the default out/ is there
+    as_json: bool = False  # stdout: only the JSON report
 
 
 def _run(command, book, request: RunRequest) -> int:
@@ -189,13 +207,26 @@ def _run(command, book, request: RunRequest) -> int:
         branch=request.branch,
         base_commit=request.base_commit,
         number=request.number,
-        meta={"stage_paths": catalog.suspect_patterns([s.stage for s in plan.shards])},
+        meta={
+            "stage_paths": catalog.suspect_patterns([s.stage for s in plan.shards]),
+            "triggered_by": _os_user(),
+        },
     )
     try:
         return _execute(book, number, plan, catalog, command, request)
     except BaseException as error:
         _abort(book, number, error)
         raise
+
+
+def _os_user() -> str:
+    """Who started this local run (the OS user), as the reports say it."""
+    import getpass
+
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # no login name and no passwd entry (a bare container)
+        return "an unknown user"
 
 
 def _abort(book, number: int, error: BaseException) -> None:
@@ -220,6 +251,7 @@ def _abort(book, number: int, error: BaseException) -> None:
 def _execute(book, number: int, plan, catalog, command, request: RunRequest) -> int:
     from stagebot.bot.base import select_base
     from stagebot.bot.ledger import Ledger, retry_busy
+    from stagebot.bot.worktree import make_output_folder
     from stagebot.harness.executor import Settings, execute
     from stagebot.harness.report import (
         render_report,
@@ -228,9 +260,11 @@ def _execute(book, number: int, plan, catalog, command, request: RunRequest) -> 
         report_from_record,
     )
 
-    out = request.out_dir or DEFAULT_OUT / f"pipeline-{number}"
+    out = request.out_dir or default_out(request.home, number)
+    make_output_folder(out)
     record = book.pipeline(number)
-    click.echo(reply_triggered(report_from_record(record)), nl=False)
+    say = partial(click.echo, err=request.as_json)  # with --json, stdout is the JSON alone
+    say(reply_triggered(report_from_record(record)), nl=False)
     options = command.run
     settings = Settings(
         out_dir=out,
@@ -274,9 +308,11 @@ def _execute(book, number: int, plan, catalog, command, request: RunRequest) -> 
     markdown = render_report(report, "md")
     (out / "report.md").write_text(markdown, encoding="utf-8")
     (out / "report.html").write_text(render_report(report, "html"), encoding="utf-8")
-    click.echo(markdown)
-    click.echo(reply_completed(report), nl=False)
-    click.echo(f"reports: {out / 'report.md'}, {out / 'report.html'}; ledger: {book.path}")
+    say(markdown)
+    say(reply_completed(report), nl=False)
+    say(f"reports: {out / 'report.md'}, {out / 'report.html'}; ledger: {book.path}")
+    if request.as_json:
+        click.echo(render_report(report, "json"), nl=False)
     return report.exit_code
 
 

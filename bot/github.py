@@ -270,6 +270,7 @@ class ActionsEnv:
     output: str | None = None
     run_id: int | None = None
     run_number: int | None = None
+    run_attempt: int = 1  # GITHUB_RUN_ATTEMPT: above 1 when a job of the run is re-run
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] | None = None) -> ActionsEnv:
@@ -297,6 +298,7 @@ class ActionsEnv:
             output=environ.get("GITHUB_OUTPUT") or None,
             run_id=_positive_int(environ, "GITHUB_RUN_ID"),
             run_number=_positive_int(environ, "GITHUB_RUN_NUMBER"),
+            run_attempt=_positive_int(environ, "GITHUB_RUN_ATTEMPT") or 1,
         )
 
     @property

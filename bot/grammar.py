@@ -16,9 +16,11 @@ from dataclasses import dataclass, replace
 
 from stagebot.bot.command import TEST_BACKENDS, Command, RunOptions
 from stagebot.bot.errors import CommandError
-from stagebot.bot.suggest import unknown
+from stagebot.bot.suggest import excerpt, unknown
 
-BOT_LINE = re.compile(r"^[ \t]*/bot(?:[ \t]+(?P<args>.*?))?[ \t]*$")
+# Linear on any line: one unbounded repeat after the literal (a lazy `.*?` before `[ \t]*$`
+# backtracks quadratically on long runs of blanks); the arguments' blanks are stripped after.
+BOT_LINE = re.compile(r"^[ \t]*/bot(?:[ \t](?P<args>.*))?$")
 FENCE = re.compile(r"^[ \t]{0,3}(?P<fence>`{3,}|~{3,})")
 QUOTE = re.compile(r"^[ \t]*>")
 INDENTED_CODE = re.compile(r"^(?: {4}| {0,3}\t)")  # 4 columns: GitHub shows code (or plain text)
@@ -32,6 +34,14 @@ HELP_FLAGS = ("-h", "--help")
 LINE_BREAK = re.compile(r"\r\n|\r|\n")
 HTML_COMMENT = re.compile(r"<!--.*?(?:-->|\Z)", re.DOTALL)  # invisible on GitHub
 LIST_ITEM = re.compile(r"^[A-Za-z0-9_*][A-Za-z0-9_*.-]*$")
+# One piece of a shell word (shlex.split's POSIX rules); shlex itself grows each token a character
+# at a time, quadratic on a long token, so the /bot line is split with this instead.
+WORD_PIECE = re.compile(
+    r"(?P<plain>[^ \t\r\n\"'\\]+)|\\(?P<escaped>.)|\"(?P<double>(?:[^\"\\]|\\.)*)\""
+    r"|'(?P<single>[^']*)'|(?P<blank>[ \t\r\n]+)",
+    re.DOTALL,
+)
+DOUBLE_QUOTED_ESCAPE = re.compile(r'\\(["\\])')
 SHA_MIN, SHA_MAX = 7, 40
 SHA_PREFIX = re.compile(r"^[0-9a-f]+$")
 
@@ -152,7 +162,7 @@ def _parse_run(args: list[str]) -> Command:
         value: object
         if flag.kind == "bool":
             if inline:
-                raise CommandError(f"{flag.name} takes no value (got {inline!r})")
+                raise CommandError(f"{flag.name} takes no value (got {excerpt(inline)})")
             value = True
         elif flag.kind == "list":
             if inline:
@@ -185,7 +195,7 @@ def _parse_run(args: list[str]) -> Command:
 def _split_list(flag: Flag, raw: str) -> tuple[str, ...]:
     items = tuple(item.strip() for item in raw.split(","))
     if not all(items):
-        raise CommandError(f"{flag.name} has an empty item in {raw!r}; write {flag.metavar}")
+        raise CommandError(f"{flag.name} has an empty item in {excerpt(raw)}; write {flag.metavar}")
     if flag.name == "--test-backend":
         items = tuple(item.lower() for item in items)
         for item in items:
@@ -194,7 +204,7 @@ def _split_list(flag: Flag, raw: str) -> tuple[str, ...]:
     for item in items:
         if not LIST_ITEM.match(item):
             raise CommandError(
-                f"{flag.name} item {item!r} is not a name (letters, digits, _ . - and * "
+                f"{flag.name} item {excerpt(item)} is not a name (letters, digits, _ . - and * "
                 f"wildcards, not starting with -); write {flag.metavar}"
             )
     return items
@@ -209,13 +219,17 @@ def _check_contradictions(given: dict[str, object]) -> None:
 def _pipeline_id(where: str, raw: str) -> int:
     match = PIPELINE_ID.match(raw)
     if not match:
-        raise CommandError(f"{where} takes a pipeline id such as 47634 or #47634, not {raw!r}")
+        raise CommandError(
+            f"{where} takes a pipeline id such as 47634 or #47634, not {excerpt(raw)}"
+        )
     return int(match["id"])
 
 
 def _parse_kill(args: list[str]) -> Command:
     if args:
-        raise CommandError(f"kill takes no arguments (got {' '.join(args)!r}); write /bot kill")
+        raise CommandError(
+            f"kill takes no arguments (got {excerpt(' '.join(args))}); write /bot kill"
+        )
     return Command("kill")
 
 
@@ -235,7 +249,7 @@ def _parse_skip(args: list[str]) -> Command:
 def _parse_reuse_pipeline(args: list[str]) -> Command:
     if len(args) > 1:
         raise CommandError(
-            f"reuse-pipeline takes at most one pipeline id (got {' '.join(args)!r}); "
+            f"reuse-pipeline takes at most one pipeline id (got {excerpt(' '.join(args))}); "
             "write /bot reuse-pipeline [#N]"
         )
     return Command(
@@ -309,6 +323,36 @@ SUBCOMMANDS: dict[str, Subcommand] = {
 }
 
 
+def split_words(line: str) -> list[str]:
+    """``shlex.split(line)`` in linear time: blanks separate words, quotes group them, a
+    backslash escapes the next character (in double quotes only ``"`` and ``\\``)."""
+    words: list[str] = []
+    pieces: list[str] | None = None  # the word being read (None: between words)
+    position = 0
+    while position < len(line):
+        match = WORD_PIECE.match(line, position)
+        if match is None:  # an unclosed quote, or a backslash at the very end
+            rest = line[position:]
+            trailing = len(rest) - len(rest.rstrip("\\"))
+            cut_escape = rest[0] == "\\" or (rest[0] == '"' and trailing % 2 == 1)
+            raise ValueError("No escaped character" if cut_escape else "No closing quotation")
+        position = match.end()
+        if match["blank"] is not None:
+            if pieces is not None:
+                words.append("".join(pieces))
+            pieces = None
+            continue
+        if match["double"] is not None:
+            piece = DOUBLE_QUOTED_ESCAPE.sub(r"\1", match["double"])
+        else:
+            piece = next(p for p in match.group("plain", "escaped", "single") if p is not None)
+        pieces = pieces if pieces is not None else []
+        pieces.append(piece)
+    if pieces is not None:
+        words.append("".join(pieces))
+    return words
+
+
 def find_command_line(comment: str) -> tuple[int, str] | None:
     """Return (1-based line number, arguments) of the comment's one `/bot` line, or None."""
     found: list[tuple[int, str]] = []
@@ -336,9 +380,10 @@ def find_command_line(comment: str) -> tuple[int, str] | None:
             continue
         match = BOT_LINE.match(line)
         if match:
-            found.append((number, match["args"] or ""))
+            found.append((number, (match["args"] or "").strip(" \t")))
     if len(found) > 1:
-        lines = " and ".join(str(number) for number, _ in found)
+        numbers = [str(number) for number, _ in found[:5]]
+        lines = " and ".join(numbers) if len(found) <= 5 else f"{', '.join(numbers)}, …"
         raise CommandError(
             f"found {len(found)} /bot commands (lines {lines}); put one command per comment"
         )
@@ -356,7 +401,7 @@ def parse_comment(comment: str) -> Command:
         return Command(None)
     number, raw = located
     try:
-        args = shlex.split(raw.translate(TYPOGRAPHIC_QUOTES))
+        args = split_words(raw.translate(TYPOGRAPHIC_QUOTES))
     except ValueError as error:
         raise CommandError(f"cannot split the /bot line on line {number}: {error}") from None
     if not args:

@@ -49,7 +49,7 @@ HISTORY_PIPELINES = 20  # how far back main's flaky history looks
 SQLITE_HEADER = b"SQLite format 3\x00"
 LEDGER_TABLES = {"pipelines", "shards", "tests"}
 DEFAULT_REPO = "local"
-FINAL_STATES = ("SUCCESS", "FAILURE", "ABORTED")
+FINAL_STATES = ("SUCCESS", "FAILURE", "ABORTED", "NOT_RUN")
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS pipelines (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -99,6 +99,10 @@ class LedgerError(StagebotError):
     """The ledger cannot be used (locked, corrupt, unwritable); nothing ran or changed."""
 
     exit_code = 3
+
+
+class UnknownPipelineError(StagebotError):
+    """A command names a pipeline the ledger does not have (a user error: exit 2)."""
 
 
 class LedgerBusyError(LedgerError):
@@ -493,15 +497,21 @@ class Ledger:
             if row is None:
                 return Validation(None, None, None, False, "no successful gating pipeline to reuse")
             source = row["number"]
-        record = self.pipeline(source, with_results=False)
+        record = self.pipeline(source)
         if record is None:
-            return Validation(None, source, None, False, f"pipeline #{source} is not in the ledger")
-        if record.state != "SUCCESS" or not record.gating:
-            why = (
-                f"pipeline #{source} ended {record.state}"
-                if record.state != "SUCCESS"
-                else f"pipeline #{source} was a partial run (Partly Tested): it cannot validate"
-            )
+            return Validation(None, source, None, False, self.unknown_pipeline(source))
+        not_run = [r.stage for r in record.results if r.state == "NOT_RUN"]
+        if record.state != "SUCCESS" or not record.gating or not_run:
+            if record.state != "SUCCESS":
+                why = f"pipeline #{source} ended {record.state}"
+            elif not record.gating:
+                why = f"pipeline #{source} was a partial run (Partly Tested): it cannot validate"
+            else:
+                why = (
+                    f"pipeline #{source} did not run {len(not_run)} stage(s) "
+                    f"({', '.join(not_run[:3])}{', …' if len(not_run) > 3 else ''}): "
+                    "it cannot validate"
+                )
             return Validation(None, source, record.commit, False, why + "; run `/bot run`")
         number = self.start_pipeline(
             command={"version": 1, "command": "reuse-pipeline", "options": {"pipeline_id": source}},
@@ -591,6 +601,25 @@ class Ledger:
             if row is not None:
                 return row["number"]
         return None
+
+    def unknown_pipeline(self, number: int) -> str:
+        """Why pipeline ``number`` cannot be used: the ledger lacks it; names the ones it has."""
+        rows = self._query(
+            "SELECT number FROM pipelines WHERE repo = ? ORDER BY number DESC LIMIT 11",
+            (self.repo,),
+        )
+        have = [f"#{row['number']}" for row in rows]
+        listing = (
+            "it has none yet"
+            if not have
+            else f"it has {', '.join(have[:10])}{', …' if len(have) > 10 else ''}"
+        )
+        return f"pipeline #{number} is not in the ledger {self.path} ({listing})"
+
+    def require_pipeline(self, number: int) -> None:
+        """Raise UnknownPipelineError (naming the pipelines it has) when ``number`` is not here."""
+        if self.pipeline(number, with_results=False) is None:
+            raise UnknownPipelineError(self.unknown_pipeline(number))
 
     def latest_number(self) -> int | None:
         row = self._query_one("SELECT MAX(number) AS n FROM pipelines WHERE repo = ?", (self.repo,))

@@ -14,7 +14,7 @@ from typing import Any
 from stagebot.bot.errors import StagebotError
 
 MARKER_VERSION = 1
-PIPELINE_STATES = ("RUNNING", "SUCCESS", "FAILURE", "ABORTED")
+PIPELINE_STATES = ("RUNNING", "SUCCESS", "FAILURE", "ABORTED", "NOT_RUN")
 # The bot's own position: the body's last line (render() never writes a newline), optionally
 # preceded by the ledger digest line. Anything marker-like elsewhere (user text that escaped
 # escaping, a quote) is never read.
@@ -34,7 +34,7 @@ class ReplyMarker:
     pipeline: int
     commit: str
     comment_id: int  # the triggering comment
-    state: str  # RUNNING | SUCCESS | FAILURE | ABORTED
+    state: str  # RUNNING | SUCCESS | FAILURE | ABORTED | NOT_RUN
     stages: dict[str, str] = field(default_factory=dict)  # stage -> StageResult state
 
     def render(self) -> str:

@@ -167,6 +167,7 @@ class CommentHandler:
     replies: list[Reply] = field(init=False, default_factory=list)
     pipeline: int = field(init=False, default=0)
     pull: PullRequest = field(init=False)
+    resuming: Reply | None = field(init=False, default=None)
 
     @property
     def ledger(self) -> Ledger | None:
@@ -182,16 +183,17 @@ class CommentHandler:
         self.replies = our_replies(comments, self.config.bot_login)
         self.ledger_source.trusted = lambda: ledger_digests(self.replies)
         earlier = reply_to(self.replies, self.event.comment_id)
-        if earlier is not None:
+        if earlier is not None and not self._unfinished(earlier):
             return Outcome(
                 f"no-op: comment {self.event.comment_id} was already handled "
                 f"(reply {earlier.comment.id}, pipeline #{earlier.marker.pipeline})"
             )
-        if self._rate_limited(comments):
+        if earlier is None and self._rate_limited(comments):  # a resumed one counted already
             return Outcome(
                 f"no-op: @{self.event.author} reached the limit of {self.config.rate_limit} "
                 "answered /bot comments on this PR per hour"
             )
+        self.resuming = earlier  # a re-run of this workflow run's plan job: finish the pipeline
         self.pipeline = self.env.run_number or next_pipeline(self.replies)
         self.pull = self.api.pull(number)
         try:
@@ -220,6 +222,17 @@ class CommentHandler:
         }[command.name]
         return handler(command)
 
+    def _unfinished(self, earlier: Reply) -> bool:
+        """Our reply to this comment says RUNNING for this very workflow run, and this is a
+        re-run attempt: the plan job posted the reply, then failed (e.g. the status write kept
+        failing). A second delivery of the event is a new run, and stays a no-op."""
+        return (
+            earlier.marker.state == "RUNNING"
+            and self.env.run_attempt > 1
+            and self.env.run_number is not None
+            and earlier.marker.pipeline == self.env.run_number
+        )
+
     # ---- commands
     def _run(self, command: Command) -> Outcome:
         from stagebot.stages.catalog import load_catalog
@@ -229,6 +242,9 @@ class CommentHandler:
         commit = self.pull.head_sha  # pinned now: later pushes do not change this pipeline
         changed = self.api.changed_files(self.pull.number)
         try:
+            reuse_from = command.run.reuse_test if command.run else None
+            if isinstance(reuse_from, int) and self.ledger is not None:
+                self.ledger.require_pipeline(reuse_from)
             catalog = load_catalog(self.catalog_path)
             plan = plan_run(
                 command,
@@ -255,7 +271,8 @@ class CommentHandler:
         self.api.react(self.event.comment_id, "eyes")
         cancelled = self._stop_running(f"Superseded by PR_Github #{self.pipeline}.")
         entries = [entry.to_json() for entry in matrix_entries(plan, catalog, self.pipeline)]
-        if self.ledger is not None:
+        recorded = self.ledger.pipeline(self.pipeline, with_results=False) if self.ledger else None
+        if self.ledger is not None and recorded is None:  # a re-run may find it recorded
             self.ledger.start_pipeline(
                 command=command.to_json(),
                 commit=commit,
@@ -527,6 +544,12 @@ class CommentHandler:
             )
             return found.comment if found else None
 
-        comment = self.api.create_comment(self.pull.number, body, recover=landed)
+        if self.resuming is not None:  # the reply a failed attempt posted: edit it in place
+            comment = replace(self.resuming.comment, body=body)
+            self.api.edit_comment(comment.id, body)
+            self.replies.remove(self.resuming)
+            self.resuming = None
+        else:
+            comment = self.api.create_comment(self.pull.number, body, recover=landed)
         self.replies.append(Reply(comment, marker))
         return comment

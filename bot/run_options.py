@@ -6,13 +6,28 @@ from pathlib import Path
 
 import click
 
-DEFAULT_LEDGER = Path("out/ledger.sqlite")
+DEFAULT_LEDGER = Path("out/ledger.sqlite")  # under the repository root, wherever `bot` runs
+
+
+def default_ledger(root: Path) -> Path:
+    return root / DEFAULT_LEDGER
+
+
+def default_out(root: Path, pipeline: int) -> Path:
+    return root / "out" / f"pipeline-{pipeline}"
+
+
+def _root_default(ctx, param, value: Path | None) -> Path:
+    from stagebot.bot.worktree import repository_root
+
+    return value if value is not None else repository_root(Path.cwd())
+
 
 ledger_option = click.option(
     "--ledger",
     type=click.Path(path_type=Path),  # the ledger checks the path itself (unusable: exit 3)
     default=None,
-    help=f"The pipeline ledger (SQLite). `bot run` default: {DEFAULT_LEDGER}.",
+    help=f"The pipeline ledger (SQLite). Default: {DEFAULT_LEDGER} under the repository root.",
 )
 base_ledger_option = click.option(
     "--base-ledger",
@@ -44,7 +59,8 @@ shard_timeout_option = click.option(
 root_option = click.option(
     "--root",
     type=click.Path(exists=True, file_okay=False, path_type=Path),
-    default=Path("."),
-    show_default=True,
-    help="Repository root: the working directory of every shard (suite paths are relative).",
+    default=None,
+    callback=_root_default,
+    help="Repository root: the working directory of every shard (suite paths are relative). "
+    "Default: the git work tree's top folder (from any subfolder), else the current folder.",
 )

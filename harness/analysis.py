@@ -18,7 +18,8 @@ naming them). A sticky CUDA error (an illegal memory access poisons the process)
 with the later tests of its shard that failed the same way as its collateral. A shard that ended in
 ERROR without any failed test is one "(whole shard)" entry. Pipeline state and exit code: any NEW
 / PRE-EXISTING / UNCLASSIFIED -> FAILURE, 1; only INFRA -> FAILURE, 3; cancelled -> ABORTED, 1;
-otherwise SUCCESS, 0.
+no shard ran (each one NOT_RUN or REUSED, at least one NOT_RUN) -> NOT_RUN, 4; otherwise
+SUCCESS, 0.
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ class Failure:
 @dataclass(frozen=True)
 class Analysis:
     failures: list[Failure]
-    state: str  # SUCCESS | FAILURE | ABORTED
+    state: str  # SUCCESS | FAILURE | ABORTED | NOT_RUN
     exit_code: int
     base_pipeline: int | None
     not_run: list[tuple[str, str]] = field(default_factory=list)  # (stage, why)
@@ -112,6 +113,14 @@ def is_infra(evidence: str | None, log: str | None = None) -> bool:
     return judge(read_sources(evidence, log)).machine is not None
 
 
+def nothing_ran(results: list[StageResult]) -> bool:
+    """No shard ran here, and some could not (this host lacks their GPUs, ``--cpu-slots 0``):
+    not a pass, whatever was reused."""
+    return any(r.state == "NOT_RUN" for r in results) and all(
+        r.state in ("NOT_RUN", "REUSED") for r in results
+    )
+
+
 def analyse(
     results: list[StageResult],
     *,
@@ -157,6 +166,8 @@ def analyse(
         state, code = "FAILURE", 1
     elif "INFRA" in categories:
         state, code = "FAILURE", 3
+    elif nothing_ran(results):
+        state, code = "NOT_RUN", 4
     else:
         state, code = "SUCCESS", 0
     not_run = [(r.stage, r.evidence or "not run") for r in results if r.state == "NOT_RUN"]

@@ -23,7 +23,7 @@ from pathlib import Path
 from stagebot.bot.ledger import retry_busy
 from stagebot.harness.collect import CollectError, collect_tests
 from stagebot.harness.gpus import Device, describe, detect_devices, gpu_types_of
-from stagebot.harness.progress import Progress
+from stagebot.harness.progress import Expected, Progress
 from stagebot.harness.results import StageResult
 from stagebot.harness.scheduler import CPU, Job, Running, Scheduler
 from stagebot.harness.shard import (
@@ -107,9 +107,16 @@ def execute(
         if entry.stage in reuse and not _is_split(entry):
             record(_reused_result(entry), _copied_tests(ledger, entry.stage, entry.reuse_from))
     entries = [entry for entry in entries if entry.stage not in reuse or _is_split(entry)]
+    runnable = []
+    for entry in entries:  # before the split: a shard that cannot run here costs no collection
+        missing = _missing_hardware(entry, scheduler, catalog, devices)
+        if missing and entry.stage not in reuse:
+            record(not_run_result(entry, settings.out_dir / entry.stage, "NOT_RUN", missing))
+        else:
+            runnable.append(entry)
     jobs: dict[str, tuple[Job, MatrixEntry]] = {}
     shares = _split(
-        entries, reuse, plan, pipeline, settings, ledger, durations, record, partly_reused
+        runnable, reuse, plan, pipeline, settings, ledger, durations, record, partly_reused
     )
     for entry in shares:
         out = settings.out_dir / entry.stage
@@ -124,6 +131,13 @@ def execute(
             Job(entry.stage, entry.gpu_type, max(entry.gpu_count, 1), expected),
             entry,
         )
+    progress.plan(
+        {
+            stage: Expected(_expected_tests(entry, durations), job.expected_s)
+            for stage, (job, entry) in jobs.items()
+        },
+        parallel=len(scheduler.devices),
+    )
     _run_jobs(jobs, scheduler, settings, ledger, progress, execution, record)
     return execution
 
@@ -351,6 +365,17 @@ def _expected_s(entry: MatrixEntry, ledger, durations) -> float:
         if known:
             return sum(known) * len(entry.tests) / len(known)
     return ledger.shard_duration(entry.stage) or DEFAULT_EXPECTED_S
+
+
+def _expected_tests(entry: MatrixEntry, durations) -> int | None:
+    """How many tests the shard will run: its share when split, else as many as the ledger
+    recorded for its family (None: never recorded), less the reused ones."""
+    if entry.command is not None:
+        return 0
+    known = entry.tests or list(durations(entry.stage.rsplit("-", 1)[0]))
+    if not known:
+        return None
+    return len(set(known) - set(entry.reused_tests))
 
 
 def _reused_result(shard) -> StageResult:

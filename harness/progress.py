@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
@@ -15,12 +16,60 @@ from stagebot.harness.streams import LiveCounts
 PREFIX = "[stagebot]"
 
 
+@dataclass(frozen=True)
+class Expected:
+    """What the ledger says a shard will take: its test count (None: never recorded) and time."""
+
+    tests: int | None
+    seconds: float
+
+
 class Progress:
+    """Prints the start and end of each shard and, on a terminal, a live line; both show the
+    tests done of the total and the time left, estimated from the ledger's durations."""
+
     def __init__(self, stream: TextIO | None = None, live: bool | None = None):
         self.stream = stream or sys.stderr
         self.live = self.stream.isatty() if live is None else live
         self.running: dict[str, tuple[float, LiveCounts]] = {}
         self.lock = threading.Lock()
+        self.expected: dict[str, Expected] = {}
+        self.done: dict[str, int] = {}  # stage -> tests it ran (finished shards)
+        self.parallel = 1
+
+    def plan(self, expected: dict[str, Expected], parallel: int) -> None:
+        """The shards that will run (stage -> Expected) on ``parallel`` slots at most."""
+        self.expected, self.parallel = dict(expected), max(parallel, 1)
+
+    def overall(self) -> str:
+        """``12/40 tests, ~3m left``: tests done of the total and the estimated time left (the
+        expected seconds of the shards not finished, less what the running ones have spent,
+        spread over the slots). Empty before ``plan`` is told of any shard."""
+        if not self.expected:
+            return ""
+        now = time.monotonic()
+        done = total = 0
+        left_s, unknown = 0.0, False
+        for stage, expected in self.expected.items():
+            if stage in self.done:  # finished: its real count
+                done += self.done[stage]
+                total += self.done[stage]
+                continue
+            if expected.tests is None:
+                unknown = True
+            else:
+                total += expected.tests
+            if stage in self.running:
+                start, live = self.running[stage]
+                done += sum(live.counts().values())
+                left_s += max(expected.seconds - (now - start), 0.0)
+            else:
+                left_s += expected.seconds
+        pending = len(self.expected) - len(self.done)
+        eta = left_s / max(min(self.parallel, pending), 1)
+        shards = f"{len(self.done)}/{len(self.expected)} shards"
+        total_text = f"{max(total, done)}{'+' if unknown else ''}"
+        return f"{shards}, {done}/{total_text} tests, ~{_eta(eta)} left"
 
     def line(self, text: str) -> None:
         with self.lock:
@@ -35,10 +84,16 @@ class Progress:
 
     def finished(self, result: StageResult) -> None:
         self.running.pop(result.stage, None)
+        if result.stage in self.expected:
+            self.done[result.stage] = len(result.tests)
         counts = _counts(result)
         failed = result.evidence and result.state != "SUCCESS"
         why = f" — {cause_line(result.evidence)}" if failed else ""
-        self.line(f"{result.state:<8} {result.stage} {result.duration_s:.1f}s {counts}{why}")
+        overall = self.overall()
+        self.line(
+            f"{result.state:<8} {result.stage} {result.duration_s:.1f}s {counts}{why}"
+            + (f" [{overall}]" if overall else "")
+        )
 
     def tick(self) -> None:
         """Redraw the live line (stage, elapsed, pass/fail so far); no-op for plain output."""
@@ -50,9 +105,20 @@ class Progress:
             passed = counts.get("passed", 0)
             failed = counts.get("failed", 0) + counts.get("error", 0)
             parts.append(f"{stage} {time.monotonic() - start:.0f}s {passed}✓ {failed}✗")
+        overall = self.overall()
+        line = (f"[{overall}] " if overall else "") + " | ".join(parts)
         with self.lock:
-            self.stream.write("\r\033[K" + " | ".join(parts)[:200])
+            self.stream.write("\r\033[K" + line[:200])
             self.stream.flush()
+
+
+def _eta(seconds: float) -> str:
+    seconds = round(seconds)
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
 
 
 def _counts(result: StageResult) -> str:

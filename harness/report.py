@@ -17,10 +17,11 @@ reply marker).
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stagebot.harness.analysis import BLOCKING, Analysis, analyse
 from stagebot.harness.causes import cause_line, is_environment
@@ -28,11 +29,26 @@ from stagebot.harness.results import ResultError, StageResult
 from stagebot.harness.streams import read_stream
 from stagebot.templates.markdown import Trusted, escape, url
 
+if TYPE_CHECKING:
+    from markupsafe import Markup
+
 COMMENT_LIMIT = 65_536
+HEADLINE_MARKS = re.compile("(?:✅|❌|⚠️|⏹️|🛠️) ?")
+INLINE_CODE = re.compile(r"`([^`]+)`")
+TICK_STEPS_S = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 14_400, 28_800)
 PARTLY_TESTED = (
-    "(Partly Tested): this run did not cover the whole default selection, so it cannot set the "
-    "PR's status; comment plain `/bot run` for that."
+    "This run did not cover the whole default selection, so it does not set the PR's status; "
+    "comment plain `/bot run` for that."
 )
+
+
+@dataclass(frozen=True)
+class StatusDecision:
+    """The gating commit status a pipeline sets: ``state`` (success | failure | error) with its
+    ``description``; ``state`` None when the pipeline leaves the status alone (Partly Tested)."""
+
+    state: str | None
+    description: str
 
 
 @dataclass
@@ -41,7 +57,7 @@ class Report:
     commit: str | None
     pr: int | None
     command: str
-    state: str  # pipeline state (SUCCESS | FAILURE | ABORTED | RUNNING)
+    state: str  # pipeline state (SUCCESS | FAILURE | ABORTED | NOT_RUN | RUNNING)
     gating: bool
     partly_tested_reason: str | None
     started_at: str | None
@@ -52,6 +68,7 @@ class Report:
     slots: dict[str, list[str]] = field(default_factory=dict)
     reused_tests: dict[str, list[str]] = field(default_factory=dict)
     host: str = ""
+    triggered_by: str = ""  # who started a local run (the OS user); the bot's replies say it
     ignored_results: list[str] = field(default_factory=list)  # result files not accepted
 
     @property
@@ -59,18 +76,54 @@ class Report:
         return self.analysis.exit_code
 
     @property
+    def status(self) -> StatusDecision:
+        """The one decision of the status this pipeline sets: the reply says what `bot publish`
+        sets. A gating pipeline always sets one; shards that could not run make it an error."""
+        own = f"PR_Github #{self.pipeline}"
+        if not self.gating:
+            return StatusDecision(None, "Partly Tested: the status is left alone")
+        if self.state == "FAILURE":
+            return StatusDecision("failure", f"{own} failed: {self.headline()}")
+        if self.state == "ABORTED":
+            return StatusDecision("error", f"{own} was aborted before it finished")
+        if self.state != "SUCCESS" or self.analysis.not_run:
+            missing = len(self.analysis.not_run)
+            return StatusDecision("error", f"{own} could not run {missing} stage(s): not a pass")
+        return StatusDecision("success", f"{own} passed on {self.sha7}")
+
+    @property
     def sets_status(self) -> bool:
-        return self.gating and not self.analysis.not_run
+        return self.status.state is not None
+
+    @property
+    def dirty(self) -> bool:
+        """Run on a work tree with uncommitted changes (bot/worktree.py's identity)."""
+        return "+dirty." in (self.commit or "")
 
     @property
     def sha7(self) -> str:
-        return (self.commit or "unknown")[:7]
+        return (self.commit or "unknown")[:7] + ("+dirty" if self.dirty else "")
+
+    def dirty_note(self) -> str:
+        """Why a dirty tree's run reused nothing recorded for its commit."""
+        sha = (self.commit or "").partition("+")[0]
+        return (
+            f"the work tree differs from commit {sha[:7]}, so this run is recorded as "
+            f"{self.commit} and only that exact state can reuse its results: nothing recorded "
+            f"for {sha[:7]} itself was reused. Commit or stash the changes to reuse results."
+        )
 
     def headline(self) -> str:
         counts = self.analysis.counts()
         blocking = sum(counts[c] for c in BLOCKING)
+        not_run = len(self.analysis.not_run)
         if self.state == "ABORTED":
             return "⏹️ Cancelled before it finished — comment `/bot run` to start again."
+        if self.state == "NOT_RUN":
+            return (
+                f'⚠️ Nothing ran: {not_run} shard(s) could not run on this host (see "Not run") '
+                "— nothing was tested, so this is not a pass."
+            )
         if counts["NEW"]:
             return (
                 f"❌ {counts['NEW']} new failure(s) this PR likely caused — fix them, then "
@@ -94,7 +147,12 @@ class Report:
                 "runtime errors) — comment `/bot run` to retry; reuse re-runs only what failed."
             )
         flaky = f" ({counts['FLAKY']} flaky test(s) listed below)" if counts["FLAKY"] else ""
-        if not self.sets_status:
+        if not_run:
+            return (
+                f"⚠️ Everything that ran passed{flaky}, but {not_run} shard(s) could not run "
+                '(see "Not run") — not a pass.'
+            )
+        if not self.gating:
             return f"✅ Everything that ran passed{flaky} — Partly Tested, see below."
         return f"✅ All stages passed{flaky} — nothing to do."
 
@@ -134,7 +192,14 @@ class Report:
             for lane in self.slots.get(result.stage) or result.gpus or ["CPU"]:
                 spans.append((lane, start, max(end, start), result))
         if not spans:
-            return {"lanes": [], "bars": [], "width": width, "height": lane_height, "span": 0}
+            return {
+                "lanes": [],
+                "bars": [],
+                "ticks": [],
+                "width": width,
+                "height": lane_height,
+                "span": 0,
+            }
         t0 = min(s for _, s, _, _ in spans)
         span = max(e for _, _, e, _ in spans) - t0 or 1.0
         lanes = sorted({lane for lane, *_ in spans})
@@ -152,11 +217,19 @@ class Report:
             }
             for lane, start, end, result in spans
         ]
+        step = next((s for s in TICK_STEPS_S if span / s <= 6), span)
+        ticks = [
+            {"x": round(label + t * scale, 1), "label": f"{t:g}s" if t < 60 else _duration(t)}
+            for t in (i * step for i in range(int(span // step) + 1))
+        ]
+        lanes_height = len(lanes) * lane_height + 8
         return {
             "lanes": [{"name": n, "y": i * lane_height + 4} for i, n in enumerate(lanes)],
             "bars": bars,
+            "ticks": ticks,  # the time axis: elapsed time since the first shard started
             "width": width,
-            "height": len(lanes) * lane_height + 8,
+            "lanes_height": lanes_height,
+            "height": lanes_height + 18,
             "span": _duration(span),
         }
 
@@ -202,6 +275,7 @@ def report_from_record(
         slots=meta.get("slots", {}),
         reused_tests=record.reused_tests,
         host=meta.get("host", ""),
+        triggered_by=meta.get("triggered_by", ""),
         ignored_results=list(meta.get("ignored_results") or []),
     )
 
@@ -254,7 +328,7 @@ def render_report(report: Report, fmt: str = "md", *, limit: int = COMMENT_LIMIT
     from stagebot.templates import render_template
 
     if fmt == "html":
-        return render_template("report.html.j2", r=report, partly=PARTLY_TESTED)
+        return render_template("report.html.j2", r=report, partly=PARTLY_TESTED, inline=html_inline)
     if fmt != "md":
         raise ValueError(f"unknown report format {fmt!r}; expected md, html or json")
     for compact in (0, 1, 2):
@@ -276,6 +350,15 @@ def render_report(report: Report, fmt: str = "md", *, limit: int = COMMENT_LIMIT
     return text[: limit - len(pointer)] + pointer
 
 
+def html_inline(text: object) -> Markup:
+    """Report text for the HTML page: escaped, `code` spans as <code>, and without the emoji
+    marks (a browser without an emoji font draws boxes; the state has its own colour there)."""
+    from markupsafe import Markup, escape
+
+    plain = HEADLINE_MARKS.sub("", str(text))
+    return Markup(INLINE_CODE.sub(r"<code>\1</code>", str(escape(plain))))
+
+
 def reply_triggered(report: Report) -> str:
     from stagebot.templates import render_template
 
@@ -285,7 +368,7 @@ def reply_triggered(report: Report) -> str:
 def reply_completed(report: Report) -> str:
     from stagebot.templates import render_template
 
-    return render_template("report_reply_completed.md.j2", r=report, partly=PARTLY_TESTED)
+    return render_template("report_reply_completed.md.j2", r=report)
 
 
 def md_code(text: object) -> str:
@@ -302,6 +385,7 @@ def _json(report: Report) -> dict[str, Any]:
         "state": report.state,
         "exit_code": report.exit_code,
         "sets_status": report.sets_status,
+        "status": asdict(report.status),
         "headline": report.headline(),
         "stages": [r.to_json() for r in report.results],
         "failures": [

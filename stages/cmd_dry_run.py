@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import click
 
@@ -17,7 +18,8 @@ from stagebot.bot.cli_options import (
     read_comment,
 )
 from stagebot.bot.grammar import parse_comment
-from stagebot.bot.run_options import DEFAULT_LEDGER, ledger_option
+from stagebot.bot.run_options import default_ledger, ledger_option
+from stagebot.bot.worktree import repository_root, tree_identity
 from stagebot.stages.catalog import load_catalog
 from stagebot.stages.plan import Plan
 from stagebot.stages.planner import plan_run
@@ -44,16 +46,14 @@ def dry_run(as_json, catalog, changed_files, commit, pr, ledger, comment) -> Non
         click.echo(f"{what}: nothing to plan (only `/bot run` runs stages)")
         return
     history = None
-    if ledger is None and DEFAULT_LEDGER.exists():
-        ledger = DEFAULT_LEDGER  # what `bot run` without --ledger reads
+    root = repository_root(Path.cwd())
+    if ledger is None and default_ledger(root).exists():
+        ledger = default_ledger(root)  # what `bot run` without --ledger reads
     if ledger is not None:
-        from pathlib import Path
-
         from stagebot.bot.ledger import Ledger
-        from stagebot.bot.worktree import tree_identity
 
         if commit is None:
-            commit, _ = tree_identity(Path("."))
+            commit, _ = tree_identity(root, outputs=(ledger, root / "out"))
         # A ledger `bot run` has not created yet holds no history: everything would run.
         history = Ledger.open(ledger, readonly=True) if ledger.exists() else None
     try:

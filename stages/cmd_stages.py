@@ -18,7 +18,7 @@ from stagebot.stages.planner import STAGE_LISTING
 
 @click.command()
 @catalog_option
-@click.option("--list", "list_all", is_flag=True, help="List every stage.")
+@click.option("--list", "list_all", is_flag=True, help="List every stage (the default).")
 @click.option("--stage", "stage_name", metavar="NAME", help="Describe one stage.")
 @click.option("--test", "test_id", metavar="ID", help="Which stages run this test id or path.")
 @click.option(
@@ -32,24 +32,45 @@ from stagebot.stages.planner import STAGE_LISTING
 def stages(
     catalog, list_all: bool, stage_name: str | None, test_id: str | None, ledger, branch
 ) -> None:
-    """Show the stage catalog (give exactly one of --list, --stage, --test)."""
+    """Show the stage catalog: every stage (the default, or --list), one (--stage), or the
+    stages that run a test (--test)."""
     given = [
         flag
         for flag, value in (("--list", list_all), ("--stage", stage_name), ("--test", test_id))
         if value
     ]
-    if len(given) != 1:
-        raise click.UsageError("give exactly one of --list, --stage NAME, --test ID")
+    if len(given) > 1:
+        raise click.UsageError(f"give one of --list, --stage NAME, --test ID (got {given})")
     loaded = load_catalog(catalog)
-    if list_all:
-        click.echo(_table(loaded.stages))
-    elif stage_name:
+    if stage_name:
         click.echo(_describe(loaded, _find_stage(loaded, stage_name)))
-    else:
+    elif test_id:
+        test_id = _repository_relative(test_id)
         click.echo(_stages_for_test(loaded, test_id))
         history = _history(ledger, branch, test_id)
         if history:
             click.echo(history)
+    else:
+        click.echo(_table(loaded.stages))
+
+
+def _repository_relative(test_id: str) -> str:
+    """``./path`` or an absolute path inside the repository as the catalog writes suite paths
+    (from the repository root), node id kept: ``/repo/tests/a.py::t`` -> ``tests/a.py::t``."""
+    from stagebot.bot.worktree import repository_root
+
+    path, sep, node = test_id.partition("::")
+    root = repository_root(Path.cwd())
+    given = Path(path)
+    if given.is_absolute() or path.startswith(("./", "../")):
+        absolute = (Path.cwd() / given).resolve()
+        try:
+            path = absolute.relative_to(root.resolve()).as_posix()
+        except ValueError:
+            raise PlanError(
+                f"{test_id!r} is outside the repository {root}; give a path inside it"
+            ) from None
+    return path + sep + node
 
 
 def _table(stages: tuple[Stage, ...]) -> str:
@@ -134,12 +155,13 @@ def _stages_for_test(catalog: Catalog, test_id: str) -> str:
 def _history(ledger: Path | None, branch: str, test_id: str) -> str | None:
     """The test's outcomes in the latest pipelines on ``branch``, and where it was flaky."""
     from stagebot.bot.ledger import HISTORY_PIPELINES, Ledger
-    from stagebot.bot.run_options import DEFAULT_LEDGER
+    from stagebot.bot.run_options import default_ledger
+    from stagebot.bot.worktree import repository_root
 
     if ledger is None:
-        if not DEFAULT_LEDGER.is_file():
+        ledger = default_ledger(repository_root(Path.cwd()))
+        if not ledger.is_file():
             return None
-        ledger = DEFAULT_LEDGER
     with Ledger.open(ledger, readonly=True) as book:
         rows = book.test_history(branch, test_id=test_id)
         flaky = {

@@ -166,7 +166,12 @@ def test_base_outcome_is_read_in_the_same_stage_family() -> None:
             [Outcome("a::b", "passed", 1)], "SUCCESS", None, True, ("ABORTED", 1), id="cancelled"
         ),
         pytest.param(
-            [], "NOT_RUN", "0 tests executed", False, ("SUCCESS", 0), id="not run is not a failure"
+            [],
+            "NOT_RUN",
+            "0 tests executed",
+            False,
+            ("NOT_RUN", 4),
+            id="nothing ran: its own state",
         ),
     ],
 )

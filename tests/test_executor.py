@@ -5,6 +5,7 @@ Each run is a fresh `bot` process from the repository root; the fixture stages t
 
 from __future__ import annotations
 
+import getpass
 import json
 import sqlite3
 import threading
@@ -30,7 +31,8 @@ def ledger(tmp_path: Path) -> Path:
 def test_run_splits_records_and_the_second_run_reuses_everything(tmp_path, ledger) -> None:
     first = run_stages(ledger, tmp_path / "out1", "CPU-PyTorch-1, CPU-PyTorch-2")
     assert first.returncode == 0, first.stdout + first.stderr
-    assert "PR_Github #1 [ run ] triggered by Bot. Commit: `c0ffee`" in first.stdout
+    user = getpass.getuser()  # a local run says who started it
+    assert f"PR_Github #1 [ run ] triggered by {user}. Commit: `c0ffee`" in first.stdout
     assert "completed with state SUCCESS (Partly Tested)" in first.stdout
     done = results(tmp_path / "out1")
     assert set(done) == {"CPU-PyTorch-1", "CPU-PyTorch-2"}
@@ -124,10 +126,11 @@ def test_mixed_run_categories_states_and_not_run(tmp_path, ledger) -> None:
     assert "completed with state FAILURE (Partly Tested)" in done.stdout
 
 
-def test_only_not_run_and_skips_is_success_but_not_gating(tmp_path, ledger) -> None:
+def test_a_run_in_which_nothing_ran_is_not_a_success(tmp_path, ledger) -> None:
     done = run_stages(ledger, tmp_path / "out", "CPU-PyTorch-Skipped-1, H200-PyTorch-1")
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "#### Not run (2)" in done.stdout and "(Partly Tested)" in done.stdout
+    assert done.returncode == 4, done.stdout + done.stderr
+    assert "completed with state NOT_RUN" in done.stdout and "Everything" not in done.stdout
+    assert "#### Not run (2)" in done.stdout and "### ⚠️ Nothing ran" in done.stdout
     assert {r["state"] for r in results(tmp_path / "out").values()} == {"NOT_RUN"}
 
 
@@ -304,7 +307,8 @@ def test_run_stage_from_a_matrix_entry(tmp_path) -> None:
 
 
 def test_report_usage_errors(tmp_path) -> None:
-    assert bot("report").returncode == 2
+    both = bot("report", "--ledger", str(tmp_path / "l.sqlite"), "--results", str(tmp_path))
+    assert both.returncode == 2 and "not both" in both.stderr
     empty = tmp_path / "empty"
     empty.mkdir()
     missing = bot("report", "--results", str(empty))
@@ -318,6 +322,24 @@ def test_commands_that_run_nothing(tmp_path, ledger) -> None:
         "run", "--catalog", str(CATALOG), "--ledger", str(ledger), '/bot run --stage-list "Nope-1"'
     )
     assert bad.returncode == 2 and "unknown stage 'Nope-1'" in bad.stderr
+
+
+def test_naming_a_pipeline_that_does_not_exist_is_an_error(tmp_path, ledger) -> None:
+    first = run_stages(ledger, tmp_path / "o", "CPU-Build_Check")
+    assert first.returncode == 0, first.stderr
+    for comment in (
+        "/bot reuse-pipeline 7",
+        '/bot run --stage-list "CPU-Build_Check" --reuse-test 7',
+    ):
+        done = bot(
+            "run", "--catalog", str(CATALOG), "--ledger", str(ledger), "--commit", "c0ffee", comment
+        )
+        assert done.returncode == 2, done.stdout + done.stderr
+        assert (
+            done.stderr.startswith("Error: pipeline #7 is not in the ledger")
+            and "(it has #1)" in done.stderr
+        )
+        assert len(done.stderr.strip().splitlines()) == 1
 
 
 def test_reuse_pipeline_validates_only_successful_gating_runs(tmp_path, ledger) -> None:

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import re
+import shlex
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from stagebot.bot import grammar
 from stagebot.bot.command import TEST_BACKENDS, Command, RunOptions
 from stagebot.bot.errors import CommandError
 from stagebot.bot.grammar import RUN_FLAGS, help_text, parse_comment, render
@@ -277,6 +281,101 @@ def test_help_is_rendered_from_the_declarations() -> None:
 
 def test_command_line_number_is_recorded() -> None:
     assert parse_comment("hello\n\n/bot kill").line == 3
+
+
+# Linear parsing (timings: tests/bench/bench_planner.py) -------------------------------------
+
+PROBES = " \t\x0b\nab/`~>#.-*\"'0"
+
+
+def _chars(state, item) -> set[str]:
+    """The probe characters one parsed regex item matches."""
+    from re import _compiler, _parser
+
+    compiled = _compiler.compile(_parser.SubPattern(state, [item]), state.flags)
+    return {c for c in PROBES if compiled.fullmatch(c)}
+
+
+def _items(state, items, optional=False):
+    """A pattern as a flat sequence: ("star", chars) for an unbounded backtracking repeat,
+    ("one", optional) for anything else; optional groups are opened, anchors dropped."""
+    from re._constants import AT, MAX_REPEAT, MAXREPEAT, MIN_REPEAT, SUBPATTERN
+
+    for op, av in items:
+        if op is SUBPATTERN:
+            yield from _items(state, av[3], optional)
+        elif op in (MAX_REPEAT, MIN_REPEAT) and av[1] == MAXREPEAT:
+            yield "star", set().union(*(_chars(state, item) for item in av[2]))
+        elif op in (MAX_REPEAT, MIN_REPEAT) and av[:2] == (0, 1):
+            yield from _items(state, av[2], True)
+        elif op is not AT:
+            yield "one", optional
+
+
+def overlapping_repeats(pattern: re.Pattern) -> list[str]:
+    """Pairs of unbounded repeats with only optional items between them that can match the
+    same character: on a long run of that character the engine tries every split (quadratic)."""
+    from re import _parser
+
+    parsed = _parser.parse(pattern.pattern, pattern.flags)
+    found, last = [], None
+    for kind, value in _items(parsed.state, parsed.data):
+        if kind == "star":
+            if last is not None and last & value:
+                found.append(f"{sorted(last)} then {sorted(value)}")
+            last = value
+        elif not value:  # a required item ends the run of optional ones
+            last = None
+    return found
+
+
+def test_the_overlap_check_finds_the_quadratic_bot_line() -> None:
+    old = re.compile(r"^[ \t]*/bot(?:[ \t]+(?P<args>.*?))?[ \t]*$")  # 16 KB took 4.8 s
+    assert overlapping_repeats(old)
+    assert not overlapping_repeats(re.compile(r"^[ \t]*/bot(?:[ \t](?P<args>.*))?$"))
+
+
+def test_every_grammar_pattern_is_linear() -> None:
+    patterns = {n: v for n, v in vars(grammar).items() if isinstance(v, re.Pattern)}
+    assert "BOT_LINE" in patterns
+    assert {
+        name: overlapping_repeats(p) for name, p in patterns.items() if overlapping_repeats(p)
+    } == {}
+
+
+@given(st.text(alphabet=" \t\r\nab-,\"'\\\u00e9"))
+@settings(max_examples=500)
+def test_split_words_splits_as_shlex_does(line: str) -> None:
+    def outcome(split):
+        try:
+            return split(line)
+        except ValueError as error:
+            return str(error)
+
+    assert outcome(grammar.split_words) == outcome(shlex.split)
+
+
+def test_a_long_padded_line_keeps_its_arguments() -> None:
+    blanks = " \t" * 2_000
+    assert parse_comment(f"/bot{blanks}kill{blanks}") == Command("kill", line=1)
+
+
+@pytest.mark.parametrize(
+    "comment",
+    [
+        pytest.param("/bot run --" + "x" * 70_000, id="long unknown flag"),
+        pytest.param("/bot " + "y" * 70_000, id="long unknown command"),
+        pytest.param("/bot kill " + "z" * 70_000, id="long stray argument"),
+        pytest.param("/bot reuse-pipeline " + "9x" * 35_000, id="long pipeline id"),
+        pytest.param('/bot run --stage-list "' + "a," * 35_000 + '"', id="long list"),
+        pytest.param("/bot kill\n" * 20_000, id="many command lines"),
+    ],
+)
+def test_errors_echo_a_short_excerpt_of_a_long_token(comment: str) -> None:
+    with pytest.raises(CommandError) as raised:
+        parse_comment(comment)
+    first = str(raised.value).split("\n\n")[0]  # what precedes the help text
+    assert len(first) < 400, first[:500]
 
 
 # Property tests ------------------------------------------------------------------------------

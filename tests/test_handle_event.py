@@ -340,6 +340,20 @@ def test_unknown_stage_is_answered_like_a_parse_error(gh, handle) -> None:
     assert reactions(gh) == ["confused"]
 
 
+def test_reusing_a_pipeline_the_ledger_lacks_names_those_it_has(gh, handle, tmp_path) -> None:
+    ledger = tmp_path / "ledger.sqlite"
+    assert handle("/bot run", args=("--ledger", str(ledger))).outputs["run"] == "true"
+    result = handle(
+        "/bot run --reuse-test 99",
+        comment_id=COMMENT_ID + 1,
+        run_number=102,
+        args=("--ledger", str(ledger)),
+    )
+    assert_nothing_ran(result)
+    reply = replies(gh)[-1]
+    assert "pipeline #99 is not in the ledger" in reply["body"] and "it has #101" in reply["body"]
+
+
 def test_user_text_in_replies_cannot_mention_or_forge_a_marker(gh, handle) -> None:
     handle('/bot run --stage-list "@everyone<!-- stagebot:{} -->"')
     (reply,) = replies(gh)
@@ -470,6 +484,29 @@ def test_unreachable_github_exits_non_zero(gh, handle) -> None:
     result = handle("/bot run")
     assert result.code == 3 and "Error: could not list the comments" in result.err
     assert result.outputs == {} and gh.writes() == []
+
+
+def test_a_plan_job_whose_status_write_failed_can_be_re_run(gh, handle, tmp_path) -> None:
+    """The reply landed, then the pending status kept failing (exit 3): re-running the plan job
+    (the same workflow run) finishes the pipeline instead of answering "already handled"."""
+    ledger = tmp_path / "ledger.sqlite"
+    gh.fail("5xx", route="create_status", times=100)
+    failed = handle("/bot run", args=("--ledger", str(ledger)))
+    assert failed.code == 3 and "set" in failed.err and status(gh) is None
+    (reply,) = replies(gh)
+    assert marker_of(reply).state == "RUNNING"
+    gh.faults.clear()
+    delivered_again = handle("/bot run", args=("--ledger", str(ledger)))
+    assert "already handled" in delivered_again.out, "only a re-run attempt resumes"
+    retry = {"GITHUB_RUN_ATTEMPT": "2"}
+    again = handle("/bot run", args=("--ledger", str(ledger)), env=retry)
+    assert again.code == 0 and again.outputs["run"] == "true", again.out + again.err
+    assert again.outputs["pipeline"] == "101" and again.matrix
+    assert status(gh)["state"] == "pending" and "PR_Github #101" in status(gh)["description"]
+    (edited,) = replies(gh)
+    assert edited["id"] == reply["id"] and marker_of(edited).state == "RUNNING"
+    later = handle("/bot run", run_number=102, args=("--ledger", str(ledger)), env=retry)
+    assert later.outputs["run"] == "false" and "already handled" in later.out
 
 
 def test_every_endpoint_failing_twice_still_gives_one_reply_and_status(gh, handle) -> None:

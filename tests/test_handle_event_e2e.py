@@ -225,6 +225,31 @@ def test_a_failing_stage_sets_failure(gh, tmp_path, monkeypatch, capsys) -> None
     assert ledger_state(failing, 101) == "FAILURE"
 
 
+@pytest.mark.parametrize(
+    ("suite", "state"), [("check_fail.py", "failure"), ("check_basic.py", "error")]
+)
+def test_a_gating_run_with_a_stage_that_could_not_run_says_the_status_it_sets(
+    gh, tmp_path, monkeypatch, capsys, suite, state
+) -> None:
+    """The stage job of a GPU stage found no such GPU (NOT_RUN): the reply says what publish
+    sets, never "Partly Tested" (the run is gating)."""
+    monkeypatch.chdir(tmp_path)
+    run = Pipeline(gh, tmp_path, monkeypatch, capsys, suite=suite)
+    gpu = (
+        "  H200: {arch: sm_90a, device_names: ['NVIDIA H200*'], runner_labels: [gpu-h200]}\n"
+        "families:\n"
+        "  - {name: H200-PyTorch, kind: test, timeout_minutes: 2,"
+        " suites: [{path: tests/fixtures/suites/check_basic.py}]}\n"
+    )
+    run.catalog.write_text(run.catalog.read_text().replace("families:\n", gpu, 1))
+    run.whole("/bot run", 101)
+    (reply,) = replies(gh)
+    assert status(gh)["state"] == state
+    assert f"The PR's status is set to **{state}**" in reply["body"]
+    assert "Partly Tested" not in reply["body"].split("#### Re-running")[0]
+    assert "| H200-PyTorch-1 | NOT_RUN |" in reply["body"]
+
+
 def test_the_report_links_each_failure_to_its_stage_job(gh, tmp_path, monkeypatch, capsys):
     """The report job lists its run's jobs (the Actions API) and links a failure's full log."""
     monkeypatch.chdir(tmp_path)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from stagebot.bot.ledger import Ledger
+from stagebot.bot.ledger import Ledger, UnknownPipelineError
 from stagebot.harness.results import StageResult
 from stagebot.harness.results import TestOutcome as Outcome
 
@@ -107,6 +107,34 @@ def test_validation_records_a_new_successful_pipeline(book: Ledger) -> None:
     record = book.pipeline(validation.pipeline)
     assert (record.commit, record.state, record.validated_by) == ("c2", "SUCCESS", gating)
     assert not book.record_validation("c2", 99).ok
+
+
+@pytest.mark.parametrize("state", ["SUCCESS", "NOT_RUN"])
+def test_a_pipeline_in_which_stages_did_not_run_never_validates(book: Ledger, state) -> None:
+    """SUCCESS: as older stagebots recorded a gating run whose shards could not run here."""
+    gating = book.start_pipeline(command=RUN, commit="c1", plan={"gating": True}, pr=3)
+    book.record_result(gating, shard("S-1", "NOT_RUN"))
+    book.finish_pipeline(gating, state)
+    named = book.record_validation("c2", gating, pr=3)
+    latest = book.record_validation("c2", None, pr=3)
+    assert not named.ok and not latest.ok and named.pipeline is latest.pipeline is None
+    why = "did not run 1 stage(s) (S-1)" if state == "SUCCESS" else "ended NOT_RUN"
+    assert why in named.reason
+    assert book.latest_number() == gating, "nothing was recorded"
+
+
+def test_an_unknown_pipeline_is_named_with_those_that_exist(book: Ledger) -> None:
+    with pytest.raises(UnknownPipelineError, match="has none yet"):
+        book.require_pipeline(5)
+    for _ in range(12):
+        book.start_pipeline(command=RUN, commit="c1")
+    with pytest.raises(UnknownPipelineError) as raised:
+        book.require_pipeline(99)
+    assert "pipeline #99 is not in the ledger" in str(raised.value)
+    assert "it has #12, #11, #10" in str(raised.value) and "#3, …" in str(raised.value)
+    assert raised.value.exit_code == 2
+    assert "it has #12" in book.record_validation("c2", 99).reason
+    book.require_pipeline(3)
 
 
 def test_validation_takes_the_workflow_run_number(book: Ledger) -> None:

@@ -6,7 +6,9 @@ import io
 import json
 from pathlib import Path
 
-from stagebot.harness.progress import Progress
+from stagebot.harness.progress import Expected, Progress
+from stagebot.harness.results import StageResult
+from stagebot.harness.results import TestOutcome as Outcome
 from stagebot.harness.streams import LiveCounts
 
 
@@ -54,3 +56,59 @@ def test_the_live_line_shows_each_running_shard(tmp_path: Path):
     plain.started("CPU-PyTorch-1", (), path)
     plain.tick()
     assert quiet.getvalue().count("\n") == 1, "plain output has no live line"
+
+
+def _result(stage: str, tests: int) -> StageResult:
+    return StageResult(
+        stage=stage,
+        shard=1,
+        shards=1,
+        state="SUCCESS",
+        started_at=None,
+        finished_at=None,
+        duration_s=1.0,
+        gpu_type="CPU",
+        gpus=[],
+        tests=[Outcome(f"t::{i}", "passed", 0.1) for i in range(tests)],
+    )
+
+
+def test_the_progress_shows_tests_done_of_the_total_and_the_time_left(tmp_path: Path):
+    out = io.StringIO()
+    progress = Progress(out, live=False)
+    progress.plan(
+        {"A-1": Expected(4, 100.0), "A-2": Expected(6, 60.0), "B-1": Expected(None, 20.0)},
+        parallel=2,
+    )
+    assert progress.overall() == "0/3 shards, 0/10+ tests, ~1m30s left"  # 180 s on 2 slots
+    stream = tmp_path / "tests.jsonl"
+    stream.write_bytes(_record("t::1", "passed") + _record("t::2", "failed"))
+    progress.started("A-2", ("cpu:0",), stream)
+    assert progress.overall().startswith("0/3 shards, 2/10+ tests")
+    progress.finished(_result("A-1", 4))
+    assert "[1/3 shards, 6/10+ tests, ~" in out.getvalue().splitlines()[-1]
+    progress.finished(_result("A-2", 6))
+    progress.finished(_result("B-1", 3))
+    assert progress.overall() == "3/3 shards, 13/13 tests, ~0s left"
+
+
+def test_shards_that_cannot_run_here_are_not_collected(tmp_path: Path, monkeypatch):
+    """--cpu-slots 0: the split family's tests are never collected (a pytest per family)."""
+    from fixtures.botrun import CATALOG
+
+    from stagebot.bot.grammar import parse_comment
+    from stagebot.harness import executor
+    from stagebot.stages.catalog import load_catalog
+    from stagebot.stages.planner import plan_run
+
+    def collect(*args, **kwargs):
+        raise AssertionError("collected the tests of a shard that cannot run here")
+
+    monkeypatch.setattr(executor, "collect_tests", collect)
+    catalog = load_catalog(CATALOG)
+    command = parse_comment('/bot run --stage-list "CPU-PyTorch-1, CPU-PyTorch-2"')
+    plan = plan_run(command, catalog, changed_files=None, commit="c0ffee")
+    settings = executor.Settings(out_dir=tmp_path, root=tmp_path, cpu_slots=0, devices=[])
+    done = executor.execute(plan, catalog, 1, settings, progress=Progress(io.StringIO()))
+    assert {r.state for r in done.results} == {"NOT_RUN"}
+    assert all("--cpu-slots 0" in r.evidence for r in done.results)

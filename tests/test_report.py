@@ -184,11 +184,93 @@ def test_replies() -> None:
     report = fixture_report()
     assert reply_triggered(report) == "PR_Github #12 [ run ] triggered by Bot. Commit: `0123456`\n"
     done = reply_completed(report)
-    assert done.startswith("PR_Github #12 [ run ] completed with state FAILURE (Partly Tested).")
-    assert "cannot set the PR's status" in done  # a NOT_RUN shard: it may not gate
+    # gating with a NOT_RUN shard: it still sets the status (failure here), and the reply says so
+    assert done.startswith("PR_Github #12 [ run ] completed with state FAILURE. Commit")
+    assert "Partly Tested" not in done
+    assert "status is set to **failure**" in done
     report.results.pop()
     report.analysis = analyse(report.results)
     assert "Partly Tested" not in reply_completed(report)
+    report.gating = False
+    partial = reply_completed(report)
+    assert partial.count("Partly Tested") == 1 and "status is left alone" in partial
+
+
+def _gating_report(results, state: str | None = None, gating: bool = True) -> Report:
+    analysis = analyse(results)
+    return Report(
+        pipeline=7,
+        commit="0123456789abcdef",
+        pr=5,
+        command="/bot run",
+        state=state or analysis.state,
+        gating=gating,
+        partly_tested_reason=None if gating else "--stage-list picks the stages",
+        started_at=None,
+        finished_at=None,
+        results=results,
+        analysis=analysis,
+    )
+
+
+@pytest.mark.parametrize(
+    ("states", "gating", "status"),
+    [
+        pytest.param(["SUCCESS"], True, "success", id="all passed"),
+        pytest.param(["SUCCESS", "NOT_RUN"], True, "error", id="passed, one could not run"),
+        pytest.param(["FAILURE", "NOT_RUN"], True, "failure", id="failed, one could not run"),
+        pytest.param(["NOT_RUN", "NOT_RUN"], True, "error", id="nothing ran"),
+        pytest.param(["SUCCESS", "NOT_RUN"], False, None, id="Partly Tested"),
+    ],
+)
+def test_the_reply_says_the_status_publish_sets(states, gating, status) -> None:
+    """One decision (Report.status): what the reply announces is what `bot publish` sets."""
+    tests = {"SUCCESS": "passed", "FAILURE": "failed"}
+    results = [
+        result(
+            f"S-PyTorch-{i}",
+            state,
+            None,
+            None,
+            tests=[Outcome(f"t/test_s.py::t{i}", tests[state], 1.0)] if state in tests else [],
+            evidence="needs 1 x B200 GPU(s)" if state == "NOT_RUN" else None,
+        )
+        for i, state in enumerate(states, start=1)
+    ]
+    report = _gating_report(results, gating=gating)
+    assert report.status.state == status
+    done = reply_completed(report)
+    markdown = render_report(report, "md").split("#### Re-running")[0]  # the header and notes
+    if status is None:
+        assert "Partly Tested" in done and "set to" not in done
+        assert markdown.count("(Partly Tested)") == 2, "the header and the note, each once"
+        assert "(Partly Tested) (Partly Tested)" not in markdown.replace("**", "")
+    else:
+        assert f"status is set to **{status}**" in done and "Partly Tested" not in done
+        assert "Partly Tested" not in markdown
+        assert "✅" not in markdown.splitlines()[0] or status == "success"
+
+
+def test_a_run_in_which_nothing_ran_has_its_own_state() -> None:
+    results = [result("S-PyTorch-1", "NOT_RUN", None, None, evidence="no CPU slot")]
+    report = _gating_report(results)
+    assert (report.analysis.state, report.exit_code) == ("NOT_RUN", 4)
+    assert report.headline().startswith("⚠️ Nothing ran")
+    reused = [*results, result("S-PyTorch-2", "REUSED", None, None)]
+    assert analyse(reused).state == "NOT_RUN", "reused results are not a run here"
+    ran = [*results, result("S-PyTorch-3", "SUCCESS", None, None, tests=[])]
+    assert analyse(ran).state == "SUCCESS"
+
+
+def test_a_dirty_tree_says_so_in_the_headers() -> None:
+    report = fixture_report()
+    report.commit = "0123456789abcdef+dirty.abcdef123456"
+    markdown = render_report(report, "md")
+    html = render_report(report, "html")
+    assert "commit `0123456+dirty`" in markdown
+    assert "**Uncommitted changes:**" in markdown and "nothing recorded for 0123456" in markdown
+    assert "Uncommitted changes" in html and "0123456+dirty" in html
+    assert "Uncommitted" not in render_report(fixture_report(), "md")
 
 
 def test_json_report() -> None:
@@ -208,14 +290,8 @@ def test_json_report() -> None:
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (apt-get install chromium)")
-def test_html_report_in_headless_chromium(tmp_path: Path) -> None:
-    report = fixture_report()
-    page = tmp_path / "report.html"
-    page.write_text(render_report(report, "html"))
-    static = Counter()
-    static.feed(page.read_text())
-    assert static.external == []  # self-contained: nothing to fetch
+def dump_dom(page: Path, tmp_path: Path) -> subprocess.CompletedProcess:
+    """The DOM of ``page`` as headless Chromium built it (its scripts run first)."""
     done = subprocess.run(
         [
             CHROMIUM,
@@ -226,6 +302,7 @@ def test_html_report_in_headless_chromium(tmp_path: Path) -> None:
             "--disable-component-update",
             "--disable-sync",
             "--no-first-run",
+            "--window-size=1280,1000",
             f"--user-data-dir={tmp_path / 'profile'}",
             "--dump-dom",
             page.as_uri(),
@@ -235,6 +312,18 @@ def test_html_report_in_headless_chromium(tmp_path: Path) -> None:
         timeout=120,
     )
     assert done.returncode == 0, done.stderr[-2000:]
+    return done
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (apt-get install chromium)")
+def test_html_report_in_headless_chromium(tmp_path: Path) -> None:
+    report = fixture_report()
+    page = tmp_path / "report.html"
+    page.write_text(render_report(report, "html"))
+    static = Counter()
+    static.feed(page.read_text())
+    assert static.external == []  # self-contained: nothing to fetch
+    done = dump_dom(page, tmp_path)
     dom = Counter()
     dom.feed(done.stdout)  # the DOM as Chromium built it
     assert dom.bars == 7  # a bar per slot held: 3 one-GPU shards + one 4-GPU shard
@@ -243,6 +332,42 @@ def test_html_report_in_headless_chromium(tmp_path: Path) -> None:
     assert "@octocat &lt;!-- stagebot" in done.stdout  # escaped text, not markup
     lanes = re.findall(r'<text class="lane"[^>]*>([^<]+)</text>', done.stdout)
     assert lanes == ["0", "1", "2", "3"]  # reused / not-run shards hold no slot
+
+
+EMOJI = re.compile("[\u2600-\u27bf\U0001f300-\U0001faff\ufe0f]")
+# measures the laid-out page: appended to a copy of the report (the report itself has no script)
+MEASURE = """<script>
+const cell = (table, column) =>
+  document.querySelector(`#${table} tr:nth-child(2) td:nth-child(${column})`);
+document.body.dataset.stageWidth = cell("failures", 3).getBoundingClientRect().width;
+const text = document.createRange();
+text.selectNodeContents(cell("failures", 3));
+document.body.dataset.stageLines = text.getClientRects().length;
+document.body.dataset.pageWidth = document.documentElement.scrollWidth;
+</script>"""
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (apt-get install chromium)")
+def test_html_report_reads_well_in_chromium(tmp_path: Path) -> None:
+    """No emoji boxes or literal backticks in the headline, a time axis under the timeline, and
+    a long test id wraps in its own cell instead of squeezing the stage names."""
+    report = fixture_report()
+    long_id = "harness/suites/x/test_equivalence.py::test_case[" + "-".join(["param"] * 40) + "]"
+    report.results[1].tests[0] = Outcome(long_id, "failed", 1.0, "AssertionError: " + "x" * 400)
+    report.state = "ABORTED"  # its headline says "comment `/bot run` to start again"
+    report.analysis = analyse(report.results, cancelled=True)
+    page = tmp_path / "report.html"
+    page.write_text(render_report(report, "html") + MEASURE)
+    dom = dump_dom(page, tmp_path).stdout
+    headline = re.search(r"<h1>(.*?)</h1>", dom, re.S)[1]
+    assert not EMOJI.search(headline) and "`" not in headline
+    assert "<code>/bot run</code>" in headline
+    ticks = re.findall(r'<text class="tick"[^>]*>([^<]+)</text>', dom)
+    assert ticks[0] == "0s" and len(ticks) >= 3
+    measured = {k: float(v) for k, v in re.findall(r'data-(\w+)-width="([\d.]+)"', dom)}
+    lines = int(re.search(r'data-stage-lines="(\d+)"', dom)[1])
+    assert measured["stage"] >= 80 and lines == 1, "the stage name stays on one line"
+    assert measured["page"] <= 1280, "nothing widens the page past the window"
 
 
 def test_report_of_result_files_compares_with_the_base_ledger(tmp_path) -> None:

@@ -1,7 +1,9 @@
 """Benchmark: `bot dry-run` start-up as a fresh process, and planning time against catalog size.
 
 Run from the repository root:  python tests/bench/bench_planner.py
-Prints medians; planning should grow linearly with the number of stages (constant µs/stage).
+Prints medians; planning should grow linearly with the number of stages (constant µs/stage), and
+parsing with the comment's size (GitHub's limit is 64 KB; a 1 MB comment parses in about a
+second).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import time
 from functools import partial
 from pathlib import Path
 
+from stagebot.bot.errors import CommandError
 from stagebot.bot.grammar import parse_comment
 from stagebot.stages.catalog import load_catalog
 from stagebot.stages.planner import plan_run
@@ -56,6 +59,31 @@ def generated_catalog(folder: Path, stages: int) -> Path:
     return path
 
 
+PARSE_CASES = {  # the shapes that made the old `/bot` line regex quadratic, and plain prose
+    "blanks inside the /bot line": lambda n: "/bot run" + " " * n + "--disable-fail-fast",
+    "a long unknown flag": lambda n: "/bot run --" + "x" * n,
+    "prose lines, then /bot run": lambda n: "looks good to me\n" * (n // 17) + "/bot run",
+}
+
+
+def parse_timings() -> None:
+    """`parse_comment` time by comment size; an error is a parse too (it ends the same way)."""
+    print(f"\n{'comment':<30} {'64 KB (ms)':>11} {'1 MB (ms)':>10}")
+    for name, make in PARSE_CASES.items():
+        cells = []
+        for size in (64 * 1024, 1024 * 1024):
+            text = make(size)
+
+            def parse(text=text):
+                try:
+                    parse_comment(text)
+                except CommandError:
+                    pass
+
+            cells.append(median_seconds(parse, 3) * 1000)
+        print(f"{name:<30} {cells[0]:>11.1f} {cells[1]:>10.1f}")
+
+
 def main() -> None:
     bot = shutil.which("bot") or sys.exit("install the project first: pip install -e .")
     comment = '/bot run --extra-stage "DGX_B200-4_GPUs-AutoDeploy-1" --disable-fail-fast'
@@ -82,6 +110,7 @@ def main() -> None:
             plan = median_seconds(planning, 5)
             per_stage = plan / stages * 1e6
             print(f"{stages:>7} {load * 1000:>10.1f} {plan * 1000:>10.1f} {per_stage:>14.1f}")
+    parse_timings()
 
 
 if __name__ == "__main__":

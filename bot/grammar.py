@@ -21,7 +21,8 @@ from stagebot.bot.suggest import excerpt, unknown
 # Linear on any line: one unbounded repeat after the literal (a lazy `.*?` before `[ \t]*$`
 # backtracks quadratically on long runs of blanks); the arguments' blanks are stripped after.
 BOT_LINE = re.compile(r"^[ \t]*/bot(?:[ \t](?P<args>.*))?$")
-FENCE = re.compile(r"^[ \t]{0,3}(?P<fence>`{3,}|~{3,})")
+# CommonMark: a fence closes on the same character, at least as long, with nothing after it.
+FENCE = re.compile(r"^[ \t]{0,3}(?P<fence>`{3,}|~{3,})(?P<info>.*)$")
 QUOTE = re.compile(r"^[ \t]*>")
 INDENTED_CODE = re.compile(r"^(?: {4}| {0,3}\t)")  # 4 columns: GitHub shows code (or plain text)
 # an HTML element GitHub shows as code or raw text: nothing inside it is a command
@@ -362,7 +363,8 @@ def find_command_line(comment: str) -> tuple[int, str] | None:
     for number, line in enumerate(LINE_BREAK.split(visible), start=1):
         opening = FENCE.match(line)
         if fence is not None:
-            if opening and opening["fence"][0] == fence[0] and len(opening["fence"]) >= len(fence):
+            closing = opening and not opening["info"].strip()
+            if closing and opening["fence"][0] == fence[0] and len(opening["fence"]) >= len(fence):
                 fence = None
             continue
         if opening:

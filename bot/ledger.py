@@ -115,14 +115,24 @@ def retry_busy(call: Callable[[], T], patience_s: float | None = None) -> T:
     produced must not be lost because another process held the lock a little too long."""
     if patience_s is None:
         patience_s = max(10 * busy_timeout_s(), RECORD_PATIENCE_S)
+    return _retry(call, lambda error: isinstance(error, LedgerBusyError), patience_s, 0.2)
+
+
+def _retry(
+    call: Callable[[], T], busy: Callable[[Exception], bool], patience_s: float, pause_s: float
+) -> T:
+    """``call()``, again every ``pause_s`` while it fails ``busy``, until ``patience_s`` passed.
+
+    The ledger's one retry loop (tenacity would do it too, but costs every ``Ledger.open``
+    its import; GitHub calls have their own policy in bot/github.py)."""
     deadline = time.monotonic() + patience_s
     while True:
         try:
             return call()
-        except LedgerBusyError:
-            if time.monotonic() >= deadline:
+        except Exception as error:
+            if not busy(error) or time.monotonic() >= deadline:
                 raise
-            time.sleep(0.2)
+            time.sleep(pause_s)
 
 
 @dataclass(frozen=True)
@@ -225,17 +235,16 @@ class Ledger:
         """Switch to WAL and create the schema. SQLite answers "busy" at once, without its busy
         handler, while another process does the same on a new file (to avoid a deadlock), so
         retry until the busy timeout has passed."""
-        deadline = time.monotonic() + timeout
-        while True:
+
+        def once() -> None:
             try:
-                return self._set_up_once()
-            except sqlite3.OperationalError as error:
-                busy = "locked" in str(error) or "busy" in str(error)
-                if not busy or time.monotonic() >= deadline:
-                    raise
+                self._set_up_once()
+            except sqlite3.OperationalError:
                 if self.connection.in_transaction:
                     self.connection.execute("ROLLBACK")
-                time.sleep(0.05)
+                raise
+
+        _retry(once, _is_busy, timeout, 0.05)
 
     def _set_up_once(self) -> None:
         self._check_schema(new_ok=True)  # before anything is written (the WAL switch included)
@@ -802,9 +811,14 @@ def _check_file(path: Path, readonly: bool) -> None:
             )
 
 
+def _is_busy(error: Exception) -> bool:
+    text = str(error)
+    return isinstance(error, sqlite3.OperationalError) and ("locked" in text or "busy" in text)
+
+
 def _ledger_error(path: Path, error: sqlite3.Error, timeout: float) -> LedgerError:
     text = str(error)
-    if "locked" in text or "busy" in text:
+    if _is_busy(error):
         return LedgerBusyError(
             f"ledger {path} is still locked by another process after the {timeout:g} s busy "
             f"timeout; wait for it to finish (or raise ${BUSY_TIMEOUT_ENV})"

@@ -1,4 +1,4 @@
-"""JUnit XML: read pytest's files safely (defusedxml) and write a shard's merged file.
+"""JUnit XML: read pytest's files safely (defusedxml) and write a shard's merged file (junitparser).
 
 Reading is tolerant in one way only: a missing file is reported as such; a truncated or corrupt
 one raises ``JunitError`` naming the file and the parser's complaint, so the executor can mark
@@ -7,9 +7,12 @@ the shard ERROR with that evidence instead of trusting half a file.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from xml.etree import ElementTree
+
+from junitparser import Attr, Error, Failure, Properties, Property, Skipped, TestCase, TestSuite
 
 from stagebot.harness.results import TestOutcome
 
@@ -74,42 +77,43 @@ def _test_id(case) -> str:
 
 def write_junit(path: Path, suite_name: str, tests: list[TestOutcome]) -> None:
     """Write the shard's final outcomes (reruns folded in) as one JUnit testsuite."""
-    counts = {k: sum(t.outcome in v for t in tests) for k, v in _COUNTS.items()}
-    suite = ElementTree.Element(
-        "testsuite",
-        name=suite_name,
-        tests=str(len(tests)),
-        time=f"{sum(t.duration_s for t in tests):.3f}",
-        **{k: str(v) for k, v in counts.items()},
-    )
+    cases = []
     for test in tests:
         file, _, name = test.test_id.partition("::")
-        case = ElementTree.SubElement(
-            suite,
-            "testcase",
-            classname=file.removesuffix(".py").replace("/", "."),
-            name=name or file,
-            file=file,
-            time=f"{test.duration_s:.3f}",
-        )
+        classname = file.removesuffix(".py").replace("/", ".")
+        case = _Case(xml_text(name or file), xml_text(classname), round(test.duration_s, 3))
+        case.file = xml_text(file)
+        message = xml_text(test.evidence or test.outcome)
         if test.outcome in ("failed", "error"):
-            tag = "failure" if test.outcome == "failed" else "error"
-            ElementTree.SubElement(case, tag, message=test.evidence or test.outcome)
+            case.result = [(Failure if test.outcome == "failed" else Error)(message)]
         elif test.outcome in ("skipped", "waived"):
-            ElementTree.SubElement(case, "skipped", message=test.evidence or test.outcome)
+            case.result = [Skipped(message)]
         elif test.outcome == "xfailed":
-            reason = test.evidence or test.outcome
-            ElementTree.SubElement(case, "skipped", type=XFAIL_TYPE, message=reason)
+            case.result = [Skipped(message, XFAIL_TYPE)]
         elif test.outcome == "flaky":
-            properties = ElementTree.SubElement(case, "properties")
-            ElementTree.SubElement(properties, "property", name="flaky", value=str(test.attempts))
-    tree = ElementTree.ElementTree(suite)
-    ElementTree.indent(tree)
-    tree.write(path, encoding="utf-8", xml_declaration=True)
+            properties = Properties()
+            properties.add_property(Property("flaky", str(test.attempts)))
+            case.append(properties)
+        cases.append(case)
+    suite = TestSuite(xml_text(suite_name))
+    suite.add_testcases(cases)  # and the counts: tests, failures, errors, skipped, time
+    suite.write(str(path), pretty=True)
 
 
-_COUNTS = {
-    "failures": ("failed",),
-    "errors": ("error",),
-    "skipped": ("skipped", "waived", "xfailed"),
-}
+def xml_text(text: str) -> str:
+    """``text`` as XML 1.0 can hold it: ANSI colour and cursor codes dropped, every other
+    character XML forbids (control characters, lone surrogates) written out as ``\\xNN``."""
+    return _XML_ILLEGAL.sub(_escaped, _ANSI.sub("", text))
+
+
+def _escaped(match: re.Match[str]) -> str:
+    code = ord(match[0])
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+class _Case(TestCase):
+    file = Attr()  # pytest's own attribute: read_junit maps a case back to its file with it
+
+
+_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b[0-~]")  # CSI sequences, then 2-character ones
+_XML_ILLEGAL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")

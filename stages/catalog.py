@@ -12,8 +12,11 @@ stage families) and ``attach`` (suites added to the families whose names match).
 from __future__ import annotations
 
 import hashlib
+import json
+import os
 import re
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -21,34 +24,11 @@ import yaml
 
 from stagebot.stages.errors import CatalogError
 from stagebot.stages.names import BACKENDS, parse_test_stage_name, test_stage_name
-from stagebot.stages.patterns import compile_path_pattern, name_matches
+from stagebot.stages.patterns import check_path_pattern, name_matches
 from stagebot.stages.plan import DEFAULT_MAX_RERUNS, DEFAULT_RERUN_MAX_FAILURES
 
 DEFAULT_CATALOG = Path(__file__).parent / "catalog"
-KINDS = ("test", "build", "sanity")
-PHASES = ("pre_merge", "post_merge")
-FRAGMENT_KEYS = ("gpu_types", "families", "attach")
-GPU_TYPE_KEYS = ("arch", "device_names", "runner_labels")
-FAMILY_KEYS = (
-    "name",
-    "kind",
-    "gpu_type",
-    "gpu_count",
-    "nodes",
-    "backend",
-    "tags",
-    "phase",
-    "shards",
-    "timeout_minutes",
-    "max_reruns",
-    "rerun_max_failures",
-    "suites",
-    "command",
-    "run_if_changed",
-    "skip_if_only_changed",
-)
-SUITE_KEYS = ("path", "marks", "keyword", "args")
-ATTACH_KEYS = ("families", "suites")
+SCHEMA = Path(__file__).parent / "schemas" / "catalog_fragment.v1.json"
 WAIVE_LINE = re.compile(
     r"^(?:full:(?P<gpu>[A-Za-z0-9_]+)/)?(?P<test>\S+)\s+SKIP\s+\((?P<reason>.*\S.*)\)\s*$"
 )
@@ -200,49 +180,122 @@ _LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _con
 class _Reader:
     """Validates one file's items; ``fail`` raises a CatalogError located in that file."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, known_good: bool = False):
         self.path = path
+        self.known_good = known_good  # its text passed check_shape and the pattern checks
 
     def fail(self, line: int, item: str, message: str) -> None:
         raise CatalogError(f"{self.path}:{line}: {item}: {message}")
 
-    def keys(self, data: _Mapping, valid: tuple[str, ...], item: str) -> None:
-        for key in data:
-            if key not in valid:
-                self.fail(data.line, item, f"unknown key {key!r} (valid: {', '.join(valid)})")
+    def check_shape(self, data: _Mapping) -> None:
+        """The fragment against the catalog JSON Schema; the first error, with file, line and
+        item, in the words of the catalog (key names, Python type names)."""
+        from jsonschema.exceptions import best_match
 
-    def typed(
-        self,
-        data: _Mapping,
-        key: str,
-        kind: type | tuple[type, ...],
-        item: str,
-        default: Any = None,
-        required: bool = False,
-    ) -> Any:
-        if key not in data or data[key] is None:
-            if required:
-                self.fail(data.line, item, f"missing required key {key!r}")
-            return default
-        value = data[key]
-        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-            names = " or ".join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))
-            self.fail(data.line, item, f"{key!r} must be {names}, not {value!r}")
-        return value
+        error = best_match(_validator().iter_errors(data))
+        if error is not None:
+            line, item = _locate(data, list(error.absolute_path))
+            self.fail(line, item, _schema_message(error))
 
-    def strings(self, data: _Mapping, key: str, item: str) -> tuple[str, ...]:
-        values = self.typed(data, key, list, item, default=[])
-        if not all(isinstance(value, str) and value for value in values):
-            self.fail(data.line, item, f"{key!r} must be a list of non-empty strings")
-        return tuple(values)
 
-    def choice(self, data: _Mapping, key: str, choices, item: str, default=None) -> Any:
-        value = data.get(key, default)
-        if value not in choices:
-            self.fail(
-                data.line, item, f"{key} {value!r} is not one of {', '.join(map(str, choices))}"
-            )
-        return value
+def _shape_marker(text: str) -> Path | None:
+    """Where a fragment text that passed the schema and pattern checks is remembered: importing
+    jsonschema and pathspec would double `bot dry-run`'s start-up, for checks whose answer
+    depends on the text (and the schema) alone. None: no cache folder to use."""
+    if os.environ.get("XDG_CACHE_HOME"):
+        cache = Path(os.environ["XDG_CACHE_HOME"])
+    else:
+        try:
+            home = Path.home()
+        except RuntimeError:
+            return None
+        if not home.is_dir():  # a HOME that does not exist is not created for a cache
+            return None
+        cache = home / ".cache"
+    key = hashlib.sha256(SCHEMA.read_bytes() + b"\0" + text.encode()).hexdigest()
+    return cache / "stagebot" / "catalog-fragments" / key
+
+
+def _shape_checked_before(text: str) -> bool:
+    marker = _shape_marker(text)
+    return marker is not None and marker.exists()
+
+
+def _remember_shape_checked(text: str) -> None:
+    marker = _shape_marker(text)
+    try:
+        if marker is not None:
+            marker.parent.mkdir(parents=True, exist_ok=True)
+            marker.touch()
+    except OSError:
+        pass  # no cache: the next load checks again
+
+
+def _value(spec: _Mapping, key: str, default: Any = None) -> Any:
+    """A validated key's value; an absent or null (YAML ``key:``) one is ``default``."""
+    value = spec.get(key)
+    return default if value is None else value
+
+
+@cache
+def _validator():
+    import jsonschema
+
+    strict = jsonschema.Draft202012Validator.TYPE_CHECKER.redefine(
+        "integer", lambda _, value: isinstance(value, int) and not isinstance(value, bool)
+    )
+    cls = jsonschema.validators.extend(jsonschema.Draft202012Validator, type_checker=strict)
+    return cls(json.loads(SCHEMA.read_text()))
+
+
+def _locate(data: _Mapping, path: list) -> tuple[int, str]:
+    """The line of the innermost mapping on ``path`` and the item it belongs to."""
+    line, item, node = data.line or 1, "fragment", data
+    for depth, key in enumerate(path):
+        if depth == 1 and path[0] == "gpu_types":
+            item = f"gpu type {key!r}"
+        elif depth == 1 and path[0] == "families":
+            name = node[key].get("name") if isinstance(node[key], _Mapping) else None
+            item = f"family {name!r}" if isinstance(name, str) else f"families[{key}]"
+        elif depth == 1 and path[0] == "attach":
+            item = "attach"
+        elif depth == 2 and key == "suites" and len(path) > 3:
+            item += " suite"
+        if isinstance(node, _Mapping) and key in node.key_lines:
+            line = node.key_lines[key]
+        node = node[key]
+        if isinstance(node, _Mapping):
+            line = node.line
+    return line, item
+
+
+_TYPE_NAMES = {"integer": "int", "string": "str", "array": "list", "object": "dict"}
+
+
+def _schema_message(error) -> str:
+    path, value, expected = list(error.path), error.instance, error.validator_value
+    key = path[-1] if path else None
+    if error.validator == "type" and "object" in expected:
+        return f"must be a mapping of {', '.join(error.schema['properties'])}"
+    if isinstance(key, int) and error.validator in ("type", "minLength"):  # a list's element
+        what = "non-empty strings" if "minLength" in error.schema else "strings"
+        return f"{path[-2]!r} must be a list of {what}"
+    if error.validator == "additionalProperties":
+        unknown = next(k for k in value if k not in error.schema["properties"])
+        return f"unknown key {unknown!r} (valid: {', '.join(error.schema['properties'])})"
+    if error.validator == "required":
+        return f"missing required key {next(k for k in expected if k not in value)!r}"
+    if error.validator == "type":
+        types = [expected] if isinstance(expected, str) else expected
+        names = " or ".join(_TYPE_NAMES[t] for t in types if t != "null")
+        return f"{key!r} must be {names}, not {value!r}"
+    if error.validator == "enum":
+        return f"{key} {value!r} is not one of {', '.join(str(v) for v in expected if v)}"
+    if error.validator == "minimum":
+        return f"{key} is {value}; it must be {expected} or more"
+    if error.validator == "minLength":
+        return f"{key!r} must be a non-empty string"
+    return error.message
 
 
 def load_catalog(path: str | Path | None = None) -> Catalog:
@@ -261,17 +314,18 @@ def load_catalog(path: str | Path | None = None) -> Catalog:
     gpu_types: dict[str, GpuType] = {}
     family_data: list[tuple[_Reader, _Mapping]] = []
     attachments: list[tuple[_Reader, _Mapping]] = []
-    for fragment in fragments:
-        text = _read(fragment)
+    texts = [_read(fragment) for fragment in fragments]
+    for fragment, text in zip(fragments, texts, strict=True):
         digest.update(fragment.name.encode() + b"\0" + text.encode())
-        reader = _Reader(fragment)
+        reader = _Reader(fragment, _shape_checked_before(text))
         data = _parse_yaml(fragment, text)
-        reader.keys(data, FRAGMENT_KEYS, "fragment")
-        types = reader.typed(data, "gpu_types", dict, "fragment", default={})
+        if not reader.known_good:
+            reader.check_shape(data)
+        types = _value(data, "gpu_types", _Mapping())
         for name, spec in types.items():
             if name in gpu_types:
                 reader.fail(types.key_lines[name], f"gpu type {name!r}", "defined twice")
-            gpu_types[name] = _gpu_type(reader, name, spec, types.key_lines[name])
+            gpu_types[name] = _gpu_type(name, spec)
         family_data += [(reader, f) for f in _mappings(reader, data, "families")]
         attachments += [(reader, a) for a in _mappings(reader, data, "attach")]
     families = [_family(reader, spec, gpu_types) for reader, spec in family_data]
@@ -283,6 +337,8 @@ def load_catalog(path: str | Path | None = None) -> Catalog:
                 f"{family.source}: family {family.name!r}: a test family needs suites (attach "
                 "them in a suite fragment) or a command"
             )
+    for text in texts:  # every fragment passed: later loads skip the slow checks
+        _remember_shape_checked(text)
     waives: list[Waive] = []
     for waive_file in waive_files:
         text = _read(waive_file)
@@ -308,36 +364,28 @@ def _parse_yaml(path: Path, text: str) -> _Mapping:
     if data is None:
         return _Mapping()
     if not isinstance(data, _Mapping):
-        raise CatalogError(f"{path}:1: a catalog fragment must be a mapping of {FRAGMENT_KEYS}")
+        raise CatalogError(
+            f"{path}:1: a catalog fragment must be a mapping of gpu_types, families, attach"
+        )
     return data
 
 
 def _mappings(reader: _Reader, data: _Mapping, key: str) -> list[_Mapping]:
-    items = reader.typed(data, key, list, "fragment", default=[])
-    for index, item in enumerate(items):
-        if not isinstance(item, _Mapping):
-            reader.fail(data.line, f"{key}[{index}]", "must be a mapping")
-    return items
+    return _value(data, key, [])
 
 
-def _gpu_type(reader: _Reader, name: str, spec: Any, line: int) -> GpuType:
-    item = f"gpu type {name!r}"
-    if not isinstance(spec, _Mapping):
-        reader.fail(line, item, f"must be a mapping of {', '.join(GPU_TYPE_KEYS)}")
-    reader.keys(spec, GPU_TYPE_KEYS, item)
+def _gpu_type(name: str, spec: _Mapping) -> GpuType:
     return GpuType(
         name,
-        reader.typed(spec, "arch", str, item),
-        reader.strings(spec, "device_names", item),
-        reader.strings(spec, "runner_labels", item),
+        _value(spec, "arch"),
+        tuple(_value(spec, "device_names", ())),
+        tuple(_value(spec, "runner_labels", ())),
     )
 
 
 def _family(reader: _Reader, spec: _Mapping, gpu_types: dict[str, GpuType]) -> Family:
-    name = reader.typed(spec, "name", str, "family", required=True)
+    name, kind = spec["name"], spec["kind"]
     item = f"family {name!r}"
-    reader.keys(spec, FAMILY_KEYS, item)
-    kind = reader.choice(spec, "kind", KINDS, item)
     declared = {
         key: spec[key]
         for key in ("gpu_type", "gpu_count", "nodes", "backend", "phase")
@@ -360,7 +408,7 @@ def _family(reader: _Reader, spec: _Mapping, gpu_types: dict[str, GpuType]) -> F
             "backend": parsed.backend,
             "phase": "post_merge" if parsed.post_merge else "pre_merge",
         }
-        if "tags" in spec and tuple(reader.strings(spec, "tags", item)) != parsed.tags:
+        if "tags" in spec and tuple(_value(spec, "tags", ())) != parsed.tags:
             reader.fail(
                 spec.line,
                 item,
@@ -377,7 +425,7 @@ def _family(reader: _Reader, spec: _Mapping, gpu_types: dict[str, GpuType]) -> F
             "phase": "pre_merge",
         }
         from_name.update({k: v for k, v in declared.items() if k in ("gpu_count", "phase")})
-        tags = reader.strings(spec, "tags", item)
+        tags = tuple(_value(spec, "tags", ()))
     for key, value in declared.items():
         if value != from_name[key]:
             reader.fail(
@@ -393,49 +441,42 @@ def _family(reader: _Reader, spec: _Mapping, gpu_types: dict[str, GpuType]) -> F
             f"unknown GPU type {gpu_type!r} (valid: "
             f"{', '.join(gpu_types)}); declare it under gpu_types",
         )
-    gpu_count = reader.typed(spec, "gpu_count", int, item, default=from_name["gpu_count"])
+    gpu_count = _value(spec, "gpu_count", from_name["gpu_count"])
     if (gpu_type == "CPU") != (gpu_count == 0):
         reader.fail(spec.line, item, "GPU type CPU means 0 GPUs, and only CPU does")
-    reader.choice(spec, "phase", PHASES, item, default=from_name["phase"])
     if from_name["backend"] is not None and from_name["backend"] not in BACKENDS.values():
         reader.fail(spec.line, item, f"unknown backend {from_name['backend']!r}")
-    shards = reader.typed(spec, "shards", int, item, default=1)
+    shards = _value(spec, "shards", 1)
     if shards < 1 or (kind != "test" and shards != 1):
         reader.fail(spec.line, item, "shards must be ≥ 1, and exactly 1 for build/sanity stages")
-    timeout = reader.typed(spec, "timeout_minutes", int, item, required=True)
-    if timeout < 1:
-        reader.fail(spec.line, item, "timeout_minutes must be at least 1")
+    timeout = spec["timeout_minutes"]
     reruns = {
-        key: reader.typed(spec, key, int, item, default=default)
+        key: _value(spec, key, default)
         for key, default in (
             ("max_reruns", DEFAULT_MAX_RERUNS),
             ("rerun_max_failures", DEFAULT_RERUN_MAX_FAILURES),
         )
     }
-    for key, value in reruns.items():
-        if value < 0:
-            reader.fail(spec.line, item, f"{key} is {value}; it must be 0 or more")
+    for key in reruns:  # (the schema refuses a negative one)
         if kind != "test" and key in spec:
             reader.fail(spec.line, item, f"{key} applies to test stages only (this is {kind})")
-    suites = tuple(
-        _suite(reader, s, item, spec.line) for s in reader.typed(spec, "suites", list, item, [])
-    )
-    command = reader.typed(spec, "command", str, item)
+    suites = tuple(_suite(reader, s, item) for s in _value(spec, "suites", []))
+    command = _value(spec, "command")
     if suites and command is not None:
         reader.fail(spec.line, item, "give either suites or a command, not both")
     if kind != "test" and command is None:
         reader.fail(spec.line, item, f"a {kind} stage needs a command (a real check to run)")
-    run_if = reader.strings(spec, "run_if_changed", item)
-    skip_if = reader.strings(spec, "skip_if_only_changed", item)
+    run_if = tuple(_value(spec, "run_if_changed", ()))
+    skip_if = tuple(_value(spec, "skip_if_only_changed", ()))
     if run_if and skip_if:
         reader.fail(
             spec.line,
             item,
             "run_if_changed and skip_if_only_changed are mutually exclusive; keep one",
         )
-    for pattern in run_if + skip_if:
+    for pattern in () if reader.known_good else run_if + skip_if:
         try:
-            compile_path_pattern(pattern)
+            check_path_pattern(pattern)
         except ValueError as error:
             reader.fail(spec.line, item, str(error))
     return Family(
@@ -459,22 +500,12 @@ def _family(reader: _Reader, spec: _Mapping, gpu_types: dict[str, GpuType]) -> F
     )
 
 
-def _suite(reader: _Reader, spec: Any, item: str, owner_line: int) -> SuiteRef:
-    """One suite entry; ``owner_line`` locates an entry that is not even a mapping."""
-    if not isinstance(spec, _Mapping):
-        reader.fail(owner_line, item, f"each suite must be a mapping of {', '.join(SUITE_KEYS)}")
-    reader.keys(spec, SUITE_KEYS, f"{item} suite")
-    path = reader.typed(spec, "path", str, f"{item} suite", required=True)
+def _suite(reader: _Reader, spec: _Mapping, item: str) -> SuiteRef:
+    path = spec["path"]
     if path.startswith("/") or ".." in Path(path.split("::")[0]).parts:
         reader.fail(spec.line, f"{item} suite", f"path {path!r} must be repository-relative")
-    args = reader.typed(spec, "args", list, f"{item} suite", default=[])
-    if not all(isinstance(arg, str) for arg in args):
-        reader.fail(spec.line, f"{item} suite", "args must be a list of strings")
     return SuiteRef(
-        path,
-        reader.typed(spec, "marks", str, item),
-        reader.typed(spec, "keyword", str, item),
-        tuple(args),
+        path, _value(spec, "marks"), _value(spec, "keyword"), tuple(_value(spec, "args", ()))
     )
 
 
@@ -495,12 +526,8 @@ def _attach(attachments: list[tuple[_Reader, _Mapping]], families: list[Family])
 
     by_name = {family.name: family for family in families}
     for reader, spec in attachments:
-        reader.keys(spec, ATTACH_KEYS, "attach")
-        patterns = reader.strings(spec, "families", "attach")
-        suites = tuple(
-            _suite(reader, s, "attach", spec.line)
-            for s in reader.typed(spec, "suites", list, "attach", required=True)
-        )
+        patterns = _value(spec, "families", [])
+        suites = tuple(_suite(reader, s, "attach") for s in spec["suites"])
         for pattern in patterns:
             matched = [name for name in by_name if name_matches(name, pattern)]
             if not matched:

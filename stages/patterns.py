@@ -1,45 +1,44 @@
 """Path patterns for ``run_if_changed`` / ``skip_if_only_changed`` and stage-name wildcards.
 
-Path patterns are globs over repository-relative paths: ``*`` and ``?`` stay inside one path
-segment, ``**`` spans segments (``docs/**`` matches everything under docs/), and a pattern ending
-in ``/`` means everything under that folder.
+A rule's path patterns are one gitignore-style list (``pathspec``'s ``GitIgnoreSpec``), matched
+against repository-relative paths: ``*`` and ``?`` stay inside one path segment, ``**`` spans
+segments, ``[abc]`` is a character class; a pattern with a ``/`` before its end (``docs/**``,
+``src/*.py``) is anchored at the repository root, one without (``*.md``, ``docs/``) matches at
+any depth; a trailing ``/`` means everything under such a folder; ``!pattern`` takes back a path
+that an earlier pattern of the list matched. A leading ``/`` is refused: every pattern is
+repository-relative already.
 """
 
 from __future__ import annotations
 
 import fnmatch
-import re
 from functools import cache
 
 
+def check_path_pattern(pattern: str) -> None:
+    """Raise ValueError when ``pattern`` is no usable repository-relative pattern."""
+    if not pattern or pattern.lstrip("!").startswith("/"):
+        raise ValueError(
+            f"path pattern {pattern!r} must be a non-empty repository-relative glob "
+            "(gitignore syntax, e.g. docs/** or *.md)"
+        )
+    from pathspec import GitIgnoreSpec  # here, not at import: `bot dry-run` starts faster
+
+    try:
+        GitIgnoreSpec.from_lines([pattern])
+    except ValueError as error:  # pathspec's pattern error
+        raise ValueError(f"path pattern {pattern!r} is no gitignore pattern: {error}") from None
+
+
 @cache
-def compile_path_pattern(pattern: str) -> re.Pattern[str]:
-    if not pattern or pattern.startswith("/"):
-        raise ValueError(f"path pattern {pattern!r} must be a non-empty repository-relative glob")
-    if pattern.endswith("/"):
-        pattern += "**"
-    out, i = [], 0
-    while i < len(pattern):
-        if pattern.startswith("**/", i):
-            out.append("(?:.*/)?")
-            i += 3
-        elif pattern.startswith("**", i):
-            out.append(".*")
-            i += 2
-        elif pattern[i] == "*":
-            out.append("[^/]*")
-            i += 1
-        elif pattern[i] == "?":
-            out.append("[^/]")
-            i += 1
-        else:
-            out.append(re.escape(pattern[i]))
-            i += 1
-    return re.compile("".join(out) + r"\Z")
+def _spec(patterns: tuple[str, ...]):
+    from pathspec import GitIgnoreSpec
+
+    return GitIgnoreSpec.from_lines(patterns)
 
 
 def path_matches(path: str, patterns: tuple[str, ...]) -> bool:
-    return any(compile_path_pattern(pattern).match(path) for pattern in patterns)
+    return _spec(tuple(patterns)).match_file(path)
 
 
 def name_matches(name: str, pattern: str) -> bool:

@@ -200,6 +200,9 @@ def test_infra_is_not_read_from_a_test_assertion() -> None:
         "AssertionError: expected 2 NCCL all-reduce calls, got 3",
         "AssertionError: OOM guard did not trigger (out of memory expected)",
         "ValueError: the ProcessGroup size must be 4, not 3",
+        "AssertionError: CUDA out of memory was expected, the call succeeded",
+        "torch.testing.AssertionError: NCCL error count 2 != 0",
+        "assert oom_count == 0",
     ):
         assert not is_infra(evidence), evidence
 
@@ -291,3 +294,73 @@ def test_the_suites_own_verdict_is_a_blocking_failure() -> None:
     (failure,) = analyse([shard(tests=[verdict])], base=base, base_pipeline=2).failures
     assert failure.category == "NEW" and failure.evidence.startswith("[nvfp4_moe] FAIL")
     assert analyse([shard(tests=[verdict])]).exit_code == 1
+
+
+@pytest.mark.parametrize(
+    ("outcome", "base_outcome", "category", "note"),
+    [
+        ("failed", "failed", "PRE-EXISTING", "also failing on base #3"),
+        ("failed", "error", "PRE-EXISTING", "also failing on base #3"),
+        ("error", "failed", "PRE-EXISTING", "also failing on base #3"),
+        ("error", "error", "PRE-EXISTING", "also failing on base #3"),
+        ("failed", "passed", "NEW", "passed on base #3 in 1.00 s"),
+        ("error", "passed", "NEW", "passed on base #3 in 1.00 s"),
+        ("failed", "skipped", "NEW", "skipped on base #3"),
+        ("failed", None, "UNCLASSIFIED", "base #3 did not run this test in S-PyTorch"),
+    ],
+)
+def test_the_base_outcome_decides_new_or_pre_existing(outcome, base_outcome, category, note):
+    """A test that errored on the base (a fixture broke, say) fails there too: PRE-EXISTING."""
+    key = ("S-PyTorch", "t.py::x")
+    base = {} if base_outcome is None else {key: Outcome("t.py::x", base_outcome, 1)}
+    tests = [Outcome("t.py::x", outcome, 1, "AssertionError: x")]
+    (failure,) = analyse([shard(tests=tests)], base=base, base_pipeline=3).failures
+    assert (failure.category, failure.note) == (category, note)
+
+
+NCCL = "RuntimeError: NCCL error in: X.cpp:1, unhandled system error"
+
+
+def test_counts_not_run_and_which_failures_name_suspects() -> None:
+    tests = [
+        Outcome("src/t.py::ok", "passed", 1),  # passed tests are passed over, not the end
+        Outcome("src/t.py::infra", "error", 1, NCCL),
+        Outcome("src/t.py::new", "failed", 1, "AssertionError: x"),
+        Outcome("src/t.py::flaky", "flaky", 1, "passed on re-run 1 after: AssertionError: y", 2),
+        Outcome("src/t.py::mute", "failed", 1),
+    ]
+    base = {
+        ("S-PyTorch", "src/t.py::new"): Outcome("src/t.py::new", "passed", 1),
+        ("S-PyTorch", "src/t.py::mute"): Outcome("src/t.py::mute", "failed", 1),
+    }
+    analysis = analyse(
+        [
+            shard(tests=tests),
+            shard("S-PyTorch-2", "ERROR", [tests[3]], "crashed: pytest killed by SIGKILL"),
+            shard("S-PyTorch-3", "NOT_RUN", evidence="needs 4 x H200 GPU(s)"),
+            shard("S-PyTorch-4", "NOT_RUN"),
+        ],
+        base=base,
+        base_pipeline=3,
+        changed_files=["src/a.py"],
+    )
+    assert analysis.counts() == {
+        "NEW": 1,
+        "PRE-EXISTING": 1,
+        "UNCLASSIFIED": 0,
+        "INFRA": 2,  # the NCCL error, and shard 2: a flaky test does not explain its crash
+        "FLAKY": 2,
+        "WAIVED": 0,
+    }
+    assert [f.test_id for f in analysis.of("NEW")] == ["src/t.py::new"]
+    assert {f.test_id: f.suspects for f in analysis.of("INFRA")} == {
+        "src/t.py::infra": (),  # suspects are named for NEW failures only
+        "S-PyTorch-2 (whole shard)": (),
+    }
+    assert analysis.of("NEW")[0].suspects
+    assert analysis.of("INFRA")[-1].attempts == 1
+    assert analysis.of("PRE-EXISTING")[0].evidence == "failed (no error text was captured)"
+    assert analysis.not_run == [
+        ("S-PyTorch-3", "needs 4 x H200 GPU(s)"),
+        ("S-PyTorch-4", "not run"),
+    ]

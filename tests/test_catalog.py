@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import textwrap
 from pathlib import Path
 
 import pytest
 
-from stagebot.stages.catalog import load_catalog
+from stagebot.stages.catalog import SCHEMA, load_catalog
 from stagebot.stages.errors import CatalogError
 from stagebot.stages.names import parse_test_stage_name
 
@@ -157,6 +158,36 @@ def family(line: str) -> str:
 
 
 CATALOG_ERRORS = [
+    pytest.param(
+        family("{name: A10-PyTorch, kind: test, timeout_minutes: 5, shards: 2.0}"),
+        "stages.yaml:2: family 'A10-PyTorch': 'shards' must be int, not 2.0",
+        id="a float is no int",
+    ),
+    pytest.param(
+        family("{name: A10-PyTorch, kind: test, timeout_minutes: 5, run_if_changed: ['']}"),
+        "'run_if_changed' must be a list of non-empty strings",
+        id="an empty path pattern",
+    ),
+    pytest.param(
+        family("A10-PyTorch"),
+        "stages.yaml:1: families[0]: must be a mapping of name, kind, gpu_type",
+        id="a family that is no mapping",
+    ),
+    pytest.param(
+        family("{name: A10-PyTorch, timeout_minutes: 5, suites: [{path: t}]}"),
+        "missing required key 'kind'",
+        id="no kind",
+    ),
+    pytest.param(
+        family("{name: A10-PyTorch, kind: test, timeout_minutes: 5, suites: t}"),
+        "family 'A10-PyTorch': 'suites' must be list, not 't'",
+        id="suites that are no list",
+    ),
+    pytest.param(
+        family("{name: A10-PyTorch, kind: test, timeout_minutes: 5, suites: [{path: t, k: 1}]}"),
+        "family 'A10-PyTorch' suite: unknown key 'k'",
+        id="a suite's own error names the suite",
+    ),
     pytest.param(
         family(
             "{name: A10-PyTorch, kind: test, timeout_minutes: 5, suites: [{path: t}], shard: 2}"
@@ -359,7 +390,11 @@ families:
         ("attach:\n  - {families: [A10-*]}\n", "missing required key 'suites'"),
         (
             "attach:\n  - {families: [A10-PyTorch], suites: [{path: t}], args: [-x]}\n",
-            "unknown key 'args' (valid: families, suites)",
+            "attach: unknown key 'args' (valid: families, suites)",
+        ),
+        (
+            "attach:\n  - {families: [A10-PyTorch], suites: [{path: t, mark: x}]}\n",
+            "attach suite: unknown key 'mark'",
         ),
     ],
 )
@@ -469,3 +504,53 @@ def test_unreadable_files_are_catalog_errors(tmp_path: Path) -> None:
     (tmp_path / "folder.yaml").mkdir()
     with pytest.raises(CatalogError, match=r"folder.yaml: cannot read this catalog file"):
         load_catalog(tmp_path)
+
+
+def test_the_catalog_schema_is_valid_and_nulls_take_defaults(tmp_path) -> None:
+    jsonschema = pytest.importorskip("jsonschema")
+    jsonschema.Draft202012Validator.check_schema(json.loads(SCHEMA.read_text()))
+    (tmp_path / "stages.yaml").write_text(
+        "gpu_types:\n  A10: {device_names: [a], runner_labels: [b]}\n"
+        "families:\n  - {name: A10-PyTorch, kind: test, timeout_minutes: 5, shards:,"
+        " suites: [{path: t, args:}], run_if_changed:}\n"
+    )
+    (family,) = load_catalog(tmp_path / "stages.yaml").families
+    assert (family.shards, family.suites[0].args, family.run_if_changed) == (1, (), ())
+
+
+def test_a_fragment_checked_once_skips_the_schema_next_time(tmp_path, monkeypatch) -> None:
+    """jsonschema and pathspec cost `bot dry-run` as much as the rest of its start-up: a fragment
+    text that passed is remembered (by its digest) and not checked again; an edited one is."""
+    import stagebot.stages.catalog as catalog_module
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    path = tmp_path / "stages.yaml"
+    path.write_text(
+        "gpu_types:\n  CPU: {runner_labels: [u]}\nfamilies:\n"
+        "  - {name: CPU-PyTorch, kind: test, timeout_minutes: 5, suites: [{path: t}]}\n"
+    )
+    load_catalog(path)
+    assert len(list((tmp_path / "cache" / "stagebot" / "catalog-fragments").iterdir())) == 1
+
+    def no_schema():
+        raise AssertionError("checked again")
+
+    monkeypatch.setattr(catalog_module, "_validator", no_schema)
+    load_catalog(path)
+    path.write_text(path.read_text().replace("timeout_minutes: 5", "timeout_minutes: 6"))
+    with pytest.raises(AssertionError, match="checked again"):
+        load_catalog(path)
+    bad = path.read_text().replace("timeout_minutes: 6", "timeout_minutes: soon")
+    path.write_text(bad)
+    monkeypatch.undo()
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    for _ in range(2):  # a failing fragment is never remembered
+        with pytest.raises(CatalogError, match="'timeout_minutes' must be int, not 'soon'"):
+            load_catalog(path)
+
+
+def test_no_cache_is_made_where_home_does_not_exist(tmp_path, monkeypatch) -> None:
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "nowhere"))
+    load_catalog()
+    assert not (tmp_path / "nowhere").exists()

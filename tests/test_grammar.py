@@ -73,6 +73,11 @@ PARSES = [
     ),
     pytest.param("/bot run --skip-test", run(skip_test=True), id="--skip-test"),
     pytest.param(
+        "/bot run --disable-fail-fast --reuse-test",
+        run(reuse_test="latest", disable_fail_fast=True),
+        id="--reuse-test last, without an id",
+    ),
+    pytest.param(
         '/bot run --stage-list "A10-PyTorch-1, DGX_H200-4_GPUs-AutoDeploy-1"',
         run(stage_list=("A10-PyTorch-1", "DGX_H200-4_GPUs-AutoDeploy-1")),
         id="--stage-list with spaces after commas",
@@ -134,6 +139,29 @@ PARSES = [
         Command("help"),
         id="tilde fence closes only on a long enough fence",
     ),
+    pytest.param(
+        "```\n/bot run\n`````\n/bot kill",
+        Command("kill"),
+        id="a longer fence closes a shorter one",
+    ),
+    pytest.param(
+        "```\n~~~\n/bot run\n```\n/bot kill",
+        Command("kill"),
+        id="a tilde fence does not close a backtick fence",
+    ),
+    pytest.param(
+        "   ```\n/bot run\n   ```\n/bot kill",
+        Command("kill"),
+        id="a fence indented three spaces still fences",
+    ),
+    pytest.param("    ```\n/bot kill", Command("kill"), id="four spaces of indent make no fence"),
+    pytest.param("``\n/bot kill\n``", Command("kill"), id="two backticks make no fence"),
+    pytest.param("~~\n/bot kill\n~~", Command("kill"), id="two tildes make no fence"),
+    pytest.param(
+        "~~~\n```\n/bot run\n~~~\n/bot kill",
+        Command("kill"),
+        id="a backtick fence does not close a tilde fence",
+    ),
     pytest.param("> /bot run\n/bot kill", Command("kill"), id="quoted command ignored"),
     pytest.param("  > > /bot run\n/bot kill", Command("kill"), id="nested quote ignored"),
 ]
@@ -158,6 +186,11 @@ NO_COMMAND = [
     pytest.param("> /bot run", id="quoted reply"),
     pytest.param("```\n/bot run\n```", id="fenced code block"),
     pytest.param("```python\n/bot run\n", id="unclosed fence swallows the rest"),
+    pytest.param("```\n/bot run\n``", id="two backticks close no fence"),
+    pytest.param(
+        "````\n```\n/bot run\n````", id="a shorter fence inside a longer one closes nothing"
+    ),
+    pytest.param("```\n```python\n/bot run\n```", id="a fence with an info string closes nothing"),
     pytest.param("`/bot run`", id="inline code"),
     pytest.param("\\/bot run", id="escaped"),
     pytest.param("> quoted\u2028/bot kill", id="U+2028 is no line break on GitHub"),
@@ -242,6 +275,14 @@ ERRORS = [
     pytest.param("/bot skip", "skip needs a reason", id="skip without comment"),
     pytest.param('/bot skip --comment "  "', "skip needs a reason", id="skip with blank comment"),
     pytest.param("/bot skip because", "skip needs a reason", id="skip without --comment"),
+    pytest.param(
+        "/bot skip --comment=why extra", "skip needs a reason", id="skip --comment= and more"
+    ),
+    pytest.param(
+        "/bot run --disable-fail-fast --stage-list",
+        "--stage-list needs a value",
+        id="a list flag last, without its value",
+    ),
     pytest.param("/bot kill now", "kill takes no arguments", id="kill with arguments"),
     pytest.param("/bot reuse-pipeline 1 2", "at most one pipeline id", id="reuse two ids"),
     pytest.param("/bot reuse-pipeline last", "pipeline id such as 47634", id="reuse bad id"),

@@ -291,6 +291,15 @@ def test_a_superseded_pipeline_does_not_overwrite_the_newer_status(gh, pipeline)
     assert states == {101: "ABORTED", 102: "SUCCESS"}
 
 
+def test_pipeline_12_does_not_own_the_status_of_pipeline_123(gh, pipeline) -> None:
+    """Ownership is the whole number: "#12" is a prefix of "#123", not its owner."""
+    pipeline.comment("/bot run", 12)
+    pipeline.comment("/bot run", 123)  # supersedes #12
+    text = pipeline.report(12, pipeline.tmp / "none", "--cancelled")
+    assert "belongs to another pipeline" in text
+    assert status(gh)["description"].startswith("PR_Github #123 ")
+
+
 def test_a_second_run_on_the_same_commit_reuses_everything(gh, pipeline) -> None:
     pipeline.whole("/bot run", 101)
     outputs = pipeline.comment("/bot run", 102)

@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from stagebot.bot.ledger import Ledger, UnknownPipelineError
+from stagebot.bot.ledger import (
+    SCHEMA_VERSION,
+    Ledger,
+    LedgerBusyError,
+    LedgerError,
+    UnknownPipelineError,
+    retry_busy,
+)
 from stagebot.harness.results import StageResult
 from stagebot.harness.results import TestOutcome as Outcome
 
@@ -146,6 +154,136 @@ def test_validation_takes_the_workflow_run_number(book: Ledger) -> None:
     assert validation.ok and validation.pipeline == 57
     assert book.pipeline(57).validated_by == 40
     assert book.start_pipeline(command=RUN, commit="c3", pr=3, number=41) == 41
+
+
+def test_the_next_number_follows_the_highest_not_the_count(book: Ledger) -> None:
+    """Actions numbers pipelines by workflow run, so the ledger has gaps; a local run after them
+    must not reuse a number below the highest (nor one of another repository's ledger)."""
+    assert book.start_pipeline(command=RUN, commit="c1") == 1
+    assert book.start_pipeline(command=RUN, commit="c1", number=7) == 7
+    assert book.start_pipeline(command=RUN, commit="c1") == 8
+    other = Ledger.open(book.path, repo="someone/else")
+    assert other.start_pipeline(command=RUN, commit="c1") == 1
+
+
+def test_a_re_recorded_shard_keeps_only_its_latest_tests(book: Ledger) -> None:
+    number = book.start_pipeline(command=RUN, commit="c1")
+    first = [Outcome("t::gone", "passed", 1), Outcome("t::kept", "failed", 1, "AssertionError")]
+    book.record_result(number, shard("S-1", "FAILURE", first))
+    book.record_result(number, shard("S-2", "SUCCESS", [Outcome("t::other", "passed", 1)]))
+    book.record_result(number, shard("S-1", "SUCCESS", [Outcome("t::kept", "passed", 2)]))
+    record = book.pipeline(number)
+    assert [r.state for r in record.results] == ["SUCCESS", "SUCCESS"]
+    assert book.passed_tests(number, "S-1") == {"t::kept": (number, 2.0)}
+    assert book.passed_tests(number, "S-2") == {"t::other": (number, 1.0)}  # not another stage's
+    assert book.prior_shard("S-1", "c1", None).passed_tests == ("t::kept",)
+    assert sorted(test_id for _, test_id in book.test_outcomes(number)) == ["t::kept", "t::other"]
+
+
+def test_a_partly_reused_shard_is_its_own_pipelines_result(book: Ledger) -> None:
+    """Only a REUSED shard points at its source; one that ran (reusing some tests) is this
+    pipeline's own result, whatever its reused_from says."""
+    first = book.start_pipeline(command=RUN, commit="c1")
+    book.record_result(first, shard("S-1", "FAILURE", [Outcome("t::a", "passed", 1)]))
+    second = book.start_pipeline(command=RUN, commit="c1")
+    for stage, state in (("S-1", "FAILURE"), ("S-2", "SUCCESS")):
+        ran = [Outcome("t::b", "failed" if state == "FAILURE" else "passed", 1)]
+        book.record_result(second, shard(stage, state, ran, reused_from=first))
+    prior = book.prior_shard("S-1", "c1", None)
+    assert (prior.pipeline, prior.state, prior.catalog_digest) == (second, "FAILURE", "")
+    assert book.prior_shard("S-2", "c1", None).pipeline == second
+    assert book.passed_tests(second, "S-2") == {"t::b": (second, 1.0)}  # passed here, not in #1
+
+
+@pytest.mark.parametrize("header", [b"SQLite", b"SQLite format 3", b"PK\x03\x04"])
+def test_a_file_that_is_no_sqlite_database_is_refused(tmp_path: Path, header: bytes) -> None:
+    path = tmp_path / "ledger.sqlite"
+    path.write_bytes(header)  # a truncated header too: shorter than SQLite's 16 bytes
+    with pytest.raises(LedgerError, match="is corrupt: not an SQLite database"):
+        Ledger.open(path)
+
+
+def test_a_ledger_from_a_newer_stagebot_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.sqlite"
+    Ledger.open(path).close()
+    with sqlite3.connect(path) as db:
+        db.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    with pytest.raises(LedgerError, match=f"has schema version {SCHEMA_VERSION + 1}; this"):
+        Ledger.open(path)
+
+
+def test_a_validation_is_never_a_base_pipeline(book: Ledger) -> None:
+    """`/bot reuse-pipeline` records a SUCCESS without results: comparing with it would call
+    every failure NEW."""
+    gating = book.start_pipeline(command=RUN, commit="c1", plan={"gating": True}, pr=3)
+    book.finish_pipeline(gating, "SUCCESS")
+    assert book.record_validation("b1", gating, pr=3).ok
+    assert book.base_pipeline("b1", None) is None
+    main = book.start_pipeline(command=RUN, commit="m1", branch="main")
+    book.finish_pipeline(main, "FAILURE")
+    assert book.base_pipeline("b1", "main") == main
+
+
+@pytest.mark.parametrize(
+    ("state", "is_base"),
+    [("SUCCESS", True), ("FAILURE", True), ("ABORTED", False), ("RUNNING", False)],
+)
+def test_only_a_finished_pipeline_is_a_base(book: Ledger, state: str, is_base: bool) -> None:
+    number = book.start_pipeline(command=RUN, commit="b1")
+    if state != "RUNNING":
+        book.finish_pipeline(number, state)
+    assert book.base_pipeline("b1", None) == (number if is_base else None)
+
+
+@pytest.mark.parametrize(
+    ("state", "plan", "why"),
+    [
+        ("FAILURE", {"gating": True}, "pipeline #1 ended FAILURE"),
+        ("SUCCESS", {"gating": False}, "was a partial run (Partly Tested)"),
+    ],
+)
+def test_only_a_successful_gating_run_validates(book: Ledger, state, plan, why) -> None:
+    source = book.start_pipeline(command=RUN, commit="c1", plan=plan, pr=3)
+    book.finish_pipeline(source, state)
+    explicit = book.record_validation("c2", source, pr=3)
+    assert not explicit.ok and why in explicit.reason
+    assert not book.record_validation("c2", None, pr=3).ok  # and none is picked by default
+    assert book.latest_number() == source  # a refused validation records nothing
+
+
+def test_the_default_source_is_this_prs_latest_real_run(book: Ledger) -> None:
+    mine = book.start_pipeline(command=RUN, commit="c1", plan={"gating": True}, pr=3)
+    book.finish_pipeline(mine, "SUCCESS")
+    other = book.start_pipeline(command=RUN, commit="x1", plan={"gating": True}, pr=4)
+    book.finish_pipeline(other, "SUCCESS")
+    first = book.record_validation("c2", None, pr=3)
+    assert first.ok and first.source == mine
+    second = book.record_validation("c3", None, pr=3)  # not the validation #first itself
+    assert second.ok and second.source == mine
+
+
+def test_retry_busy_retries_only_a_busy_ledger_and_only_while_patient() -> None:
+    calls: list[str] = []
+
+    def flaky(errors: list[Exception]):
+        def call() -> str:
+            calls.append("call")
+            if errors:
+                raise errors.pop(0)
+            return "done"
+
+        return call
+
+    assert retry_busy(flaky([LedgerBusyError("locked")]), patience_s=60) == "done"
+    assert len(calls) == 2
+    calls.clear()
+    with pytest.raises(LedgerBusyError):
+        retry_busy(flaky([LedgerBusyError("locked")] * 2), patience_s=0)
+    assert len(calls) == 1  # no patience left: the first busy answer is final
+    calls.clear()
+    with pytest.raises(ValueError):
+        retry_busy(flaky([ValueError("not busy")]), patience_s=60)
+    assert len(calls) == 1
 
 
 def test_concurrent_processes_get_distinct_numbers(tmp_path: Path) -> None:

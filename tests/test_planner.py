@@ -76,6 +76,18 @@ SELECTIONS = [
         id="docs-only change runs only the docs build",
     ),
     pytest.param(
+        "/bot run",
+        ["README.md", "src/x.py"],
+        SINGLE_PRE_MERGE[:3] + ["A10-Build_Docs"],
+        id="docs and code changed: skip_if_only_changed skips nothing",
+    ),
+    pytest.param(
+        "/bot run",
+        ["src/x.py", "cpp/y.cc", "docs/a.md"],
+        SINGLE_PRE_MERGE,
+        id="one matching file is enough for run_if_changed",
+    ),
+    pytest.param(
         "/bot run --post-merge",
         ["src/x.py"],
         SINGLE_PRE_MERGE[:3] + ["DGX_H200-4_GPUs-PyTorch-1", "DGX_H200-PyTorch-Post-Merge-1"],

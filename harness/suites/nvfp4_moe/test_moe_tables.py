@@ -48,6 +48,10 @@ def test_moe_sort_invariants(case: Case):
     assert torch.equal(group[rows // tile], local[is_local]), "inside its own expert's tiles"
     assert (rows < mn_limit[rows // tile]).all()
     assert torch.equal(p2e[rows], torch.arange(expanded).view(-1, top_k)[is_local])
+    # Experts ascend and, inside one, pairs keep token order: so rows taken in (expert, expanded
+    # index) order strictly ascend (an unstable sort breaks ties by chance).
+    in_order = rows[torch.argsort(local[is_local], stable=True)]
+    assert (in_order[1:] > in_order[:-1]).all(), "inside an expert, pairs keep token order"
 
     g, limit, index = group[:tiles], mn_limit[:tiles], torch.arange(tiles)
     assert (g[1:] >= g[:-1]).all(), "local experts in ascending order"

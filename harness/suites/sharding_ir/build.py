@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 from torch import fx, nn
 
+from stagebot.harness.suites.sharding_ir.models.decoder import IRForCausalLM
 from stagebot.harness.suites.sharding_ir.registry import ModelSpec
 
 SEED = 0
@@ -14,7 +15,8 @@ def build_ir_model(
     spec: ModelSpec, overrides: dict | None = None, *, fixed_routing: bool = False
 ) -> nn.Module:
     """The IR model for ``spec``'s tiny config, re-initialised from the seed (fp32, CPU)."""
-    model = spec.ir_model_class()(spec.config(**(overrides or {})), fixed_routing=fixed_routing)
+    config = spec.config(**(overrides or {}))
+    model = IRForCausalLM(config, spec.arch, fixed_routing=fixed_routing)
     reinit_(model)
     return model.eval()
 
@@ -48,16 +50,6 @@ def prefill_inputs(
     gen = torch.Generator().manual_seed(seed)
     ids = torch.randint(0, vocab_size, (batch, seq), generator=gen)
     return ids, torch.arange(seq).expand(batch, seq).contiguous()
-
-
-def build_hf_model(spec: ModelSpec, ir_model: nn.Module) -> nn.Module:
-    """HF's own class on the IR model's config, carrying the IR model's weights and buffers."""
-    hf = spec.hf_model_class()(ir_model.config).eval()
-    hf.load_state_dict(ir_model.to_hf_state_dict(ir_model.state_dict()), strict=True)
-    with torch.no_grad():
-        for name, buf in ir_model.named_buffers():
-            hf.get_buffer(name).copy_(buf)
-    return hf
 
 
 def poison_(gm: fx.GraphModule) -> None:

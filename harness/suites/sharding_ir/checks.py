@@ -3,7 +3,7 @@ negative control can assert that a check *fails* on a sabotaged graph.
 
 None may pass vacuously: the expectations come from the IR model's closed-form plan (not from the
 sharder, nor from ``DistConfig.local_experts`` that it uses: MoE expert ranges are written out in
-``qwen3_moe.expected_local_experts``), the collective count compares whole per-module dicts (an
+``models.moe.expected_local_experts``), the collective count compares whole per-module dicts (an
 empty or missing count fails), and shapes are compared for every parameter by name, both ways.
 """
 

@@ -3,18 +3,16 @@ each case's whole check list in one spawn, whose report that case's tests share.
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
-from stagebot.harness.suites.sharding_ir.dist_config import DEFAULT_CONFIG, NAMED_CONFIGS
-from stagebot.harness.suites.sharding_ir.registry import resolve_model_ids
+from stagebot.harness.suites.sharding_ir.dist_config import DEFAULT_CONFIG
+from stagebot.harness.suites.sharding_ir.registry import REGISTRY
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "sharding_ir_case" not in metafunc.fixturenames:
         return
-    model_ids = resolve_model_ids(metafunc.config.getoption("--sharding-ir-model-id"))
+    model_ids = REGISTRY.resolve_model_ids(metafunc.config.getoption("--sharding-ir-model-id"))
     configs = list(
         dict.fromkeys(metafunc.config.getoption("--sharding-ir-dist-config") or [DEFAULT_CONFIG])
     )
@@ -22,7 +20,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         reason = "pass --sharding-ir-model-id <hf-id>|all to run the sharding-IR equivalence check"
         params = [pytest.param(None, id="no-model-id", marks=pytest.mark.skip(reason=reason))]
     else:
-        params = [pytest.param((m, c), id=f"{m}:{c}") for m in model_ids for c in configs]
+        # config by config, so the cheap configs' results come first
+        params = [pytest.param((m, c), id=f"{m}:{c}") for c in configs for m in model_ids]
     metafunc.parametrize("sharding_ir_case", params)
 
 
@@ -36,30 +35,17 @@ def _equivalence_reports() -> dict:
 def equivalence_report(
     sharding_ir_case: tuple[str, str], _equivalence_reports: dict
 ) -> dict[str, list]:
-    """Check name -> per-rank CheckResults, from the case's one spawn (NCCL if enough GPUs)."""
+    """Check name -> CheckResults (one per rank; matches-hf one), from the case's ``run_case``."""
+    from stagebot.harness.suites.sharding_ir.case import run_case
     from stagebot.harness.suites.sharding_ir.spawn import RankFailure
 
     if sharding_ir_case not in _equivalence_reports:
+        model_id, config = sharding_ir_case
         try:
-            _equivalence_reports[sharding_ir_case] = _run_case(*sharding_ir_case)
+            _equivalence_reports[sharding_ir_case] = run_case(REGISTRY.lookup(model_id), config)
         except RankFailure as failure:
             _equivalence_reports[sharding_ir_case] = failure
     report = _equivalence_reports[sharding_ir_case]
     if isinstance(report, Exception):
         raise type(report)(str(report))
     return report
-
-
-def _run_case(model_id: str, config: str) -> dict[str, list]:
-    import torch
-
-    from stagebot.harness.suites.sharding_ir.spawn import run_on_ranks
-    from stagebot.harness.suites.sharding_ir.worker import run_equivalence
-
-    world_size = NAMED_CONFIGS[config][0]
-    backend = "nccl" if torch.cuda.device_count() >= world_size else "gloo"
-    start = time.perf_counter()
-    per_rank = run_on_ranks(run_equivalence, world_size, (model_id, config), backend=backend)
-    seconds = time.perf_counter() - start
-    print(f"[sharding_ir] {model_id} {config}: {world_size} ranks ({backend}) in {seconds:.1f} s")
-    return {check: [report[check] for report in per_rank] for check in per_rank[0]}

@@ -1,22 +1,23 @@
-"""Model registry: HF model id -> config class, IR class, HF class, tiny settings, variants.
+"""Model registry: HF model id -> config class, HF class, the family's spec, tiny settings.
 
-Adding a model family is adding an entry. Kept light (no torch): the classes are named, resolved
-on use. A variant maps a DistConfig to extra overrides, or None where it exercises nothing there.
+Adding a model family is adding an entry (see README.md): the spec (``family.ArchSpec``) says
+what the decoder has and under which config names; the one IR decoder is built from it. The
+variants follow from the spec. Kept light (no torch): the HF classes are named, resolved on use.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 
 from stagebot.harness.suites.sharding_ir.dist_config import DistConfig
 from stagebot.harness.suites.sharding_ir.errors import ShardingIRError, did_you_mean
+from stagebot.harness.suites.sharding_ir.family import NUM_KV_HEADS, ArchSpec, Attr, MoESpec
 
-Variant = Callable[[DistConfig], dict | None]
-
+DEFAULT = "default"  # the variant name of the tiny settings as they are
 # A 4-layer decoder: hidden 64, 4 heads of 16, vocab 64, 256 positions.
-_TINY = MappingProxyType(
+TINY = MappingProxyType(
     {
         "num_hidden_layers": 4,
         "hidden_size": 64,
@@ -31,24 +32,13 @@ _TINY = MappingProxyType(
 )
 
 
-def _kv_heads_below_tp(dc: DistConfig) -> dict | None:
-    """KV heads = TP/2 (4 query heads): ranks share replicated KV heads in pairs."""
-    return {"num_key_value_heads": dc.tp_size // 2} if dc.tp_size >= 2 else None
-
-
-def _experts_not_divisible_by_ep(dc: DistConfig) -> dict | None:
-    """2*EP+1 experts: the last EP rank takes the remainder."""
-    return {"num_experts": 2 * dc.moe_ep + 1} if dc.moe_ep >= 2 else None
-
-
 @dataclass(frozen=True)
 class ModelSpec:
     model_id: str
     config_class: str  # a transformers attribute
-    ir_class: str  # "module:Class"
     hf_class: str  # a transformers attribute, the reference the IR is checked against
-    tiny: dict
-    variants: dict[str, Variant] = field(default_factory=dict)
+    arch: ArchSpec
+    tiny: Mapping  # settings over the config class's defaults
 
     def config(self, **overrides):
         """The config class with the tiny settings (and ``overrides``) over its defaults."""
@@ -56,63 +46,143 @@ class ModelSpec:
 
         return getattr(transformers, self.config_class)(**(dict(self.tiny) | overrides))
 
-    def ir_model_class(self) -> type:
-        import importlib
-
-        module, name = self.ir_class.split(":")
-        return getattr(importlib.import_module(module), name)
-
     def hf_model_class(self) -> type:
         import transformers
 
         return getattr(transformers, self.hf_class)
 
+    def splits_experts(self, dc: DistConfig) -> bool:
+        """Whether ``dc`` spreads this family's routed experts over EP ranks."""
+        return self.arch.moe is not None and dc.moe_ep >= 2
 
-_MODELS = "stagebot.harness.suites.sharding_ir.models"
-REGISTRY: dict[str, ModelSpec] = {
-    spec.model_id: spec
-    for spec in (
-        ModelSpec(
-            model_id="Qwen/Qwen3-8B",
-            config_class="Qwen3Config",
-            ir_class=f"{_MODELS}.qwen3:Qwen3IRForCausalLM",
-            hf_class="Qwen3ForCausalLM",
-            tiny={**_TINY, "attention_bias": True},
-            variants={"kv-heads-below-tp": _kv_heads_below_tp},
+    def cases(self, dc: DistConfig) -> list[tuple[str, dict]]:
+        """(variant name, config overrides) to check on ``dc``: the default tiny config, then each
+        variant that exercises something there."""
+        applied = ((name, variant(dc)) for name, variant in self.variants().items())
+        return [(DEFAULT, {})] + [(name, o) for name, o in applied if o is not None]
+
+    def variants(self) -> dict[str, Callable[[DistConfig], dict | None]]:
+        """Variant name -> DistConfig -> config overrides, or None where it exercises nothing."""
+        out = {}
+        if not self.arch.fused_qkv:  # a fused q/k/v output splits by TP: no KV head replication
+            out["kv-heads-below-tp"] = _kv_heads_below_tp
+        if self.arch.moe is not None:
+            out["experts-not-divisible-by-ep"] = _ExpertsNotDivisibleByEP(self.arch.moe.num_experts)
+        return out
+
+
+def _kv_heads_below_tp(dc: DistConfig) -> dict | None:
+    """KV heads = TP/2 (4 query heads): ranks share replicated KV heads in pairs."""
+    return {NUM_KV_HEADS: dc.tp_size // 2} if dc.tp_size >= 2 else None
+
+
+@dataclass(frozen=True)
+class _ExpertsNotDivisibleByEP:
+    """2*EP+1 experts: the last EP rank takes the remainder."""
+
+    num_experts: Attr
+
+    def __call__(self, dc: DistConfig) -> dict | None:
+        return {self.num_experts.name: 2 * dc.moe_ep + 1} if dc.moe_ep >= 2 else None
+
+
+_QWEN_MOE = MoESpec(
+    num_experts=Attr("num_experts"),
+    top_k=Attr("num_experts_per_tok"),
+    expert_intermediate_size=Attr("moe_intermediate_size"),
+    norm_topk_prob=Attr("norm_topk_prob"),
+    dense_layers=Attr("mlp_only_layers"),
+    sparse_step=Attr("decoder_sparse_step"),
+)
+_MOE_TINY = {"num_experts_per_tok": 2, "moe_intermediate_size": 32, "mlp_only_layers": [0]}
+
+FAMILIES = (
+    ModelSpec(
+        model_id="Qwen/Qwen3-8B",
+        config_class="Qwen3Config",
+        hf_class="Qwen3ForCausalLM",
+        arch=ArchSpec(qk_norm=True, qkv_bias=Attr("attention_bias"), o_bias=Attr("attention_bias")),
+        tiny={**TINY, "attention_bias": True},
+    ),
+    ModelSpec(
+        model_id="Qwen/Qwen3-30B-A3B",
+        config_class="Qwen3MoeConfig",
+        hf_class="Qwen3MoeForCausalLM",
+        arch=ArchSpec(
+            qk_norm=True,
+            qkv_bias=Attr("attention_bias"),
+            o_bias=Attr("attention_bias"),
+            moe=_QWEN_MOE,
         ),
-        ModelSpec(
-            model_id="Qwen/Qwen3-30B-A3B",
-            config_class="Qwen3MoeConfig",
-            ir_class=f"{_MODELS}.qwen3_moe:Qwen3MoeIRForCausalLM",
-            hf_class="Qwen3MoeForCausalLM",
-            tiny={
-                **_TINY,
-                "num_experts": 8,
-                "num_experts_per_tok": 2,
-                "moe_intermediate_size": 32,
-                "norm_topk_prob": True,
-                "mlp_only_layers": [0],
-            },
-            variants={"experts-not-divisible-by-ep": _experts_not_divisible_by_ep},
+        tiny={**TINY, **_MOE_TINY, "num_experts": 8, "norm_topk_prob": True},
+    ),
+    ModelSpec(
+        model_id="meta-llama/Llama-3.1-8B",
+        config_class="LlamaConfig",
+        hf_class="LlamaForCausalLM",
+        arch=ArchSpec(
+            qkv_bias=Attr("attention_bias"),
+            o_bias=Attr("attention_bias"),
+            mlp_bias=Attr("mlp_bias"),
         ),
-    )
-}
+        tiny={**TINY, "mlp_bias": True},
+    ),
+    ModelSpec(
+        model_id="mistralai/Mixtral-8x7B-v0.1",
+        config_class="MixtralConfig",
+        hf_class="MixtralForCausalLM",
+        arch=ArchSpec(
+            moe=MoESpec(
+                num_experts=Attr("num_local_experts"),
+                top_k=Attr("num_experts_per_tok"),
+                expert_intermediate_size=Attr("intermediate_size"),
+                norm_topk_prob=True,
+            )
+        ),
+        tiny={**TINY, "num_local_experts": 8, "num_experts_per_tok": 2, "intermediate_size": 32},
+    ),
+    ModelSpec(
+        model_id="Qwen/Qwen1.5-MoE-A2.7B",
+        config_class="Qwen2MoeConfig",
+        hf_class="Qwen2MoeForCausalLM",
+        arch=ArchSpec(
+            qkv_bias=Attr("qkv_bias"),
+            moe=replace(
+                _QWEN_MOE, shared_expert_intermediate_size=Attr("shared_expert_intermediate_size")
+            ),
+        ),
+        tiny={**TINY, **_MOE_TINY, "num_experts": 8, "shared_expert_intermediate_size": 48},
+    ),
+)
 
 
-def lookup(model_id: str) -> ModelSpec:
-    if model_id not in REGISTRY:
-        raise ShardingIRError(
-            f"unknown sharding-IR model id {model_id!r}; registered: {', '.join(REGISTRY)} "
-            "(or 'all')." + did_you_mean(model_id, list(REGISTRY))
-        )
-    return REGISTRY[model_id]
+class Registry(dict[str, ModelSpec]):
+    """Model id -> spec. ``REGISTRY`` is the suite's; a test may build its own."""
+
+    def add(self, spec: ModelSpec) -> ModelSpec:
+        if spec.model_id in self:
+            raise ShardingIRError(f"model id {spec.model_id!r} is registered already.")
+        self[spec.model_id] = spec
+        return spec
+
+    def lookup(self, model_id: str) -> ModelSpec:
+        if model_id not in self:
+            raise ShardingIRError(
+                f"unknown sharding-IR model id {model_id!r}; registered: {', '.join(self)} "
+                "(or 'all')." + did_you_mean(model_id, list(self))
+            )
+        return self[model_id]
+
+    def resolve_model_ids(self, requested: list[str]) -> list[str]:
+        """The ids to check, in order, without repeats: ``all`` expands to every registered id."""
+        ids: list[str] = []
+        for model_id in requested:
+            for resolved in self if model_id == "all" else [self.lookup(model_id).model_id]:
+                if resolved not in ids:
+                    ids.append(resolved)
+        return ids
 
 
-def resolve_model_ids(requested: list[str]) -> list[str]:
-    """The ids to check, in order, without repeats: ``all`` expands to every registered id."""
-    ids: list[str] = []
-    for model_id in requested:
-        for resolved in REGISTRY if model_id == "all" else [lookup(model_id).model_id]:
-            if resolved not in ids:
-                ids.append(resolved)
-    return ids
+REGISTRY = Registry()
+for _spec in FAMILIES:
+    REGISTRY.add(_spec)

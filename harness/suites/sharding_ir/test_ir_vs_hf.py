@@ -1,42 +1,58 @@
-"""Each IR model against HF's own class on the same config and weights (fp32, HF's router).
-
-Without this a wrong IR would still pass "sharded == unsharded".
-"""
+"""Each family's IR against HF's own class on the same config and weights (fp32, HF's router),
+for the default tiny config and every variant: the check each equivalence case runs first
+(``hf_reference.matches_hf_check``), here without spawning, plus what it must catch."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import pytest
 import torch
 
-from stagebot.harness.suites.sharding_ir.build import build_hf_model, build_ir_model, prefill_inputs
+from stagebot.harness.suites.sharding_ir.build import build_ir_model, prefill_inputs
 from stagebot.harness.suites.sharding_ir.dist_config import DistConfig
+from stagebot.harness.suites.sharding_ir.hf_reference import build_hf_model, matches_hf_check
 from stagebot.harness.suites.sharding_ir.registry import REGISTRY
 
-CASES = [pytest.param(model_id, None, id=model_id) for model_id in REGISTRY] + [
-    pytest.param(model_id, variant, id=f"{model_id}:{variant}")
+CASES = [
+    pytest.param(model_id, name, overrides, id=f"{model_id}:{name}")
     for model_id, spec in REGISTRY.items()
-    for variant in spec.variants
+    for name, overrides in spec.cases(DistConfig.named("tep"))
 ]
+LLAMA, QWEN3, QWEN2_MOE = "meta-llama/Llama-3.1-8B", "Qwen/Qwen3-8B", "Qwen/Qwen1.5-MoE-A2.7B"
 
 
-def _logits(spec, overrides: dict):
-    ir = build_ir_model(spec, overrides)
-    hf = build_hf_model(spec, ir)
-    ids, pos = prefill_inputs(ir.config.vocab_size, batch=2, seq=64)
-    with torch.no_grad():
-        return ir(ids, pos), hf(input_ids=ids, position_ids=pos, use_cache=False).logits
+@pytest.mark.parametrize(("model_id", "variant", "overrides"), CASES)
+def test_ir_matches_hf(model_id, variant, overrides):
+    result = matches_hf_check(REGISTRY[model_id], overrides)
+    assert result.ok, result.detail
 
 
-@pytest.mark.parametrize(("model_id", "variant"), CASES)
-def test_ir_matches_hf(model_id, variant):
-    spec = REGISTRY[model_id]
-    overrides = spec.variants[variant](DistConfig.named("tep")) if variant else {}
-    ir_logits, hf_logits = _logits(spec, overrides)
-    torch.testing.assert_close(ir_logits, hf_logits, rtol=1e-5, atol=1e-5)
+def test_every_family_has_its_variants():
+    for spec in REGISTRY.values():
+        names = {name for name, _ in spec.cases(DistConfig.named("tep"))}
+        assert "kv-heads-below-tp" in names, spec.model_id
+        assert ("experts-not-divisible-by-ep" in names) == (spec.arch.moe is not None)
+
+
+def test_llama_with_the_qwen3_ir_fails():
+    wrong = dataclasses.replace(REGISTRY[LLAMA], arch=REGISTRY[QWEN3].arch)
+    result = matches_hf_check(wrong, {})
+    assert not result.ok and "q_norm" in result.detail, result.detail
+
+
+def test_a_wrong_router_normalisation_fails():
+    """Same parameter names, other numbers: only the comparison of logits can see it."""
+    spec = REGISTRY[QWEN2_MOE]
+    assert spec.config().norm_topk_prob is False  # HF's default for Qwen2-MoE, the tiny one too
+    moe = dataclasses.replace(spec.arch.moe, norm_topk_prob=True)
+    wrong = dataclasses.replace(spec, arch=dataclasses.replace(spec.arch, moe=moe))
+    result = matches_hf_check(wrong, {})
+    assert not result.ok and "max |IR - HF|" in result.detail, result.detail
 
 
 def test_a_changed_weight_is_seen():
-    spec = REGISTRY["Qwen/Qwen3-8B"]
+    spec = REGISTRY[QWEN3]
     ir = build_ir_model(spec)
     hf = build_hf_model(spec, ir)
     with torch.no_grad():

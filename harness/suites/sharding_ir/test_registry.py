@@ -2,37 +2,60 @@
 
 from __future__ import annotations
 
+import ast
+import dataclasses
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from stagebot.harness.suites.sharding_ir.dist_config import NAMED_CONFIGS, DistConfig
 from stagebot.harness.suites.sharding_ir.errors import ShardingIRError
-from stagebot.harness.suites.sharding_ir.registry import REGISTRY, lookup, resolve_model_ids
+from stagebot.harness.suites.sharding_ir.family import Attr
+from stagebot.harness.suites.sharding_ir.registry import REGISTRY, Registry
 
 
 def test_all_expands_to_every_registered_id_once():
-    assert resolve_model_ids(["all"]) == list(REGISTRY)
-    assert resolve_model_ids(["Qwen/Qwen3-8B", "all"]) == list(REGISTRY)
-    assert resolve_model_ids([]) == []
+    assert REGISTRY.resolve_model_ids(["all"]) == list(REGISTRY)
+    assert REGISTRY.resolve_model_ids(["Qwen/Qwen3-8B", "all"]) == list(REGISTRY)
+    assert REGISTRY.resolve_model_ids([]) == []
 
 
 def test_unknown_id_suggests_the_closest():
     with pytest.raises(ShardingIRError, match=r"'Qwen/Qwen3-8b'.*Did you mean 'Qwen/Qwen3-8B'"):
-        lookup("Qwen/Qwen3-8b")
+        REGISTRY.lookup("Qwen/Qwen3-8b")
 
 
 @pytest.mark.parametrize("name", list(NAMED_CONFIGS))
-def test_variants_exercise_what_they_name(name):
-    dc = DistConfig.named(name)
-    kv = REGISTRY["Qwen/Qwen3-8B"].variants["kv-heads-below-tp"](dc)
-    assert 1 <= kv["num_key_value_heads"] < dc.tp_size
-    experts = REGISTRY["Qwen/Qwen3-30B-A3B"].variants["experts-not-divisible-by-ep"](dc)
-    if dc.moe_ep < 2:
-        assert experts is None
+@pytest.mark.parametrize("model_id", list(REGISTRY))
+def test_variants_exercise_what_they_name(model_id, name):
+    """Read back through the family's own spec: each variant's overrides land where it says."""
+    spec, dc = REGISTRY[model_id], DistConfig.named(name)
+    cases = dict(spec.cases(dc))
+    arch = spec.arch.resolve(spec.config(**cases["kv-heads-below-tp"]))
+    assert 1 <= arch.num_kv_heads < dc.tp_size
+    if spec.arch.moe is None or dc.moe_ep < 2:
+        assert "experts-not-divisible-by-ep" not in cases
     else:
-        assert experts["num_experts"] % dc.moe_ep != 0
+        arch = spec.arch.resolve(spec.config(**cases["experts-not-divisible-by-ep"]))
+        assert arch.moe.num_experts % dc.moe_ep != 0
+        assert spec.arch.resolve(spec.config()).moe.num_experts % dc.moe_ep == 0
+
+
+def test_a_spec_naming_an_attribute_the_config_lacks_says_which():
+    spec = REGISTRY["mistralai/Mixtral-8x7B-v0.1"]
+    wrong = dataclasses.replace(spec.arch.moe, num_experts=Attr("n_routed_experts"))
+    arch = dataclasses.replace(spec.arch, moe=wrong)
+    with pytest.raises(ShardingIRError, match=r"MixtralConfig has no attribute 'n_routed_experts'"):
+        arch.resolve(spec.config())
+
+
+def test_a_registry_refuses_an_id_twice():
+    registry = Registry()
+    registry.add(REGISTRY["Qwen/Qwen3-8B"])
+    with pytest.raises(ShardingIRError, match=r"'Qwen/Qwen3-8B' is registered already"):
+        registry.add(REGISTRY["Qwen/Qwen3-8B"])
 
 
 def test_dist_config_choices_are_the_named_configs():
@@ -60,3 +83,52 @@ def test_options_module_stays_light():
         "assert 'torch' not in sys.modules and 'transformers' not in sys.modules, 'heavy import'"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def _config_names() -> set[str]:
+    """Every HF config attribute a registered family's spec or tiny settings names."""
+    names = set()
+    for spec in REGISTRY.values():
+        names |= set(spec.tiny)
+        for part in (spec.arch, spec.arch.moe):
+            if part is not None:
+                names |= {v.name for v in vars(part).values() if isinstance(v, Attr)}
+    return names
+
+
+def _names_a_config_key(node: ast.AST, names: set[str]) -> bool:
+    """A string constant that is a config name, or ``config.<name>`` / ``<x>.config.<name>``."""
+    if isinstance(node, ast.Constant):
+        return node.value in names
+    if isinstance(node, ast.Attribute) and node.attr in names:
+        owner = node.value
+        return getattr(owner, "id", None) == "config" or getattr(owner, "attr", None) == "config"
+    return False
+
+
+def test_the_checks_and_blocks_never_name_a_config_key():
+    """Only the spec (family.py, registry.py) maps config names: a check or a block that looked
+    one up itself would work for the families that use that name and break for the next."""
+    suite = Path(__file__).parent
+    modules = [*suite.glob("models/*.py")] + [
+        suite / name
+        for name in (
+            "build.py",
+            "case.py",
+            "checks.py",
+            "conftest.py",
+            "hf_reference.py",
+            "sharding.py",
+            "test_equivalence.py",
+            "worker.py",
+        )
+    ]
+    names = _config_names()
+    assert {"num_experts", "num_local_experts", "attention_bias", "qkv_bias"} <= names
+    found = {
+        f"{path.name}:{node.lineno}: {ast.unparse(node)}"
+        for path in modules
+        for node in ast.walk(ast.parse(path.read_text()))
+        if _names_a_config_key(node, names)
+    }
+    assert found == set()

@@ -1,10 +1,10 @@
 """The per-rank check list of one model / dist config, run inside one spawn.
 
-Per variant (the default tiny config, then each registered variant that applies to the config):
+Per case of the spec (the default tiny config, then each variant that applies to the config):
 build, re-init identically, eager unsharded forward (the reference), snapshot, export, apply +
 strip the hints, check hints/shapes/collectives, poison every weight and load the full snapshot
 (hooks slice it), sharded forward vs reference, reload the rank's own sharded state dict. On the
-default config, three negative controls whose checks must fail. Device and dtype follow the
+default config, the negative controls, whose checks must fail. Device and dtype follow the
 backend: NCCL -> the rank's GPU in bf16, gloo -> CPU in fp32.
 """
 
@@ -27,10 +27,10 @@ from stagebot.harness.suites.sharding_ir.checks import (
     numeric_check,
 )
 from stagebot.harness.suites.sharding_ir.dist_config import DistConfig
-from stagebot.harness.suites.sharding_ir.registry import ModelSpec, lookup
+from stagebot.harness.suites.sharding_ir.errors import ShardingIRError
+from stagebot.harness.suites.sharding_ir.registry import DEFAULT, ModelSpec
 from stagebot.harness.suites.sharding_ir.sharding import apply_sharding_hints, strip_sharding_hints
 
-DEFAULT = "default"
 CONTROLS = (
     "control-no-collectives",  # must fail numeric
     "control-wrong-split-dim",  # must fail local-shapes
@@ -44,7 +44,7 @@ CONTROLS = (
 MOE_CONTROLS = ("control-routing-mask-removed",)
 
 
-def run_equivalence(rank: int, model_id: str, dist_config: str) -> dict[str, CheckResult]:
+def run_equivalence(rank: int, spec: ModelSpec, dist_config: str) -> dict[str, CheckResult]:
     """Check name (``<variant>/<check>``) -> this rank's result."""
     dc = DistConfig.named(dist_config, rank)
     if dist.get_world_size() != dc.world_size:
@@ -55,12 +55,9 @@ def run_equivalence(rank: int, model_id: str, dist_config: str) -> dict[str, Che
         device, dtype = torch.device("cuda", torch.cuda.current_device()), torch.bfloat16
     else:
         device, dtype = torch.device("cpu"), torch.float32
-    spec = lookup(model_id)
-    report = _check_variant(spec, DEFAULT, {}, dc, device, dtype)
-    for name, variant in spec.variants.items():
-        overrides = variant(dc)
-        if overrides is not None:
-            report |= _check_variant(spec, name, overrides, dc, device, dtype)
+    report = {}
+    for name, overrides in spec.cases(dc):
+        report |= _check_variant(spec, name, overrides, dc, device, dtype)
     return report
 
 
@@ -69,7 +66,7 @@ def _check_variant(
     spec: ModelSpec, name: str, overrides: dict, dc: DistConfig, device, dtype
 ) -> dict[str, CheckResult]:
     model = build_ir_model(spec, overrides, fixed_routing=True).to(device=device, dtype=dtype)
-    ids, pos = (t.to(device) for t in prefill_inputs(model.config.vocab_size))
+    ids, pos = (t.to(device) for t in prefill_inputs(model.arch.vocab_size))
     reference = model(ids, pos)
     snapshot = {k: v.clone() for k, v in model.state_dict().items()}
     gm = torch.export.export(model, (ids, pos)).module()
@@ -96,10 +93,7 @@ def _check_variant(
         removed = sabotage.remove_collectives(broken)
         result = numeric_check(broken(ids, pos), reference)
         r[CONTROLS[0]] = CheckResult(result.ok, f"{removed} collectives removed; {result.detail}")
-        with sabotage.sharder_splits_colwise_on_dim_1():
-            broken = apply_sharding_hints(pristine, dc)
-        result = local_shape_check(strip_sharding_hints(broken), shapes)
-        r[CONTROLS[1]] = CheckResult(result.ok, f"sharder: colwise on dim 1; {result.detail}")
+        r[CONTROLS[1]] = _wrong_dim_sharder_check(pristine, dc, shapes)
         broken = _copy(gm)
         param = sabotage.split_on_wrong_dim(broken, snapshot, dc.tp_size, dc.tp_rank)
         result = local_shape_check(broken, shapes)
@@ -127,6 +121,18 @@ def _check_variant(
                 result.ok, f"{unmasked} routing masks removed; {result.detail}"
             )
     return {f"{name}/{check}": result for check, result in r.items()}
+
+
+def _wrong_dim_sharder_check(pristine, dc: DistConfig, shapes: dict) -> CheckResult:
+    """Shard with colwise weights split on dim 1: the local shapes must then be wrong, or the
+    sharder must refuse (a fused weight's ``output_sizes`` do not add up along dim 1)."""
+    try:
+        with sabotage.sharder_splits_colwise_on_dim_1():
+            broken = apply_sharding_hints(pristine, dc)
+    except ShardingIRError as error:
+        return CheckResult(False, f"sharder: colwise on dim 1 refused: {error}")
+    result = local_shape_check(strip_sharding_hints(broken), shapes)
+    return CheckResult(result.ok, f"sharder: colwise on dim 1; {result.detail}")
 
 
 def _load_full_check(gm: torch.fx.GraphModule, snapshot: dict, dropped: list[str]) -> CheckResult:

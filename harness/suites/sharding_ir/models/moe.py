@@ -1,4 +1,5 @@
-"""Qwen3-MoE IR model: routed SwiGLU experts through the ``moe`` hint, one all-reduce per block.
+"""The sparse MoE block: a softmax top-k router, routed SwiGLU experts through the ``moe`` hint,
+optionally a shared expert (sigmoid-gated, as Qwen2-MoE), and one all-reduce for both.
 
 Parameters carry the checkpoint names (``mlp.experts.<e>.gate_proj.weight`` ...). transformers
 5.x keeps each layer's experts fused in memory (``mlp.experts.gate_up_proj`` [E, 2I, H], gate
@@ -16,12 +17,8 @@ from torch import Tensor, nn
 
 from stagebot.harness.suites.sharding_ir import hints
 from stagebot.harness.suites.sharding_ir.dist_config import DistConfig
-from stagebot.harness.suites.sharding_ir.models.layers import (
-    MLP,
-    IRForCausalLM,
-    Shapes,
-    swiglu_local_shapes,
-)
+from stagebot.harness.suites.sharding_ir.family import Arch
+from stagebot.harness.suites.sharding_ir.models.layers import MLP, Shapes
 
 _EXPERT_KEY = re.compile(
     r"^(?P<block>.*\.experts)\.(?P<e>\d+)\.(?P<proj>gate_proj|up_proj|down_proj)\.weight$"
@@ -29,29 +26,27 @@ _EXPERT_KEY = re.compile(
 _FUSED_KEY = re.compile(r"^(?P<block>.*\.experts)\.(?P<proj>gate_up_proj|down_proj)$")
 
 
-class Expert(nn.Module):
-    def __init__(self, hidden: int, intermediate: int) -> None:
-        super().__init__()
-        self.gate_proj = nn.Linear(hidden, intermediate, bias=False)
-        self.up_proj = nn.Linear(hidden, intermediate, bias=False)
-        self.down_proj = nn.Linear(intermediate, hidden, bias=False)
-
-
 class SparseMoeBlock(nn.Module):
-    """Softmax top-k router (HF's) or, with ``fixed_routing``, experts chosen by token index."""
+    """Softmax top-k router (HF's) or, with ``fixed_routing``, experts chosen by token index.
+
+    The routed experts are split over EP x MoE-TP; a shared expert over all TP ranks like a
+    dense MLP. Both are partial sums until the block's one all-reduce."""
 
     collectives = 1
 
-    def __init__(self, config, fixed_routing: bool) -> None:
+    def __init__(self, a: Arch, fixed_routing: bool) -> None:
         super().__init__()
-        self.num_experts, self.top_k = config.num_experts, config.num_experts_per_tok
-        self.norm_topk_prob = config.norm_topk_prob
+        m = a.moe
+        self.num_experts, self.top_k, self.norm_topk_prob = m.num_experts, m.top_k, m.norm_topk_prob
         self.fixed_routing = fixed_routing
-        self.gate = nn.Linear(config.hidden_size, self.num_experts, bias=False)
+        self.gate = nn.Linear(a.hidden_size, self.num_experts, bias=False)
         self.experts = nn.ModuleList(
-            Expert(config.hidden_size, config.moe_intermediate_size)
-            for _ in range(self.num_experts)
+            MLP(a.hidden_size, m.intermediate_size, reduce=False) for _ in range(self.num_experts)
         )
+        self.has_shared_expert = m.shared_intermediate_size is not None
+        if self.has_shared_expert:
+            self.shared_expert = MLP(a.hidden_size, m.shared_intermediate_size, reduce=False)
+            self.shared_expert_gate = nn.Linear(a.hidden_size, 1, bias=False)
 
     def route(self, x: Tensor) -> tuple[Tensor, Tensor]:
         probs = torch.softmax(self.gate(x), dim=-1, dtype=torch.float)
@@ -79,14 +74,19 @@ class SparseMoeBlock(nn.Module):
             [e.down_proj.weight for e in self.experts],
             [e.up_proj.weight for e in self.experts],
         )
+        if self.has_shared_expert:
+            out = out + torch.sigmoid(self.shared_expert_gate(flat)) * self.shared_expert(flat)
         return hints.all_reduce(out).reshape(b, s, h)
 
     def local_shapes(self, dc: DistConfig) -> Shapes:
         local = expected_local_experts(self.num_experts, dc.moe_ep, dc.moe_ep_rank)
         shapes: Shapes = {}
         for e, expert in enumerate(self.experts):
-            for name, shape in swiglu_local_shapes(expert, dc.moe_tp).items():
+            for name, shape in expert.shapes_over(dc.moe_tp).items():
                 shapes[f"experts.{e}.{name}"] = shape if e in local else None
+        if self.has_shared_expert:
+            shared = self.shared_expert.shapes_over(dc.tp_size).items()
+            shapes |= {f"shared_expert.{name}": shape for name, shape in shared}
         return shapes
 
 
@@ -98,22 +98,6 @@ def expected_local_experts(num_experts: int, moe_ep: int, ep_rank: int) -> range
     start = ep_rank * share
     stop = num_experts if ep_rank == moe_ep - 1 else start + share
     return range(start, stop)
-
-
-class Qwen3MoeIRForCausalLM(IRForCausalLM):
-    def make_mlp(self, config, layer_idx: int) -> nn.Module:
-        sparse = (
-            layer_idx not in config.mlp_only_layers
-            and config.num_experts > 0
-            and (layer_idx + 1) % config.decoder_sparse_step == 0
-        )
-        if sparse:
-            return SparseMoeBlock(config, self.fixed_routing)
-        return MLP(config.hidden_size, config.intermediate_size)
-
-    @staticmethod
-    def to_hf_state_dict(state: dict[str, Tensor]) -> dict[str, Tensor]:
-        return fuse_experts(state)
 
 
 def fuse_experts(state: dict[str, Tensor]) -> dict[str, Tensor]:

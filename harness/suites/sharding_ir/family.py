@@ -1,0 +1,140 @@
+"""What a model family's decoder has, as data: the spec a registry entry carries, and the plain
+numbers and flags (``Arch``) it resolves to for one HF config, from which the IR blocks are built.
+
+A feature is either fixed for the family (a bool) or held by the HF config under a name of the
+family's choosing (``Attr("qkv_bias")``): the spec maps those names, so neither the IR blocks nor
+the suite's checks ever name a config key. The sizes every decoder has (``hidden_size``,
+``num_attention_heads``, ``num_key_value_heads``, ``head_dim``, ``intermediate_size``,
+``rms_norm_eps``, ``vocab_size``, ``rope_parameters``, ``tie_word_embeddings``) are read under
+HF's shared names, which each config class maps to its own through ``attribute_map``. Kept
+light: no torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from stagebot.harness.suites.sharding_ir.errors import ShardingIRError
+
+# HF's shared name for the KV-head count (the KV-heads-below-TP variant sets it).
+NUM_KV_HEADS = "num_key_value_heads"
+
+
+@dataclass(frozen=True)
+class Attr:
+    """A value held by the HF config, under this attribute name in the family's config class."""
+
+    name: str
+
+    def read(self, config):
+        if not hasattr(config, self.name):
+            raise ShardingIRError(
+                f"{type(config).__name__} has no attribute {self.name!r}: the family's spec maps "
+                "a feature to it; name the attribute this config class uses, or fix the feature."
+            )
+        return getattr(config, self.name)
+
+
+def _value(feature: bool | Attr, config):
+    return feature.read(config) if isinstance(feature, Attr) else feature
+
+
+@dataclass(frozen=True)
+class MoESpec:
+    """A sparse MoE block: softmax top-k router (``mlp.gate``), routed SwiGLU experts, and
+    optionally one shared SwiGLU expert scaled by ``sigmoid(shared_expert_gate(x))`` (Qwen2-MoE)."""
+
+    num_experts: Attr
+    top_k: Attr
+    expert_intermediate_size: Attr
+    norm_topk_prob: bool | Attr  # renormalise the top-k weights to sum to 1
+    shared_expert_intermediate_size: Attr | None = None  # None: no shared expert
+    dense_layers: Attr | None = None  # a list of layer indices that keep a dense MLP
+    sparse_step: Attr | None = None  # only every n-th layer is sparse
+
+
+@dataclass(frozen=True)
+class ArchSpec:
+    """The decoder's features. ``fused_qkv`` / ``fused_gate_up``: the checkpoint keeps q/k/v
+    (``qkv_proj``) or gate/up (``gate_up_proj``, gate rows first) in one weight."""
+
+    qk_norm: bool = False
+    qkv_bias: bool | Attr = False
+    o_bias: bool | Attr = False
+    mlp_bias: bool | Attr = False
+    fused_qkv: bool = False
+    fused_gate_up: bool = False
+    moe: MoESpec | None = None
+
+    def resolve(self, config) -> Arch:
+        """The numbers and flags the IR blocks are built from, for ``config``."""
+        head_dim = getattr(config, "head_dim", None)
+        moe = None
+        if self.moe is not None:
+            m, num_experts = self.moe, self.moe.num_experts.read(config)
+            dense = set(m.dense_layers.read(config) or []) if m.dense_layers else set()
+            step = m.sparse_step.read(config) if m.sparse_step else 1
+            sparse = [
+                i
+                for i in range(config.num_hidden_layers)
+                if num_experts > 0 and i not in dense and (i + 1) % step == 0
+            ]
+            shared = m.shared_expert_intermediate_size
+            moe = MoEArch(
+                num_experts=num_experts,
+                top_k=m.top_k.read(config),
+                intermediate_size=m.expert_intermediate_size.read(config),
+                norm_topk_prob=bool(_value(m.norm_topk_prob, config)),
+                shared_intermediate_size=shared.read(config) if shared else None,
+                sparse_layers=frozenset(sparse),
+            )
+        return Arch(
+            hidden_size=config.hidden_size,
+            num_layers=config.num_hidden_layers,
+            num_heads=config.num_attention_heads,
+            num_kv_heads=config.num_key_value_heads,
+            head_dim=head_dim or config.hidden_size // config.num_attention_heads,
+            intermediate_size=config.intermediate_size,
+            vocab_size=config.vocab_size,
+            tied_embeddings=config.tie_word_embeddings,
+            rms_norm_eps=config.rms_norm_eps,
+            rope_theta=config.rope_parameters["rope_theta"],
+            qk_norm=self.qk_norm,
+            qkv_bias=bool(_value(self.qkv_bias, config)),
+            o_bias=bool(_value(self.o_bias, config)),
+            mlp_bias=bool(_value(self.mlp_bias, config)),
+            fused_qkv=self.fused_qkv,
+            fused_gate_up=self.fused_gate_up,
+            moe=moe,
+        )
+
+
+@dataclass(frozen=True)
+class MoEArch:
+    num_experts: int
+    top_k: int
+    intermediate_size: int
+    norm_topk_prob: bool
+    shared_intermediate_size: int | None
+    sparse_layers: frozenset[int]
+
+
+@dataclass(frozen=True)
+class Arch:
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    vocab_size: int
+    tied_embeddings: bool
+    rms_norm_eps: float
+    rope_theta: float
+    qk_norm: bool
+    qkv_bias: bool
+    o_bias: bool
+    mlp_bias: bool
+    fused_qkv: bool
+    fused_gate_up: bool
+    moe: MoEArch | None

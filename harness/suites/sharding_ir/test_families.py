@@ -1,0 +1,58 @@
+"""Adding a family is adding an entry: a family the suite does not register (Phi-3, whose
+checkpoints fuse q/k/v and gate/up) goes into a temporary registry from its spec alone and runs
+an equivalence case; and a family registered with another family's spec fails its case."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from stagebot.harness.suites.sharding_ir.case import MATCHES_HF, run_case
+from stagebot.harness.suites.sharding_ir.family import ArchSpec
+from stagebot.harness.suites.sharding_ir.registry import (
+    DEFAULT,
+    REGISTRY,
+    TINY,
+    ModelSpec,
+    Registry,
+)
+from stagebot.harness.suites.sharding_ir.worker import CONTROLS
+
+pytestmark = pytest.mark.slow
+CONFIG = "tp-only"  # 2 ranks: the cheapest config that shards
+
+
+def _failed(report: dict, key: str) -> list[str]:
+    return [r.detail for r in report[key] if not r.ok]
+
+
+def test_a_family_added_from_a_spec_runs_an_equivalence_case():
+    registry = Registry(REGISTRY)
+    registry.add(
+        ModelSpec(
+            model_id="microsoft/Phi-3-mini-4k-instruct",
+            config_class="Phi3Config",
+            hf_class="Phi3ForCausalLM",
+            arch=ArchSpec(fused_qkv=True, fused_gate_up=True),
+            tiny={**TINY, "pad_token_id": None, "eos_token_id": None},
+        )
+    )
+    assert "microsoft/Phi-3-mini-4k-instruct" in registry.resolve_model_ids(["all"])
+    assert "microsoft/Phi-3-mini-4k-instruct" not in REGISTRY
+    report = run_case(registry.lookup("microsoft/Phi-3-mini-4k-instruct"), CONFIG)
+    checks = [k for k in report if k.split("/")[1] not in CONTROLS]
+    assert f"{DEFAULT}/{MATCHES_HF}" in checks and f"{DEFAULT}/numeric" in checks
+    assert {k: _failed(report, k) for k in checks if _failed(report, k)} == {}
+    controls = [f"{DEFAULT}/{c}" for c in CONTROLS]
+    assert [k for k in controls if not _failed(report, k)] == []
+
+
+def test_llama_registered_with_the_qwen3_ir_fails_its_equivalence_case():
+    """Sharded == unsharded holds for the wrong IR too: only the check against HF catches it."""
+    llama = REGISTRY["meta-llama/Llama-3.1-8B"]
+    registry = Registry()
+    registry.add(dataclasses.replace(llama, arch=REGISTRY["Qwen/Qwen3-8B"].arch))
+    report = run_case(registry.lookup(llama.model_id), CONFIG)
+    assert _failed(report, f"{DEFAULT}/{MATCHES_HF}"), "the wrong IR matched HF's Llama"
+    assert _failed(report, f"{DEFAULT}/numeric") == []  # what the sharded checks alone would say

@@ -1,6 +1,6 @@
 """Benchmark of the CuTe NVFP4 MoE GEMMs against torch's grouped GEMMs, with the issue's floors.
 
-    python3 -m stagebot.kernels.cute.bench_moe [--out DIR] [--quick]
+    python3 -m stagebot.kernels.cute.bench_moe [--out DIR] [--quick] [--only TEXT ...]
 
 Shapes: S1, a plain grouped GEMM of 8 experts x 8192 rows, N = K = 4096; then three MoE layers
 (``LAYERS``) at 16, 128 and 8192 tokens, GEMM1 (N = 2 * intermediate, K = hidden, SwiGLU) and
@@ -9,7 +9,8 @@ GEMM2 (N = hidden, K = intermediate, finalize), tables from ops.moe_sort over a 
 (8 local), top-8, hidden 7168, intermediate 2048 (unprefixed names); Qwen3-30B-A3B, 128
 experts all local, top-8, hidden 2048, intermediate 768; a Mixtral-8x7B-like layer, 8 experts
 all local, top-2, hidden 4096, intermediate 14336. ``--quick`` runs the first layer's 16-token
-GEMMs only.
+GEMMs only; ``--only TEXT`` (repeatable) keeps the shapes whose name holds every TEXT given, e.g.
+``--only Mixtral --only T8192``.
 
 Implementations, timed in the same run (min of do_bench's median and CUDA-graph replay):
 - ours: the cute backend's implementation of the op, called without the op API's validation
@@ -493,7 +494,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=".", help="folder for bench_moe.json")
     parser.add_argument("--quick", action="store_true", help="the 16-token layer only")
+    parser.add_argument(
+        "--only", action="append", default=[], metavar="TEXT",
+        help="keep the shapes whose name holds TEXT (repeatable: every TEXT)",
+    )  # fmt: skip
     opts = parser.parse_args(argv)
+    selected = [s for s in shapes(opts.quick) if all(t in s.name for t in opts.only)]
+    if not selected:
+        names = ", ".join(s.name for s in shapes(opts.quick))
+        parser.error(f"--only {' '.join(opts.only)} matches no shape; the shapes are: {names}")
     out_dir = Path(opts.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     results: dict[str, Any] = dict(
@@ -505,7 +514,7 @@ def main(argv: list[str] | None = None) -> int:
     from stagebot.kernels.cute import autotune
 
     with autotune.tuning():
-        for i, shape in enumerate(shapes(opts.quick)):
+        for i, shape in enumerate(selected):
             try:
                 results["shapes"].append(run_shape(shape, rates, results["errors"], seed=i))
             except Exception as error:

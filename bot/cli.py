@@ -9,10 +9,15 @@ from __future__ import annotations
 
 import importlib
 import sys
+import traceback
 
 import click
 
 from stagebot.bot.errors import StagebotError
+from stagebot.bot.suggest import unknown
+
+# An exception nobody caught is stagebot's own failure, not the tests': 3, never 1 (a test failed).
+INTERNAL_ERROR_EXIT = 3
 
 COMMANDS: dict[str, str] = {
     "parse": "stagebot.bot.cmd_parse:parse",
@@ -42,6 +47,15 @@ class LazyGroup(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*super().list_commands(ctx), *self.lazy_commands})
 
+    def resolve_command(self, ctx: click.Context, args: list[str]):
+        """An unknown subcommand is one error line with the close matches, not the usage."""
+        name = args[0] if args else ""
+        if name and not name.startswith("-") and name not in self.list_commands(ctx):
+            raise StagebotError(
+                unknown("command", name, self.list_commands(ctx), listing="`bot --help` lists them")
+            )
+        return super().resolve_command(ctx, args)
+
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name not in self.lazy_commands:
             return super().get_command(ctx, cmd_name)
@@ -61,7 +75,8 @@ def cli() -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point: run the CLI; a project error prints one line and exits with its code."""
+    """Entry point: run the CLI; a project error prints one line and exits with its code, any
+    other exception its traceback and exit 3."""
     try:
         cli.main(args=argv, prog_name="bot", standalone_mode=False)
     except click.exceptions.Exit as done:
@@ -75,3 +90,7 @@ def main(argv: list[str] | None = None) -> None:
     except StagebotError as error:
         click.echo(f"Error: {error}", err=True)
         sys.exit(error.exit_code)
+    except Exception:  # noqa: BLE001 - the edge: a bug in stagebot, reported as such
+        traceback.print_exc()
+        click.echo(f"Error: stagebot failed unexpectedly (exit {INTERNAL_ERROR_EXIT})", err=True)
+        sys.exit(INTERNAL_ERROR_EXIT)

@@ -93,10 +93,10 @@ def handle_event(config_path, catalog, ledger, out) -> None:
         out.mkdir(parents=True, exist_ok=True)
         if outcome.plan is not None:
             plan = out / "plan.json"
-            plan.write_text(json.dumps(outcome.plan, indent=2) + "\n")
+            plan.write_text(json.dumps(outcome.plan, indent=2) + "\n", encoding="utf-8")
             if ledger is not None:
                 outputs["artifact_digest"] = artifact_digest(artifact_files(plan, ledger))
-        (out / "outputs.json").write_text(json.dumps(outputs, indent=2) + "\n")
+        (out / "outputs.json").write_text(json.dumps(outputs, indent=2) + "\n", encoding="utf-8")
     write_outputs(env.output, outputs)
     click.echo(outcome.reason)
 

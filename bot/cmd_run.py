@@ -1,7 +1,7 @@
 """`bot run`: plan a comment with the ledger as history, run it on this host, report, exit.
 
 Exit codes: 0 SUCCESS; 1 a NEW / PRE-EXISTING / UNCLASSIFIED failure, or the run was cancelled
-(ABORTED); 3 only infrastructure failures, or the ledger is unusable (nothing ran then);
+(ABORTED); 3 only infrastructure failures, or the ledger or --out is unusable (nothing ran then);
 4 nothing ran (NOT_RUN: no shard could run on this host); 2 a usage error (a pipeline the
 ledger lacks included). `/bot reuse-pipeline [N]` records that the commit is validated by N.
 """
@@ -9,6 +9,7 @@ ledger lacks included). `/bot reuse-pipeline [N]` records that the commit is val
 from __future__ import annotations
 
 import sys
+import tempfile
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from functools import partial
@@ -26,6 +27,7 @@ from stagebot.bot.cli_options import (
     read_changed_files,
     read_comment,
 )
+from stagebot.bot.errors import StagebotError
 from stagebot.bot.run_options import (
     base_ledger_option,
     default_ledger,
@@ -102,10 +104,12 @@ def run(
     ledger_path = ledger or default_ledger(home)
     if ledger is None:
         make_output_folder(ledger_path.parent)
+    _writable_folder(ledger_path.parent, "--ledger's folder")
     dirty = False
     if commit is None:  # stagebot's own outputs are not changes of the tree
         commit, dirty = tree_identity(root, outputs=(ledger_path, out_dir or home / "out"))
     with Ledger.open(ledger_path) as book:
+        _writable_folder(out_dir or home / "out", "--out")  # the ledger is usable: nothing ran yet
         named = command.pipeline_id if command.name == "reuse-pipeline" else command.run.reuse_test
         if isinstance(named, int):  # a pipeline that does not exist is a usage error
             book.require_pipeline(named)
@@ -131,6 +135,27 @@ def run(
             )
             code = _run(command, book, request)
     sys.exit(code)
+
+
+class OutputError(StagebotError):
+    """A folder `bot run` must write cannot be created or written: nothing ran or was recorded."""
+
+    exit_code = 3
+
+
+def _writable_folder(folder: Path, what: str) -> None:
+    """Create ``folder`` and check that files can be written in it, before anything is recorded."""
+    from stagebot.bot.worktree import make_output_folder
+
+    try:
+        make_output_folder(folder)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as error:
+        raise OutputError(
+            f"{what} {folder} cannot be {'written' if folder.is_dir() else 'created'} "
+            f"({error.strerror or error}); give a folder you can write to"
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -281,8 +306,8 @@ def _execute(book, number: int, plan, catalog, command, request: RunRequest) -> 
     report.state = report.analysis.state
     out.mkdir(parents=True, exist_ok=True)
     markdown = render_report(report, "md")
-    (out / "report.md").write_text(markdown)
-    (out / "report.html").write_text(render_report(report, "html"))
+    (out / "report.md").write_text(markdown, encoding="utf-8")
+    (out / "report.html").write_text(render_report(report, "html"), encoding="utf-8")
     say(markdown)
     say(reply_completed(report), nl=False)
     say(f"reports: {out / 'report.md'}, {out / 'report.html'}; ledger: {book.path}")

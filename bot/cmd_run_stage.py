@@ -93,7 +93,11 @@ def _load(arg: str) -> dict:
     from stagebot.stages.errors import PlanError
 
     path = Path(arg)
-    text = path.read_text() if not arg.lstrip().startswith("{") and path.is_file() else arg
+    text = (
+        path.read_text(encoding="utf-8")
+        if not arg.lstrip().startswith("{") and path.is_file()
+        else arg
+    )
     try:
         return json.loads(text)
     except json.JSONDecodeError as error:

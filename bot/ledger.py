@@ -210,6 +210,7 @@ class Ledger:
             connection.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
             connection.row_factory = sqlite3.Row
             ledger = cls(connection, path, readonly, repo)
+            ledger._check_intact()
             if not readonly:
                 ledger._set_up(timeout)
             else:
@@ -218,6 +219,17 @@ class Ledger:
             return ledger
         except sqlite3.Error as error:
             raise _ledger_error(path, error, timeout) from None
+
+    def _check_intact(self) -> None:
+        """Refuse, before anything reads or writes it, a file SQLite finds damaged (``PRAGMA
+        quick_check``: every page's structure, in one pass over the file)."""
+        problems = [row[0] for row in self.connection.execute("PRAGMA quick_check(3)")]
+        if problems != ["ok"]:
+            self.connection.close()
+            raise LedgerError(
+                f"ledger {self.path} is corrupt (SQLite's quick_check: {'; '.join(problems)}); "
+                "it was left as it is: restore it from a copy or give a new --ledger"
+            )
 
     def _set_up(self, timeout: float) -> None:
         """Switch to WAL and create the schema. SQLite answers "busy" at once, without its busy

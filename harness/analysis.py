@@ -28,6 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 
+from stagebot.harness.causes import cause_line, is_environment
 from stagebot.harness.evidence import Mismatch, error_line, mismatch
 from stagebot.harness.key_lines import key_lines
 from stagebot.harness.results import SESSION_ID, StageResult, TestOutcome
@@ -309,14 +310,17 @@ def _whole_shard(result: StageResult, link: str | None) -> Failure:
     verdict = judge(read_sources(evidence, None))
     signature = verdict.machine_signature or verdict.signature or _fallback(evidence, None)
     category = "INFRA" if verdict.machine is not None else "UNCLASSIFIED"
+    note = f"{verdict.machine.means}: retry" if verdict.machine else "no test failed"
+    if is_environment(evidence):  # the shard's Python cannot run it: a retry fails the same way
+        category, signature, note = "INFRA", "environment", "fix the shard's environment"
     tail = _shard_log_tail(result)
     return Failure(
         result.stage,
         f"{result.stage} (whole shard)",
         category,
-        evidence,
+        cause_line(evidence),
         signature=signature,
-        note=f"{verdict.machine.means}: retry" if verdict.machine else "no test failed",
+        note=note,
         key_lines=tuple(key_lines(evidence, None, tail)),
         log_link=link,
     )

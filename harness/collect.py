@@ -14,6 +14,12 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+from stagebot.harness.causes import (
+    TAIL_BYTES,
+    environment_cause,
+    error_evidence,
+    unusable_interpreter,
+)
 from stagebot.harness.shard import pytest_argv
 from stagebot.stages.plan import MatrixEntry
 from stagebot.stages.sharding import ShardGroup, least_duration
@@ -41,12 +47,15 @@ def collect_tests(entry: MatrixEntry, root: Path, python: str = sys.executable) 
             raise CollectError(
                 f"timeout: collecting {entry.stage}'s tests took over {COLLECT_TIMEOUT_S} s"
             ) from None
+        except OSError as error:
+            raise CollectError(unusable_interpreter(python, error)) from None
         if done.returncode not in (0, 5):
-            tail = [line for line in done.stdout.splitlines() if line.strip()][-3:]
-            raise CollectError(
-                f"crashed: collecting {entry.stage}'s tests failed (pytest exit "
-                f"{done.returncode}): {' | '.join(tail)}"
+            tail = (done.stdout + done.stderr)[-TAIL_BYTES:]
+            problem = (
+                f"crashed: collecting {entry.stage}'s tests failed (pytest exit {done.returncode})"
             )
+            cause = environment_cause(tail, python, root)
+            raise CollectError(error_evidence(problem, tail, cause))
         ids += [line.strip() for line in done.stdout.splitlines() if "::" in line]
     return list(dict.fromkeys(ids))
 

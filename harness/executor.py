@@ -41,6 +41,7 @@ from stagebot.stages.plan import MatrixEntry, Plan
 from stagebot.stages.sharding import least_duration
 
 DEFAULT_EXPECTED_S = 60.0
+STOPPED = "cancelled: the run was stopped (Ctrl-C / SIGTERM)"
 FAILED_STATES = ("FAILURE", "ERROR")
 
 
@@ -152,17 +153,12 @@ def _run_jobs(jobs, scheduler, settings, ledger, progress, execution, record) ->
     try:
         while queue or running:
             if stop.is_set() and not stop_reason:
-                stop_reason = "cancelled: the run was stopped (Ctrl-C / SIGTERM)"
+                stop_reason = STOPPED
                 execution.cancelled = True
             if stop_reason:
                 for _, cancel in running.values():
                     cancel.set()
-                for job in queue:
-                    entry = jobs[job.key][1]
-                    record(
-                        not_run_result(entry, settings.out_dir / job.key, "ABORTED", stop_reason)
-                    )
-                queue = []
+                queue = _abort_queued(queue, jobs, settings, stop_reason, record)
             else:
                 now = time.monotonic() - start
                 for job, slots in scheduler.pick(queue, [r for r, _ in running.values()], now):
@@ -195,11 +191,12 @@ def _run_jobs(jobs, scheduler, settings, ledger, progress, execution, record) ->
                     )
     except KeyboardInterrupt:
         stop.set()
+        execution.cancelled = True
         for _, cancel in running.values():
             cancel.set()
         for future in list(running):
             record(future.result())
-        execution.cancelled = True
+        _abort_queued(queue, jobs, settings, STOPPED, record)
     except BaseException:
         # e.g. the ledger stayed locked: stop the running shards rather than wait for them.
         for _, cancel in running.values():
@@ -208,6 +205,13 @@ def _run_jobs(jobs, scheduler, settings, ledger, progress, execution, record) ->
     finally:
         pool.shutdown(wait=True)
         _restore_sigterm(previous)
+
+
+def _abort_queued(queue, jobs, settings: Settings, why: str, record) -> list:
+    """Record every queued shard ABORTED (``why``); the queue is then empty."""
+    for job in queue:
+        record(not_run_result(jobs[job.key][1], settings.out_dir / job.key, "ABORTED", why))
+    return []
 
 
 def _run_one(entry, slots, settings: Settings, cancel, progress: Progress) -> StageResult:

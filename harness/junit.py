@@ -16,6 +16,9 @@ from junitparser import Attr, Error, Failure, Properties, Property, Skipped, Tes
 
 from stagebot.harness.results import TestOutcome
 
+# pytest marks an expected failure in its JUnit file as <skipped type="pytest.xfail">.
+XFAIL_TYPE = "pytest.xfail"
+
 
 class JunitError(Exception):
     """A JUnit file that cannot be parsed."""
@@ -24,7 +27,7 @@ class JunitError(Exception):
 @dataclass(frozen=True)
 class JunitCase:
     test_id: str
-    outcome: str  # passed | failed | error | skipped
+    outcome: str  # passed | failed | error | skipped | xfailed
     duration_s: float
     message: str | None
 
@@ -47,6 +50,8 @@ def read_junit(path: Path) -> list[JunitCase] | None:
             child = case.find(tag)
             if child is not None:
                 outcome = {"failure": "failed"}.get(tag, tag)
+                if tag == "skipped" and child.get("type") == XFAIL_TYPE:
+                    outcome = "xfailed"
                 message = child.get("message") or (child.text or "").strip()[:500] or None
                 break
         cases.append(JunitCase(_test_id(case), outcome, float(case.get("time") or 0.0), message))
@@ -83,6 +88,8 @@ def write_junit(path: Path, suite_name: str, tests: list[TestOutcome]) -> None:
             case.result = [(Failure if test.outcome == "failed" else Error)(message)]
         elif test.outcome in ("skipped", "waived"):
             case.result = [Skipped(message)]
+        elif test.outcome == "xfailed":
+            case.result = [Skipped(message, XFAIL_TYPE)]
         elif test.outcome == "flaky":
             properties = Properties()
             properties.add_property(Property("flaky", str(test.attempts)))

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
+from stagebot.harness.causes import cause_line
 from stagebot.harness.results import StageResult
 from stagebot.harness.streams import LiveCounts
 
@@ -86,7 +87,8 @@ class Progress:
         if result.stage in self.expected:
             self.done[result.stage] = len(result.tests)
         counts = _counts(result)
-        why = f" — {result.evidence}" if result.evidence and result.state != "SUCCESS" else ""
+        failed = result.evidence and result.state != "SUCCESS"
+        why = f" — {cause_line(result.evidence)}" if failed else ""
         overall = self.overall()
         self.line(
             f"{result.state:<8} {result.stage} {result.duration_s:.1f}s {counts}{why}"

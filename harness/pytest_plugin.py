@@ -180,7 +180,7 @@ def _outcome(reports) -> tuple[str, str, str]:
     for report in reports:
         if report.skipped:
             if hasattr(report, "wasxfail"):
-                return "passed", report.when, f"xfailed: {report.wasxfail}"
+                return "xfailed", report.when, f"xfailed: {report.wasxfail}"
             reason = _skip_reason(report)
             if reason.startswith(WAIVE_PREFIX):
                 return "waived", report.when, reason.removeprefix(WAIVE_PREFIX)

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from stagebot.harness.analysis import BLOCKING, Analysis, analyse
+from stagebot.harness.causes import cause_line, is_environment
 from stagebot.harness.results import ResultError, StageResult
 from stagebot.harness.streams import read_stream
 from stagebot.templates.markdown import Trusted, escape, url
@@ -135,6 +136,11 @@ class Report:
             if counts["UNCLASSIFIED"]:
                 what.append(f"{counts['UNCLASSIFIED']} with no base to compare")
             return f"❌ {blocking} failure(s) ({', '.join(what)}) — look at them below."
+        if counts["INFRA"] and self.environment_errors():
+            return (
+                f"🛠️ {len(self.environment_errors())} shard(s) could not run in their environment "
+                "— fix it (see INFRA below); a re-run there fails the same way."
+            )
         if counts["INFRA"]:
             return (
                 f"🛠️ {counts['INFRA']} infrastructure failure(s) only (timeouts, crashes, "
@@ -166,10 +172,14 @@ class Report:
                     "reused_from": f"#{result.reused_from}" if result.reused_from else "",
                     "tests": ", ".join(f"{n} {o}" for o, n in counts.items())
                     + (f"{', ' if counts else ''}{reused} reused" if reused else ""),
-                    "note": result.evidence if result.state != "SUCCESS" else "",
+                    "note": cause_line(result.evidence) if result.state != "SUCCESS" else "",
                 }
             )
         return rows
+
+    def environment_errors(self) -> list[StageResult]:
+        """ERROR shards whose environment cannot run them: re-running does not help."""
+        return [r for r in self.results if r.state == "ERROR" and is_environment(r.evidence)]
 
     def timeline(self, width: int = 900, lane_height: int = 26) -> dict[str, Any]:
         """Gantt bars by slot: one bar per slot each shard that ran held (x/width in px)."""
@@ -282,7 +292,7 @@ def report_from_results(folder: Path, *, pipeline: int | None = None, base=None)
     results, logs = [], {}
     for path in sorted(folder.rglob("result.json")):
         try:
-            result = StageResult.from_json(json.loads(path.read_text()))
+            result = StageResult.from_json(json.loads(path.read_text(encoding="utf-8")))
         except (json.JSONDecodeError, ResultError) as error:
             raise ResultError(f"{path}: not a StageResult ({error})") from None
         results.append(result)

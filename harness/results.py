@@ -13,7 +13,8 @@ from stagebot.bot.errors import StagebotError
 
 STAGE_RESULT_VERSION = 1
 STATES = ("SUCCESS", "FAILURE", "ERROR", "ABORTED", "NOT_RUN", "REUSED")
-TEST_OUTCOMES = ("passed", "failed", "error", "skipped", "waived", "flaky")
+# xfailed: ran and failed as its xfail mark expects; never counted (or reused) as passed.
+TEST_OUTCOMES = ("passed", "failed", "error", "skipped", "waived", "flaky", "xfailed")
 # The test id of a suite's own verdict: pytest exited 1 with no failed test (a failing item).
 SESSION_ID = "(pytest session)"
 

@@ -28,6 +28,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+from stagebot.harness.causes import (
+    environment_cause,
+    error_evidence,
+    read_tail,
+    unusable_interpreter,
+)
 from stagebot.harness.evidence import log_error_line, test_evidence
 from stagebot.harness.junit import JunitError, read_junit, write_junit
 from stagebot.harness.process import Finished, run_process
@@ -35,7 +41,7 @@ from stagebot.harness.results import SESSION_ID, StageResult, TestOutcome
 from stagebot.harness.streams import Stream, read_stream
 from stagebot.stages.plan import MatrixEntry
 
-EXECUTED = ("passed", "failed", "error", "flaky")
+EXECUTED = ("passed", "failed", "error", "flaky", "xfailed")
 PYTEST_EXIT = {2: "interrupted", 3: "an internal error", 4: "a usage error"}
 
 
@@ -67,6 +73,7 @@ class _Attempt:
     junit_problem: str | None
     junit_cases: list | None
     log_path: Path | None = None
+    start_error: str | None = None  # the interpreter could not be started
 
 
 # What a shard run writes into its folder; an earlier run's copies are removed first, so a
@@ -128,7 +135,9 @@ def run_shard(entry: MatrixEntry, context: ShardContext) -> StageResult:
 
 def write_result(out: Path, result: StageResult) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    (out / "result.json").write_text(json.dumps(result.to_json(), indent=2) + "\n")
+    (out / "result.json").write_text(
+        json.dumps(result.to_json(), indent=2) + "\n", encoding="utf-8"
+    )
 
 
 def placeholder_result(
@@ -157,7 +166,7 @@ def not_run_result(entry: MatrixEntry, out: Path | None, state: str, evidence: s
     if out is not None:
         clear_shard_folder(out)
         (out / "tests.jsonl").touch()
-        (out / "log.txt").write_text(f"{state}: {evidence}\n")
+        (out / "log.txt").write_text(f"{state}: {evidence}\n", encoding="utf-8")
         write_junit(out / "junit.xml", entry.stage, [])
         result = StageResult(**{**result.__dict__, "log_path": str(out / "log.txt")})
         write_result(out, result)
@@ -189,7 +198,7 @@ def pytest_argv(entry: MatrixEntry, python: str) -> list[list[str]]:
 
 def _run_tests(entry, context, env, deadline, timeout_s):
     out = context.out_dir
-    (out / "waives.json").write_text(json.dumps(entry.waives))
+    (out / "waives.json").write_text(json.dumps(entry.waives), encoding="utf-8")
     select = list(entry.tests)
     first = _attempt(entry, context, env, deadline, out / "tests.jsonl", "1", select)
     problem = _problem(first, timeout_s)
@@ -200,7 +209,21 @@ def _run_tests(entry, context, env, deadline, timeout_s):
         tests = _reruns(entry, context, env, deadline, tests)
     if problem is None and _silent_exit_1(tests, first):
         tests.append(_session_failure(first))
-    return tests, _state(tests, problem), _shard_evidence(tests, problem, first)
+    state = _state(tests, problem)
+    evidence = _shard_evidence(tests, problem, first)
+    if state == "ERROR" and first.start_error is None:
+        tail = _log_tail(first)
+        cause = environment_cause(tail, context.python, context.root) if _never_ran(first) else None
+        evidence = error_evidence(evidence, tail, cause)
+    return tests, state, evidence
+
+
+def _never_ran(attempt: _Attempt) -> bool:
+    """pytest ended by itself before any test ran: its start-up or collection failed."""
+    finished = attempt.finished
+    abnormal = finished.timed_out or finished.cancelled or finished.signal_name
+    ran = [r for r in attempt.stream.results.values() if r.get("phase") != "collect"]
+    return not abnormal and not ran
 
 
 def _attempt(entry, context, env, deadline, stream_path, tag, select) -> _Attempt:
@@ -215,21 +238,25 @@ def _attempt(entry, context, env, deadline, stream_path, tag, select) -> _Attemp
         argv.append(f"--stagebot-waives={out / 'waives.json'}")
         if select:
             ids = out / "raw" / f"select-{tag}.txt"
-            ids.write_text("\n".join(select) + "\n")
+            ids.write_text("\n".join(select) + "\n", encoding="utf-8")
             argv.append(f"--stagebot-select={ids}")
         if entry.reused_tests:
             ids = out / "raw" / "deselect.txt"
-            ids.write_text("\n".join(entry.reused_tests) + "\n")
+            ids.write_text("\n".join(entry.reused_tests) + "\n", encoding="utf-8")
             argv.append(f"--stagebot-deselect={ids}")
-        finished = run_process(
-            argv,
-            cwd=context.root,
-            env=env,
-            log_path=out / "log.txt",
-            deadline=deadline,
-            cancel=context.cancel,
-            echo=context.echo,
-        )
+        try:
+            finished = run_process(
+                argv,
+                cwd=context.root,
+                env=env,
+                log_path=out / "log.txt",
+                deadline=deadline,
+                cancel=context.cancel,
+                echo=context.echo,
+            )
+        except OSError as error:
+            problem = unusable_interpreter(context.python, error)
+            return _Attempt(Stream(), finished, None, [], out / "log.txt", problem)
         abnormal = finished.timed_out or finished.cancelled or (finished.returncode or 0) < 0
         if not abnormal and finished.returncode in (0, 1, 5):
             try:
@@ -248,6 +275,8 @@ def _attempt(entry, context, env, deadline, stream_path, tag, select) -> _Attemp
 def _problem(attempt: _Attempt, timeout_s: float) -> str | None:
     """Why the attempt as a whole is an infrastructure error, or None."""
     stream, finished = attempt.stream, attempt.finished
+    if attempt.start_error:
+        return attempt.start_error
     running = stream.unfinished[-1] if stream.unfinished else None
     where = f" while running {running}" if running else ""
     if finished.cancelled:
@@ -279,11 +308,8 @@ def _problem(attempt: _Attempt, timeout_s: float) -> str | None:
     return None
 
 
-def _log_tail(attempt: _Attempt, size: int = 16_000) -> str:
-    try:
-        return attempt.log_path.read_text(errors="replace")[-size:] if attempt.log_path else ""
-    except OSError:
-        return ""
+def _log_tail(attempt: _Attempt) -> str:
+    return read_tail(attempt.log_path)
 
 
 def _outcomes(attempt: _Attempt, timeout_s: float) -> list[TestOutcome]:
@@ -313,7 +339,7 @@ def _outcome(record: dict) -> TestOutcome:
     outcome = record["outcome"]
     if outcome in ("failed", "error"):
         evidence = test_evidence(record.get("log")) or f"{outcome} in {record.get('phase')}"
-    elif outcome in ("skipped", "waived"):
+    elif outcome in ("skipped", "waived", "xfailed"):
         evidence = record.get("log") or None
     else:
         evidence = None
@@ -416,15 +442,15 @@ def _run_command(entry, context, env, deadline, timeout_s):
         cancel=context.cancel,
         echo=context.echo,
     )
-    log = (context.out_dir / "log.txt").read_text(errors="replace")
+    log = read_tail(context.out_dir / "log.txt")
     duration = round(finished.elapsed_s, 3)
     if finished.cancelled:
         return [], "ABORTED", "cancelled: another shard failed (fail-fast) or the run stopped"
     if finished.timed_out:
-        why = f"timeout: command killed after {timeout_s:g} s"
+        why = error_evidence(f"timeout: command killed after {timeout_s:g} s", log)
         return [TestOutcome(test_id, "error", duration, why)], "ERROR", why
     if finished.signal_name:
-        why = f"crashed: command killed by {finished.signal_name}"
+        why = error_evidence(f"crashed: command killed by {finished.signal_name}", log)
         return [TestOutcome(test_id, "error", duration, why)], "ERROR", why
     if finished.returncode != 0:
         line = log_error_line(log.split("\n", 1)[-1]) or "no output"

@@ -73,7 +73,7 @@ def test_parse_reads_stdin(capsys, monkeypatch) -> None:
             "give one of --list, --stage NAME, --test ID",
         ),
         (["stages", "--test", "nowhere/test_x.py"], "no stage runs 'nowhere/test_x.py'"),
-        (["nonsense"], "No such command 'nonsense'"),
+        (["nonsense"], "unknown command 'nonsense'"),
     ],
 )
 def test_user_errors_exit_2_without_traceback(capsys, args: list[str], message: str) -> None:

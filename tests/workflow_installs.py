@@ -1,0 +1,141 @@
+"""How the GitHub workflows install and run stagebot, read from the workflow files themselves.
+
+A job "runs bot" when one of its ``run:`` steps calls ``bot <subcommand>``; its install lines are
+the ``pip install`` lines of its ``run:`` steps. ``fresh_venv`` makes a virtual environment and
+runs those lines in it exactly as written, with the project (``.``) replaced by a built wheel.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+BOT_CALL = re.compile(r"(?:^|[;&|(]|\bthen|\bdo)\s*bot\s+([a-z][a-z-]*)", re.MULTILINE)
+PROJECT = re.compile(r"^\.(\[[\w,\s-]+\])?$")  # `.` or `.[extra,...]`
+
+
+@dataclass(frozen=True)
+class BotJob:
+    workflow: str
+    job: str
+    installs: tuple[str, ...]  # the job's `pip install` lines, in order
+    commands: tuple[str, ...]  # the bot subcommands it runs
+
+
+def bot_jobs(folder: Path = ROOT / ".github" / "workflows") -> list[BotJob]:
+    """Every job of every workflow under ``folder`` that runs `bot`."""
+    jobs = []
+    for path in sorted([*folder.glob("*.yml"), *folder.glob("*.yaml")]):
+        workflow = yaml.safe_load(path.read_text()) or {}
+        for name, job in (workflow.get("jobs") or {}).items():
+            scripts = [step["run"] for step in job.get("steps") or [] if "run" in step]
+            commands = tuple(c for script in scripts for c in BOT_CALL.findall(script))
+            if not commands:
+                continue
+            installs = tuple(
+                line.strip()
+                for script in scripts
+                for line in script.splitlines()
+                if re.search(r"\bpip\s+install\b", line)
+            )
+            jobs.append(BotJob(path.name, name, installs, commands))
+    return jobs
+
+
+def source_copy(into: Path) -> Path:
+    """The tracked files only: a build/ folder left by an earlier in-tree build would leak into
+    the wheel and hide what the packaging itself includes."""
+    tracked = subprocess.run(
+        ["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True
+    ).stdout.decode()
+    for name in filter(None, tracked.split("\0")):
+        source = ROOT / name
+        if source.is_file():
+            target = into / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target)
+    return into
+
+
+def build_wheel(source: Path, into: Path) -> Path:
+    built = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(into), "."],
+        cwd=source,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert built.returncode == 0, built.stdout + built.stderr
+    (wheel,) = into.glob("stagebot-*.whl")
+    return wheel
+
+
+def extras_requiring(wheel: Path, package: str) -> set[str]:
+    """The wheel's extras that pull ``package`` in (from its METADATA)."""
+    with zipfile.ZipFile(wheel) as archive:
+        name = next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
+        metadata = archive.read(name).decode()
+    pattern = rf"^Requires-Dist: {package}\b.*extra == \"([\w-]+)\""
+    return set(re.findall(pattern, metadata, flags=re.MULTILINE))
+
+
+def with_wheel(line: str, wheel: Path) -> tuple[str, set[str]]:
+    """The install line with the project (``.`` / ``.[x,y]``) replaced by ``wheel``, and the
+    extras it names."""
+    words, extras = [], set()
+    for word in shlex.split(line):
+        found = PROJECT.match(word)
+        if found:
+            named = found[1] or ""
+            extras |= {e.strip() for e in named.strip("[]").split(",") if e.strip()}
+            word = f"{wheel}{named}"
+        words.append(word)
+    assert any(str(wheel) in w for w in words), f"no `.` to install in {line!r}"
+    return shlex.join(words), extras
+
+
+def venv_env(venv: Path) -> dict[str, str]:
+    """The environment of a job in ``venv``: its bin first on PATH, nothing of ours leaking in."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME", "PYTEST_ADDOPTS")
+        and not k.startswith("GITHUB_")
+    }
+    env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
+    env["VIRTUAL_ENV"] = str(venv)
+    return env
+
+
+def fresh_venv(venv: Path, installs: tuple[str, ...], wheel: Path) -> dict[str, str]:
+    """A new virtual environment with the job's install lines run in it (``python`` is the
+    venv's); returns its environment. torch, when an installed extra needs it, goes in first at
+    the version this interpreter has: the CPU build on this machine's disk, as DEVELOPERS.md
+    says (the workflow on GitHub takes PyPI's)."""
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    env = venv_env(venv)
+    lines = [with_wheel(line, wheel) for line in installs]
+    if any(extras & extras_requiring(wheel, "torch") for _, extras in lines):
+        from importlib.metadata import version
+
+        _sh(f"python -m pip install --quiet torch=={version('torch')}", env)
+    for line, _ in lines:
+        _sh(line, env)
+    return env
+
+
+def _sh(line: str, env: dict[str, str]) -> None:
+    done = subprocess.run(
+        ["bash", "-c", line], env=env, capture_output=True, text=True, timeout=900
+    )
+    assert done.returncode == 0, f"$ {line}\n{done.stdout}{done.stderr}"

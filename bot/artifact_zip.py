@@ -13,7 +13,7 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from stagebot.bot.errors import StagebotError
+from stagebot.stages.errors import StagebotError
 
 MAX_MEMBERS = 5000
 MAX_UNPACKED = 2 << 30  # 2 GiB of logs and results per artifact

@@ -13,18 +13,18 @@ import traceback
 
 import click
 
-from stagebot.bot.errors import StagebotError
-from stagebot.bot.suggest import unknown
+from stagebot.stages.errors import StagebotError
+from stagebot.stages.suggest import unknown
 
 # An exception nobody caught is stagebot's own failure, not the tests': 3, never 1 (a test failed).
 INTERNAL_ERROR_EXIT = 3
 
 COMMANDS: dict[str, str] = {
     "parse": "stagebot.bot.cmd_parse:parse",
-    "dry-run": "stagebot.stages.cmd_dry_run:dry_run",
-    "stages": "stagebot.stages.cmd_stages:stages",
+    "dry-run": "stagebot.bot.cmd_dry_run:dry_run",
+    "stages": "stagebot.bot.cmd_stages:stages",
     "help": "stagebot.bot.cmd_parse:help_command",
-    "kernels": "stagebot.kernels.cute.cmd_build:kernels",
+    "kernels": "stagebot.bot.cmd_kernels:kernels",
     "handle-event": "stagebot.bot.cmd_handle_event:handle_event",
     "publish": "stagebot.bot.cmd_publish:publish",
     "run": "stagebot.bot.cmd_run:run",

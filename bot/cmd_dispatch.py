@@ -17,7 +17,7 @@ from pathlib import Path
 
 import click
 
-from stagebot.bot.errors import StagebotError
+from stagebot.stages.errors import StagebotError
 
 MAX_MATRIX = 60_000  # workflow_dispatch inputs share a 65,535-character payload
 

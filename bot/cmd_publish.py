@@ -36,7 +36,7 @@ from typing import Any
 
 import click
 
-from stagebot.bot.errors import StagebotError
+from stagebot.stages.errors import StagebotError
 
 
 @click.command("publish")
@@ -109,8 +109,8 @@ def publish(
     from stagebot.bot.base import select_base
     from stagebot.bot.config import load_config
     from stagebot.bot.github import ActionsEnv, RetryPolicy, connect
-    from stagebot.bot.ledger import Ledger
     from stagebot.bot.ledger_files import file_digest
+    from stagebot.harness.ledger import Ledger
     from stagebot.harness.report import render_report, report_from_record
 
     env = ActionsEnv.from_environ()
@@ -176,9 +176,9 @@ def _job_links(api, run_id: int | None) -> tuple[dict[str, str], list[str]]:
 def _main_ledger(api, path: Path | None):
     """(main's ledger opened read-only, or None; what to say): used only when the bot recorded
     its digest (bot/main_ledger.py), else failures are compared within the PR's own ledger."""
-    from stagebot.bot.ledger import Ledger
     from stagebot.bot.ledger_files import unvouched_reason
     from stagebot.bot.main_ledger import RECORDED_WHERE, recorded_digests
+    from stagebot.harness.ledger import Ledger
 
     if path is None or not path.exists():
         return None, []

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import click
 
-from stagebot.bot.errors import StagebotError
 from stagebot.bot.run_options import (
     base_ledger_option,
     default_ledger,
@@ -16,6 +15,7 @@ from stagebot.bot.run_options import (
     pipeline_option,
     root_option,
 )
+from stagebot.stages.errors import StagebotError
 
 
 @click.command("report")
@@ -39,8 +39,8 @@ def report(ledger, number, results, fmt, base_ledger, base_commit, root) -> None
     """Render a pipeline's report: from a ledger (default: `bot run`'s, the newest pipeline)
     or from a folder of StageResult files (--results DIR)."""
     from stagebot.bot.base import select_base
-    from stagebot.bot.ledger import Ledger
     from stagebot.bot.worktree import repository_root
+    from stagebot.harness.ledger import Ledger
     from stagebot.harness.report import render_report, report_from_record, report_from_results
 
     if ledger is not None and results is not None:

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import click
 
-from stagebot.bot.errors import StagebotError
+from stagebot.stages.errors import StagebotError
 
 RESULT_PREFIX = "stagebot-result-"
 PLAN_ARTIFACT = "stagebot-plan"

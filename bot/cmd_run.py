@@ -27,7 +27,6 @@ from stagebot.bot.cli_options import (
     read_changed_files,
     read_comment,
 )
-from stagebot.bot.errors import StagebotError
 from stagebot.bot.run_options import (
     base_ledger_option,
     default_ledger,
@@ -38,6 +37,7 @@ from stagebot.bot.run_options import (
     root_option,
     shard_timeout_option,
 )
+from stagebot.stages.errors import StagebotError
 
 DEFAULT_BRANCH = "main"
 
@@ -89,8 +89,8 @@ def run(
     """Plan COMMENT (or '-' for stdin) and run it here; print the report (with --json: the
     report as JSON on stdout, the rest on stderr)."""
     from stagebot.bot.grammar import parse_comment
-    from stagebot.bot.ledger import Ledger
     from stagebot.bot.worktree import make_output_folder, repository_root, tree_identity
+    from stagebot.harness.ledger import Ledger
 
     command = parse_comment(read_comment(comment))
     if command.name not in ("run", "reuse-pipeline"):
@@ -231,7 +231,7 @@ def _os_user() -> str:
 
 def _abort(book, number: int, error: BaseException) -> None:
     """Best effort after an error mid-run: the pipeline ends ABORTED, never stays RUNNING."""
-    from stagebot.bot.ledger import busy_timeout_s, retry_busy
+    from stagebot.harness.ledger import busy_timeout_s, retry_busy
 
     why = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
     try:
@@ -250,9 +250,9 @@ def _abort(book, number: int, error: BaseException) -> None:
 
 def _execute(book, number: int, plan, catalog, command, request: RunRequest) -> int:
     from stagebot.bot.base import select_base
-    from stagebot.bot.ledger import Ledger, retry_busy
     from stagebot.bot.worktree import make_output_folder
     from stagebot.harness.executor import Settings, execute
+    from stagebot.harness.ledger import Ledger, retry_busy
     from stagebot.harness.report import (
         render_report,
         reply_completed,

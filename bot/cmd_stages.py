@@ -10,10 +10,10 @@ from pathlib import Path
 import click
 
 from stagebot.bot.cli_options import catalog_option
-from stagebot.bot.suggest import unknown
 from stagebot.stages.catalog import Catalog, Stage, load_catalog
 from stagebot.stages.errors import PlanError
 from stagebot.stages.planner import STAGE_LISTING
+from stagebot.stages.suggest import unknown
 
 
 @click.command()
@@ -154,9 +154,9 @@ def _stages_for_test(catalog: Catalog, test_id: str) -> str:
 
 def _history(ledger: Path | None, branch: str, test_id: str) -> str | None:
     """The test's outcomes in the latest pipelines on ``branch``, and where it was flaky."""
-    from stagebot.bot.ledger import HISTORY_PIPELINES, Ledger
     from stagebot.bot.run_options import default_ledger
     from stagebot.bot.worktree import repository_root
+    from stagebot.harness.ledger import HISTORY_PIPELINES, Ledger
 
     if ledger is None:
         ledger = default_ledger(repository_root(Path.cwd()))

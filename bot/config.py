@@ -35,7 +35,7 @@ from pathlib import Path
 
 import yaml
 
-from stagebot.bot.errors import StagebotError
+from stagebot.stages.errors import StagebotError
 
 DEFAULT_PATH = Path(".github/stagebot.yml")
 LOGIN = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})(?:\[bot\])?$")

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from stagebot.bot.errors import CommandError, StagebotError
 from stagebot.bot.grammar import find_command_line
+from stagebot.stages.errors import CommandError, StagebotError
 
 
 class EventError(StagebotError):

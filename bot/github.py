@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
-from stagebot.bot.errors import StagebotError
+from stagebot.stages.errors import StagebotError
 
 T = TypeVar("T")
 PERMISSION_LEVELS = ("none", "read", "triage", "write", "maintain", "admin")

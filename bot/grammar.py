@@ -10,13 +10,19 @@ declarations (templates/bot_help.md.j2): one source of truth.
 from __future__ import annotations
 
 import re
-import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from stagebot.bot.command import TEST_BACKENDS, Command, RunOptions
-from stagebot.bot.errors import CommandError
-from stagebot.bot.suggest import excerpt, unknown
+from stagebot.stages.command import (
+    RUN_FLAGS,
+    RUN_FLAGS_BY_NAME,
+    TEST_BACKENDS,
+    Command,
+    Flag,
+    RunOptions,
+)
+from stagebot.stages.errors import CommandError
+from stagebot.stages.suggest import excerpt, unknown
 
 # Linear on any line: one unbounded repeat after the literal (a lazy `.*?` before `[ \t]*$`
 # backtracks quadratically on long runs of blanks); the arguments' blanks are stripped after.
@@ -48,21 +54,6 @@ SHA_PREFIX = re.compile(r"^[0-9a-f]+$")
 
 
 @dataclass(frozen=True)
-class Flag:
-    """One `/bot run` flag; kind "bool", "list" (comma-separated) or "pipeline" (optional id)."""
-
-    name: str
-    kind: str
-    doc: str
-    metavar: str = ""
-    partly_tested: bool = False  # a run with this flag cannot set the PR's gating status
-
-    @property
-    def field(self) -> str:
-        return self.name.removeprefix("--").replace("-", "_")
-
-
-@dataclass(frozen=True)
 class Subcommand:
     name: str
     usage: str
@@ -74,64 +65,6 @@ class Subcommand:
     dangerous: bool = False
 
 
-RUN_FLAGS = (
-    Flag(
-        "--reuse-test",
-        "pipeline",
-        "Reuse tests that passed on this commit in pipeline N, or in "
-        "the latest pipeline when N is left out. This is the default.",
-        "[N]",
-    ),
-    Flag("--disable-reuse-test", "bool", "Run every test, even those that passed before."),
-    Flag("--disable-fail-fast", "bool", "Keep running the other stages after one fails."),
-    Flag("--skip-test", "bool", "Run only the build and sanity stages.", partly_tested=True),
-    Flag(
-        "--stage-list",
-        "list",
-        "Run exactly these stages (`*` wildcards allowed).",
-        '"A10-PyTorch-1, …"',
-        partly_tested=True,
-    ),
-    Flag(
-        "--gpu-type",
-        "list",
-        "Keep only stages on these GPU types.",
-        '"A30, H100_PCIe"',
-        partly_tested=True,
-    ),
-    Flag(
-        "--test-backend",
-        "list",
-        f"Keep only stages of these backends ({', '.join(TEST_BACKENDS)}).",
-        '"pytorch, cpp"',
-        partly_tested=True,
-    ),
-    Flag("--add-multi-gpu-test", "bool", "Add every multi-GPU pre-merge stage (needs approval)."),
-    Flag(
-        "--only-multi-gpu-test",
-        "bool",
-        "Keep only multi-GPU stages (needs approval).",
-        partly_tested=True,
-    ),
-    Flag("--disable-multi-gpu-test", "bool", "Drop the multi-GPU stages.", partly_tested=True),
-    Flag(
-        "--post-merge", "bool", "Run the post-merge pipeline as well as pre-merge (needs approval)."
-    ),
-    Flag(
-        "--extra-stage",
-        "list",
-        "Run the default selection plus these stages.",
-        '"H100_PCIe-PyTorch-Post-Merge-1, …"',
-    ),
-    Flag("--detailed-log", "bool", "Stream every stage's full log."),
-    Flag(
-        "--debug",
-        "bool",
-        "Keep the one stage named in --stage-list for debugging and print how to re-run it.",
-        partly_tested=True,
-    ),
-)
-RUN_FLAGS_BY_NAME = {flag.name: flag for flag in RUN_FLAGS}
 SHA_FLAG = Flag(
     "--sha",
     "sha",
@@ -448,30 +381,6 @@ def _take_sha(args: list[str]) -> tuple[str | None, list[str]]:
             "the commit's SHA (GitHub shows 7)"
         )
     return sha, rest
-
-
-def render(command: Command) -> str:
-    """Write a Command back as a `/bot` line that parses to the same Command."""
-    if command.name is None:
-        return ""
-    words = ["/bot", command.name]
-    if command.sha is not None:
-        words += ["--sha", command.sha]
-    if command.name == "run":
-        assert command.run is not None
-        for flag in RUN_FLAGS:
-            value = getattr(command.run, flag.field)
-            if value is True or value == "latest":
-                words.append(flag.name)
-            elif flag.kind == "list" and value:
-                words += [flag.name, shlex.quote(", ".join(value))]
-            elif flag.kind == "pipeline" and isinstance(value, int):
-                words += [flag.name, str(value)]
-    elif command.name == "skip":
-        words += ["--comment", shlex.quote(command.comment or "")]
-    elif command.name == "reuse-pipeline" and command.pipeline_id is not None:
-        words.append(f"#{command.pipeline_id}")
-    return " ".join(words)
 
 
 def help_text() -> str:

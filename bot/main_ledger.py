@@ -35,7 +35,7 @@ def status_description(digest: str) -> str:
 def vouching_commit(path: Path) -> str | None:
     """The commit whose status vouches for the ledger at ``path``: that of the newest pipeline
     it holds, when it is a full hex SHA; None when there is none or the file cannot be read."""
-    from stagebot.bot.ledger import Ledger, LedgerError
+    from stagebot.harness.ledger import Ledger, LedgerError
 
     try:
         with Ledger.open(path, readonly=True) as book:

@@ -11,7 +11,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from stagebot.bot.errors import StagebotError
+from stagebot.stages.errors import StagebotError
 
 MARKER_VERSION = 1
 PIPELINE_STATES = ("RUNNING", "SUCCESS", "FAILURE", "ABORTED", "NOT_RUN")

@@ -18,9 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from stagebot.bot.authz import Decision, approve, authorize
-from stagebot.bot.command import Command
 from stagebot.bot.config import BotConfig
-from stagebot.bot.errors import CommandError, StagebotError
 from stagebot.bot.events import CommentEvent, ignore_reason
 from stagebot.bot.github import (
     ActionsEnv,
@@ -30,7 +28,7 @@ from stagebot.bot.github import (
     PullRequest,
     TimelineEvent,
 )
-from stagebot.bot.grammar import help_text, parse_comment, render
+from stagebot.bot.grammar import help_text, parse_comment
 from stagebot.bot.marker import ReplyMarker
 from stagebot.bot.replies import (
     NO_RUN_STATE,
@@ -43,10 +41,12 @@ from stagebot.bot.replies import (
     running,
 )
 from stagebot.bot.stage_runs import active_pipelines
+from stagebot.stages.command import Command, render
+from stagebot.stages.errors import CommandError, StagebotError
 from stagebot.templates.markdown import Trusted, escape
 
 if TYPE_CHECKING:
-    from stagebot.bot.ledger import Ledger
+    from stagebot.harness.ledger import Ledger
 
 log = logging.getLogger("stagebot.bot")
 
@@ -115,8 +115,8 @@ class LedgerSource:
             self._book = None
 
     def _open(self, path: Path) -> Ledger:
-        from stagebot.bot.ledger import Ledger, LedgerError
         from stagebot.bot.ledger_files import unvouched_reason
+        from stagebot.harness.ledger import Ledger, LedgerError
 
         path.parent.mkdir(parents=True, exist_ok=True)
         if not self._checked and self.trusted is not None and path.exists():

@@ -20,9 +20,9 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from stagebot.bot.ledger import retry_busy
 from stagebot.harness.collect import CollectError, collect_tests
 from stagebot.harness.gpus import Device, describe, detect_devices, gpu_types_of
+from stagebot.harness.ledger import retry_busy
 from stagebot.harness.progress import Expected, Progress
 from stagebot.harness.results import StageResult
 from stagebot.harness.scheduler import CPU, Job, Running, Scheduler

@@ -35,8 +35,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-from stagebot.bot.errors import StagebotError
 from stagebot.harness.results import StageResult, TestOutcome
+from stagebot.stages.errors import StagebotError
 from stagebot.stages.history import PriorShard
 from stagebot.stages.names import stage_family
 

@@ -398,8 +398,7 @@ def _json(report: Report) -> dict[str, Any]:
 
 
 def _command_text(command: dict[str, Any]) -> str:
-    from stagebot.bot.command import Command
-    from stagebot.bot.grammar import render
+    from stagebot.stages.command import Command, render
 
     try:
         return render(Command.from_json(command))

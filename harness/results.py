@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from stagebot.bot.errors import StagebotError
+from stagebot.stages.errors import StagebotError
 
 STAGE_RESULT_VERSION = 1
 STATES = ("SUCCESS", "FAILURE", "ERROR", "ABORTED", "NOT_RUN", "REUSED")

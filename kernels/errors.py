@@ -1,9 +1,11 @@
-"""The kernels layer's one error type for arguments a caller can get wrong."""
+"""The kernels layer's one error type for arguments a caller can get wrong.
 
-from stagebot.bot.errors import StagebotError
+The kernels are a leaf library (README: Layout): they import nothing of stagebot, so their errors
+are plain ``ValueError`` subclasses, not ``StagebotError`` (no CLI command calls an op).
+"""
 
 
-class KernelArgumentError(StagebotError, ValueError):
+class KernelArgumentError(ValueError):
     """A tensor argument, option or backend choice that an op cannot take.
 
     The message names the argument, what it was, and the rule it broke.

@@ -1,9 +1,16 @@
-"""The Command contract: what a `/bot` comment asks for, as plain data (schema: command.v1)."""
+"""The Command contract: what a `/bot` comment asks for, as plain data (schema: command.v1).
+
+The `/bot run` flags are declared here too, beside the RunOptions fields they set, because the
+planner and the report read them; bot/grammar.py parses comments into these types.
+"""
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass, field
 from typing import Any
+
+from stagebot.stages.errors import CommandError
 
 COMMAND_VERSION = 1
 SUBCOMMANDS = ("run", "kill", "skip", "reuse-pipeline", "help")
@@ -60,8 +67,6 @@ class Command:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Command:
-        from stagebot.bot.errors import CommandError
-
         if data.get("version") != COMMAND_VERSION:
             raise CommandError(
                 f"unsupported Command version {data.get('version')!r}; expected {COMMAND_VERSION}"
@@ -86,3 +91,102 @@ class Command:
         if name == "reuse-pipeline":
             return cls("reuse-pipeline", pipeline_id=options.get("pipeline_id"), sha=sha)
         return cls(name)
+
+
+@dataclass(frozen=True)
+class Flag:
+    """One `/bot run` flag; kind "bool", "list" (comma-separated) or "pipeline" (optional id)."""
+
+    name: str
+    kind: str
+    doc: str
+    metavar: str = ""
+    partly_tested: bool = False  # a run with this flag cannot set the PR's gating status
+
+    @property
+    def field(self) -> str:
+        return self.name.removeprefix("--").replace("-", "_")
+
+
+RUN_FLAGS = (
+    Flag(
+        "--reuse-test",
+        "pipeline",
+        "Reuse tests that passed on this commit in pipeline N, or in "
+        "the latest pipeline when N is left out. This is the default.",
+        "[N]",
+    ),
+    Flag("--disable-reuse-test", "bool", "Run every test, even those that passed before."),
+    Flag("--disable-fail-fast", "bool", "Keep running the other stages after one fails."),
+    Flag("--skip-test", "bool", "Run only the build and sanity stages.", partly_tested=True),
+    Flag(
+        "--stage-list",
+        "list",
+        "Run exactly these stages (`*` wildcards allowed).",
+        '"A10-PyTorch-1, …"',
+        partly_tested=True,
+    ),
+    Flag(
+        "--gpu-type",
+        "list",
+        "Keep only stages on these GPU types.",
+        '"A30, H100_PCIe"',
+        partly_tested=True,
+    ),
+    Flag(
+        "--test-backend",
+        "list",
+        f"Keep only stages of these backends ({', '.join(TEST_BACKENDS)}).",
+        '"pytorch, cpp"',
+        partly_tested=True,
+    ),
+    Flag("--add-multi-gpu-test", "bool", "Add every multi-GPU pre-merge stage (needs approval)."),
+    Flag(
+        "--only-multi-gpu-test",
+        "bool",
+        "Keep only multi-GPU stages (needs approval).",
+        partly_tested=True,
+    ),
+    Flag("--disable-multi-gpu-test", "bool", "Drop the multi-GPU stages.", partly_tested=True),
+    Flag(
+        "--post-merge", "bool", "Run the post-merge pipeline as well as pre-merge (needs approval)."
+    ),
+    Flag(
+        "--extra-stage",
+        "list",
+        "Run the default selection plus these stages.",
+        '"H100_PCIe-PyTorch-Post-Merge-1, …"',
+    ),
+    Flag("--detailed-log", "bool", "Stream every stage's full log."),
+    Flag(
+        "--debug",
+        "bool",
+        "Keep the one stage named in --stage-list for debugging and print how to re-run it.",
+        partly_tested=True,
+    ),
+)
+RUN_FLAGS_BY_NAME = {flag.name: flag for flag in RUN_FLAGS}
+
+
+def render(command: Command) -> str:
+    """Write a Command back as a `/bot` line that parses to the same Command."""
+    if command.name is None:
+        return ""
+    words = ["/bot", command.name]
+    if command.sha is not None:
+        words += ["--sha", command.sha]
+    if command.name == "run":
+        assert command.run is not None
+        for flag in RUN_FLAGS:
+            value = getattr(command.run, flag.field)
+            if value is True or value == "latest":
+                words.append(flag.name)
+            elif flag.kind == "list" and value:
+                words += [flag.name, shlex.quote(", ".join(value))]
+            elif flag.kind == "pipeline" and isinstance(value, int):
+                words += [flag.name, str(value)]
+    elif command.name == "skip":
+        words += ["--comment", shlex.quote(command.comment or "")]
+    elif command.name == "reuse-pipeline" and command.pipeline_id is not None:
+        words.append(f"#{command.pipeline_id}")
+    return " ".join(words)

@@ -1,6 +1,20 @@
-"""Errors of the stages layer: a bad catalog, or a command that names what the catalog lacks."""
+"""The project's error base, and the errors of commands, catalogs and plans.
 
-from stagebot.bot.errors import StagebotError
+Every layer raises a subclass of ``StagebotError`` (a bad comment, a bad catalog, a bad suite
+input) with a message that says what was wrong and what would be right; the CLI edge (bot/cli.py)
+prints the message without a traceback and exits with ``exit_code``. The base lives here, in the
+lowest layer that raises it, so that no lower layer imports the edge (README: Layout).
+"""
+
+
+class StagebotError(Exception):
+    """An error the user can fix; its message is the whole explanation."""
+
+    exit_code = 2
+
+
+class CommandError(StagebotError):
+    """A `/bot` comment (or a Command's JSON) that cannot be parsed."""
 
 
 class CatalogError(StagebotError):

@@ -8,14 +8,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from stagebot.bot.command import Command, RunOptions
-from stagebot.bot.grammar import RUN_FLAGS
-from stagebot.bot.suggest import unknown
 from stagebot.stages.catalog import Catalog, Stage
+from stagebot.stages.command import RUN_FLAGS, Command, RunOptions
 from stagebot.stages.errors import PlanError
 from stagebot.stages.history import EmptyHistory, History
 from stagebot.stages.patterns import name_matches, path_matches
 from stagebot.stages.plan import Plan, PlannedShard, Step
+from stagebot.stages.suggest import unknown
 
 PASSED_STATES = ("SUCCESS", "REUSED")
 STAGE_LISTING = "see `bot stages --list`"

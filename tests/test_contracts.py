@@ -9,11 +9,11 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from stagebot.bot.command import Command
 from stagebot.bot.grammar import parse_comment
 from stagebot.bot.marker import MarkerError, ReplyMarker, find_marker
 from stagebot.harness.results import ResultError, StageResult
 from stagebot.stages.catalog import load_catalog
+from stagebot.stages.command import Command
 from stagebot.stages.errors import PlanError
 from stagebot.stages.matrix import matrix_entries
 from stagebot.stages.plan import MatrixEntry, Plan
@@ -21,7 +21,7 @@ from stagebot.stages.planner import plan_run
 
 ROOT = Path(__file__).resolve().parents[1]
 CONTRACTS = {  # schema name -> (owner folder, class that reads it)
-    "command": ("bot", Command),
+    "command": ("stages", Command),
     "reply_marker": ("bot", ReplyMarker),
     "plan": ("stages", Plan),
     "matrix_entry": ("stages", MatrixEntry),

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 from fixtures.botrun import ROOT, bot, results, run_stages
 
-from stagebot.bot.ledger import Ledger, LedgerError
 from stagebot.harness.junit import JunitError, read_junit
+from stagebot.harness.ledger import Ledger, LedgerError
 from stagebot.harness.streams import read_stream
 
 FAULTY = {

@@ -10,9 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from stagebot.bot import grammar
-from stagebot.bot.command import TEST_BACKENDS, Command, RunOptions
-from stagebot.bot.errors import CommandError
-from stagebot.bot.grammar import RUN_FLAGS, help_text, parse_comment, render
+from stagebot.bot.grammar import help_text, parse_comment
+from stagebot.stages.command import RUN_FLAGS, TEST_BACKENDS, Command, RunOptions, render
+from stagebot.stages.errors import CommandError
 
 
 def run(**options) -> Command:

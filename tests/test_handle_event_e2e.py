@@ -16,7 +16,7 @@ from github_server import FakeGitHub, user_id
 from test_handle_event import BOT, PR, SHA, marker_of, replies, status
 
 from stagebot.bot.cli import main
-from stagebot.bot.ledger import Ledger
+from stagebot.harness.ledger import Ledger
 
 ROOT = Path(__file__).resolve().parents[1]
 CATALOG = """

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.skipif(
 
 
 def _build(*args: str):
-    from stagebot.kernels.cute.cmd_build import kernels
+    from stagebot.bot.cmd_kernels import kernels
 
     return CliRunner().invoke(kernels, ["build", *args])
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from stagebot.bot.ledger import (
+from stagebot.harness.ledger import (
     SCHEMA_VERSION,
     Ledger,
     LedgerBusyError,
@@ -290,7 +290,7 @@ def test_concurrent_processes_get_distinct_numbers(tmp_path: Path) -> None:
     path = tmp_path / "ledger.sqlite"
     Ledger.open(path).close()
     code = (
-        "import sys\nfrom stagebot.bot.ledger import Ledger\n"
+        "import sys\nfrom stagebot.harness.ledger import Ledger\n"
         f"book = Ledger.open({str(path)!r})\n"
         "for i in range(25):\n"
         "    n = book.start_pipeline(command={'version': 1}, commit=sys.argv[1])\n"

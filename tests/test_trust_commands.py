@@ -198,8 +198,8 @@ def test_a_command_after_a_closed_pre_block_counts(gh, handle) -> None:
 def test_the_sha_travels_in_the_command_contract() -> None:
     from test_contracts import validate
 
-    from stagebot.bot.command import Command
-    from stagebot.bot.grammar import parse_comment, render
+    from stagebot.bot.grammar import parse_comment
+    from stagebot.stages.command import Command, render
 
     command = parse_comment(f'/bot skip --sha {SHA[:12].upper()} --comment "docs"')
     data = command.to_json()

@@ -19,7 +19,7 @@ from test_handle_event import PR, SHA, marker_of, replies, status
 from test_handle_event_e2e import CATALOG
 
 from stagebot.bot.cli import main
-from stagebot.bot.ledger import Ledger
+from stagebot.harness.ledger import Ledger
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow

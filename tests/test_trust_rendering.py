@@ -13,11 +13,11 @@ import pytest
 from test_handle_event import SHA, marker_of, replies
 from test_handle_event_e2e import Pipeline, gh
 
-from stagebot.bot.ledger import Ledger
 from stagebot.bot.ledger_files import file_digest
 from stagebot.bot.marker import ReplyMarker, find_ledger_digests, find_marker
 from stagebot.bot.replies import with_ledger_digest
 from stagebot.harness.analysis import analyse
+from stagebot.harness.ledger import Ledger
 from stagebot.harness.report import Report, render_report
 from stagebot.harness.results import StageResult
 from stagebot.harness.results import TestOutcome as Outcome

@@ -11,7 +11,7 @@ import pytest
 from test_handle_event import marker_of, replies, status
 from test_handle_event_e2e import Pipeline, gh, ledger_state
 
-from stagebot.bot.ledger import Ledger
+from stagebot.harness.ledger import Ledger
 from stagebot.harness.results import ResultError, StageResult
 
 pytestmark = pytest.mark.slow

@@ -9,8 +9,8 @@ from pathlib import Path
 import jsonschema
 from test_shard_errors import entry
 
-from stagebot.bot.ledger import Ledger
 from stagebot.harness.junit import read_junit
+from stagebot.harness.ledger import Ledger
 from stagebot.harness.shard import ShardContext, run_shard
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -17,9 +17,9 @@ import time
 from functools import partial
 from pathlib import Path
 
-from stagebot.bot.errors import CommandError
 from stagebot.bot.grammar import parse_comment
 from stagebot.stages.catalog import load_catalog
+from stagebot.stages.errors import CommandError
 from stagebot.stages.planner import plan_run
 
 GPUS = ("A10", "A30", "H100_PCIe", "DGX_H200")

@@ -2,7 +2,7 @@
 
 import difflib
 
-from stagebot.bot.errors import StagebotError
+from stagebot.stages.errors import StagebotError
 
 
 class ShardingIRError(StagebotError, ValueError):

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from stagebot.bot.errors import StagebotError
 from stagebot.harness.suites.sharding_ir.dist_config import DistConfig
 from stagebot.harness.suites.sharding_ir.errors import ShardingIRError
+from stagebot.stages.errors import StagebotError
 
 
 @pytest.mark.parametrize(

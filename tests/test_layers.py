@@ -1,0 +1,99 @@
+"""The folders' layers: `lint-imports` keeps the contracts in pyproject.toml, a module importing
+upward breaks them, and the README's picture shows the same layers."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+CODE_FOLDERS = ("bot", "stages", "harness", "kernels", "templates")
+LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
+
+
+def shim(tmp_path: Path, extra: dict[str, str] | None = None) -> Path:
+    """A ``stagebot/<folder>`` tree of links to the folders, where lint-imports can find them
+    (the editable install maps the folders by a finder it does not read). ``extra`` adds modules
+    ("folder/sub/name.py" -> source); each folder on such a path becomes a folder of links."""
+    package = tmp_path / "shim" / "stagebot"
+    package.mkdir(parents=True)
+    for folder in CODE_FOLDERS:
+        (package / folder).symlink_to(ROOT / folder, target_is_directory=True)
+    for name, source in (extra or {}).items():
+        target, original = package, ROOT
+        for part in Path(name).parent.parts:
+            target, original = target / part, original / part
+            if target.is_symlink():
+                target.unlink()
+                target.mkdir()
+                for entry in original.iterdir():
+                    (target / entry.name).symlink_to(entry)
+        (package / name).write_text(source)
+    return package.parent
+
+
+def lint_imports(shim_root: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(shim_root)}
+    return subprocess.run(
+        [str(LINT_IMPORTS), "--no-cache", "--config", str(ROOT / "pyproject.toml")],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_the_folders_keep_their_layers(tmp_path) -> None:
+    result = lint_imports(shim(tmp_path))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "0 broken" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("module", "source", "broken"),
+    [
+        ("stages/upward.py", "import stagebot.bot.cli\n", "bot > harness > stages"),
+        ("kernels/upward.py", "import stagebot.stages.errors\n", "kernels and templates"),
+        ("templates/sideways.py", "import stagebot.kernels.errors\n", "bot > harness > stages"),
+        (
+            "harness/suites/edge.py",
+            "from stagebot.bot import cmd_parse\n",
+            "the harness suites never import the bot edge",
+        ),
+    ],
+)
+def test_an_import_against_the_layers_breaks_a_contract(tmp_path, module, source, broken) -> None:
+    result = lint_imports(shim(tmp_path, {module: source}))
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert re.search(rf"{re.escape(broken)}.* BROKEN", result.stdout), result.stdout
+
+
+def readme_layers() -> list[list[str]]:
+    """The layers of the README's Layout picture, top first: each line that starts with a
+    folder ("bot/", "kernels/ | templates/")."""
+    layout = (ROOT / "README.md").read_text().split("## Layout", 1)[1]
+    picture = layout.split("```text\n", 1)[1].split("```", 1)[0]
+    layers = []
+    for line in picture.splitlines():
+        match = re.match(r"^([a-z]+/(?: \| [a-z]+/)*)", line)
+        if match:
+            layers.append([name.strip().rstrip("/") for name in match.group(1).split("|")])
+    return layers
+
+
+def test_the_readme_picture_shows_the_contracts_layers() -> None:
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    (contract,) = [c for c in config["contracts"] if c["type"] == "layers"]
+    layers = [
+        [name.strip().removeprefix("stagebot.") for name in layer.split("|")]
+        for layer in contract["layers"]
+    ]
+    assert readme_layers() == layers
+    assert sorted(name for layer in layers for name in layer) == sorted(CODE_FOLDERS)

@@ -2,5 +2,5 @@
 
 Nothing here imports cutlass or torch at module import time except the kernel modules
 themselves (``grouped_gemm``), which only ``compile``, ``backend`` (inside functions) and
-``cmd_build`` (inside the command) load.
+``bot/cmd_kernels.py`` (inside the `bot kernels build` command) load.
 """

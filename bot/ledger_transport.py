@@ -75,12 +75,9 @@ def fetch_pr_ledger(
     for reply in sorted(replies, key=lambda r: r.comment.id, reverse=True)[:CANDIDATES]:
         for digest in sorted(find_ledger_digests(reply.comment.body)):
             for artifact in api.artifacts_named(ledger_artifact(digest))[:CANDIDATES]:
-                why = bots_ledger_problem(api, artifact, config, default_branch, workflows)
-                if why is None:
-                    try:
-                        data = read_ledger(api, artifact, digest)
-                    except ArtifactError as error:
-                        why = str(error)
+                data, why = _checked_ledger(
+                    api, artifact, config, default_branch, workflows, digest
+                )
                 if why is not None:
                     notes.append(f"skipped: {why}")
                     continue
@@ -94,17 +91,32 @@ def fetch_pr_ledger(
     return False, notes
 
 
+def _checked_ledger(
+    api: GitHubApi,
+    artifact: Artifact,
+    config: BotConfig,
+    default_branch: str,
+    workflows: tuple[str, ...],
+    digest: str | None,
+) -> tuple[bytes, None] | tuple[None, str]:
+    """The artifact's ledger when a run of the bot's ``workflows`` uploaded it (and its bytes
+    have ``digest``, when given), else why it is not taken."""
+    why = bots_ledger_problem(api, artifact, config, default_branch, workflows)
+    if why is not None:
+        return None, why
+    try:
+        return read_ledger(api, artifact, digest), None
+    except ArtifactError as error:
+        return None, str(error)
+
+
 def fetch_main_ledger(api: GitHubApi, config: BotConfig, dest: Path) -> tuple[bool, list[str]]:
     """Write main's newest ledger that a report run of the bot uploaded to ``dest``."""
     default_branch = api.default_branch()
     notes: list[str] = []
     for artifact in api.artifacts_named(MAIN_LEDGER)[:CANDIDATES]:
-        why = bots_ledger_problem(api, artifact, config, default_branch, (config.report_workflow,))
-        if why is None:
-            try:
-                data = read_ledger(api, artifact, None)
-            except ArtifactError as error:
-                why = str(error)
+        workflows = (config.report_workflow,)
+        data, why = _checked_ledger(api, artifact, config, default_branch, workflows, None)
         if why is not None:
             notes.append(f"skipped: {why}")
             continue

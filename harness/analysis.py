@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 
-from stagebot.harness.causes import cause_line, is_environment
+from stagebot.harness.causes import cause_line, is_environment, read_tail
 from stagebot.harness.evidence import Mismatch, error_line, mismatch
 from stagebot.harness.key_lines import key_lines
 from stagebot.harness.results import SESSION_ID, StageResult, TestOutcome
@@ -340,12 +340,4 @@ def _fallback(evidence: str, log: str | None) -> str:
 
 
 def _shard_log_tail(result: StageResult, size: int = 4000) -> str | None:
-    if not result.log_path:
-        return None
-    try:
-        with open(result.log_path, "rb") as log:
-            log.seek(0, 2)
-            log.seek(max(0, log.tell() - size))
-            return log.read().decode(errors="replace")
-    except OSError:
-        return None
+    return (read_tail(Path(result.log_path), size) or None) if result.log_path else None

@@ -27,7 +27,8 @@ BUILD_CONSTANTS = {
 }
 KERNELS = tuple(BUILD_CONSTANTS)
 NUM_EXPERTS, TILE_SIZE = 8, 128
-REQUIRED_PTX = "wgmma.mma_async"
+# The MMA instruction each kernel's PTX must hold: WGMMA, or mma.sync for the decode kernel.
+REQUIRED_PTX = {False: "wgmma.mma_async", True: "mma.sync.aligned.m16n8k16"}
 _TACTIC_RE = re.compile(r"^(\d+)x(\d+):(\d+)x(\d+):(\d+)$")
 
 
@@ -42,11 +43,16 @@ def parse_tactic(text: str) -> Tactic:
 
 def build_one(kernel: str, tactic: Tactic, arch: str) -> tuple[bool, str]:
     """(ok, detail) for one kernel and tactic."""
-    from stagebot.kernels.cute.compile import DTYPES, KERNEL_EPILOGUE, CompileKey, compile_kernel
-    from stagebot.kernels.cute.grouped_gemm import Nvfp4GroupedGemmSm90
+    from stagebot.kernels.cute.compile import (
+        DTYPES,
+        KERNEL_EPILOGUE,
+        CompileKey,
+        compile_kernel,
+        kernel_class,
+    )
 
     c = BUILD_CONSTANTS[kernel]
-    ok, why = Nvfp4GroupedGemmSm90.can_implement(
+    ok, why = kernel_class(tactic).can_implement(
         tactic, c["n"], c["k"], TILE_SIZE, KERNEL_EPILOGUE[kernel]
     )
     if not ok:
@@ -69,10 +75,11 @@ def build_one(kernel: str, tactic: Tactic, arch: str) -> tuple[bool, str]:
     except Exception as error:  # a compiler failure is a build result, reported per tactic
         return False, f"compile failed: {type(error).__name__}: {str(error).splitlines()[0]}"
     ptx = compiled.__ptx__ or ""
-    count = ptx.count(REQUIRED_PTX)
+    required = REQUIRED_PTX[tactic.swap_ab]
+    count = ptx.count(required)
     if not count:
-        return False, f"PTX has no {REQUIRED_PTX}"
-    return True, f"{REQUIRED_PTX} x{count}, {time.monotonic() - started:.1f} s"
+        return False, f"PTX has no {required}"
+    return True, f"{required} x{count}, {time.monotonic() - started:.1f} s"
 
 
 @click.group("kernels")

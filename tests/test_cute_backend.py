@@ -21,11 +21,12 @@ def test_cute_backend_says_no_on_cpu_tensors_and_auto_keeps_the_reference():
 
 def test_tactic_predicates_are_named_and_composed():
     pytest.importorskip("cutlass")
+    from stagebot.kernels.cute.compile import kernel_class
     from stagebot.kernels.cute.grouped_gemm import Nvfp4GroupedGemmSm90 as K
     from stagebot.kernels.cute.tactics import TACTICS, Tactic
 
     for tactic in TACTICS:
-        assert K.can_implement(tactic, 4096, 7168, 128) == (True, "")
+        assert kernel_class(tactic).can_implement(tactic, 4096, 7168, 128) == (True, "")
     assert not K.is_valid_cluster(Tactic((128, 128), (2, 1), 4))
     assert not K.is_valid_smem(Tactic((128, 256), (1, 1), 12))
     ok, why = K.can_implement(Tactic((128, 256), (1, 1), 4), 384, 7168, 128)

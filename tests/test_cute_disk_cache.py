@@ -144,7 +144,7 @@ def fake_compiler(monkeypatch, tmp_path):
     monkeypatch.setenv(disk_cache.ENV, str(tmp_path))
     monkeypatch.setattr(compile_module, "_compile", fake_compile)
     monkeypatch.setattr(compiled_io, "dumps", lambda compiled: compiled.encode())
-    monkeypatch.setattr(compile_module, "_load", lambda payload: payload.decode())
+    monkeypatch.setattr(compile_module, "_load", lambda kernel_cls, payload: payload.decode())
     monkeypatch.setattr(compile_module, "_cache", {})
     monkeypatch.setattr(compile_module, "stats", compile_module.Counter())
     return compile_module, compiles

@@ -26,6 +26,23 @@ def test_default_tactic_per_kernel_compiles_with_wgmma():
     assert "compiled 4 of 4 (kernel, tactic) builds for sm_90a" in result.output
 
 
+def test_every_tactic_of_the_dispatcher_compiles():
+    """What CI runs: each kernel x each tactic, the decode (swap_ab) ones with mma.sync."""
+    from stagebot.bot.cmd_kernels import KERNELS
+    from stagebot.kernels.cute.tactics import TACTICS
+
+    result = _build("--arch", "sm_90a", "--all-tactics")
+    assert result.exit_code == 0, result.output
+    builds = len(KERNELS) * len(TACTICS)
+    assert f"compiled {builds} of {builds} (kernel, tactic) builds for sm_90a" in result.output
+    decode = [t for t in TACTICS if t.swap_ab]
+    assert decode
+    for tactic in decode:
+        assert f"{tactic}" in result.output
+    assert result.output.count("mma.sync.aligned.m16n8k16 x") == len(KERNELS) * len(decode)
+    assert result.output.count("wgmma.mma_async x") == len(KERNELS) * (len(TACTICS) - len(decode))
+
+
 def test_a_tactic_the_predicates_reject_fails_the_build():
     result = _build("--tactic", "128x96:1x1:4")
     assert result.exit_code == 1

@@ -79,8 +79,7 @@ def _operand_fit(args: dict[str, Any]) -> Callable:
 def _moe_fit(args: dict[str, Any]) -> Callable:
     """Fit of fused_moe's two GEMMs: their shapes, and the weights as TMA reads them (the
     activations are made inside, dense and aligned)."""
-    from stagebot.kernels.cute.compile import KERNEL_EPILOGUE
-    from stagebot.kernels.cute.grouped_gemm import Nvfp4GroupedGemmSm90
+    from stagebot.kernels.cute.compile import KERNEL_EPILOGUE, kernel_class
     from stagebot.kernels.cute.launch import alignment_problem
 
     w1, w2, tile_size = args["w1"], args["w2"], args["tile_size"]
@@ -98,7 +97,7 @@ def _moe_fit(args: dict[str, Any]) -> Callable:
         if weights_problem:
             return False, weights_problem
         for kernel, (n, k) in shapes.items():
-            ok, why = Nvfp4GroupedGemmSm90.can_implement(
+            ok, why = kernel_class(tactic).can_implement(
                 tactic, n, k, tile_size, KERNEL_EPILOGUE[kernel]
             )
             if not ok:

@@ -62,8 +62,20 @@ _cache: dict[CompileKey, Any] = {}
 stats: Counter = Counter()
 # The files whose content the compiled code depends on (their digest is part of the disk key).
 KERNEL_SOURCES = (
-    "grouped_gemm.py", "epilogues.py", "ptx.py", "tactics.py", "compile.py", "compiled_io.py",
+    "grouped_gemm.py", "decode_gemm.py", "epilogues.py", "ptx.py", "tactics.py", "compile.py",
+    "compiled_io.py",
 )  # fmt: skip
+
+
+def kernel_class(tactic: Tactic):
+    """The kernel class that runs ``tactic``: the decode kernel for swap_ab tactics."""
+    if tactic.swap_ab:
+        from stagebot.kernels.cute.decode_gemm import Nvfp4DecodeGemmSm90
+
+        return Nvfp4DecodeGemmSm90
+    from stagebot.kernels.cute.grouped_gemm import Nvfp4GroupedGemmSm90
+
+    return Nvfp4GroupedGemmSm90
 
 
 def store_dtype(kernel: str):
@@ -123,7 +135,7 @@ def compile_kernel(key: CompileKey, *, keep_ptx: bool = False) -> Any:
         try:
             compiled, loaded = disk_cache.DiskCache(folder).get_or_build(
                 disk_entry_name(key),
-                _load,
+                functools.partial(_load, kernel_class(key.tactic)),
                 lambda: (c := _timed_compile(key, False), compiled_io.dumps(c)),
             )
         except OSError as error:  # e.g. a read-only home: the cache is an optimisation
@@ -138,11 +150,10 @@ def compile_kernel(key: CompileKey, *, keep_ptx: bool = False) -> Any:
     return compiled
 
 
-def _load(payload: bytes) -> Any:
+def _load(kernel_cls: type, payload: bytes) -> Any:
     from stagebot.kernels.cute import compiled_io
-    from stagebot.kernels.cute.grouped_gemm import Nvfp4GroupedGemmSm90
 
-    return compiled_io.loads(payload, Nvfp4GroupedGemmSm90.__call__)
+    return compiled_io.loads(payload, kernel_cls.__call__)
 
 
 def _timed_compile(key: CompileKey, keep_ptx: bool) -> Any:
@@ -158,9 +169,7 @@ def _compile(key: CompileKey, keep_ptx: bool) -> Any:
     import cutlass.cute as cute
     from cutlass.cute.runtime import make_fake_stream, make_ptr
 
-    from stagebot.kernels.cute.grouped_gemm import Nvfp4GroupedGemmSm90
-
-    kernel = Nvfp4GroupedGemmSm90(
+    kernel = kernel_class(key.tactic)(
         key.tactic, KERNEL_EPILOGUE[key.kernel], key.mn_limit, key.variant, store_dtype(key.kernel)
     )
     gmem = cute.AddressSpace.gmem

@@ -139,9 +139,28 @@ def swiglu_quantize_staged(
                     i = c2 + 2 * r2 + 4 * j
                     stage[tCcC[i]] = acc[i] * scale
     barrier.arrive_and_wait()
+    swiglu_quantize_rows(stage, global_sf, row0, valid, n_tile, bn, ct, num_threads, mCw, mCsf)
+    barrier.arrive_and_wait()
+
+
+@cute.jit
+def swiglu_quantize_rows(
+    stage: cute.Tensor,
+    global_sf: cutlass.Float32,
+    row0: cutlass.Int32,
+    valid: cutlass.Int32,
+    n_tile: cutlass.Int32,
+    bn: cutlass.Constexpr,
+    first: cutlass.Int32,
+    step: cutlass.Constexpr,
+    mCw: cute.Tensor,
+    mCsf: cute.Tensor,
+):
+    """SwiGLU and NVFP4 quantisation of ``valid`` staged rows (fp32 [rows, bn], already times
+    alpha): thread ``first`` takes (row, block) items first, first + step, ... (no barrier)."""
     blocks = bn // 32  # 16-value output blocks per row: bn / 2 outputs
     sf_col_groups = mCw.shape[1] // 8
-    for item in cutlass.range(ct, valid * blocks, num_threads, unroll=1):
+    for item in cutlass.range(first, valid * blocks, step, unroll=1):
         r = item // blocks
         block = item % blocks
         # Output block b is linear columns 128 (b // 4) + 16 (b % 4) + [0, 16), gate 64 later.
@@ -164,7 +183,6 @@ def swiglu_quantize_staged(
         mCw[row, 2 * sf_col] = words[0]
         mCw[row, 2 * sf_col + 1] = words[1]
         mCsf[swizzled_sf_offset(row, sf_col, sf_col_groups)] = cutlass.Uint8(sf_byte)
-    barrier.arrive_and_wait()
 
 
 @cute.jit
@@ -205,3 +223,60 @@ def finalize_scatter_add(
                     acc[2 * r2 + 4 * j] * weight,
                     acc[1 + 2 * r2 + 4 * j] * weight,
                 )
+
+
+@cute.jit
+def finalize_rows(
+    stage: cute.Tensor,
+    scale: cutlass.Float32,
+    valid: cutlass.Int32,
+    col0: cutlass.Int32,
+    expanded: cute.Tensor,
+    router: cute.Tensor,
+    out_address: cutlass.Int64,
+    row_bytes: cutlass.Int64,
+    top_k: cutlass.Constexpr,
+    first: cutlass.Int32,
+    step: cutlass.Constexpr,
+):
+    """finalize_scatter_add for ``valid`` staged rows (fp32 [rows, cols] accumulators, not yet
+    times alpha), each row's expanded index and router weight given (``expanded`` < 0: no
+    token): thread ``first`` takes (row, column pair) items first, first + step, ...; the same
+    fp32 products as the register path (acc * (router weight * scale))."""
+    pairs = cute.size(stage, mode=[1]) // 2
+    for item in cutlass.range(first, valid * pairs, step, unroll=1):
+        r = item // pairs
+        pair = item % pairs
+        if expanded[r] >= 0:
+            weight = router[r] * scale
+            token = cutlass.Int64(expanded[r] // top_k)
+            col = cutlass.Int64(col0 + 2 * pair)
+            red_add_bf16x2(
+                out_address + token * row_bytes + col * 2,
+                stage[r, 2 * pair] * weight,
+                stage[r, 2 * pair + 1] * weight,
+            )
+
+
+@cute.jit
+def store_rows(
+    stage: cute.Tensor,
+    row0: cutlass.Int32,
+    valid: cutlass.Int32,
+    col0: cutlass.Int32,
+    mC: cute.Tensor,
+    first: cutlass.Int32,
+    step: cutlass.Constexpr,
+):
+    """``valid`` staged rows (fp32 [rows, cols], already times alpha) converted to mC's dtype
+    and stored at rows row0.., columns col0..; 8 columns per item, vector stores."""
+    chunks = cute.size(stage, mode=[1]) // 8
+    for item in cutlass.range(first, valid * chunks, step, unroll=1):
+        r = item // chunks
+        chunk = item % chunks
+        values = cute.make_rmem_tensor((1, 8), cutlass.Float32)
+        cute.autovec_copy(cute.local_tile(stage, (1, 8), (r, chunk)), values)
+        out = cute.make_rmem_tensor((1, 8), mC.element_type)
+        out.store(values.load().to(mC.element_type))
+        row_c = cute.local_tile(mC, (1, 8), (row0 + r, col0 // 8 + chunk))
+        cute.autovec_copy(out, row_c)

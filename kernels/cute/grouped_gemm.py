@@ -57,6 +57,47 @@ OPERAND_UNSCALE = 16384.0
 EPILOGUES = ("store", "swiglu", "finalize")
 
 
+def operand_views(a_ptr, b_ptr, a_sf_ptr, b_sf_ptr, m, n, k, num_experts):
+    """Global tensors of the operands: packed A [m, k/2] and B [n, k/2, experts] (uint8), and
+    their scales as int32 words of the 128x4 swizzled chunks: (128 words, k / 64, row chunks)."""
+    kh = k // 2
+    kt = k // BK
+    nt = n // SF_CHUNK_ROWS
+    mA = cute.make_tensor(a_ptr, cute.make_layout((m, kh), stride=(kh, 1)))
+    mB = cute.make_tensor(b_ptr, cute.make_layout((n, kh, num_experts), stride=(kh, 1, n * kh)))
+    mAs = cute.make_tensor(
+        a_sf_ptr, cute.make_layout((128, kt, m // SF_CHUNK_ROWS), stride=(1, 128, kt * 128))
+    )
+    mBs = cute.make_tensor(
+        b_sf_ptr,
+        cute.make_layout((128, kt, nt, num_experts), stride=(1, 128, kt * 128, nt * kt * 128)),
+    )
+    return mA, mB, mAs, mBs
+
+
+def epilogue_views(
+    epilogue, c_ptr, c_sf_ptr, global_sf_ptr, limit_ptr, p2e_ptr, router_ptr, alpha_ptr,
+    group_ptr, num_tiles_ptr, m, n, num_experts, tile_size,
+):  # fmt: skip
+    """(mC, (mCsf, mGlobalSf, mLimit, mP2e, mRouter), mAlpha, mGroup, mNumTiles)."""
+    c_cols = n // 16 if epilogue == "swiglu" else n
+    mC = cute.make_tensor(c_ptr, cute.make_layout((m, c_cols), stride=(c_cols, 1)))
+    epilogue_tensors = (
+        cute.make_tensor(c_sf_ptr, cute.make_layout(m * n // 32)),
+        cute.make_tensor(global_sf_ptr, cute.make_layout(1)),
+        cute.make_tensor(limit_ptr, cute.make_layout(m // tile_size)),
+        cute.make_tensor(p2e_ptr, cute.make_layout(m)),
+        cute.make_tensor(router_ptr, cute.make_layout(1 << 30)),
+    )
+    return (
+        mC,
+        epilogue_tensors,
+        cute.make_tensor(alpha_ptr, cute.make_layout(num_experts)),
+        cute.make_tensor(group_ptr, cute.make_layout(m // tile_size)),
+        cute.make_tensor(num_tiles_ptr, cute.make_layout(1)),
+    )
+
+
 class Nvfp4GroupedGemmSm90:
     """NVFP4 x NVFP4 contiguous grouped GEMM; the tactic's fields are the knobs, ``epilogue``
     says what is written, ``mn_limit`` whether tile_idx_to_mn_limit is read (finalize: always;
@@ -137,6 +178,7 @@ class Nvfp4GroupedGemmSm90:
         bm, bn = tactic.tile_mn
         smem = cls.smem_bytes(tactic)
         checks = (
+            (not tactic.swap_ab, "swap_ab tactics run on the decode kernel (decode_gemm)"),
             (epilogue in EPILOGUES, f"epilogue {epilogue!r} is not one of {EPILOGUES}"),
             (
                 cls.is_valid_epilogue(tactic, epilogue),
@@ -192,30 +234,11 @@ class Nvfp4GroupedGemmSm90:
         stream: cuda.CUstream,
     ):
         """Pointers an epilogue does not read may point anywhere (they are never dereferenced)."""
-        kh = k // 2
-        kt = k // BK
-        mA = cute.make_tensor(a_ptr, cute.make_layout((m, kh), stride=(kh, 1)))
-        mB = cute.make_tensor(b_ptr, cute.make_layout((n, kh, num_experts), stride=(kh, 1, n * kh)))
-        mAs = cute.make_tensor(
-            a_sf_ptr,
-            cute.make_layout((128, kt, m // SF_CHUNK_ROWS), stride=(1, 128, kt * 128)),
-        )
-        nt = n // SF_CHUNK_ROWS
-        mBs = cute.make_tensor(
-            b_sf_ptr,
-            cute.make_layout((128, kt, nt, num_experts), stride=(1, 128, kt * 128, nt * kt * 128)),
-        )
-        c_cols = n // 16 if self.epilogue == "swiglu" else n
-        mC = cute.make_tensor(c_ptr, cute.make_layout((m, c_cols), stride=(c_cols, 1)))
-        mCsf = cute.make_tensor(c_sf_ptr, cute.make_layout(m * n // 32))
-        mGlobalSf = cute.make_tensor(global_sf_ptr, cute.make_layout(1))
-        mLimit = cute.make_tensor(limit_ptr, cute.make_layout(m // tile_size))
-        mP2e = cute.make_tensor(p2e_ptr, cute.make_layout(m))
-        mRouter = cute.make_tensor(router_ptr, cute.make_layout(1 << 30))
-        mAlpha = cute.make_tensor(alpha_ptr, cute.make_layout(num_experts))
-        mGroup = cute.make_tensor(group_ptr, cute.make_layout(m // tile_size))
-        mNumTiles = cute.make_tensor(num_tiles_ptr, cute.make_layout(1))
-
+        mA, mB, mAs, mBs = operand_views(a_ptr, b_ptr, a_sf_ptr, b_sf_ptr, m, n, k, num_experts)
+        mC, epilogue_tensors, mAlpha, mGroup, mNumTiles = epilogue_views(
+            self.epilogue, c_ptr, c_sf_ptr, global_sf_ptr, limit_ptr, p2e_ptr, router_ptr,
+            alpha_ptr, group_ptr, num_tiles_ptr, m, n, num_experts, tile_size,
+        )  # fmt: skip
         self.tiled_mma = sm90_utils.make_trivial_tiled_mma(
             self.ab_dtype,
             self.ab_dtype,
@@ -284,7 +307,7 @@ class Nvfp4GroupedGemmSm90:
             tma_bs,
             tma_mBs,
             mC,
-            (mCsf, mGlobalSf, mLimit, mP2e, mRouter),
+            epilogue_tensors,
             mAlpha,
             mGroup,
             mNumTiles,

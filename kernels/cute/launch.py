@@ -18,6 +18,7 @@ from stagebot.kernels.cute.compile import (
     POINTER_ALIGNS,
     CompileKey,
     compile_kernel,
+    kernel_class,
     pointer_dtypes,
 )
 from stagebot.kernels.cute.tactics import DEFAULT_TACTIC, Tactic
@@ -43,10 +44,8 @@ def problem_support(
     kernel: str = "grouped_gemm",
 ) -> tuple[bool, str]:
     """(ok, reason): the tactic's predicates plus what the launcher needs of the tensors."""
-    from stagebot.kernels.cute.grouped_gemm import Nvfp4GroupedGemmSm90
-
     _, n, half_k = b.shape
-    ok, why = Nvfp4GroupedGemmSm90.can_implement(
+    ok, why = kernel_class(tactic).can_implement(
         tactic, n, 2 * half_k, tile_size, KERNEL_EPILOGUE[kernel]
     )
     if not ok:

@@ -184,3 +184,24 @@ def red_add_bf16x2(address, lo, hi, *, loc=None, ip=None):
         loc=loc,
         ip=ip,
     )
+
+
+@dsl_user_op
+def mma_f16_m16n8k16(a, b, c, *, loc=None, ip=None):
+    """One warp's mma.sync m16n8k16, fp16 operands from registers, fp32 accumulators.
+
+    ``a``: 4 f16x2 words (rows g and g + 8 of K pair slot 0, then of slot 1, g = lane // 4),
+    ``b``: 2 f16x2 words (column g, slots 0 and 1), ``c``: 4 fp32 (row g columns 2q, 2q + 1,
+    then row g + 8), q = lane % 4; returns the 4 new accumulators.
+    """
+    res = llvm.inline_asm(
+        llvm.StructType.get_literal([T.f32()] * 4),
+        [cutlass.Uint32(x).ir_value(loc=loc, ip=ip) for x in (*a, *b)]
+        + [cutlass.Float32(x).ir_value(loc=loc, ip=ip) for x in c],
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+        "{$0, $1, $2, $3}, {$4, $5, $6, $7}, {$8, $9}, {$10, $11, $12, $13};",
+        "=f,=f,=f,=f,r,r,r,r,r,r,f,f,f,f",
+        loc=loc,
+        ip=ip,
+    )
+    return [cutlass.Float32(llvm.extractvalue(T.f32(), res, [i], loc=loc, ip=ip)) for i in range(4)]

@@ -25,12 +25,16 @@ class Tactic:
     # thread (epilogues.swiglu_quantize_staged). Only calls that pass tile_idx_to_mn_limit can
     # tell; without it the tactic runs dense.
     sparse_rows: bool = False
+    # Decode kernel (stagebot.kernels.cute.decode_gemm): the weights are the MMA's M operand,
+    # dequantised into registers, and tile_mn is (tokens per work item, weight rows).
+    swap_ab: bool = False
 
     def __str__(self) -> str:
         (tm, tn), (cm, cn) = self.tile_mn, self.cluster_mn
         split = "" if self.wg_split == "m" else f"_wg{self.wg_split}"
         sparse = "_sparse" if self.sparse_rows else ""
-        return f"tile{tm}x{tn}_cluster{cm}x{cn}_stages{self.stages}{split}{sparse}"
+        swap = "_swapab" if self.swap_ab else ""
+        return f"tile{tm}x{tn}_cluster{cm}x{cn}_stages{self.stages}{split}{sparse}{swap}"
 
 
 def effective(tactic: Tactic, reads_limit: bool) -> Tactic:
@@ -44,5 +48,7 @@ TACTICS: tuple[Tactic, ...] = (
     Tactic((128, 128), (1, 1), 4),  # the fallback for n % 256 == 128
     Tactic((128, 128), (1, 1), 6),
     Tactic((128, 256), (1, 1), 4, sparse_rows=True),  # decode: one expert's few rows per tile
+    Tactic((8, 128), (1, 1), 8, swap_ab=True),  # decode: <= 8 tokens per expert
+    Tactic((32, 128), (1, 1), 6, swap_ab=True),  # decode: <= 32 tokens per expert
 )
 DEFAULT_TACTIC = TACTICS[0]

@@ -3,11 +3,12 @@
 It decodes e2m1 and e4m3 from their bit fields, reads swizzled scales through the offset
 formula, undoes the SwiGLU row interleave by index arithmetic, rounds to NVFP4 by searching the
 value grids for the nearest point (ties to the even code) after the spec's fp32 steps, and
-computes everything else in float64, one token at a time: no tile tables, no permutation.
+computes everything else in float64, each token's output from that token's row alone: no tile
+tables, no permutation.
 
-Every step but the GEMMs acts on each row alone, so it runs once over all of a call's rows; the
-GEMMs run once per expert, over that expert's rows (on a GPU, per-row launches would cost more
-than the arithmetic).
+The steps that act on each row alone (the NVFP4 round trips, SwiGLU) run once over all of a
+call's rows; only the GEMMs run per expert, over that expert's rows. (Run per expert, a round
+trip's hundred-odd small ops cost a GPU more in launches than the whole layer's arithmetic.)
 """
 
 from __future__ import annotations

@@ -385,6 +385,9 @@ def _run_suites(tmp_path: Path, *runs: list[str]) -> list[subprocess.CompletedPr
     path = os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))
     # The project plugin is named explicitly, so this works installed or from a PYTHONPATH.
     env = {**os.environ, "PYTHONPATH": path, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    # The runs check collection, option handling and CPU cases only: hiding the GPUs spares each
+    # process a CUDA initialisation and leaves what they check as on a machine without one.
+    env["CUDA_VISIBLE_DEVICES"] = ""
     suite = str(SUITE / "test_grouped_gemms.py")
     plugins = ["-p", "stagebot.harness.pytest_plugin", "-p", "no:cacheprovider"]
     commands = [[sys.executable, "-m", "pytest", suite, "-q", *plugins, *args] for args in runs]

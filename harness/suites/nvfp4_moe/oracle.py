@@ -3,14 +3,20 @@
 It decodes e2m1 and e4m3 from their bit fields, reads swizzled scales through the offset
 formula, undoes the SwiGLU row interleave by index arithmetic, rounds to NVFP4 by searching the
 value grids for the nearest point (ties to the even code) after the spec's fp32 steps, and
-computes everything else in float64, one token at a time: no sorting, no tile tables, no
-permutation.
+computes everything else in float64, each token's output from that token's row alone: no tile
+tables, no permutation.
+
+The steps that act on each row alone (the NVFP4 round trips, SwiGLU) run once over all of a
+call's rows; only the GEMMs run per expert, over that expert's rows. (Run per expert, a round
+trip's hundred-odd small ops cost a GPU more in launches than the whole layer's arithmetic.)
 """
 
 from __future__ import annotations
 
 import functools
+import itertools
 from collections import OrderedDict
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -66,11 +72,13 @@ def read_scales(flat: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
     return flat.reshape(-1)[swizzled_offsets(rows, cols, flat.device)]
 
 
-def _grid(device: torch.device | str, values: list[float]) -> torch.Tensor:
-    return torch.tensor(values, dtype=F64, device=device)
+E2M1_GRID = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)  # index = code
 
 
-E2M1_GRID = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]  # index = code
+@functools.cache
+def e2m1_grid(device: torch.device) -> torch.Tensor:
+    """The non-negative e2m1 values, index = code, ascending."""
+    return torch.tensor(E2M1_GRID, dtype=F64, device=device)
 
 
 @functools.cache
@@ -108,7 +116,7 @@ def quantize(v: torch.Tensor, gs: float) -> tuple[torch.Tensor, torch.Tensor]:
     sf = decode_e4m3(sf_byte)
     out_scale = torch.where(sf > 0, _fp32(1.0 / _fp32(sf * _fp32(1.0 / gs))), 0.0)
     scaled = _fp32(blocks * out_scale.unsqueeze(-1))
-    magnitude = nearest(scaled.abs(), _grid(v.device, E2M1_GRID))
+    magnitude = nearest(scaled.abs(), e2m1_grid(v.device))
     codes = magnitude | (torch.signbit(scaled).long() << 3)
     return codes.flatten(-2).to(torch.uint8), sf_byte.to(torch.uint8)
 
@@ -191,26 +199,48 @@ class MoeOracle:
             self._cache.popitem(last=False)
         return w
 
-    def fc1(self, expert: int, x_rows: torch.Tensor) -> torch.Tensor:
-        """[..., 2I]: linear then gate, from the NVFP4-rounded activation rows [..., H]."""
-        return round_trip(x_rows, self.fc1_gs) @ self.weight("w1", expert).T
-
-    def swiglu(self, expert: int, x_rows: torch.Tensor) -> torch.Tensor:
-        """[..., I]: linear * silu(gate), before its NVFP4 rounding."""
-        linear, gate = self.fc1(expert, x_rows).split(self.intermediate, dim=-1)
+    def swiglu(self, x_rows: torch.Tensor, experts: Sequence[int]) -> torch.Tensor:
+        """[P, I]: row p is expert ``experts[p]``'s linear * silu(gate) of ``x_rows[p]`` [P, H]
+        (rounded to NVFP4 with fc1_gs first), before its own NVFP4 rounding."""
+        x = round_trip(x_rows, self.fc1_gs)
+        fc1 = self._per_expert(x, experts, lambda e: self.weight("w1", e), 2 * self.intermediate)
+        linear, gate = fc1.split(self.intermediate, dim=-1)
         return linear * gate / (1.0 + torch.exp(-gate))
 
-    def fc2(self, expert: int, act_rows: torch.Tensor) -> torch.Tensor:
-        """[..., H] from the NVFP4-rounded (with fc2_gs) activation rows [..., I]."""
-        return self.fc2_with_products(expert, act_rows)[0]
-
-    def fc2_with_products(
-        self, expert: int, act_rows: torch.Tensor
+    def fc2(
+        self, act_rows: torch.Tensor, experts: Sequence[int]
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """(fc2 rows, sum over the reduction of |activation * weight|): a finite-precision sum's
-        rounding error is bounded in proportion to the latter, not to the result."""
-        act, weight = round_trip(act_rows, self.fc2_gs), self.weight("w2", expert)
-        return act @ weight.T, act.abs() @ weight.abs().T
+        """(rows [P, H], products [P, H]): row p is expert ``experts[p]``'s down projection of
+        ``act_rows[p]`` [P, I] (rounded to NVFP4 with fc2_gs first), and the sum over its
+        reduction of |activation * weight|: a finite-precision sum's rounding error is bounded in
+        proportion to the latter, not to the result."""
+        act = round_trip(act_rows, self.fc2_gs)
+        width = self.w2.shape[1]
+        rows = self._per_expert(act, experts, lambda e: self.weight("w2", e), width)
+        products = self._per_expert(act.abs(), experts, lambda e: self.weight("w2", e).abs(), width)
+        return rows, products
+
+    def _per_expert(
+        self,
+        rows: torch.Tensor,
+        experts: Sequence[int],
+        weight: Callable[[int], torch.Tensor],
+        width: int,
+    ) -> torch.Tensor:
+        """[P, width]: rows[p] @ weight(experts[p]).T, one matmul per expert over its rows
+        (in their given order)."""
+        order = sorted(range(len(experts)), key=experts.__getitem__)
+        index = torch.tensor(order, dtype=torch.long, device=rows.device)
+        grouped = rows[index]
+        out = torch.empty(len(order), width, dtype=F64, device=rows.device)
+        start = 0
+        for expert, run in itertools.groupby(experts[i] for i in order):
+            end = start + sum(1 for _ in run)
+            torch.mm(grouped[start:end], weight(expert).T, out=out[start:end])
+            start = end
+        unsorted = torch.empty_like(out)
+        unsorted[index] = out
+        return unsorted
 
     def layer(
         self,
@@ -221,11 +251,7 @@ class MoeOracle:
     ) -> Combined:
         """[n, H]: each token's MoE output, summed over its experts local to this rank."""
         return self.combine(
-            x_rows,
-            experts,
-            scales,
-            local,
-            lambda e, rows: self.fc2_with_products(e, self.swiglu(e, rows)),
+            x_rows, experts, scales, local, lambda rows, e: self.fc2(self.swiglu(rows, e), e)
         )
 
     def combine(
@@ -234,27 +260,33 @@ class MoeOracle:
         experts: list[list[int]],
         scales: list[list[float]],
         local: range,
-        expert_fn,
+        pairs_fn: Callable[[torch.Tensor, list[int]], tuple[torch.Tensor, torch.Tensor]],
     ) -> Combined:
         """Per token, the sum of scale * term over its local experts, where
-        ``expert_fn(expert, rows)`` gives (terms, their products' magnitudes); with the
-        magnitudes that bound the rounding of such a sum (see Combined).
-
-        Each output row depends only on its own token; one expert's rows are evaluated together.
+        ``pairs_fn(rows, experts)`` gives each (token, expert) pair's (term, its products'
+        magnitudes) from the token's row; with the magnitudes that bound the rounding of such a
+        sum (see Combined). Each output row depends only on its own token.
         """
-        out = torch.zeros(len(experts), self.w2.shape[1], dtype=F64, device=x_rows.device)
-        magnitude, products = torch.zeros_like(out), torch.zeros_like(out)
-        by_expert: dict[int, list[tuple[int, float]]] = {}
-        for i, (row_experts, row_scales) in enumerate(zip(experts, scales, strict=True)):
-            for expert, scale in zip(row_experts, row_scales, strict=True):
-                if expert in local:
-                    by_expert.setdefault(expert, []).append((i, scale))
-        for expert, items in sorted(by_expert.items()):
-            rows = torch.tensor([i for i, _ in items], device=x_rows.device)
-            weight = torch.tensor([w for _, w in items], dtype=F64, device=x_rows.device)
-            terms, term_products = expert_fn(expert, x_rows[rows])
-            terms = terms * weight.unsqueeze(1)
-            out.index_add_(0, rows, terms)
-            magnitude.index_add_(0, rows, terms.abs())
-            products.index_add_(0, rows, term_products * weight.abs().unsqueeze(1))
-        return Combined(out, magnitude, products)
+        n, top_k = len(experts), max(map(len, experts), default=0)
+        pairs = [
+            (i * top_k + slot, i, expert, scale)
+            for i, (row_experts, row_scales) in enumerate(zip(experts, scales, strict=True))
+            for slot, (expert, scale) in enumerate(zip(row_experts, row_scales, strict=True))
+            if expert in local
+        ]
+        device = x_rows.device
+        slots, tokens = (
+            torch.tensor([p[k] for p in pairs], dtype=torch.long, device=device) for k in (0, 1)
+        )
+        weight = torch.tensor([p[3] for p in pairs], dtype=F64, device=device).unsqueeze(1)
+        terms, term_products = pairs_fn(x_rows[tokens], [p[2] for p in pairs])
+        terms = terms * weight
+
+        def summed(per_pair: torch.Tensor) -> torch.Tensor:
+            """[n, H]: each token's pairs summed in slot order (deterministic on any device)."""
+            width = self.w2.shape[1]
+            full = torch.zeros(n * top_k, width, dtype=F64, device=device)
+            full[slots] = per_pair
+            return full.view(n, top_k, width).sum(dim=1)
+
+        return Combined(summed(terms), summed(terms.abs()), summed(term_products * weight.abs()))

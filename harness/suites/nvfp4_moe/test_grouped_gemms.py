@@ -60,18 +60,9 @@ def _local_pairs(case: Case, routed: Routed) -> list[tuple[int, int, int]]:
     ]
 
 
-def _per_pair(pairs, x: torch.Tensor, width: int, fn, parts: int = 1) -> list[torch.Tensor]:
-    """``parts`` float64 tensors [len(pairs), width]: fn(expert, x[tokens]), a tuple of that many
-    tensors, evaluated one expert at a time."""
-    out = [
-        torch.zeros(len(pairs), width, dtype=torch.float64, device=x.device) for _ in range(parts)
-    ]
-    for expert in sorted({e for _, e, _ in pairs}):
-        at = [i for i, (_, e, _) in enumerate(pairs) if e == expert]
-        tokens = [pairs[i][0] for i in at]
-        for whole, part in zip(out, fn(expert, x[tokens].double()), strict=True):
-            whole[at] = part
-    return out
+def _pair_rows(routed: Routed, pairs) -> tuple[torch.Tensor, list[int]]:
+    """(float64 [len(pairs), width]: each pair's token row, the pairs' experts)."""
+    return routed.x[[token for token, _, _ in pairs]].double(), [e for _, e, _ in pairs]
 
 
 def _grouped_gemm_verdict(
@@ -91,9 +82,7 @@ def _grouped_gemm_verdict(
         backend=backend,
     )  # fmt: skip
     pairs = _local_pairs(case, routed)
-    expected, products = _per_pair(
-        pairs, routed.x, case.scale.hidden, weights.oracle.fc2_with_products, parts=2
-    )
+    expected, products = weights.oracle.fc2(*_pair_rows(routed, pairs))
     actual = y[[row for _, _, row in pairs]]
     bound = error_bound(
         expected, expected.abs(), products, case.scale.intermediate, accumulation_of(ran),
@@ -148,7 +137,7 @@ def _swiglu_verdicts(
         tile_idx_to_mn_limit=t.tile_idx_to_mn_limit, backend=backend,
     )  # fmt: skip
     pairs = _local_pairs(case, routed)
-    (act,) = _per_pair(pairs, routed.x, inter, lambda e, x: (weights.oracle.swiglu(e, x),))
+    act = weights.oracle.swiglu(*_pair_rows(routed, pairs))
     codes, sf = oracle.quantize(act, weights.fc2_gs.item())
     rows = [row for _, _, row in pairs]
     c_scales = oracle.read_scales(c_sf, c.shape[0], inter // 16)
@@ -224,7 +213,7 @@ def _finalize_verdict(
         routed.token_selected_experts[tokens].tolist(),
         routed.token_final_scales[tokens].tolist(),
         case.local,
-        weights.oracle.fc2_with_products,
+        weights.oracle.fc2,
     )
     bound = error_bound(
         combined.value, combined.magnitude, combined.products, case.scale.intermediate,

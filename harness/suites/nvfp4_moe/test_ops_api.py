@@ -376,17 +376,41 @@ def pytest_runtest_call(item):
 """
 
 
-def _run_suite(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+def _run_suites(tmp_path: Path, *runs: list[str]) -> list[subprocess.CompletedProcess]:
+    """One pytest process over test_grouped_gemms.py per argument list, all started at once: each
+    is mostly torch's import, so where cores are free they take about the time of one."""
     (tmp_path / "unable_backend.py").write_text(UNABLE_PLUGIN)
     (tmp_path / "gpu_only_backend.py").write_text(GPU_ONLY_PLUGIN)
     (tmp_path / "pin_report.py").write_text(PIN_REPORT_PLUGIN)
     path = os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))
     # The project plugin is named explicitly, so this works installed or from a PYTHONPATH.
     env = {**os.environ, "PYTHONPATH": path, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    # The runs check collection, option handling and CPU cases only: hiding the GPUs spares each
+    # process a CUDA initialisation and leaves what they check as on a machine without one.
+    env["CUDA_VISIBLE_DEVICES"] = ""
     suite = str(SUITE / "test_grouped_gemms.py")
     plugins = ["-p", "stagebot.harness.pytest_plugin", "-p", "no:cacheprovider"]
-    command = [sys.executable, "-m", "pytest", suite, "-q", *plugins, *args]
-    return subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+    commands = [[sys.executable, "-m", "pytest", suite, "-q", *plugins, *args] for args in runs]
+    # Output goes to files, not pipes: no process waits on a pipe nobody reads yet.
+    outputs = [(tmp_path / f"run-{i}.out", tmp_path / f"run-{i}.err") for i in range(len(runs))]
+    processes = []
+    try:
+        for command, (out, err) in zip(commands, outputs, strict=True):
+            with out.open("w") as stdout, err.open("w") as stderr:
+                processes.append(subprocess.Popen(command, stdout=stdout, stderr=stderr, env=env))
+        codes = [process.wait(timeout=300) for process in processes]
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+    return [
+        subprocess.CompletedProcess(command, code, out.read_text(), err.read_text())
+        for command, code, (out, err) in zip(commands, codes, outputs, strict=True)
+    ]
+
+
+def _run_suite(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    return _run_suites(tmp_path, list(args))[0]
 
 
 def test_a_forced_backend_that_cannot_run_a_case_skips_it_and_fails_the_session(tmp_path):
@@ -407,27 +431,34 @@ def test_an_unknown_forced_backend_is_a_usage_error(tmp_path):
 
 def test_a_forced_cuda_only_backend_deselects_the_cpu_matrix(tmp_path):
     only = ["-k", "grouped_gemm_matches", "--collect-only"]
-    result = _run_suite(tmp_path, "-p", "gpu_only_backend", "--moe-backend", "gpuonly", *only)
+    result, unforced = _run_suites(
+        tmp_path, ["-p", "gpu_only_backend", "--moe-backend", "gpuonly", *only], only
+    )
     assert result.returncode == pytest.ExitCode.OK, result.stdout + result.stderr
     collected = [line for line in result.stdout.splitlines() if "::" in line]
     assert collected and all("[cuda-" in line for line in collected), collected[:3]
-    unforced = _run_suite(tmp_path, *only)
     assert any("[cpu-" in line for line in unforced.stdout.splitlines()), unforced.stdout
 
 
 def test_cute_tactic_must_name_a_listed_tactic_and_pins_it(tmp_path):
     from stagebot.kernels.cute.tactics import TACTICS
 
-    result = _run_suite(tmp_path, "--cute-tactic", "tile64x64", "--collect-only")
-    assert result.returncode == pytest.ExitCode.USAGE_ERROR, result.stdout + result.stderr
-    assert "--cute-tactic 'tile64x64'" in result.stderr and str(TACTICS[-1]) in result.stderr
     case = "test_grouped_gemm_matches_the_oracle[cpu-T1-k1-ep1-tile128]"
     only = ["-p", "pin_report", "-s", "-k", "grouped_gemm_matches and cpu-T1-k1-ep1-tile128"]
-    hashed = _run_suite(tmp_path, *only)
-    picks = [line for line in hashed.stdout.splitlines() if line.startswith(f"pinned {case}: ")]
     names = [str(t) for t in TACTICS]
+    # Two pinned runs of different tactics: at least one differs from the hashed pick, so each
+    # reporting its own tactic shows that --cute-tactic overrides the hash.
+    assert len(names) >= 2, names
+    result, hashed, *pinned = _run_suites(
+        tmp_path,
+        ["--cute-tactic", "tile64x64", "--collect-only"],
+        only,
+        *([*only, "--cute-tactic", name] for name in names[:2]),
+    )
+    assert result.returncode == pytest.ExitCode.USAGE_ERROR, result.stdout + result.stderr
+    assert "--cute-tactic 'tile64x64'" in result.stderr and str(TACTICS[-1]) in result.stderr
+    picks = [line for line in hashed.stdout.splitlines() if line.startswith(f"pinned {case}: ")]
     assert len(picks) == 1 and picks[0].split(": ")[1] in names, hashed.stdout
-    other = names[(names.index(picks[0].split(": ")[1]) + 1) % len(names)]
-    pinned = _run_suite(tmp_path, *only, "--cute-tactic", other)
-    assert pinned.returncode == pytest.ExitCode.OK, pinned.stdout + pinned.stderr
-    assert f"pinned {case}: {other}" in pinned.stdout, pinned.stdout
+    for name, run in zip(names[:2], pinned, strict=True):
+        assert run.returncode == pytest.ExitCode.OK, run.stdout + run.stderr
+        assert f"pinned {case}: {name}" in run.stdout, run.stdout

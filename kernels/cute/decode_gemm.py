@@ -10,8 +10,8 @@ results, same operations per product as the WGMMA kernel: e2m1 and e4m3 placed i
 (exact), fp32 accumulation, alpha * 2^14 in the epilogue.
 
 Pipeline (persistent, one CTA per SM, warp-specialised):
-1. Producer warp (warp 8): per work item (token group, 128 weight rows of one expert) and 256-wide
-   K step, TMA-loads the packed weights (128 rows x 128 bytes, 128-byte swizzle), the tokens'
+1. Producer warp (warp 8): per work item (128 weight rows of one expert's tile), token group and
+   256-wide K step, TMA-loads the packed weights (128 rows x 128 bytes, 128-byte swizzle), the tokens'
    packed rows (tokens x 128 bytes, same swizzle) and both operands' four 512-byte scale chunks
    into a ``stages``-deep ring.
 2. Eight consumer warps per K step: load their weight rows' packed words and scales (a thread
@@ -205,9 +205,6 @@ class Nvfp4DecodeGemmSm90:
                 ],
                 128,
             ]
-            # finalize: each token row's expanded index and router weight, two groups' worth
-            sExpanded: cute.struct.MemRange[cutlass.Int32, 2 * self.tokens]
-            sRouter: cute.struct.MemRange[cutlass.Float32, 2 * self.tokens]
 
         self.shared_storage = SharedStorage
 
@@ -365,8 +362,6 @@ class Nvfp4DecodeGemmSm90:
                 (self.tokens, WEIGHT_ROWS), stride=(WEIGHT_ROWS + epilogues.STAGE_PAD, 1)
             )
         )
-        sExpanded = storage.sExpanded.get_tensor(cute.make_layout((self.tokens, 2)))
-        sRouter = storage.sRouter.get_tensor(cute.make_layout((self.tokens, 2)))
         barrier = pipeline.NamedBarrier(barrier_id=1, num_threads=self.num_consumers)
         acc = cute.make_rmem_tensor((nf * 4,), cutlass.Float32)
         # This thread's weight rows (g and g + 8 of the warp's 16) and, for the warps that
@@ -377,22 +372,11 @@ class Nvfp4DecodeGemmSm90:
 
         read = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.stages)
         step = cutlass.Int32(0)
-        group = cutlass.Int32(0)  # token groups run so far: which sExpanded / sRouter half
         for work in cutlass.range(bidx, total_work, gdim, unroll=1):
             tile, n_block, tile_row0, limit = self._item(work, n_blocks, tile_size, mLimit)
             expert = mGroup[tile]
             for row0 in cutlass.range(tile_row0, limit, self.tokens, unroll=1):
                 acc.fill(0.0)
-                if cutlass.const_expr(self.epilogue == "finalize"):
-                    # The epilogue's global reads, issued now: the first K step's barrier
-                    # publishes them, and the half written here was last read two groups ago.
-                    if tidx < self.tokens:
-                        expanded = cutlass.Int32(-1)
-                        if row0 + tidx < limit:
-                            expanded = mP2e[row0 + tidx]
-                        sExpanded[tidx, group % 2] = expanded
-                        if expanded >= 0:
-                            sRouter[tidx, group % 2] = mRouter[expanded]
                 for _ks in cutlass.range(k_steps, unroll=1):
                     ring.consumer_wait(read)
                     s = read.index
@@ -440,11 +424,9 @@ class Nvfp4DecodeGemmSm90:
                     )  # fmt: skip
                 if cutlass.const_expr(self.epilogue == "finalize"):
                     epilogues.finalize_rows(
-                        sE, scale, valid, col0, sExpanded[(None, group % 2)],
-                        sRouter[(None, group % 2)], mC.iterator.toint(), cutlass.Int64(n * 2),
-                        top_k, tidx, self.num_consumers,
+                        sE, scale, row0, valid, col0, mP2e, mRouter, mC.iterator.toint(),
+                        cutlass.Int64(n * 2), top_k, tidx, self.num_consumers,
                     )  # fmt: skip
-                group += 1
 
     # ----------------------------------------------------------------------------------------
     @staticmethod

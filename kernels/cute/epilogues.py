@@ -229,10 +229,11 @@ def finalize_scatter_add(
 def finalize_rows(
     stage: cute.Tensor,
     scale: cutlass.Float32,
+    row0: cutlass.Int32,
     valid: cutlass.Int32,
     col0: cutlass.Int32,
-    expanded: cute.Tensor,
-    router: cute.Tensor,
+    mP2e: cute.Tensor,
+    mRouter: cute.Tensor,
     out_address: cutlass.Int64,
     row_bytes: cutlass.Int64,
     top_k: cutlass.Constexpr,
@@ -240,16 +241,16 @@ def finalize_rows(
     step: cutlass.Constexpr,
 ):
     """finalize_scatter_add for ``valid`` staged rows (fp32 [rows, cols] accumulators, not yet
-    times alpha), each row's expanded index and router weight given (``expanded`` < 0: no
-    token): thread ``first`` takes (row, column pair) items first, first + step, ...; the same
-    fp32 products as the register path (acc * (router weight * scale))."""
+    times alpha): thread ``first`` takes (row, column pair) items first, first + step, ...;
+    the same fp32 products as the register path (acc * (router weight * scale))."""
     pairs = cute.size(stage, mode=[1]) // 2
     for item in cutlass.range(first, valid * pairs, step, unroll=1):
         r = item // pairs
         pair = item % pairs
-        if expanded[r] >= 0:
-            weight = router[r] * scale
-            token = cutlass.Int64(expanded[r] // top_k)
+        expanded = mP2e[row0 + r]
+        if expanded >= 0:
+            weight = mRouter[expanded] * scale
+            token = cutlass.Int64(expanded // top_k)
             col = cutlass.Int64(col0 + 2 * pair)
             red_add_bf16x2(
                 out_address + token * row_bytes + col * 2,

@@ -11,9 +11,9 @@ results, same operations per product as the WGMMA kernel: e2m1 and e4m3 placed i
 
 Pipeline (persistent, one CTA per SM, warp-specialised):
 1. Producer warp (warp 8): per work item (128 weight rows of one expert's tile), token group and
-   256-wide K step, TMA-loads the packed weights (128 rows x 128 bytes, 128-byte swizzle), the tokens'
-   packed rows (tokens x 128 bytes, same swizzle) and both operands' four 512-byte scale chunks
-   into a ``stages``-deep ring.
+   256-wide K step, TMA-loads the packed weights (128 rows x 128 bytes, 128-byte swizzle), the
+   tokens' packed rows (tokens x 128 bytes, same swizzle) and both operands' four 512-byte scale
+   chunks into a ``stages``-deep ring.
 2. Eight consumer warps per K step: load their weight rows' packed words and scales (a thread
    takes rows g and g + 8 of its warp's 16, the 64 K values of chunk q = lane % 4: two 16-byte
    loads per row, bank-conflict-free through the swizzle); the first warps dequantise the

@@ -44,6 +44,30 @@ def test_tactic_predicates_are_named_and_composed():
     assert not ok and "stages is 1" in why, why
 
 
+def test_decode_tactics_run_on_the_decode_kernel_only():
+    pytest.importorskip("cutlass")
+    from stagebot.kernels.cute.compile import kernel_class
+    from stagebot.kernels.cute.decode_gemm import Nvfp4DecodeGemmSm90 as D
+    from stagebot.kernels.cute.grouped_gemm import Nvfp4GroupedGemmSm90 as K
+    from stagebot.kernels.cute.tactics import TACTICS, Tactic
+
+    decode = [t for t in TACTICS if t.swap_ab]
+    assert decode and all(kernel_class(t) is D for t in decode)
+    assert all(kernel_class(t) is K for t in TACTICS if not t.swap_ab)
+    ok, why = K.can_implement(decode[0], 4096, 7168, 128)
+    assert not ok and "run on the decode kernel" in why, why
+    ok, why = D.can_implement(TACTICS[0], 4096, 7168, 128)
+    assert not ok and "runs swap_ab tactics only" in why, why
+    ok, why = D.can_implement(decode[0], 4096, 7168 + 64, 128)
+    assert not ok and why.endswith("K=7232 must be a multiple of 256"), why
+    ok, why = D.can_implement(decode[0], 4096 + 64, 7168, 128)
+    assert not ok and why.endswith("n=4160 must be a multiple of 128"), why
+    ok, why = D.can_implement(Tactic((16, 128), (1, 1), 6, swap_ab=True), 4096, 7168, 128)
+    assert not ok and "must be (8 | 32) tokens x 128 weight rows" in why, why
+    ok, why = D.can_implement(Tactic((32, 128), (1, 1), 12, swap_ab=True), 4096, 7168, 128)
+    assert not ok and "B of shared memory" in why, why
+
+
 def test_compiled_kernels_are_cached_by_key(monkeypatch):
     from stagebot.kernels.cute import compile as cc
     from stagebot.kernels.cute.tactics import DEFAULT_TACTIC

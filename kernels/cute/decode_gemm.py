@@ -55,12 +55,13 @@ KS = 256  # fp4 values per K step: 128 packed bytes per row, 4 scale chunks of 6
 ROW_WORDS = KS // 8  # 32-bit words of packed codes per row and K step
 STEPS = KS // 16  # mma.sync k16 steps per K step
 SF_STEP_WORDS = 4 * 128  # the four 512-byte scale chunks of one K step, as int32 words
-TOKEN_CHOICES = (8, 16, 32)
+TOKEN_CHOICES = (8, 32)  # token fragments per item: 1 or 4 (the ones run on the H200)
 
 
 class Nvfp4DecodeGemmSm90:
     """NVFP4 x NVFP4 contiguous grouped GEMM for few tokens per tile; same call as
-    Nvfp4GroupedGemmSm90 (and the same ``epilogue``, ``mn_limit`` and ``store_dtype``)."""
+    Nvfp4GroupedGemmSm90 (and the same ``epilogue`` and ``mn_limit``; the rows' dtype is the c
+    pointer's, so ``store_dtype`` needs no state here)."""
 
     def __init__(
         self,
@@ -72,7 +73,6 @@ class Nvfp4DecodeGemmSm90:
     ):
         assert epilogue in EPILOGUES, epilogue
         assert variant == "", "the decode kernel has no diagnostic builds"
-        self.tactic = tactic
         self.epilogue = epilogue
         self.uses_limit = mn_limit or epilogue == "finalize"
         self.tokens = tactic.tile_mn[0]
@@ -80,7 +80,6 @@ class Nvfp4DecodeGemmSm90:
         self.stages = tactic.stages
         self.num_consumers = CONSUMER_WARPS * 32
         self.threads_per_cta = self.num_consumers + 32
-        self.c_dtype = store_dtype
 
     # ----------------------------------------------------------------------------------------
     @staticmethod
@@ -103,7 +102,7 @@ class Nvfp4DecodeGemmSm90:
             (epilogue in EPILOGUES, f"epilogue {epilogue!r} is not one of {EPILOGUES}"),
             (
                 tokens in TOKEN_CHOICES and rows == WEIGHT_ROWS,
-                f"tile {tokens}x{rows} must be (8 | 16 | 32) tokens x {WEIGHT_ROWS} weight rows",
+                f"tile {tokens}x{rows} must be (8 | 32) tokens x {WEIGHT_ROWS} weight rows",
             ),
             (tuple(tactic.cluster_mn) == (1, 1), "only cluster 1x1 is implemented"),
             (

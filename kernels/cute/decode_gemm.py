@@ -55,7 +55,7 @@ KS = 256  # fp4 values per K step: 128 packed bytes per row, 4 scale chunks of 6
 ROW_WORDS = KS // 8  # 32-bit words of packed codes per row and K step
 STEPS = KS // 16  # mma.sync k16 steps per K step
 SF_STEP_WORDS = 4 * 128  # the four 512-byte scale chunks of one K step, as int32 words
-TOKEN_CHOICES = (8, 32)  # token fragments per item: 1 or 4 (the ones run on the H200)
+TOKEN_CHOICES = (8, 32)  # tokens per group: 1 or 4 mma n8 fragments (the ones run on the H200)
 
 
 class Nvfp4DecodeGemmSm90:

@@ -85,7 +85,7 @@ def store_dtype(kernel: str):
 
 
 def pointer_dtypes(kernel: str):
-    """cutlass dtypes of the kernel's pointer arguments, in order (see Nvfp4GroupedGemmSm90)."""
+    """cutlass dtypes of the kernel's pointer arguments, in order (see GroupedGemmCall)."""
     import cutlass
 
     c = cutlass.Uint32 if KERNEL_EPILOGUE[kernel] == "swiglu" else store_dtype(kernel)

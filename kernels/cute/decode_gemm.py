@@ -31,7 +31,6 @@ fastest, strided over the grid; an item runs the K loop once per group of tokens
 tile's row limit (at decode: once), so no item is scheduled that has nothing to do.
 """
 
-import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
 import cutlass.pipeline as pipeline
@@ -43,8 +42,8 @@ from stagebot.kernels.cute.grouped_gemm import (
     OPERAND_UNSCALE,
     SF_CHUNK_ROWS,
     SMEM_CAPACITY,
-    epilogue_views,
-    operand_views,
+    GroupedGemmCall,
+    first_failure,
 )
 from stagebot.kernels.cute.ptx import e2m1x8_to_f16x8, e4m3_to_f16x2, mma_f16_m16n8k16
 from stagebot.kernels.cute.tactics import Tactic
@@ -58,10 +57,10 @@ SF_STEP_WORDS = 4 * 128  # the four 512-byte scale chunks of one K step, as int3
 TOKEN_CHOICES = (8, 32)  # tokens per group: 1 or 4 mma n8 fragments (the ones run on the H200)
 
 
-class Nvfp4DecodeGemmSm90:
-    """NVFP4 x NVFP4 contiguous grouped GEMM for few tokens per tile; same call as
-    Nvfp4GroupedGemmSm90 (and the same ``epilogue`` and ``mn_limit``; the rows' dtype is the c
-    pointer's, so ``store_dtype`` needs no state here)."""
+class Nvfp4DecodeGemmSm90(GroupedGemmCall):
+    """NVFP4 x NVFP4 contiguous grouped GEMM for few tokens per tile; the constructor and call of
+    Nvfp4GroupedGemmSm90 (the rows' dtype is the c pointer's, so ``store_dtype`` needs no state
+    here)."""
 
     def __init__(
         self,
@@ -121,43 +120,13 @@ class Nvfp4DecodeGemmSm90:
                 f"tile_size={tile_size} must be a multiple of {SF_CHUNK_ROWS}",
             ),
         )
-        for ok, why in checks:
-            if not ok:
-                return False, f"tactic {tactic}: {why}"
-        return True, ""
+        return first_failure(tactic, checks)
 
     # ----------------------------------------------------------------------------------------
-    @cute.jit
-    def __call__(
-        self,
-        a_ptr: cute.Pointer,
-        b_ptr: cute.Pointer,
-        a_sf_ptr: cute.Pointer,
-        b_sf_ptr: cute.Pointer,
-        alpha_ptr: cute.Pointer,
-        group_ptr: cute.Pointer,
-        num_tiles_ptr: cute.Pointer,
-        limit_ptr: cute.Pointer,
-        c_ptr: cute.Pointer,
-        c_sf_ptr: cute.Pointer,
-        global_sf_ptr: cute.Pointer,
-        p2e_ptr: cute.Pointer,
-        router_ptr: cute.Pointer,
-        m: cutlass.Int32,
-        grid_ctas: cutlass.Int32,
-        n: cutlass.Constexpr,
-        k: cutlass.Constexpr,
-        num_experts: cutlass.Constexpr,
-        tile_size: cutlass.Constexpr,
-        top_k: cutlass.Constexpr,
-        stream: cuda.CUstream,
-    ):
-        """The arguments of Nvfp4GroupedGemmSm90.__call__, in its order."""
-        mA, mB, mAs, mBs = operand_views(a_ptr, b_ptr, a_sf_ptr, b_sf_ptr, m, n, k, num_experts)
-        mC, epilogue_tensors, mAlpha, mGroup, mNumTiles = epilogue_views(
-            self.epilogue, c_ptr, c_sf_ptr, global_sf_ptr, limit_ptr, p2e_ptr, router_ptr,
-            alpha_ptr, group_ptr, num_tiles_ptr, m, n, num_experts, tile_size,
-        )  # fmt: skip
+    def _launch(self, operands, outputs, grid_ctas, n, tile_size, top_k, stream):
+        """Launches the kernel on the global views GroupedGemmCall.__call__ made."""
+        mA, mB, mAs, mBs = operands
+        mC, epilogue_tensors, mAlpha, mGroup, mNumTiles = outputs
         atom = cute.nvgpu.warpgroup.make_smem_layout_atom(
             cute.nvgpu.warpgroup.SmemLayoutAtomKind.K_SW128, cutlass.Uint8
         )

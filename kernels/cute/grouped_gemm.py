@@ -98,7 +98,53 @@ def epilogue_views(
     )
 
 
-class Nvfp4GroupedGemmSm90:
+def first_failure(tactic: Tactic, checks) -> tuple[bool, str]:
+    """(True, "") if every (ok, why) of ``checks`` holds, else (False, the first failed why)."""
+    for ok, why in checks:
+        if not ok:
+            return False, f"tactic {tactic}: {why}"
+    return True, ""
+
+
+class GroupedGemmCall:
+    """The host entry both kernel classes share (one signature: compiled_io reads it): global
+    views of the raw pointers, then the class's ``_launch``."""
+
+    @cute.jit
+    def __call__(
+        self,
+        a_ptr: cute.Pointer,  # uint8 [m, k/2]
+        b_ptr: cute.Pointer,  # uint8 [l, n, k/2]
+        a_sf_ptr: cute.Pointer,  # int32 view of the swizzled uint8 scales of a
+        b_sf_ptr: cute.Pointer,  # int32 view of the swizzled uint8 scales of b
+        alpha_ptr: cute.Pointer,  # fp32 [l]
+        group_ptr: cute.Pointer,  # int32 [m / tile_size]
+        num_tiles_ptr: cute.Pointer,  # int32 [1]
+        limit_ptr: cute.Pointer,  # int32 [m / tile_size] tile_idx_to_mn_limit (if read)
+        c_ptr: cute.Pointer,  # store: bf16 [m, n]; swiglu: uint32 [m, n / 16]; finalize: bf16 out
+        c_sf_ptr: cute.Pointer,  # swiglu: uint8 swizzled scales of c [m * n / 32]
+        global_sf_ptr: cute.Pointer,  # swiglu: fp32 [1]
+        p2e_ptr: cute.Pointer,  # finalize: int32 [m] permuted_idx_to_expanded_idx
+        router_ptr: cute.Pointer,  # finalize: fp32 [num_tokens * top_k] token_final_scales
+        m: cutlass.Int32,
+        grid_ctas: cutlass.Int32,
+        n: cutlass.Constexpr,
+        k: cutlass.Constexpr,
+        num_experts: cutlass.Constexpr,
+        tile_size: cutlass.Constexpr,
+        top_k: cutlass.Constexpr,
+        stream: cuda.CUstream,
+    ):
+        """Pointers an epilogue does not read may point anywhere (they are never dereferenced)."""
+        operands = operand_views(a_ptr, b_ptr, a_sf_ptr, b_sf_ptr, m, n, k, num_experts)
+        outputs = epilogue_views(
+            self.epilogue, c_ptr, c_sf_ptr, global_sf_ptr, limit_ptr, p2e_ptr, router_ptr,
+            alpha_ptr, group_ptr, num_tiles_ptr, m, n, num_experts, tile_size,
+        )  # fmt: skip
+        self._launch(operands, outputs, grid_ctas, n, tile_size, top_k, stream)
+
+
+class Nvfp4GroupedGemmSm90(GroupedGemmCall):
     """NVFP4 x NVFP4 contiguous grouped GEMM; the tactic's fields are the knobs, ``epilogue``
     says what is written, ``mn_limit`` whether tile_idx_to_mn_limit is read (finalize: always;
     rows past a tile's limit are padding, which sparse_rows tactics may leave uncomputed)."""
@@ -201,44 +247,14 @@ class Nvfp4GroupedGemmSm90:
                 f"tile_size={tile_size} must be a multiple of the tile's M ({bm})",
             ),
         )
-        for ok, why in checks:
-            if not ok:
-                return False, f"tactic {tactic}: {why}"
-        return True, ""
+        return first_failure(tactic, checks)
 
     # ----------------------------------------------------------------------------------------
-    # Host side (traced by cute.compile): tensors from raw pointers, TMA atoms, launch.
-    @cute.jit
-    def __call__(
-        self,
-        a_ptr: cute.Pointer,  # uint8 [m, k/2]
-        b_ptr: cute.Pointer,  # uint8 [l, n, k/2]
-        a_sf_ptr: cute.Pointer,  # int32 view of the swizzled uint8 scales of a
-        b_sf_ptr: cute.Pointer,  # int32 view of the swizzled uint8 scales of b
-        alpha_ptr: cute.Pointer,  # fp32 [l]
-        group_ptr: cute.Pointer,  # int32 [m / tile_size]
-        num_tiles_ptr: cute.Pointer,  # int32 [1]
-        limit_ptr: cute.Pointer,  # int32 [m / tile_size] tile_idx_to_mn_limit (if read)
-        c_ptr: cute.Pointer,  # store: bf16 [m, n]; swiglu: uint32 [m, n / 16]; finalize: bf16 out
-        c_sf_ptr: cute.Pointer,  # swiglu: uint8 swizzled scales of c [m * n / 32]
-        global_sf_ptr: cute.Pointer,  # swiglu: fp32 [1]
-        p2e_ptr: cute.Pointer,  # finalize: int32 [m] permuted_idx_to_expanded_idx
-        router_ptr: cute.Pointer,  # finalize: fp32 [num_tokens * top_k] token_final_scales
-        m: cutlass.Int32,
-        grid_ctas: cutlass.Int32,
-        n: cutlass.Constexpr,
-        k: cutlass.Constexpr,
-        num_experts: cutlass.Constexpr,
-        tile_size: cutlass.Constexpr,
-        top_k: cutlass.Constexpr,
-        stream: cuda.CUstream,
-    ):
-        """Pointers an epilogue does not read may point anywhere (they are never dereferenced)."""
-        mA, mB, mAs, mBs = operand_views(a_ptr, b_ptr, a_sf_ptr, b_sf_ptr, m, n, k, num_experts)
-        mC, epilogue_tensors, mAlpha, mGroup, mNumTiles = epilogue_views(
-            self.epilogue, c_ptr, c_sf_ptr, global_sf_ptr, limit_ptr, p2e_ptr, router_ptr,
-            alpha_ptr, group_ptr, num_tiles_ptr, m, n, num_experts, tile_size,
-        )  # fmt: skip
+    # Host side (traced by cute.compile from GroupedGemmCall.__call__): TMA atoms, launch.
+    def _launch(self, operands, outputs, grid_ctas, n, tile_size, top_k, stream):
+        """Launches the kernel on the global views GroupedGemmCall.__call__ made."""
+        mA, mB, mAs, mBs = operands
+        mC, epilogue_tensors, mAlpha, mGroup, mNumTiles = outputs
         self.tiled_mma = sm90_utils.make_trivial_tiled_mma(
             self.ab_dtype,
             self.ab_dtype,

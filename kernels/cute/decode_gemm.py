@@ -9,7 +9,7 @@ memory; the tokens are the N side (8 or 32 per work item, the tactic's tile_mn[0
 results, same operations per product as the WGMMA kernel: e2m1 and e4m3 placed in fp16 bits
 (exact), fp32 accumulation, alpha * 2^14 in the epilogue.
 
-Pipeline (persistent, one CTA per SM, warp-specialised):
+Pipeline (persistent, the tactic's ctas_per_sm CTAs per SM, warp-specialised):
 1. Producer warp (warp 8): per work item (128 weight rows of one expert's tile), token group and
    256-wide K step, TMA-loads the packed weights (128 rows x 128 bytes, 128-byte swizzle), the
    tokens' packed rows (tokens x 128 bytes, same swizzle) and both operands' four 512-byte scale
@@ -41,6 +41,8 @@ from stagebot.kernels.cute.grouped_gemm import (
     EPILOGUES,
     OPERAND_UNSCALE,
     SF_CHUNK_ROWS,
+    CTA_RESERVED_SMEM,
+    SM_SMEM,
     SMEM_CAPACITY,
     GroupedGemmCall,
     first_failure,
@@ -71,7 +73,11 @@ class Nvfp4DecodeGemmSm90(GroupedGemmCall):
         store_dtype: type[cutlass.Numeric] = cutlass.BFloat16,
     ):
         assert epilogue in EPILOGUES, epilogue
-        assert variant == "", "the decode kernel has no diagnostic builds"
+        # Diagnostic builds for timing only (their results are wrong): "no_mma" skips the
+        # weights' dequantisation and the MMAs, "no_tokens" the tokens' dequantisation.
+        assert variant in ("", "no_mma", "no_tokens"), variant
+        self.variant = variant
+        self.ctas_per_sm = tactic.ctas_per_sm
         self.epilogue = epilogue
         self.uses_limit = mn_limit or epilogue == "finalize"
         self.tokens = tactic.tile_mn[0]
@@ -96,6 +102,7 @@ class Nvfp4DecodeGemmSm90(GroupedGemmCall):
         """(ok, the first failed constraint with its values) for this tactic and problem."""
         tokens, rows = tactic.tile_mn
         smem = cls.smem_bytes(tactic)
+        per_sm = tactic.ctas_per_sm
         checks = (
             (tactic.swap_ab, "the decode kernel runs swap_ab tactics only"),
             (epilogue in EPILOGUES, f"epilogue {epilogue!r} is not one of {EPILOGUES}"),
@@ -112,6 +119,11 @@ class Nvfp4DecodeGemmSm90(GroupedGemmCall):
             (
                 smem <= SMEM_CAPACITY,
                 f"needs {smem} B of shared memory; sm_90 allows {SMEM_CAPACITY} B",
+            ),
+            (
+                per_sm >= 1 and per_sm * (smem + CTA_RESERVED_SMEM) <= SM_SMEM,
+                f"{per_sm} CTAs per SM of {smem} B of shared memory (+{CTA_RESERVED_SMEM} each) "
+                f"do not fit the SM's {SM_SMEM} B",
             ),
             (n % WEIGHT_ROWS == 0, f"n={n} must be a multiple of {WEIGHT_ROWS}"),
             (k % KS == 0, f"K={k} must be a multiple of {KS}"),
@@ -192,7 +204,7 @@ class Nvfp4DecodeGemmSm90(GroupedGemmCall):
             grid=[grid_ctas, 1, 1],
             block=[self.threads_per_cta, 1, 1],
             cluster=[1, 1, 1],
-            min_blocks_per_mp=1,
+            min_blocks_per_mp=1,  # a larger hint makes the DSL query the device at compile time
             stream=stream,
         )
 
@@ -359,14 +371,17 @@ class Nvfp4DecodeGemmSm90(GroupedGemmCall):
                             halves.append(self._load(sW32, word, 4))
                         packed.append(halves)
                         sf_words.append(cutlass.Uint32(sWs[self._sf_word(s, q, row)]))
-                    if b_frag < nf:
-                        self._dequant_tokens(
-                            sT32, sTs, sBf, s, buf, b_frag, b_half, row0 % SF_CHUNK_ROWS, g, q, lane
-                        )
+                    if cutlass.const_expr(self.variant != "no_tokens"):
+                        if b_frag < nf:
+                            self._dequant_tokens(
+                                sT32, sTs, sBf, s, buf, b_frag, b_half, row0 % SF_CHUNK_ROWS, g,
+                                q, lane,
+                            )  # fmt: skip
                     barrier.arrive_and_wait()
                     ring.consumer_release(read)
                     read.advance()
-                    self._mma_step(packed, sf_words, sBf, buf, acc, lane)
+                    if cutlass.const_expr(self.variant != "no_mma"):
+                        self._mma_step(packed, sf_words, sBf, buf, acc, lane)
                     step += 1
                 scale = mAlpha[expert] * OPERAND_UNSCALE
                 if cutlass.const_expr(self.epilogue == "finalize"):

@@ -9,7 +9,12 @@ row and hold columns 2q, 2q + 1 of every chunk.
 import cutlass
 import cutlass.cute as cute
 
-from stagebot.kernels.cute.ptx import e2m1x2_byte, nvfp4_block_scale, red_add_bf16x2
+from stagebot.kernels.cute.ptx import (
+    e2m1x2_byte,
+    nvfp4_block_scale,
+    red_add_bf16x2,
+    red_add_bf16x8,
+)
 
 SWIGLU_GROUP = 64  # columns of linear, then of gate, alternating in the GEMM1 output
 SF_BLOCK = 16
@@ -241,21 +246,22 @@ def finalize_rows(
     step: cutlass.Constexpr,
 ):
     """finalize_scatter_add for ``valid`` staged rows (fp32 [rows, cols] accumulators, not yet
-    times alpha): thread ``first`` takes (row, column pair) items first, first + step, ...;
-    the same fp32 products as the register path (acc * (router weight * scale))."""
-    pairs = cute.size(stage, mode=[1]) // 2
-    for item in cutlass.range(first, valid * pairs, step, unroll=1):
-        r = item // pairs
-        pair = item % pairs
+    times alpha): thread ``first`` takes (row, 8-column chunk) items first, first + step, ...,
+    one vector atomic each; the same fp32 products as the register path (acc * (router weight
+    * scale)). The output's rows and col0 keep the chunks 16-byte aligned."""
+    chunks = cute.size(stage, mode=[1]) // 8
+    for item in cutlass.range(first, valid * chunks, step, unroll=1):
+        r = item // chunks
+        chunk = item % chunks
         expanded = mP2e[row0 + r]
         if expanded >= 0:
             weight = mRouter[expanded] * scale
             token = cutlass.Int64(expanded // top_k)
-            col = cutlass.Int64(col0 + 2 * pair)
-            red_add_bf16x2(
-                out_address + token * row_bytes + col * 2,
-                stage[r, 2 * pair] * weight,
-                stage[r, 2 * pair + 1] * weight,
+            col = cutlass.Int64(col0 + 8 * chunk)
+            values = cute.make_rmem_tensor((1, 8), cutlass.Float32)
+            cute.autovec_copy(cute.local_tile(stage, (1, 8), (r, chunk)), values)
+            red_add_bf16x8(
+                out_address + token * row_bytes + col * 2, [values[0, i] * weight for i in range(8)]
             )
 
 

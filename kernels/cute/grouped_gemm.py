@@ -45,6 +45,8 @@ from stagebot.kernels.cute.ptx import e2m1x8_to_f16x8, e4m3_to_f16x2
 from stagebot.kernels.cute.tactics import Tactic
 
 SMEM_CAPACITY = 227 * 1024  # sm_90 per-block opt-in limit, a constant: nothing queries the device
+SM_SMEM = 228 * 1024  # sm_90 shared memory per SM, shared by its resident CTAs
+CTA_RESERVED_SMEM = 1024  # what the system takes of it per resident CTA
 BK = 64  # fp4 values per K step: 32 packed bytes per row, 4 scale columns = one swizzled chunk
 SF_CHUNK_ROWS = 128  # rows of one 128x4 swizzled scale block (512 bytes)
 OPERAND_BUFFERS = 3  # rotating fp16 operand buffers (see the module docstring)
@@ -235,6 +237,7 @@ class Nvfp4GroupedGemmSm90(GroupedGemmCall):
             (cls.is_valid_cluster(tactic), "only cluster 1x1 is implemented"),
             (cls.is_valid_sparse_rows(tactic), "sparse_rows needs a 128 x 256 tile split along M"),
             (cls.is_valid_wg_split(tactic), "warpgroup split must be 'm' or 'n'"),
+            (tactic.ctas_per_sm == 1, "the WGMMA kernel runs one CTA per SM (ctas_per_sm 1)"),
             (tactic.stages >= 2, f"stages is {tactic.stages}; the pipeline needs at least 2"),
             (
                 cls.is_valid_smem(tactic),

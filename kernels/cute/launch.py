@@ -117,7 +117,8 @@ def _run(
         for t, dtype, align in zip(tensors, pointer_dtypes(kernel), POINTER_ALIGNS, strict=True)
     ]
     bm, bn = tactic.tile_mn
-    grid = max(1, min(_sm_count(a.device.index or 0), (m // bm) * (n // bn)))
+    ctas = _sm_count(a.device.index or 0) * tactic.ctas_per_sm
+    grid = max(1, min(ctas, (m // bm) * (n // bn)))
     stream = cuda.CUstream(torch.cuda.current_stream(a.device).cuda_stream)
     compiled(*pointers, cutlass.Int32(m), cutlass.Int32(grid), stream)
 

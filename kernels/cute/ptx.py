@@ -187,6 +187,29 @@ def red_add_bf16x2(address, lo, hi, *, loc=None, ip=None):
 
 
 @dsl_user_op
+def red_add_bf16x8(address, values, *, loc=None, ip=None):
+    """Atomically adds bf16(values[i]) to the 8 bf16 at global ``address`` (16-byte aligned):
+    one vector reduction (sm_90), element for element the same adds as red_add_bf16x2."""
+    llvm.inline_asm(
+        None,
+        [cutlass.Int64(address).ir_value(loc=loc, ip=ip)]
+        + [cutlass.Float32(v).ir_value(loc=loc, ip=ip) for v in values],
+        """{
+        .reg .b32 d<4>;
+        cvt.rn.bf16x2.f32 d0, $2, $1;
+        cvt.rn.bf16x2.f32 d1, $4, $3;
+        cvt.rn.bf16x2.f32 d2, $6, $5;
+        cvt.rn.bf16x2.f32 d3, $8, $7;
+        red.global.add.noftz.v4.bf16x2 [$0], {d0, d1, d2, d3};
+        }""",
+        "l,f,f,f,f,f,f,f,f",
+        has_side_effects=True,
+        loc=loc,
+        ip=ip,
+    )
+
+
+@dsl_user_op
 def mma_f16_m16n8k16(a, b, c, *, loc=None, ip=None):
     """One warp's mma.sync m16n8k16, fp16 operands from registers, fp32 accumulators.
 

@@ -28,13 +28,18 @@ class Tactic:
     # Decode kernel (stagebot.kernels.cute.decode_gemm): the weights are the MMA's M operand,
     # dequantised into registers, and tile_mn is (tokens per work item, weight rows).
     swap_ab: bool = False
+    # CTAs resident per SM (the grid is this many per SM): the decode kernel's eight consumer
+    # warps alone leave its dequantisation latency-bound; two CTAs of half the stages ran 14-21%
+    # faster on the H200 (NOTES.md, fifth session). The WGMMA kernel takes 1.
+    ctas_per_sm: int = 1
 
     def __str__(self) -> str:
         (tm, tn), (cm, cn) = self.tile_mn, self.cluster_mn
         split = "" if self.wg_split == "m" else f"_wg{self.wg_split}"
         sparse = "_sparse" if self.sparse_rows else ""
         swap = "_swapab" if self.swap_ab else ""
-        return f"tile{tm}x{tn}_cluster{cm}x{cn}_stages{self.stages}{split}{sparse}{swap}"
+        per_sm = f"_{self.ctas_per_sm}ctas" if self.ctas_per_sm != 1 else ""
+        return f"tile{tm}x{tn}_cluster{cm}x{cn}_stages{self.stages}{split}{sparse}{swap}{per_sm}"
 
 
 def effective(tactic: Tactic, reads_limit: bool) -> Tactic:
@@ -48,7 +53,7 @@ TACTICS: tuple[Tactic, ...] = (
     Tactic((128, 128), (1, 1), 4),  # the fallback for n % 256 == 128
     Tactic((128, 128), (1, 1), 6),
     Tactic((128, 256), (1, 1), 4, sparse_rows=True),  # decode: one expert's few rows per tile
-    Tactic((8, 128), (1, 1), 8, swap_ab=True),  # decode: <= 8 tokens per expert
-    Tactic((32, 128), (1, 1), 6, swap_ab=True),  # decode: <= 32 tokens per expert
+    Tactic((8, 128), (1, 1), 4, swap_ab=True, ctas_per_sm=2),  # decode: <= 8 tokens per expert
+    Tactic((32, 128), (1, 1), 2, swap_ab=True, ctas_per_sm=2),  # decode: <= 32 tokens per expert
 )
 DEFAULT_TACTIC = TACTICS[0]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -66,6 +68,26 @@ def test_decode_tactics_run_on_the_decode_kernel_only():
     assert not ok and "must be (8 | 32) tokens x 128 weight rows" in why, why
     ok, why = D.can_implement(Tactic((32, 128), (1, 1), 12, swap_ab=True), 4096, 7168, 128)
     assert not ok and "B of shared memory" in why, why
+    assert all(D.can_implement(t, 4096, 7168, 128)[0] for t in decode)
+    ok, why = D.can_implement(
+        Tactic((8, 128), (1, 1), 5, swap_ab=True, ctas_per_sm=2), 4096, 7168, 128
+    )
+    assert not ok and "2 CTAs per SM of 120960 B" in why and "do not fit" in why, why
+    ok, why = K.can_implement(Tactic((128, 256), (1, 1), 4, ctas_per_sm=2), 4096, 7168, 128)
+    assert not ok and "one CTA per SM" in why, why
+
+
+def test_the_grid_is_ctas_per_sm_times_the_sms():
+    """A two-CTA tactic launches two persistent CTAs per SM, never more than the tiles."""
+    from stagebot.kernels.cute.launch import grid_ctas
+    from stagebot.kernels.cute.tactics import TACTICS, Tactic
+
+    two = Tactic((8, 128), (1, 1), 4, swap_ab=True, ctas_per_sm=2)
+    assert two in TACTICS
+    assert grid_ctas(two, 8 * 128, 7168, 132) == 264
+    assert grid_ctas(replace(two, ctas_per_sm=1), 8 * 128, 7168, 132) == 132
+    assert grid_ctas(two, 8, 256, 132) == 2  # one token group x two weight blocks
+    assert grid_ctas(TACTICS[0], 128, 256, 132) == 1
 
 
 def test_compiled_kernels_are_cached_by_key(monkeypatch):

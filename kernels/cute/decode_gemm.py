@@ -38,10 +38,10 @@ from cutlass.pipeline import pipeline_init_arrive, pipeline_init_wait
 
 from stagebot.kernels.cute import epilogues
 from stagebot.kernels.cute.grouped_gemm import (
+    CTA_RESERVED_SMEM,
     EPILOGUES,
     OPERAND_UNSCALE,
     SF_CHUNK_ROWS,
-    CTA_RESERVED_SMEM,
     SM_SMEM,
     SMEM_CAPACITY,
     GroupedGemmCall,

@@ -34,6 +34,12 @@ def _sm_count(device_index: int) -> int:
     return torch.cuda.get_device_properties(device_index).multi_processor_count
 
 
+def grid_ctas(tactic: Tactic, m: int, n: int, sms: int) -> int:
+    """The persistent grid: the tactic's CTAs per SM on every SM, at most one per tile."""
+    bm, bn = tactic.tile_mn
+    return max(1, min(sms * tactic.ctas_per_sm, (m // bm) * (n // bn)))
+
+
 def problem_support(
     tactic: Tactic,
     a: torch.Tensor,
@@ -116,9 +122,7 @@ def _run(
         make_ptr(dtype, t.data_ptr(), cute.AddressSpace.gmem, assumed_align=align)
         for t, dtype, align in zip(tensors, pointer_dtypes(kernel), POINTER_ALIGNS, strict=True)
     ]
-    bm, bn = tactic.tile_mn
-    ctas = _sm_count(a.device.index or 0) * tactic.ctas_per_sm
-    grid = max(1, min(ctas, (m // bm) * (n // bn)))
+    grid = grid_ctas(tactic, m, n, _sm_count(a.device.index or 0))
     stream = cuda.CUstream(torch.cuda.current_stream(a.device).cuda_stream)
     compiled(*pointers, cutlass.Int32(m), cutlass.Int32(grid), stream)
 

@@ -142,14 +142,26 @@ def check_swiglu_tactics(name: str, counts, n, k, tile_size, seed: int) -> dict:
 
 def bench_variant(name: str, counts, n, k, tile_size, tactic: Tactic, variant: str) -> dict:
     """Timing of the kernel (variant "") or of a diagnostic build (its output is wrong by
-    design): where the time goes."""
+    design): where the time goes. The tiles' row limits are passed: decode tactics then run
+    the valid rows only, as the MoE ops call them."""
     from stagebot.kernels.cute.timing import time_us
 
-    args, _, _ = make_problem(counts, n, k, tile_size, 0, 7)
+    args, _, tiles = make_problem(counts, n, k, tile_size, 0, 7)
     out = torch.empty(args["a"].shape[0], n, dtype=torch.bfloat16, device="cuda")
+    limit = [
+        tile_size * (first + t) + min(tile_size, count - tile_size * t)
+        for first, count, n_tiles in zip(
+            [sum(tiles[:e]) for e in range(len(tiles))], counts, tiles, strict=True
+        )
+        for t in range(n_tiles)
+    ]
+    limit = torch.tensor(limit, dtype=torch.int32, device="cuda")
 
     def run_cute():
-        launch.grouped_gemm(**args, tile_size=tile_size, tactic=tactic, out=out, _variant=variant)
+        launch.grouped_gemm(
+            **args, tile_size=tile_size, tactic=tactic, out=out, tile_idx_to_mn_limit=limit,
+            _variant=variant,
+        )  # fmt: skip
 
     return dict(name=name, tactic=str(tactic), variant=variant, us=time_us(run_cute)["us"])
 
@@ -202,10 +214,15 @@ def main(argv: list[str] | None = None) -> int:
         ("8x8192_N4096_K4096", [8192] * 8, 4096, 4096),
         ("dec16_gemm1_N4096_K7168", [4] * 8, 4096, 7168),
     ]
+    decode = next(t for t in TACTICS if t.swap_ab)
+    builds = [(TACTICS[0], v) for v in ("", "no_dequant", "no_mma")]
+    builds += [(decode, v) for v in ("", "no_mma", "no_tokens")]
     if not opts.quick:
         for name, counts, n, k in shapes:
-            for variant in ("", "no_dequant", "no_mma"):
-                r = guarded(bench_variant, name, counts, n, k, 128, TACTICS[0], variant)
+            for tactic, variant in builds:
+                if tactic.swap_ab and max(counts) > tactic.tile_mn[0]:
+                    continue  # the decode diagnostics are for decode shapes
+                r = guarded(bench_variant, name, counts, n, k, 128, tactic, variant)
                 if r:
                     results["variants"].append(r)
     (out_dir / "gpu_check.json").write_text(json.dumps(results, indent=1))

@@ -29,8 +29,8 @@ class Tactic:
     # dequantised into registers, and tile_mn is (tokens per work item, weight rows).
     swap_ab: bool = False
     # CTAs resident per SM (the grid is this many per SM): the decode kernel's eight consumer
-    # warps alone leave its dequantisation latency-bound; two CTAs of half the stages ran 14-21%
-    # faster on the H200 (NOTES.md, fifth session). The WGMMA kernel takes 1.
+    # warps alone leave its dequantisation latency-bound; two CTAs of half the stages took 13-21%
+    # less time on the H200 (NOTES.md, fifth session). The WGMMA kernel takes 1.
     ctas_per_sm: int = 1
 
     def __str__(self) -> str:

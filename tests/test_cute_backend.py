@@ -67,7 +67,7 @@ def test_decode_tactics_run_on_the_decode_kernel_only():
     ok, why = D.can_implement(Tactic((16, 128), (1, 1), 6, swap_ab=True), 4096, 7168, 128)
     assert not ok and "must be (8 | 32) tokens x 128 weight rows" in why, why
     ok, why = D.can_implement(Tactic((32, 128), (1, 1), 12, swap_ab=True), 4096, 7168, 128)
-    assert not ok and "B of shared memory" in why, why
+    assert not ok and "sm_90 allows" in why, why
     assert all(D.can_implement(t, 4096, 7168, 128)[0] for t in decode)
     ok, why = D.can_implement(
         Tactic((8, 128), (1, 1), 5, swap_ab=True, ctas_per_sm=2), 4096, 7168, 128
@@ -78,16 +78,16 @@ def test_decode_tactics_run_on_the_decode_kernel_only():
 
 
 def test_the_grid_is_ctas_per_sm_times_the_sms():
-    """A two-CTA tactic launches two persistent CTAs per SM, never more than the tiles."""
+    """A two-CTA tactic launches two persistent CTAs per SM, never more than the work items."""
     from stagebot.kernels.cute.launch import grid_ctas
     from stagebot.kernels.cute.tactics import TACTICS, Tactic
 
     two = Tactic((8, 128), (1, 1), 4, swap_ab=True, ctas_per_sm=2)
     assert two in TACTICS
-    assert grid_ctas(two, 8 * 128, 7168, 132) == 264
-    assert grid_ctas(replace(two, ctas_per_sm=1), 8 * 128, 7168, 132) == 132
-    assert grid_ctas(two, 8, 256, 132) == 2  # one token group x two weight blocks
-    assert grid_ctas(TACTICS[0], 128, 256, 132) == 1
+    assert grid_ctas(two, 8 * 128, 7168, 128, 132) == 264  # 448 items: 8 tiles x 56 blocks
+    assert grid_ctas(replace(two, ctas_per_sm=1), 8 * 128, 7168, 128, 132) == 132
+    assert grid_ctas(two, 2 * 128, 256, 128, 132) == 4  # two tiles x two weight blocks
+    assert grid_ctas(TACTICS[0], 256, 512, 128, 132) == 4  # 128 x 256 CTA tiles
 
 
 def test_compiled_kernels_are_cached_by_key(monkeypatch):

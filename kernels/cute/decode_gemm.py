@@ -120,10 +120,12 @@ class Nvfp4DecodeGemmSm90(GroupedGemmCall):
                 smem <= SMEM_CAPACITY,
                 f"needs {smem} B of shared memory; sm_90 allows {SMEM_CAPACITY} B",
             ),
+            (per_sm >= 1, f"ctas_per_sm is {per_sm}; it must be at least 1"),
             (
-                per_sm >= 1 and per_sm * (smem + CTA_RESERVED_SMEM) <= SM_SMEM,
+                per_sm * (smem + CTA_RESERVED_SMEM) <= SM_SMEM,
                 f"{per_sm} CTAs per SM of {smem} B of shared memory (+{CTA_RESERVED_SMEM} each) "
-                f"do not fit the SM's {SM_SMEM} B",
+                f"do not fit the SM's {SM_SMEM} B: at most "
+                f"{SM_SMEM // (smem + CTA_RESERVED_SMEM)} do, or use fewer stages",
             ),
             (n % WEIGHT_ROWS == 0, f"n={n} must be a multiple of {WEIGHT_ROWS}"),
             (k % KS == 0, f"K={k} must be a multiple of {KS}"),

@@ -249,6 +249,7 @@ def finalize_rows(
     times alpha): thread ``first`` takes (row, 8-column chunk) items first, first + step, ...,
     one vector atomic each; the same fp32 products as the register path (acc * (router weight
     * scale)). The output's rows and col0 keep the chunks 16-byte aligned."""
+    assert cute.size(stage, mode=[1]) % 8 == 0, "the staged columns come in 8-column chunks"
     chunks = cute.size(stage, mode=[1]) // 8
     for item in cutlass.range(first, valid * chunks, step, unroll=1):
         r = item // chunks

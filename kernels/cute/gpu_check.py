@@ -142,8 +142,8 @@ def check_swiglu_tactics(name: str, counts, n, k, tile_size, seed: int) -> dict:
 
 def bench_variant(name: str, counts, n, k, tile_size, tactic: Tactic, variant: str) -> dict:
     """Timing of the kernel (variant "") or of a diagnostic build (its output is wrong by
-    design): where the time goes. The tiles' row limits are passed: decode tactics then run
-    the valid rows only, as the MoE ops call them."""
+    design): where the time goes. Decode tactics get the tiles' row limits, so they run the
+    valid rows only, as the MoE ops call them."""
     from stagebot.kernels.cute.timing import time_us
 
     args, _, tiles = make_problem(counts, n, k, tile_size, 0, 7)
@@ -155,7 +155,7 @@ def bench_variant(name: str, counts, n, k, tile_size, tactic: Tactic, variant: s
         )
         for t in range(n_tiles)
     ]
-    limit = torch.tensor(limit, dtype=torch.int32, device="cuda")
+    limit = torch.tensor(limit, dtype=torch.int32, device="cuda") if tactic.swap_ab else None
 
     def run_cute():
         launch.grouped_gemm(

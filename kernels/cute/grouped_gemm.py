@@ -237,7 +237,10 @@ class Nvfp4GroupedGemmSm90(GroupedGemmCall):
             (cls.is_valid_cluster(tactic), "only cluster 1x1 is implemented"),
             (cls.is_valid_sparse_rows(tactic), "sparse_rows needs a 128 x 256 tile split along M"),
             (cls.is_valid_wg_split(tactic), "warpgroup split must be 'm' or 'n'"),
-            (tactic.ctas_per_sm == 1, "the WGMMA kernel runs one CTA per SM (ctas_per_sm 1)"),
+            (
+                tactic.ctas_per_sm == 1,
+                f"ctas_per_sm is {tactic.ctas_per_sm}; the WGMMA kernel runs one CTA per SM (1)",
+            ),
             (tactic.stages >= 2, f"stages is {tactic.stages}; the pipeline needs at least 2"),
             (
                 cls.is_valid_smem(tactic),

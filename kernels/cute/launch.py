@@ -34,10 +34,12 @@ def _sm_count(device_index: int) -> int:
     return torch.cuda.get_device_properties(device_index).multi_processor_count
 
 
-def grid_ctas(tactic: Tactic, m: int, n: int, sms: int) -> int:
-    """The persistent grid: the tactic's CTAs per SM on every SM, at most one per tile."""
+def grid_ctas(tactic: Tactic, m: int, n: int, tile_size: int, sms: int) -> int:
+    """The persistent grid: the tactic's CTAs per SM on every SM, at most one per work item
+    (the WGMMA kernel's CTA tiles; the decode kernel's (tile, weight-row block) pairs)."""
     bm, bn = tactic.tile_mn
-    return max(1, min(sms * tactic.ctas_per_sm, (m // bm) * (n // bn)))
+    items = (m // (tile_size if tactic.swap_ab else bm)) * (n // bn)
+    return max(1, min(sms * tactic.ctas_per_sm, items))
 
 
 def problem_support(
@@ -122,7 +124,7 @@ def _run(
         make_ptr(dtype, t.data_ptr(), cute.AddressSpace.gmem, assumed_align=align)
         for t, dtype, align in zip(tensors, pointer_dtypes(kernel), POINTER_ALIGNS, strict=True)
     ]
-    grid = grid_ctas(tactic, m, n, _sm_count(a.device.index or 0))
+    grid = grid_ctas(tactic, m, n, tile_size, _sm_count(a.device.index or 0))
     stream = cuda.CUstream(torch.cuda.current_stream(a.device).cuda_stream)
     compiled(*pointers, cutlass.Int32(m), cutlass.Int32(grid), stream)
 

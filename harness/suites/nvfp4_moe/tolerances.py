@@ -16,7 +16,7 @@ backend that ran can do (``error_bound``), so that a 1% error fails wherever the
 - alpha = 1 / (gs_a * gs_b) computed in fp32 and applied in fp32: 3 fp32 roundings;
 - the epilogue's roundings, per path (``Rounding``): one bf16 rounding of the result (plain
   GEMM rows, deterministic sums in fp32), or a bf16 rounding of every term and partial sum
-  (atomic finalize: bf16x2 atomics), bounded by the sum of the terms' magnitudes.
+  (atomic finalize: bf16 atomics), bounded by the sum of the terms' magnitudes.
 
 The SwiGLU output is NVFP4 bytes: both backends reproduce the spec's fp32 quantisation steps
 (the cute kernels' bytes equal the reference's on the H200, NOTES.md), so bytes differ from the

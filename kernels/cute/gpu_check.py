@@ -148,14 +148,15 @@ def bench_variant(name: str, counts, n, k, tile_size, tactic: Tactic, variant: s
 
     args, _, tiles = make_problem(counts, n, k, tile_size, 0, 7)
     out = torch.empty(args["a"].shape[0], n, dtype=torch.bfloat16, device="cuda")
-    limit = [
-        tile_size * (first + t) + min(tile_size, count - tile_size * t)
-        for first, count, n_tiles in zip(
-            [sum(tiles[:e]) for e in range(len(tiles))], counts, tiles, strict=True
-        )
-        for t in range(n_tiles)
-    ]
-    limit = torch.tensor(limit, dtype=torch.int32, device="cuda") if tactic.swap_ab else None
+    limit = None
+    if tactic.swap_ab:  # each tile's first row plus its valid rows
+        firsts = [sum(tiles[:e]) for e in range(len(tiles))]
+        rows = [
+            tile_size * (first + t) + min(tile_size, count - tile_size * t)
+            for first, count, n_tiles in zip(firsts, counts, tiles, strict=True)
+            for t in range(n_tiles)
+        ]
+        limit = torch.tensor(rows, dtype=torch.int32, device="cuda")
 
     def run_cute():
         launch.grouped_gemm(

@@ -190,6 +190,13 @@ def swiglu_quantize_rows(
         mCsf[swizzled_sf_offset(row, sf_col, sf_col_groups)] = cutlass.Uint8(sf_byte)
 
 
+def _token_row(expanded, mRouter, scale, top_k, out_address, row_bytes):
+    """(router weight * scale, byte address of out[token, 0]) of a valid row whose expanded
+    index is ``expanded``: its token is expanded // top_k."""
+    token = cutlass.Int64(expanded // top_k)
+    return mRouter[expanded] * scale, out_address + token * row_bytes
+
+
 @cute.jit
 def finalize_scatter_add(
     acc: cute.Tensor,
@@ -218,9 +225,9 @@ def finalize_scatter_add(
         if row < limit:
             expanded = mP2e[row]
         if expanded >= 0:
-            weight = mRouter[expanded] * scale
-            token = cutlass.Int64(expanded // top_k)
-            row_address = out_address + token * row_bytes
+            weight, row_address = _token_row(
+                expanded, mRouter, scale, top_k, out_address, row_bytes
+            )
             for j in cutlass.range_constexpr(num_chunks):
                 col = cutlass.Int64(col0 + tCcC[2 * r2 + 4 * j][1])
                 red_add_bf16x2(
@@ -256,14 +263,13 @@ def finalize_rows(
         chunk = item % chunks
         expanded = mP2e[row0 + r]
         if expanded >= 0:
-            weight = mRouter[expanded] * scale
-            token = cutlass.Int64(expanded // top_k)
+            weight, row_address = _token_row(
+                expanded, mRouter, scale, top_k, out_address, row_bytes
+            )
             col = cutlass.Int64(col0 + 8 * chunk)
             values = cute.make_rmem_tensor((1, 8), cutlass.Float32)
             cute.autovec_copy(cute.local_tile(stage, (1, 8), (r, chunk)), values)
-            red_add_bf16x8(
-                out_address + token * row_bytes + col * 2, [values[0, i] * weight for i in range(8)]
-            )
+            red_add_bf16x8(row_address + col * 2, [values[0, i] * weight for i in range(8)])
 
 
 @cute.jit

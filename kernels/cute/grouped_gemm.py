@@ -556,6 +556,7 @@ class Nvfp4GroupedGemmSm90(GroupedGemmCall):
                                 self._dequant(self._units(b_op, self.bn), s, buf, unit_row, unit_half)
                                 self._a_fragment(a_loaded, a_shift, a_frags[par])
                             self._publish(ring, read, mma_barrier)
+                            read.advance()
                             k_blocks = num_k_blocks if self.variant != "no_mma" else 0
                             self._mma(tiled_mma, acc, a_frags[par], tCrB, buf, k_blocks)
                             cute.nvgpu.warpgroup.commit_group()
@@ -586,6 +587,7 @@ class Nvfp4GroupedGemmSm90(GroupedGemmCall):
                         else:
                             self._dequant(dense_units, s, buf, unit_row, unit_half)
                         self._publish(ring, read, mma_barrier)
+                        read.advance()
                         k_blocks = num_k_blocks if self.variant != "no_mma" else 0
                         a_k = tCrA[(None, None, None, buf)]
                         if cutlass.const_expr(self.sparse_rows):
@@ -640,13 +642,14 @@ class Nvfp4GroupedGemmSm90(GroupedGemmCall):
     @staticmethod
     def _publish(ring, read, mma_barrier):
         """After a K step's dequantisation: make the fp16 stores visible to WGMMA, wait for
-        every consumer thread, free the staging stage, order the registers before WGMMA."""
+        every consumer thread, free the staging stage, order the registers before WGMMA. The
+        caller advances ``read`` in its own loop body: the DSL carries across loop turns only
+        the state its loop body visibly updates."""
         cute.arch.fence_proxy(
             cute.arch.ProxyKind.async_shared, space=cute.arch.SharedSpace.shared_cta
         )
         mma_barrier.arrive_and_wait()
         ring.consumer_release(read)
-        read.advance()
         cute.nvgpu.warpgroup.fence()
 
     @staticmethod

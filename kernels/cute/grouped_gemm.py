@@ -174,15 +174,33 @@ class Nvfp4GroupedGemmSm90(GroupedGemmCall):
         self.stages = tactic.stages
         self.wg_split = tactic.wg_split
         self.a_regs = tactic.a_regs
-        self.num_mma_warpgroups = 2
+        # "mn": four warpgroups, 2 x 2 over the tile, so twice the warps hide the
+        # dequantisation's latency; each holds a quarter of the accumulators.
+        self.num_mma_warpgroups = 4 if self.wg_split == "mn" else 2
         self.num_threads_per_wg = 128
         self.num_mma_threads = self.num_mma_warpgroups * self.num_threads_per_wg
         self.threads_per_cta = self.num_threads_per_wg + self.num_mma_threads
-        self.load_regs = 40
-        self.mma_regs = 232
+        # setmaxnreg budgets: the producer warpgroup hands registers to the MMA warpgroups.
+        # They are redistributed within what the CTA got at launch (see launch_registers), so
+        # an increase the freed registers cannot cover waits forever.
+        self.load_regs = 24 if self.num_mma_warpgroups == 4 else 40
+        self.mma_regs = 112 if self.num_mma_warpgroups == 4 else 232
+        assert self.registers_fit(), (self.load_regs, self.mma_regs, self.threads_per_cta)
         self.acc_dtype = cutlass.Float32
         self.ab_dtype = cutlass.Float16  # exact for e2m1 * e4m3 products (see OPERAND_UNSCALE)
         self.c_dtype = store_dtype  # what the "store" epilogue writes: bf16, or fp32 rows
+
+    def launch_registers(self) -> int:
+        """Registers per thread at launch: ptxas caps them so that the required block size
+        (reqntid) fits the SM's 64K, in steps of 8."""
+        return 65536 // self.threads_per_cta // 8 * 8
+
+    def registers_fit(self) -> bool:
+        """The setmaxnreg budgets fit the registers the CTA was launched with."""
+        return (
+            self.num_threads_per_wg * self.load_regs + self.num_mma_threads * self.mma_regs
+            <= self.launch_registers() * self.threads_per_cta
+        )
 
     # ----------------------------------------------------------------------------------------
     # Support: named predicates, composed by can_implement.
@@ -192,7 +210,7 @@ class Nvfp4GroupedGemmSm90(GroupedGemmCall):
 
     @staticmethod
     def is_valid_wg_split(tactic: Tactic) -> bool:
-        return tactic.wg_split in ("m", "n")
+        return tactic.wg_split in ("m", "n", "mn")
 
     @staticmethod
     def is_valid_cluster(tactic: Tactic) -> bool:
@@ -216,13 +234,22 @@ class Nvfp4GroupedGemmSm90(GroupedGemmCall):
 
     @staticmethod
     def is_valid_a_regs(tactic: Tactic) -> bool:
-        """A in registers: each warpgroup owns 64 rows (split M), no sparse_rows rebalancing."""
-        return not tactic.a_regs or (tactic.wg_split == "m" and not tactic.sparse_rows)
+        """A in registers: each warpgroup owns 64 rows (split M, or M and N), no sparse_rows
+        rebalancing; the 2 x 2 split ("mn") exists for a_regs only (B's dequantisation units
+        cover 256 rows per pass, A's 128 would leave half the threads out)."""
+        return (tactic.wg_split == "mn") <= tactic.a_regs and (
+            not tactic.a_regs or (tactic.wg_split in ("m", "mn") and not tactic.sparse_rows)
+        )
 
     @staticmethod
     def is_valid_epilogue(tactic: Tactic, epilogue: str) -> bool:
-        """SwiGLU pairs columns c and c + 64 inside one thread: the warpgroups must split M."""
-        return epilogue != "swiglu" or tactic.wg_split == "m"
+        """SwiGLU pairs columns c and c + 64 of each 128 inside one thread: the warpgroups must
+        split M, or M and N with 128 columns each."""
+        return (
+            epilogue != "swiglu"
+            or tactic.wg_split == "m"
+            or (tactic.wg_split == "mn" and tactic.tile_mn[1] == 256)
+        )
 
     @classmethod
     def can_implement(
@@ -236,16 +263,17 @@ class Nvfp4GroupedGemmSm90(GroupedGemmCall):
             (epilogue in EPILOGUES, f"epilogue {epilogue!r} is not one of {EPILOGUES}"),
             (
                 cls.is_valid_epilogue(tactic, epilogue),
-                f"epilogue {epilogue!r} needs the warpgroups to split M (wg_split 'm'), not "
-                f"{tactic.wg_split!r}",
+                f"epilogue {epilogue!r} needs the warpgroups to split M (wg_split 'm', or 'mn' "
+                f"with a 256-column tile), not {tactic.wg_split!r} on {bn} columns",
             ),
             (cls.is_valid_tile(tactic), f"tile {bm}x{bn} must be 128 x (128 | 256)"),
             (cls.is_valid_cluster(tactic), "only cluster 1x1 is implemented"),
             (cls.is_valid_sparse_rows(tactic), "sparse_rows needs a 128 x 256 tile split along M"),
-            (cls.is_valid_wg_split(tactic), "warpgroup split must be 'm' or 'n'"),
+            (cls.is_valid_wg_split(tactic), "warpgroup split must be 'm', 'n' or 'mn'"),
             (
                 cls.is_valid_a_regs(tactic),
-                "a_regs needs the warpgroups to split M (wg_split 'm') and no sparse_rows",
+                "a_regs needs the warpgroups to split M (wg_split 'm' or 'mn') and no "
+                "sparse_rows; wg_split 'mn' needs a_regs",
             ),
             (
                 tactic.ctas_per_sm == 1,
@@ -281,7 +309,7 @@ class Nvfp4GroupedGemmSm90(GroupedGemmCall):
             utils.LayoutEnum.ROW_MAJOR.sm90_mma_major_mode(),
             utils.LayoutEnum.ROW_MAJOR.sm90_mma_major_mode(),
             self.acc_dtype,
-            (2, 1, 1) if self.wg_split == "m" else (1, 2, 1),
+            {"m": (2, 1, 1), "n": (1, 2, 1), "mn": (2, 2, 1)}[self.wg_split],
             tiler_mn=(64, self.bn) if self.wg_split == "m" else (64, self.bn // 2),
             a_source=(
                 cute.nvgpu.warpgroup.OperandSource.RMEM
@@ -511,7 +539,8 @@ class Nvfp4GroupedGemmSm90(GroupedGemmCall):
                 ]
                 num_k_blocks = cute.size(a_frags[0], mode=[2])
                 # This thread's A rows (g and g + 8 of its warp's 16) and code pair (quad lane q).
-                a_row = 64 * wg + 16 * ((ct % self.num_threads_per_wg) // 32) + (ct % 32) // 4
+                # Warpgroup w multiplies rows 64 (w % 2) .. + 63 (the tiled MMA lays them M first).
+                a_row = 64 * (wg % 2) + 16 * ((ct % self.num_threads_per_wg) // 32) + (ct % 32) // 4
                 a_shift = cutlass.Uint32(12 - 4 * (ct % 4))
             else:
                 tCrA = tiled_mma.make_fragment_A(thr_mma.partition_A(sA16))
@@ -616,9 +645,12 @@ class Nvfp4GroupedGemmSm90(GroupedGemmCall):
                             acc, tCcC, scale, mGlobalSf[0], row0, n_tile, self.bn, mC, mCsf
                         )
                 if cutlass.const_expr(self.epilogue == "swiglu" and not self.sparse_rows):
+                    # A warpgroup's columns are a tile of their own: all bn, or half with "mn".
+                    wg_cols = self.bn // 2 if self.wg_split == "mn" else self.bn
                     epilogues.swiglu_quantize_store(
-                        acc, tCcC, scale, mGlobalSf[0], row0, n_tile, self.bn, mC, mCsf
-                    )
+                        acc, tCcC, scale, mGlobalSf[0], row0,
+                        n_tile * (self.bn // wg_cols) + wg // 2, wg_cols, mC, mCsf,
+                    )  # fmt: skip
                 if cutlass.const_expr(self.epilogue == "finalize"):
                     epilogues.finalize_scatter_add(
                         acc,

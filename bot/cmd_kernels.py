@@ -29,6 +29,10 @@ KERNELS = tuple(BUILD_CONSTANTS)
 NUM_EXPERTS, TILE_SIZE = 8, 128
 # The MMA instruction each kernel's PTX must hold: WGMMA, or mma.sync for the decode kernel.
 REQUIRED_PTX = {False: "wgmma.mma_async", True: "mma.sync.aligned.m16n8k16"}
+# A ring-buffer wait whose phase is a literal: the pipeline state was not carried across loop
+# turns (CuTe DSL carries only what the loop body itself visibly updates), so the kernel hangs
+# once the ring wraps. Every wait of a working kernel takes its phase from a register.
+CONSTANT_PHASE_WAIT = re.compile(r"mbarrier\.try_wait\.parity\S*\s+\S+\s+\[[^\]]+\],\s*\d+\s*,")
 _TACTIC_RE = re.compile(r"^(\d+)x(\d+):(\d+)x(\d+):(\d+)$")
 
 
@@ -79,6 +83,11 @@ def build_one(kernel: str, tactic: Tactic, arch: str) -> tuple[bool, str]:
     count = ptx.count(required)
     if not count:
         return False, f"PTX has no {required}"
+    if CONSTANT_PHASE_WAIT.search(ptx):
+        return False, (
+            "an mbarrier wait has a constant phase: the pipeline state is not advanced in the "
+            "loop body, so the kernel would hang once its ring wraps"
+        )
     return True, f"{required} x{count}, {time.monotonic() - started:.1f} s"
 
 

@@ -46,6 +46,26 @@ def test_tactic_predicates_are_named_and_composed():
     assert not ok and "stages is 1" in why, why
 
 
+def test_the_register_budgets_fit_what_the_cta_is_launched_with():
+    """setmaxnreg only moves registers within the CTA's launch allocation (ptxas caps it by
+    the block size): budgets above it hang at the increase, as four MMA warpgroups with the
+    producer at 40 registers did on the H200."""
+    pytest.importorskip("cutlass")
+    from stagebot.kernels.cute.grouped_gemm import Nvfp4GroupedGemmSm90 as K
+    from stagebot.kernels.cute.tactics import TACTICS
+
+    kernel = K(TACTICS[0])
+    assert (kernel.threads_per_cta, kernel.launch_registers()) == (384, 168)  # ptxas: 168
+    assert kernel.registers_fit()
+    kernel.mma_regs += 8
+    assert not kernel.registers_fit()
+    four = K(TACTICS[0])  # 4 MMA warpgroups: 640 threads launch with 96 registers each
+    four.num_mma_threads, four.threads_per_cta, four.mma_regs = 512, 640, 112
+    assert four.launch_registers() == 96 and not four.registers_fit()
+    four.load_regs = 24
+    assert four.registers_fit()
+
+
 def test_decode_tactics_run_on_the_decode_kernel_only():
     pytest.importorskip("cutlass")
     from stagebot.kernels.cute.compile import kernel_class

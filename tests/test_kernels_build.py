@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib.util
+import re
+import types
 
 import pytest
 from click.testing import CliRunner
@@ -66,6 +68,27 @@ def test_a_compiler_failure_fails_the_build(monkeypatch):
     result = _build("--arch", "sm_90a")
     assert result.exit_code == 1
     assert "compile failed: RuntimeError: deliberately broken" in result.output
+
+
+def test_a_wait_with_a_constant_phase_fails_the_build(monkeypatch):
+    """A pipeline state advanced outside the loop body is not carried across turns: its wait
+    takes a literal phase and the kernel hangs on the H200 once the ring wraps (as 3d8b19a
+    did). Planted here by giving the real PTX's first wait phase 0."""
+    from stagebot.kernels.cute import compile as cute_compile
+
+    real = cute_compile.compile_kernel
+    wait = re.compile(r"(mbarrier\.try_wait\.parity\S*\s+\S+\s+\[[^\]]+\],\s*)%r\d+")
+
+    def constant_phase(key, *, keep_ptx=False):
+        ptx = real(key, keep_ptx=keep_ptx).__ptx__
+        planted = wait.sub(r"\g<1>0", ptx, count=1)
+        assert planted != ptx
+        return types.SimpleNamespace(__ptx__=planted)
+
+    monkeypatch.setattr(cute_compile, "compile_kernel", constant_phase)
+    result = _build("--tactic", "128x256:1x1:4")
+    assert result.exit_code == 1
+    assert result.output.count("an mbarrier wait has a constant phase") == 4, result.output
 
 
 def test_a_malformed_tactic_is_a_usage_error():

@@ -41,7 +41,7 @@ import cutlass.utils.hopper_helpers as sm90_utils
 from cutlass.pipeline import pipeline_init_arrive, pipeline_init_wait
 
 from stagebot.kernels.cute import epilogues
-from stagebot.kernels.cute.ptx import e2m1_pair_to_f16x2, e2m1x8_to_f16x8, e4m3_to_f16x2
+from stagebot.kernels.cute.ptx import e2m1x8_to_f16x8, e4m3_to_f16x2
 from stagebot.kernels.cute.tactics import Tactic
 
 SMEM_CAPACITY = 227 * 1024  # sm_90 per-block opt-in limit, a constant: nothing queries the device
@@ -173,18 +173,15 @@ class Nvfp4GroupedGemmSm90(GroupedGemmCall):
         self.cluster_mn = tactic.cluster_mn
         self.stages = tactic.stages
         self.wg_split = tactic.wg_split
-        self.a_regs = tactic.a_regs
-        # "mn": four warpgroups, 2 x 2 over the tile, so twice the warps hide the
-        # dequantisation's latency; each holds a quarter of the accumulators.
-        self.num_mma_warpgroups = 4 if self.wg_split == "mn" else 2
+        self.num_mma_warpgroups = 2
         self.num_threads_per_wg = 128
         self.num_mma_threads = self.num_mma_warpgroups * self.num_threads_per_wg
         self.threads_per_cta = self.num_threads_per_wg + self.num_mma_threads
-        # setmaxnreg budgets: the producer warpgroup hands registers to the MMA warpgroups.
-        # They are redistributed within what the CTA got at launch (see launch_registers), so
-        # an increase the freed registers cannot cover waits forever.
-        self.load_regs = 24 if self.num_mma_warpgroups == 4 else 40
-        self.mma_regs = 112 if self.num_mma_warpgroups == 4 else 232
+        # setmaxnreg budgets: the producer warpgroup hands registers to the MMA warpgroups. They
+        # are redistributed within what the CTA got at launch (launch_registers), so an increase
+        # that the freed registers cannot cover waits forever (a hang seen on the H200).
+        self.load_regs = 40
+        self.mma_regs = 232
         assert self.registers_fit(), (self.load_regs, self.mma_regs, self.threads_per_cta)
         self.acc_dtype = cutlass.Float32
         self.ab_dtype = cutlass.Float16  # exact for e2m1 * e4m3 products (see OPERAND_UNSCALE)
@@ -210,7 +207,7 @@ class Nvfp4GroupedGemmSm90(GroupedGemmCall):
 
     @staticmethod
     def is_valid_wg_split(tactic: Tactic) -> bool:
-        return tactic.wg_split in ("m", "n", "mn")
+        return tactic.wg_split in ("m", "n")
 
     @staticmethod
     def is_valid_cluster(tactic: Tactic) -> bool:
@@ -220,7 +217,7 @@ class Nvfp4GroupedGemmSm90(GroupedGemmCall):
     def smem_bytes(tactic: Tactic) -> int:
         bm, bn = tactic.tile_mn
         staging = (bm + bn) * BK // 2 + (bm + bn) // SF_CHUNK_ROWS * 512
-        operands = (bn if tactic.a_regs else bm + bn) * BK * 2
+        operands = (bm + bn) * BK * 2
         return tactic.stages * staging + OPERAND_BUFFERS * operands + 2 * 1024
 
     @classmethod
@@ -233,23 +230,9 @@ class Nvfp4GroupedGemmSm90(GroupedGemmCall):
         return not tactic.sparse_rows or (tactic.tile_mn == (128, 256) and tactic.wg_split == "m")
 
     @staticmethod
-    def is_valid_a_regs(tactic: Tactic) -> bool:
-        """A in registers: each warpgroup owns 64 rows (split M, or M and N), no sparse_rows
-        rebalancing; the 2 x 2 split ("mn") exists for a_regs only (B's dequantisation units
-        cover 256 rows per pass, A's 128 would leave half the threads out)."""
-        return (tactic.wg_split == "mn") <= tactic.a_regs and (
-            not tactic.a_regs or (tactic.wg_split in ("m", "mn") and not tactic.sparse_rows)
-        )
-
-    @staticmethod
     def is_valid_epilogue(tactic: Tactic, epilogue: str) -> bool:
-        """SwiGLU pairs columns c and c + 64 of each 128 inside one thread: the warpgroups must
-        split M, or M and N with 128 columns each."""
-        return (
-            epilogue != "swiglu"
-            or tactic.wg_split == "m"
-            or (tactic.wg_split == "mn" and tactic.tile_mn[1] == 256)
-        )
+        """SwiGLU pairs columns c and c + 64 inside one thread: the warpgroups must split M."""
+        return epilogue != "swiglu" or tactic.wg_split == "m"
 
     @classmethod
     def can_implement(
@@ -263,18 +246,13 @@ class Nvfp4GroupedGemmSm90(GroupedGemmCall):
             (epilogue in EPILOGUES, f"epilogue {epilogue!r} is not one of {EPILOGUES}"),
             (
                 cls.is_valid_epilogue(tactic, epilogue),
-                f"epilogue {epilogue!r} needs the warpgroups to split M (wg_split 'm', or 'mn' "
-                f"with a 256-column tile), not {tactic.wg_split!r} on {bn} columns",
+                f"epilogue {epilogue!r} needs the warpgroups to split M (wg_split 'm'), not "
+                f"{tactic.wg_split!r}",
             ),
             (cls.is_valid_tile(tactic), f"tile {bm}x{bn} must be 128 x (128 | 256)"),
             (cls.is_valid_cluster(tactic), "only cluster 1x1 is implemented"),
             (cls.is_valid_sparse_rows(tactic), "sparse_rows needs a 128 x 256 tile split along M"),
-            (cls.is_valid_wg_split(tactic), "warpgroup split must be 'm', 'n' or 'mn'"),
-            (
-                cls.is_valid_a_regs(tactic),
-                "a_regs needs the warpgroups to split M (wg_split 'm' or 'mn') and no "
-                "sparse_rows; wg_split 'mn' needs a_regs",
-            ),
+            (cls.is_valid_wg_split(tactic), "warpgroup split must be 'm' or 'n'"),
             (
                 tactic.ctas_per_sm == 1,
                 f"ctas_per_sm is {tactic.ctas_per_sm}; the WGMMA kernel runs one CTA per SM (1)",
@@ -286,10 +264,6 @@ class Nvfp4GroupedGemmSm90(GroupedGemmCall):
             ),
             (n % bn == 0, f"n={n} must be a multiple of the tile's N ({bn})"),
             (k % BK == 0, f"K={k} must be a multiple of {BK}"),
-            (
-                not tactic.a_regs or k % (2 * BK) == 0,
-                f"K={k} must be a multiple of {2 * BK} with a_regs (two K steps per loop turn)",
-            ),
             (
                 tile_size % bm == 0,
                 f"tile_size={tile_size} must be a multiple of the tile's M ({bm})",
@@ -309,13 +283,8 @@ class Nvfp4GroupedGemmSm90(GroupedGemmCall):
             utils.LayoutEnum.ROW_MAJOR.sm90_mma_major_mode(),
             utils.LayoutEnum.ROW_MAJOR.sm90_mma_major_mode(),
             self.acc_dtype,
-            {"m": (2, 1, 1), "n": (1, 2, 1), "mn": (2, 2, 1)}[self.wg_split],
+            (2, 1, 1) if self.wg_split == "m" else (1, 2, 1),
             tiler_mn=(64, self.bn) if self.wg_split == "m" else (64, self.bn // 2),
-            a_source=(
-                cute.nvgpu.warpgroup.OperandSource.RMEM
-                if self.a_regs
-                else cute.nvgpu.warpgroup.OperandSource.SMEM
-            ),
         )
         tile_mnk = (self.bm, self.bn, BK)
         self.a16_layout = sm90_utils.make_smem_layout_a(
@@ -357,10 +326,9 @@ class Nvfp4GroupedGemmSm90(GroupedGemmCall):
             sBs: cute.struct.Align[
                 cute.struct.MemRange[cutlass.Int32, self.bs_words * self.stages], 128
             ]
-            if not self.a_regs:
-                sA16: cute.struct.Align[
-                    cute.struct.MemRange[self.ab_dtype, cute.cosize(self.a16_layout)], 1024
-                ]
+            sA16: cute.struct.Align[
+                cute.struct.MemRange[self.ab_dtype, cute.cosize(self.a16_layout)], 1024
+            ]
             sB16: cute.struct.Align[
                 cute.struct.MemRange[self.ab_dtype, cute.cosize(self.b16_layout)], 1024
             ]
@@ -451,9 +419,7 @@ class Nvfp4GroupedGemmSm90(GroupedGemmCall):
         sBs = storage.sBs.get_tensor(
             cute.make_layout((128, 1, self.bn // SF_CHUNK_ROWS, self.stages))
         )
-        sA16 = None
-        if cutlass.const_expr(not self.a_regs):
-            sA16 = storage.sA16.get_tensor(a16_layout.outer, swizzle=a16_layout.inner)
+        sA16 = storage.sA16.get_tensor(a16_layout.outer, swizzle=a16_layout.inner)
         sB16 = storage.sB16.get_tensor(b16_layout.outer, swizzle=b16_layout.inner)
         sStage = None
         if cutlass.const_expr(self.epilogue == "swiglu" and self.sparse_rows):
@@ -529,28 +495,17 @@ class Nvfp4GroupedGemmSm90(GroupedGemmCall):
             ct = tidx - self.num_threads_per_wg
             wg = cute.arch.make_warp_uniform(ct // self.num_threads_per_wg)
             thr_mma = tiled_mma.get_slice(wg * self.num_threads_per_wg)
-            tCrB = tiled_mma.make_fragment_B(thr_mma.partition_B(sB16))
-            if cutlass.const_expr(self.a_regs):
-                # Two register fragments of A alternate: one is written while the WGMMAs of the
-                # previous K step may still read the other.
-                thr_a = tiled_mma.get_slice(ct)
-                a_frags = [
-                    thr_a.make_fragment_A(thr_a.partition_shape_A((self.bm, BK))) for _ in range(2)
-                ]
-                num_k_blocks = cute.size(a_frags[0], mode=[2])
-                # This thread's A rows (g and g + 8 of its warp's 16) and code pair (quad lane q).
-                # Warpgroup w multiplies rows 64 (w % 2) .. + 63 (the tiled MMA lays them M first).
-                a_row = 64 * (wg % 2) + 16 * ((ct % self.num_threads_per_wg) // 32) + (ct % 32) // 4
-                a_shift = cutlass.Uint32(12 - 4 * (ct % 4))
-            else:
-                tCrA = tiled_mma.make_fragment_A(thr_mma.partition_A(sA16))
-                num_k_blocks = cute.size(tCrA, mode=[2])
+            tCsA = thr_mma.partition_A(sA16)
+            tCsB = thr_mma.partition_B(sB16)
+            tCrA = tiled_mma.make_fragment_A(tCsA)
+            tCrB = tiled_mma.make_fragment_B(tCsB)
             # The operand partitions above are per warpgroup (WGMMA reads smem as a group); the
             # accumulator's positions are per thread, so C is partitioned by thread.
             tCcC = tiled_mma.get_slice(ct).partition_C(
                 cute.make_identity_tensor((self.bm, self.bn))
             )
             acc = cute.make_rmem_tensor(tCcC.shape, self.acc_dtype)
+            num_k_blocks = cute.size(tCrA, mode=[2])
             mma_barrier = pipeline.NamedBarrier(barrier_id=1, num_threads=self.num_mma_threads)
             # 32-bit views of the staging ring (8 words = 64 fp4 values per row) and the thread's
             # fixed (row, 16-byte half) unit: row ct // 2 (+128 per extra unit), half ct % 2.
@@ -573,60 +528,45 @@ class Nvfp4GroupedGemmSm90(GroupedGemmCall):
                 sparse = row0 + 64 >= limit
                 acc.fill(0.0)
                 tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)
-                b_op = (sBq32, sBs, sB16)
-                if cutlass.const_expr(self.a_regs):
-                    for _kk in cutlass.range(k_tiles // 2, unroll=1):
-                        for par in cutlass.range_constexpr(2):
-                            ring.consumer_wait(read)
-                            s = read.index
-                            buf = step % OPERAND_BUFFERS
-                            if cutlass.const_expr(self.variant != "no_dequant"):
-                                a_loaded = self._load_a_rows(sAq32, sAs, s, a_row)
-                                self._dequant(self._units(b_op, self.bn), s, buf, unit_row, unit_half)
-                                self._a_fragment(a_loaded, a_shift, a_frags[par])
-                            self._publish(ring, read, mma_barrier)
-                            read.advance()
-                            k_blocks = num_k_blocks if self.variant != "no_mma" else 0
-                            self._mma(tiled_mma, acc, a_frags[par], tCrB, buf, k_blocks)
-                            cute.nvgpu.warpgroup.commit_group()
-                            cute.nvgpu.warpgroup.wait_group(1)
-                            step += 1
-                else:
-                    for _kk in cutlass.range(k_tiles, unroll=1):
-                        ring.consumer_wait(read)
-                        s = read.index
-                        buf = step % OPERAND_BUFFERS
-                        a_op = (sAq32, sAs, sA16)
-                        dense_units = self._units(a_op, self.bm) + self._units(b_op, self.bn)
-                        if cutlass.const_expr(self.variant == "no_dequant"):
-                            pass
-                        elif cutlass.const_expr(self.sparse_rows):
-                            if sparse:
-                                # Rows 64..127 of A are padding. Warpgroup 0 (unit rows 0..63)
-                                # dequantises A and B rows 0..63; warpgroup 1 (unit rows
-                                # 64..127) takes B rows 64..255.
-                                if wg == 0:
-                                    units = [(a_op, 0), (b_op, 0)]
-                                    self._dequant(units, s, buf, unit_row, unit_half)
-                                else:
-                                    units = [(b_op, 0), (b_op, 64), (b_op, 128)]
-                                    self._dequant(units, s, buf, unit_row, unit_half)
+                for _kk in cutlass.range(k_tiles, unroll=1):
+                    ring.consumer_wait(read)
+                    s = read.index
+                    buf = step % OPERAND_BUFFERS
+                    a_op, b_op = (sAq32, sAs, sA16), (sBq32, sBs, sB16)
+                    dense_units = self._units(a_op, self.bm) + self._units(b_op, self.bn)
+                    if cutlass.const_expr(self.variant == "no_dequant"):
+                        pass
+                    elif cutlass.const_expr(self.sparse_rows):
+                        if sparse:
+                            # Rows 64..127 of A are padding. Warpgroup 0 (unit rows 0..63)
+                            # dequantises A and B rows 0..63; warpgroup 1 (unit rows 64..127)
+                            # takes B rows 64..255.
+                            if wg == 0:
+                                units = [(a_op, 0), (b_op, 0)]
+                                self._dequant(units, s, buf, unit_row, unit_half)
                             else:
-                                self._dequant(dense_units, s, buf, unit_row, unit_half)
+                                units = [(b_op, 0), (b_op, 64), (b_op, 128)]
+                                self._dequant(units, s, buf, unit_row, unit_half)
                         else:
                             self._dequant(dense_units, s, buf, unit_row, unit_half)
-                        self._publish(ring, read, mma_barrier)
-                        read.advance()
-                        k_blocks = num_k_blocks if self.variant != "no_mma" else 0
-                        a_k = tCrA[(None, None, None, buf)]
-                        if cutlass.const_expr(self.sparse_rows):
-                            if wg == 0 or not sparse:
-                                self._mma(tiled_mma, acc, a_k, tCrB, buf, k_blocks)
-                        else:
-                            self._mma(tiled_mma, acc, a_k, tCrB, buf, k_blocks)
-                        cute.nvgpu.warpgroup.commit_group()
-                        cute.nvgpu.warpgroup.wait_group(1)
-                        step += 1
+                    else:
+                        self._dequant(dense_units, s, buf, unit_row, unit_half)
+                    cute.arch.fence_proxy(
+                        cute.arch.ProxyKind.async_shared, space=cute.arch.SharedSpace.shared_cta
+                    )
+                    mma_barrier.arrive_and_wait()
+                    ring.consumer_release(read)
+                    read.advance()
+                    cute.nvgpu.warpgroup.fence()
+                    k_blocks = num_k_blocks if self.variant != "no_mma" else 0
+                    if cutlass.const_expr(self.sparse_rows):
+                        if wg == 0 or not sparse:
+                            self._mma(tiled_mma, acc, tCrA, tCrB, buf, k_blocks)
+                    else:
+                        self._mma(tiled_mma, acc, tCrA, tCrB, buf, k_blocks)
+                    cute.nvgpu.warpgroup.commit_group()
+                    cute.nvgpu.warpgroup.wait_group(1)
+                    step += 1
                 cute.nvgpu.warpgroup.wait_group(0)
                 scale = mAlpha[expert] * OPERAND_UNSCALE
                 if cutlass.const_expr(self.epilogue == "store"):
@@ -645,12 +585,9 @@ class Nvfp4GroupedGemmSm90(GroupedGemmCall):
                             acc, tCcC, scale, mGlobalSf[0], row0, n_tile, self.bn, mC, mCsf
                         )
                 if cutlass.const_expr(self.epilogue == "swiglu" and not self.sparse_rows):
-                    # A warpgroup's columns are a tile of their own: all bn, or half with "mn".
-                    wg_cols = self.bn // 2 if self.wg_split == "mn" else self.bn
                     epilogues.swiglu_quantize_store(
-                        acc, tCcC, scale, mGlobalSf[0], row0,
-                        n_tile * (self.bn // wg_cols) + wg // 2, wg_cols, mC, mCsf,
-                    )  # fmt: skip
+                        acc, tCcC, scale, mGlobalSf[0], row0, n_tile, self.bn, mC, mCsf
+                    )
                 if cutlass.const_expr(self.epilogue == "finalize"):
                     epilogues.finalize_scatter_add(
                         acc,
@@ -672,52 +609,10 @@ class Nvfp4GroupedGemmSm90(GroupedGemmCall):
         return cute.make_layout((rows, BK // 2, self.stages), stride=(BK // 2, 1, rows * BK // 2))
 
     @staticmethod
-    def _publish(ring, read, mma_barrier):
-        """After a K step's dequantisation: make the fp16 stores visible to WGMMA, wait for
-        every consumer thread, free the staging stage, order the registers before WGMMA. The
-        caller advances ``read`` in its own loop body: the DSL carries across loop turns only
-        the state its loop body visibly updates."""
-        cute.arch.fence_proxy(
-            cute.arch.ProxyKind.async_shared, space=cute.arch.SharedSpace.shared_cta
-        )
-        mma_barrier.arrive_and_wait()
-        ring.consumer_release(read)
-        cute.nvgpu.warpgroup.fence()
-
-    @staticmethod
-    def _mma(tiled_mma, acc, a_k, tCrB, buf, k_blocks):
-        """The WGMMAs of one K step: A's K blocks ``a_k`` (smem descriptors or registers), B
-        from operand buffer ``buf`` (issued, not awaited)."""
+    def _mma(tiled_mma, acc, tCrA, tCrB, buf, k_blocks):
+        """The WGMMAs of one K step on operand buffer ``buf`` (issued, not awaited)."""
         for kb in range(k_blocks):  # unrolled at trace time
-            cute.gemm(tiled_mma, acc, a_k[(None, None, kb)], tCrB[(None, None, kb, buf)], acc)
-
-    @staticmethod
-    def _sf_index(row, s):
-        """Where ``row``'s scale word (its 4 blocks' e4m3 bytes) sits in stage s's chunks."""
-        return ((row % 32) * 4 + (row % 128) // 32, 0, row // 128, s)
-
-    def _load_a_rows(self, sAq32, sAs, s, row):
-        """A thread's two A rows of stage s for the register path: (8 packed words, scale word)
-        of rows ``row`` and ``row + 8`` (two 16-byte loads each, shared by the quad)."""
-        loaded = []
-        for r in (row, row + 8):  # unrolled at trace time
-            packed = cute.make_rmem_tensor((1, 8), cutlass.Uint32)
-            cute.autovec_copy(cute.local_tile(sAq32[(None, None, s)], (1, 8), (r, 0)), packed)
-            loaded.append((packed, cutlass.Uint32(sAs[self._sf_index(r, s)])))
-        return loaded
-
-    @staticmethod
-    def _a_fragment(loaded, shift, frag):
-        """WGMMA's A registers of one K step from ``_load_a_rows``: per k16 block kb, a0 / a1
-        (rows g / g + 8, K slots 2q, 2q + 1) and a2 / a3 (slots 2q + 8, 2q + 9) are code pair q
-        of packed words 2 kb and 2 kb + 1, the pairs _dequant stores at those slots of B."""
-        regs = cute.recast_tensor(frag, cutlass.Uint32)
-        for kb in range(BK // 16):  # unrolled at trace time
-            scales = [e4m3_to_f16x2(sf_word >> (8 * kb)) for _, sf_word in loaded]
-            for half in range(2):
-                for r in range(2):
-                    word = loaded[r][0][0, 2 * kb + half]
-                    regs[(2 * half + r, 0, kb)] = e2m1_pair_to_f16x2(word, shift, scales[r])
+            cute.gemm(tiled_mma, acc, tCrA[(None, None, kb, buf)], tCrB[(None, None, kb, buf)], acc)
 
     def _units(self, operand, rows):
         """The (operand, row offset) units a thread dequantises to cover ``rows`` rows densely."""
@@ -742,7 +637,7 @@ class Nvfp4GroupedGemmSm90(GroupedGemmCall):
                 cute.local_tile(sq32[(None, None, s)], (1, 4), (row, unit_half)), packed
             )
             # Scale word of this row: the 4 blocks' e4m3 bytes in the 128x4 swizzled chunk.
-            sf_word = cutlass.Uint32(sf32[self._sf_index(row, s)])
+            sf_word = cutlass.Uint32(sf32[((row % 32) * 4 + (row % 128) // 32, 0, row // 128, s)])
             loaded.append((s16, row, packed, sf_word))
         for s16, row, packed, sf_word in loaded:
             dst = s16[(None, None, buf)]

@@ -57,34 +57,6 @@ def e2m1x8_to_f16x8(word, scale2, *, loc=None, ip=None):
 
 
 @dsl_user_op
-def e2m1_pair_to_f16x2(word, shift, scale2, *, loc=None, ip=None):
-    """Codes n_q and n_(q+4) of 8 packed e2m1 times an f16x2 scale -> one f16x2, given
-    ``shift`` = 12 - 4 q: output pair q of e2m1x8_to_f16x8, the same bits, for a thread that
-    needs only that pair (WGMMA's A registers: lane q of a quad holds K slots 2q and 2q + 1).
-    The shift puts the two codes at bits 12-15 and 28-31; then the high-lane steps above."""
-    res = llvm.inline_asm(
-        T.i32(),
-        [
-            cutlass.Uint32(word).ir_value(loc=loc, ip=ip),
-            cutlass.Uint32(shift).ir_value(loc=loc, ip=ip),
-            cutlass.Uint32(scale2).ir_value(loc=loc, ip=ip),
-        ],
-        """{
-        .reg .b32 x, t, u;
-        shl.b32 x, $1, $2;
-        and.b32 x, x, 0xF000F000;
-        shr.b32 t, x, 3;
-        lop3.b32 u, x, t, 0x8E008E00, 0xA8;
-        mul.rn.f16x2 $0, u, $3;
-        }""",
-        "=r,r,r,r",
-        loc=loc,
-        ip=ip,
-    )
-    return cutlass.Uint32(res)
-
-
-@dsl_user_op
 def e4m3_to_f16x2(byte_in_low_bits, *, loc=None, ip=None):
     """The e4m3 scale in bits 0-6 (bit 7, the sign, ignored) -> f16x2 (sf * 2^7, sf * 2^7)."""
     res = llvm.inline_asm(

@@ -32,9 +32,6 @@ class Tactic:
     # warps alone leave its dequantisation latency-bound; two CTAs of half the stages took 13-21%
     # less time on the H200 (NOTES.md, fifth session). The WGMMA kernel takes 1.
     ctas_per_sm: int = 1
-    # WGMMA kernel, large M: each warpgroup dequantises its 64 token rows straight into WGMMA's
-    # A registers (the RS form), so only the weights go through shared memory as fp16.
-    a_regs: bool = False
 
     def __str__(self) -> str:
         (tm, tn), (cm, cn) = self.tile_mn, self.cluster_mn
@@ -42,10 +39,7 @@ class Tactic:
         sparse = "_sparse" if self.sparse_rows else ""
         swap = "_swapab" if self.swap_ab else ""
         per_sm = f"_{self.ctas_per_sm}ctas" if self.ctas_per_sm != 1 else ""
-        regs = "_aregs" if self.a_regs else ""
-        return (
-            f"tile{tm}x{tn}_cluster{cm}x{cn}_stages{self.stages}{split}{sparse}{swap}{per_sm}{regs}"
-        )
+        return f"tile{tm}x{tn}_cluster{cm}x{cn}_stages{self.stages}{split}{sparse}{swap}{per_sm}"
 
 
 def effective(tactic: Tactic, reads_limit: bool) -> Tactic:
@@ -58,9 +52,6 @@ TACTICS: tuple[Tactic, ...] = (
     Tactic((128, 256), (1, 1), 4),  # fastest measured (NOTES.md); needs n % 256 == 0
     Tactic((128, 128), (1, 1), 4),  # the fallback for n % 256 == 128
     Tactic((128, 128), (1, 1), 6),
-    Tactic((128, 256), (1, 1), 4, a_regs=True),
-    Tactic((128, 256), (1, 1), 4, wg_split="mn", a_regs=True),
-    Tactic((128, 256), (1, 1), 6, wg_split="mn", a_regs=True),
     Tactic((128, 256), (1, 1), 4, sparse_rows=True),  # decode: one expert's few rows per tile
     Tactic((8, 128), (1, 1), 4, swap_ab=True, ctas_per_sm=2),  # decode: <= 8 tokens per expert
     Tactic((32, 128), (1, 1), 2, swap_ab=True, ctas_per_sm=2),  # decode: <= 32 tokens per expert

@@ -216,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
         ("dec16_gemm1_N4096_K7168", [4] * 8, 4096, 7168),
     ]
     decode = next(t for t in TACTICS if t.swap_ab)
-    builds = [(TACTICS[0], v) for v in ("", "no_dequant", "no_mma")]
+    builds = [(TACTICS[0], v) for v in ("", "no_dequant", "no_mma", "a_only", "b_only")]
     builds += [(decode, v) for v in ("", "no_mma", "no_tokens")]
     if not opts.quick:
         for name, counts, n, k in shapes:

@@ -166,8 +166,9 @@ class Nvfp4GroupedGemmSm90(GroupedGemmCall):
         self.sparse_rows = tactic.sparse_rows and self.uses_limit
         assert self.is_valid_sparse_rows(tactic), tactic  # its unit offsets assume 128 x 256
         # Diagnostic builds for timing only (their results are wrong): "no_dequant" skips the
-        # dequantisation, "no_mma" skips the WGMMAs. "" is the kernel.
-        assert variant in ("", "no_dequant", "no_mma"), variant
+        # dequantisation, "no_mma" skips the WGMMAs, "b_only" dequantises B alone (what the
+        # kernel would cost with A already in fp16), "a_only" A alone. "" is the kernel.
+        assert variant in ("", "no_dequant", "no_mma", "a_only", "b_only"), variant
         self.variant = variant
         self.bm, self.bn = tactic.tile_mn
         self.cluster_mn = tactic.cluster_mn
@@ -534,7 +535,10 @@ class Nvfp4GroupedGemmSm90(GroupedGemmCall):
                     buf = step % OPERAND_BUFFERS
                     a_op, b_op = (sAq32, sAs, sA16), (sBq32, sBs, sB16)
                     dense_units = self._units(a_op, self.bm) + self._units(b_op, self.bn)
-                    if cutlass.const_expr(self.variant == "no_dequant"):
+                    if cutlass.const_expr(self.variant in ("a_only", "b_only")):
+                        operand, rows = (a_op, self.bm) if self.variant == "a_only" else (b_op, self.bn)
+                        self._dequant(self._units(operand, rows), s, buf, unit_row, unit_half)
+                    elif cutlass.const_expr(self.variant == "no_dequant"):
                         pass
                     elif cutlass.const_expr(self.sparse_rows):
                         if sparse:

@@ -515,6 +515,11 @@ class Nvfp4GroupedGemmSm90(GroupedGemmCall):
             unit_row = ct // 2
             unit_half = ct % 2
 
+            a_op, b_op = (sAq32, sAs, sA16), (sBq32, sBs, sB16)
+            # The units of the diagnostic builds that dequantise one operand.
+            one_operand = self._units(
+                *((b_op, self.bn) if self.variant == "b_only" else (a_op, self.bm))
+            )
             read = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.stages)
             step = cutlass.Int32(0)
             for work in cutlass.range(bidx, total_work, gdim, unroll=1):
@@ -533,11 +538,9 @@ class Nvfp4GroupedGemmSm90(GroupedGemmCall):
                     ring.consumer_wait(read)
                     s = read.index
                     buf = step % OPERAND_BUFFERS
-                    a_op, b_op = (sAq32, sAs, sA16), (sBq32, sBs, sB16)
                     dense_units = self._units(a_op, self.bm) + self._units(b_op, self.bn)
                     if cutlass.const_expr(self.variant in ("a_only", "b_only")):
-                        operand, rows = (a_op, self.bm) if self.variant == "a_only" else (b_op, self.bn)
-                        self._dequant(self._units(operand, rows), s, buf, unit_row, unit_half)
+                        self._dequant(one_operand, s, buf, unit_row, unit_half)
                     elif cutlass.const_expr(self.variant == "no_dequant"):
                         pass
                     elif cutlass.const_expr(self.sparse_rows):

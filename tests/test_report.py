@@ -6,6 +6,7 @@ import json
 import re
 import shutil
 import subprocess
+from dataclasses import replace
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -131,9 +132,11 @@ class Counter(HTMLParser):
         if tag == "tr" and "failure-row" in classes:
             self.rows += 1
             self.categories.append(attrs.get("data-category"))
-        for key in ("src", "href"):
-            if attrs.get(key) and re.match(r"(https?:)?//", attrs[key]):
-                self.external.append(attrs[key])
+        # What a browser fetches: any src, a <link>'s href (an <a>'s href is only followed).
+        fetched = [attrs.get("src")] + ([attrs.get("href")] if tag == "link" else [])
+        for url in fetched:
+            if url and re.match(r"(https?:)?//", url):
+                self.external.append(url)
 
 
 def test_markdown_report_sections_and_escaping() -> None:
@@ -332,6 +335,34 @@ def test_html_report_in_headless_chromium(tmp_path: Path) -> None:
     assert "@octocat &lt;!-- stagebot" in done.stdout  # escaped text, not markup
     lanes = re.findall(r'<text class="lane"[^>]*>([^<]+)</text>', done.stdout)
     assert lanes == ["0", "1", "2", "3"]  # reused / not-run shards hold no slot
+    # Each failure's signature and key lines, as the markdown report gives them.
+    signatures = re.findall(r'<b class="signature">([^<]*)</b>', done.stdout)
+    assert signatures == [
+        "assertion",
+        "ValueError",
+        "runner killed",
+        "flaky: passed on re-run 1 once",
+    ]
+    key_lines = re.findall(
+        r'<details class="key-lines"[^>]*>.*?<pre>(.*?)</pre>', done.stdout, re.S
+    )
+    assert len(key_lines) == 4
+    assert key_lines[0] == "AssertionError: @octocat &lt;!-- stagebot:{} --&gt; broke\n"
+
+
+def test_html_report_links_a_full_log_only_over_http() -> None:
+    """The stage job's URL is a link; a local file or any other scheme is shown as text."""
+    report = fixture_report()
+    links = ["https://github.com/o/r/actions/runs/7/job/9", "results/A-PyTorch-3/pytest.log"]
+    links.append("javascript:alert(1)")
+    failures = list(report.analysis.failures)
+    for i, link in enumerate(links):
+        failures[i] = replace(failures[i], log_link=link)
+    report.analysis = replace(report.analysis, failures=failures)
+    page = render_report(report, "html")
+    assert '<a href="https://github.com/o/r/actions/runs/7/job/9">full log</a>' in page
+    assert "full log: <code>results/A-PyTorch-3/pytest.log</code>" in page
+    assert "full log: <code>javascript:alert(1)</code>" in page and 'href="javascript' not in page
 
 
 EMOJI = re.compile("[\u2600-\u27bf\U0001f300-\U0001faff\ufe0f]")

@@ -516,6 +516,7 @@ class Nvfp4GroupedGemmSm90(GroupedGemmCall):
             unit_half = ct % 2
 
             a_op, b_op = (sAq32, sAs, sA16), (sBq32, sBs, sB16)
+            dense_units = self._units(a_op, self.bm) + self._units(b_op, self.bn)
             # The units of the diagnostic builds that dequantise one operand.
             one_operand = self._units(
                 *((b_op, self.bn) if self.variant == "b_only" else (a_op, self.bm))
@@ -538,7 +539,6 @@ class Nvfp4GroupedGemmSm90(GroupedGemmCall):
                     ring.consumer_wait(read)
                     s = read.index
                     buf = step % OPERAND_BUFFERS
-                    dense_units = self._units(a_op, self.bm) + self._units(b_op, self.bn)
                     if cutlass.const_expr(self.variant in ("a_only", "b_only")):
                         self._dequant(one_operand, s, buf, unit_row, unit_half)
                     elif cutlass.const_expr(self.variant == "no_dequant"):

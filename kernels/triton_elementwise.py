@@ -3,6 +3,10 @@
 - ``swiglu_quantize``: GEMM1's bf16 output (linear and gate interleaved in 64-column groups)
   -> NVFP4(linear * silu(gate)), packed codes and 128x4-swizzled scales, in one launch: the
   elementwise step of the unfused composition the SwiGLU-fused GEMM is benchmarked against.
+- ``nvfp4_operand``: NVFP4 (packed codes, 128x4-swizzled scales) -> fp16 in the order and scale
+  of the CuTe WGMMA kernel's dequantised operands (stagebot.kernels.cute.grouped_gemm): e2m1 *
+  e4m3 * 2^-7, exact, each 8-value group as n0 n4 n1 n5 n2 n6 n3 n7. An operand the GEMM
+  re-reads many times is dequantised once by it and loaded by TMA, not dequantised per tile.
 - ``unpermute``: out[t] = sum over k, in order, of scale[t, k] * permuted[idx[t, k]] in fp32
   (idx -1 skips), bf16 or fp32 rows in, bf16 out, one launch, no atomics: bit-identical run to
   run. The cute backend's deterministic finalize runs it on fp32 rows; after a plain GEMM it is
@@ -32,6 +36,11 @@ SWIGLU_BLOCK_M = 16  # rows per program; divides the 128-row scale tile
 UNPERMUTE_BLOCK_T = 1  # tokens per program
 UNPERMUTE_BLOCK_N = 1024  # columns per program
 UNPERMUTE_WARPS = 2
+OPERAND_BLOCK_R = 8  # rows per program of nvfp4_operand
+OPERAND_BLOCK_K = 256  # values per program (16 scale blocks)
+# Within each 8-value group, output slot j holds value (j // 2) + 4 (j % 2): the pairs (n0, n4),
+# (n1, n5), ... that the kernel's bit placement (ptx.e2m1x8_to_f16x8) produces from one word.
+OPERAND_UNSCALE_EXP = 7  # the operands are value * sf * 2^-7 (grouped_gemm.OPERAND_UNSCALE)
 _GROUP = layouts.SWIGLU_GROUP_SIZE  # 64 output columns = 4 scale blocks = one swizzle column
 
 
@@ -146,6 +155,56 @@ def _swiglu_quantize_kernel(
 
 
 @triton.jit
+def _e4m3_value(byte):
+    """e4m3 bits (sign ignored: scales are positive) -> fp32, exactly."""
+    exp = (byte >> 3) & 15
+    man = byte & 7
+    normal = (((exp + 120) << 23) | (man << 20)).to(tl.float32, bitcast=True)
+    return tl.where(exp == 0, man.to(tl.float32) * 0.001953125, normal)  # subnormal: man * 2^-9
+
+
+@triton.jit
+def _e2m1_value(code):
+    """e2m1 code (sign in bit 3) -> fp32: 0, 0.5, 1, 1.5, 2, 3, 4, 6."""
+    exp = (code >> 1) & 3
+    half = (code & 1).to(tl.float32) * 0.5
+    magnitude = tl.where(exp == 0, half, (1.0 + half) * (1 << exp).to(tl.float32) * 0.5)
+    sign = (code & 8) << 28  # as a bit, so that code 8 is -0.0, as the kernel's bit placement
+    return (magnitude.to(tl.uint32, bitcast=True) | sign).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _nvfp4_operand_kernel(
+    packed_ptr,  # uint8 [rows, k / 2]
+    sf_ptr,  # uint8 [swizzled_sf_size(rows, k / 16)]
+    out_ptr,  # fp16 [rows, k]
+    rows,
+    k,
+    BLOCK_R: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    UNSCALE_EXP: tl.constexpr,
+):
+    r = (tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R))[:, None]
+    slot = (tl.program_id(1) * BLOCK_K + tl.arange(0, BLOCK_K))[None, :]
+    j = slot % 8
+    value = slot - j + j // 2 + 4 * (j % 2)  # the K position this output slot holds
+    valid = (r < rows) & (slot < k)
+    byte = tl.load(packed_ptr + r.to(tl.int64) * (k // 2) + value // 2, mask=valid, other=0)
+    code = (byte.to(tl.uint32) >> (4 * (value % 2))) & 15
+    block = value // 16  # the 128x4 swizzle, as layouts.swizzle_sf lays it out
+    sf_off = (
+        (r // 128).to(tl.int64) * (8 * k)
+        + (block // 4) * 512
+        + (r % 32) * 16
+        + (r % 128) // 32 * 4
+        + block % 4
+    )
+    sf = _e4m3_value(tl.load(sf_ptr + sf_off, mask=valid, other=0).to(tl.uint32))
+    scaled = _e2m1_value(code) * sf * (1.0 / (1 << UNSCALE_EXP))
+    tl.store(out_ptr + r.to(tl.int64) * k + slot, scaled.to(tl.float16), mask=valid)
+
+
+@triton.jit
 def _unpermute_kernel(
     src_ptr,
     idx_ptr,
@@ -235,6 +294,36 @@ def swiglu_quantize(y: torch.Tensor, global_sf: torch.Tensor) -> tuple[torch.Ten
         enable_fp_fusion=False,
     )
     return out, sf
+
+
+def nvfp4_operand(packed: torch.Tensor, sf: torch.Tensor) -> torch.Tensor:
+    """NVFP4 [rows, k / 2] codes and their swizzled scales -> fp16 [rows, k], as the CuTe
+    kernel dequantises an operand (see the module docstring). rows: a multiple of 128 (whole
+    scale tiles, so experts' matrices may be stacked); k: a multiple of 64."""
+    _require(
+        packed.dtype == torch.uint8 and packed.dim() == 2 and packed.is_contiguous(),
+        f"argument `packed` is {packed.dtype} {tuple(packed.shape)}; it must be contiguous "
+        "uint8 [rows, k / 2]",
+    )
+    rows, k = packed.shape[0], 2 * packed.shape[1]
+    _require(
+        rows % 128 == 0 and k % 64 == 0,
+        f"argument `packed` is [{rows}, {k // 2}]; rows must be a multiple of 128 and k of 64",
+    )
+    _require(
+        sf.dtype == torch.uint8 and sf.numel() == layouts.swizzled_sf_size(rows, k // 16),
+        f"argument `sf` has {sf.numel()} {sf.dtype} scales; it must hold "
+        f"{layouts.swizzled_sf_size(rows, k // 16)} uint8 (rows x k / 16, swizzled)",
+    )
+    _require(sf.device == packed.device, "arguments `packed` and `sf` must be on one device")
+    out = torch.empty(rows, k, dtype=torch.float16, device=packed.device)
+    grid = (rows // OPERAND_BLOCK_R, triton.cdiv(k, OPERAND_BLOCK_K))
+    _nvfp4_operand_kernel[grid](
+        packed, sf.reshape(-1), out, rows, k,
+        BLOCK_R=OPERAND_BLOCK_R, BLOCK_K=OPERAND_BLOCK_K, UNSCALE_EXP=OPERAND_UNSCALE_EXP,
+        num_warps=4,
+    )  # fmt: skip
+    return out
 
 
 def unpermute(

@@ -15,6 +15,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from stagebot.kernels import layouts, moe_tables, nvfp4  # noqa: E402
+from stagebot.kernels.errors import KernelArgumentError  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 NO_TRITON = "triton is not installed (`pip install triton==3.6.0` runs these on CPU too)"
@@ -174,3 +175,38 @@ def test_unpermute_with_scales_swapped_between_k_does_not_match():
     got = te.unpermute(permuted, idx, scales[:, [1, 0, 2, 3]])
     want = moe_tables.moe_unpermute(permuted, idx, scales)
     assert not torch.allclose(got.float(), want.float(), rtol=1e-2, atol=1e-2)
+
+
+def _reference_operand(packed: torch.Tensor, sf_swizzled: torch.Tensor) -> torch.Tensor:
+    """fp16 of e2m1 * e4m3 * 2^-7 (exact), each 8-value group as n0 n4 n1 n5 n2 n6 n3 n7."""
+    rows, k = packed.shape[0], 2 * packed.shape[1]
+    sf = layouts.unswizzle_sf(sf_swizzled.cpu(), rows, k // 16)
+    values = nvfp4.block_values(packed.cpu(), sf) * 2.0**-7
+    order = torch.tensor([0, 4, 1, 5, 2, 6, 3, 7])
+    return values.unflatten(-1, (-1, 8))[..., order].flatten(-2).to(torch.float16)
+
+
+@pytest.mark.parametrize("rows, k", [(128, 64), (256, 320), (384, 1024)])
+def test_nvfp4_operand_is_the_kernels_fp16_operand_bit_for_bit(rows, k):
+    """Every e2m1 code (both signs) and e4m3 scale, including subnormal scales and zero."""
+    g = torch.Generator().manual_seed(rows + k)
+    exponents = torch.randint(-14, 10, (rows, 1), generator=g)
+    x = torch.randn(rows, k, generator=g) * torch.exp2(exponents)
+    x[0] = 0.0
+    gs = torch.tensor(448.0 * 6 / x.abs().max().item())
+    packed, sf = nvfp4.quantize(x, gs)
+    assert int(sf.min()) < 8 and int(sf.max()) > 0x70  # subnormal and large scales both occur
+    sf_swizzled = layouts.swizzle_sf(sf)
+    got = te.nvfp4_operand(packed.to(DEVICE), sf_swizzled.to(DEVICE))
+    want = _reference_operand(packed, sf_swizzled)
+    assert got.dtype == torch.float16 and got.shape == (rows, k)
+    assert torch.equal(got.cpu().view(torch.int16), want.view(torch.int16))
+
+
+def test_nvfp4_operand_rejects_what_it_cannot_lay_out():
+    packed = torch.zeros(100, 32, dtype=torch.uint8, device=DEVICE)
+    sf = torch.zeros(layouts.swizzled_sf_size(100, 4), dtype=torch.uint8, device=DEVICE)
+    with pytest.raises(KernelArgumentError, match="rows must be a multiple of 128"):
+        te.nvfp4_operand(packed, sf)
+    with pytest.raises(KernelArgumentError, match="it must hold 512 uint8"):
+        te.nvfp4_operand(packed[:0].new_zeros(128, 32), sf[:10])

@@ -212,3 +212,34 @@ def test_the_deterministic_finalize_needs_triton(on_an_h200, monkeypatch):
     ok, why = on_an_h200.can_implement("grouped_gemm_finalize", **args)
     assert not ok and "triton is not importable" in why and "deterministic=False" in why, why
     assert on_an_h200.can_implement("grouped_gemm_finalize", **dict(args, deterministic=False))[0]
+
+
+def test_an_fp16_operand_is_loaded_as_fp16_and_holds_a_ring_stage():
+    """fp16_operand tactics: the operand's pointer is fp16, its ring stage holds its fp16 tile
+    (no packed bytes, no scales) and it needs no dequantised buffers; the decode kernel and
+    sparse_rows refuse it."""
+    pytest.importorskip("cutlass")
+    import cutlass
+
+    from stagebot.kernels.cute.compile import pointer_dtypes
+    from stagebot.kernels.cute.decode_gemm import Nvfp4DecodeGemmSm90 as D
+    from stagebot.kernels.cute.grouped_gemm import Nvfp4GroupedGemmSm90 as K
+    from stagebot.kernels.cute.tactics import TACTICS, Tactic
+
+    plain = Tactic((128, 256), (1, 1), 4)
+    a16, b16 = (Tactic((128, 256), (1, 1), 4, fp16_operand=x) for x in "ab")
+    assert {a16, b16} <= set(TACTICS)
+    u8, f16 = cutlass.Uint8, cutlass.Float16
+    assert pointer_dtypes("grouped_gemm", plain)[:2] == (u8, u8)
+    assert pointer_dtypes("grouped_gemm", a16)[:2] == (f16, u8)
+    assert pointer_dtypes("grouped_gemm_swiglu", b16)[:2] == (u8, f16)
+    # Per stage: A 128 x 64 fp16 instead of 128 x 32 bytes + 512 B of scales; three fewer
+    # dequantised 128 x 64 fp16 buffers.
+    assert K.smem_bytes(a16) - K.smem_bytes(plain) == 4 * (16384 - 4608) - 3 * 16384
+    assert K.smem_bytes(b16) - K.smem_bytes(plain) == 4 * (32768 - 9216) - 3 * 32768
+    ok, why = K.can_implement(Tactic((128, 256), (1, 1), 4, fp16_operand="c"), 4096, 7168, 128)
+    assert not ok and "fp16_operand is 'c'" in why, why
+    sparse = Tactic((128, 256), (1, 1), 4, sparse_rows=True, fp16_operand="a")
+    assert "not with sparse_rows" in K.can_implement(sparse, 4096, 7168, 128)[1]
+    decode = Tactic((8, 128), (1, 1), 4, swap_ab=True, fp16_operand="b")
+    assert "fp16_operand are WGMMA-kernel knobs" in D.can_implement(decode, 4096, 7168, 128)[1]

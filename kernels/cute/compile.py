@@ -84,13 +84,15 @@ def store_dtype(kernel: str):
     return cutlass.Float32 if DTYPES[kernel][2] == "float32" else cutlass.BFloat16
 
 
-def pointer_dtypes(kernel: str):
-    """cutlass dtypes of the kernel's pointer arguments, in order (see GroupedGemmCall)."""
+def pointer_dtypes(kernel: str, tactic: Tactic):
+    """cutlass dtypes of the kernel's pointer arguments, in order (see GroupedGemmCall): a
+    tactic's fp16 operand comes as fp16 values, the other as packed NVFP4 bytes."""
     import cutlass
 
     c = cutlass.Uint32 if KERNEL_EPILOGUE[kernel] == "swiglu" else store_dtype(kernel)
     i32, f32, u8 = cutlass.Int32, cutlass.Float32, cutlass.Uint8
-    return (u8, u8, i32, i32, f32, i32, i32, i32, c, u8, f32, i32, f32)
+    a, b = (cutlass.Float16 if tactic.fp16_operand == x else u8 for x in "ab")
+    return (a, b, i32, i32, f32, i32, i32, i32, c, u8, f32, i32, f32)
 
 
 def _version(distribution: str) -> str:
@@ -175,7 +177,7 @@ def _compile(key: CompileKey, keep_ptx: bool) -> Any:
     gmem = cute.AddressSpace.gmem
     pointers = [
         make_ptr(dtype, 0, gmem, assumed_align=align)
-        for dtype, align in zip(pointer_dtypes(key.kernel), POINTER_ALIGNS, strict=True)
+        for dtype, align in zip(pointer_dtypes(key.kernel, key.tactic), POINTER_ALIGNS, strict=True)
     ]
     args = (
         *pointers,

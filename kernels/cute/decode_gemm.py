@@ -77,6 +77,7 @@ class Nvfp4DecodeGemmSm90(GroupedGemmCall):
         # weights' dequantisation and the MMAs, "no_tokens" the tokens' dequantisation.
         assert variant in ("", "no_mma", "no_tokens"), variant
         self.variant = variant
+        self.fp16_operand = tactic.fp16_operand  # "" (can_implement): operands come as NVFP4
         self.ctas_per_sm = tactic.ctas_per_sm
         self.epilogue = epilogue
         self.uses_limit = mn_limit or epilogue == "finalize"
@@ -112,8 +113,8 @@ class Nvfp4DecodeGemmSm90(GroupedGemmCall):
             ),
             (tuple(tactic.cluster_mn) == (1, 1), "only cluster 1x1 is implemented"),
             (
-                tactic.wg_split == "m" and not tactic.sparse_rows,
-                "wg_split and sparse_rows are WGMMA-kernel knobs",
+                tactic.wg_split == "m" and not tactic.sparse_rows and not tactic.fp16_operand,
+                "wg_split, sparse_rows and fp16_operand are WGMMA-kernel knobs",
             ),
             (tactic.stages >= 2, f"stages is {tactic.stages}; the pipeline needs at least 2"),
             (

@@ -59,14 +59,16 @@ OPERAND_UNSCALE = 16384.0
 EPILOGUES = ("store", "swiglu", "finalize")
 
 
-def operand_views(a_ptr, b_ptr, a_sf_ptr, b_sf_ptr, m, n, k, num_experts):
-    """Global tensors of the operands: packed A [m, k/2] and B [n, k/2, experts] (uint8), and
-    their scales as int32 words of the 128x4 swizzled chunks: (128 words, k / 64, row chunks)."""
-    kh = k // 2
+def operand_views(a_ptr, b_ptr, a_sf_ptr, b_sf_ptr, m, n, k, num_experts, fp16_operand=""):
+    """Global tensors of the operands: packed A [m, k/2] and B [n, k/2, experts] (uint8), or
+    fp16 [m, k] / [n, k, experts] for the tactic's fp16 operand, and the scales as int32 words
+    of the 128x4 swizzled chunks: (128 words, k / 64, row chunks)."""
+    ka = k if fp16_operand == "a" else k // 2
+    kb = k if fp16_operand == "b" else k // 2
     kt = k // BK
     nt = n // SF_CHUNK_ROWS
-    mA = cute.make_tensor(a_ptr, cute.make_layout((m, kh), stride=(kh, 1)))
-    mB = cute.make_tensor(b_ptr, cute.make_layout((n, kh, num_experts), stride=(kh, 1, n * kh)))
+    mA = cute.make_tensor(a_ptr, cute.make_layout((m, ka), stride=(ka, 1)))
+    mB = cute.make_tensor(b_ptr, cute.make_layout((n, kb, num_experts), stride=(kb, 1, n * kb)))
     mAs = cute.make_tensor(
         a_sf_ptr, cute.make_layout((128, kt, m // SF_CHUNK_ROWS), stride=(1, 128, kt * 128))
     )
@@ -138,7 +140,9 @@ class GroupedGemmCall:
         stream: cuda.CUstream,
     ):
         """Pointers an epilogue does not read may point anywhere (they are never dereferenced)."""
-        operands = operand_views(a_ptr, b_ptr, a_sf_ptr, b_sf_ptr, m, n, k, num_experts)
+        operands = operand_views(
+            a_ptr, b_ptr, a_sf_ptr, b_sf_ptr, m, n, k, num_experts, self.fp16_operand
+        )
         outputs = epilogue_views(
             self.epilogue, c_ptr, c_sf_ptr, global_sf_ptr, limit_ptr, p2e_ptr, router_ptr,
             alpha_ptr, group_ptr, num_tiles_ptr, m, n, num_experts, tile_size,
@@ -174,6 +178,8 @@ class Nvfp4GroupedGemmSm90(GroupedGemmCall):
         self.cluster_mn = tactic.cluster_mn
         self.stages = tactic.stages
         self.wg_split = tactic.wg_split
+        self.fp16_operand = tactic.fp16_operand
+        self.a_fp16, self.b_fp16 = (tactic.fp16_operand == x for x in "ab")
         self.num_mma_warpgroups = 2
         self.num_threads_per_wg = 128
         self.num_mma_threads = self.num_mma_warpgroups * self.num_threads_per_wg
@@ -217,8 +223,9 @@ class Nvfp4GroupedGemmSm90(GroupedGemmCall):
     @staticmethod
     def smem_bytes(tactic: Tactic) -> int:
         bm, bn = tactic.tile_mn
-        staging = (bm + bn) * BK // 2 + (bm + bn) // SF_CHUNK_ROWS * 512
-        operands = (bm + bn) * BK * 2
+        fp16 = {"a": bm, "b": bn}.get(tactic.fp16_operand, 0)  # rows TMA-loaded as fp16
+        staging = (bm + bn - fp16) * (BK // 2 + 512 // SF_CHUNK_ROWS) + fp16 * BK * 2
+        operands = (bm + bn - fp16) * BK * 2
         return tactic.stages * staging + OPERAND_BUFFERS * operands + 2 * 1024
 
     @classmethod
@@ -255,6 +262,12 @@ class Nvfp4GroupedGemmSm90(GroupedGemmCall):
             (cls.is_valid_sparse_rows(tactic), "sparse_rows needs a 128 x 256 tile split along M"),
             (cls.is_valid_wg_split(tactic), "warpgroup split must be 'm' or 'n'"),
             (
+                tactic.fp16_operand in ("", "a", "b")
+                and not (tactic.fp16_operand and tactic.sparse_rows),
+                f"fp16_operand is {tactic.fp16_operand!r}: '', 'a' or 'b', and not with "
+                "sparse_rows",
+            ),
+            (
                 tactic.ctas_per_sm == 1,
                 f"ctas_per_sm is {tactic.ctas_per_sm}; the WGMMA kernel runs one CTA per SM (1)",
             ),
@@ -288,45 +301,50 @@ class Nvfp4GroupedGemmSm90(GroupedGemmCall):
             tiler_mn=(64, self.bn) if self.wg_split == "m" else (64, self.bn // 2),
         )
         tile_mnk = (self.bm, self.bn, BK)
+        # fp16 operand tiles: OPERAND_BUFFERS rotating ones the consumers dequantise into, or,
+        # for the tactic's fp16 operand, one per ring stage, written by TMA.
         self.a16_layout = sm90_utils.make_smem_layout_a(
-            utils.LayoutEnum.ROW_MAJOR, tile_mnk, self.ab_dtype, OPERAND_BUFFERS
+            utils.LayoutEnum.ROW_MAJOR,
+            tile_mnk,
+            self.ab_dtype,
+            self.stages if self.a_fp16 else OPERAND_BUFFERS,
         )
         self.b16_layout = sm90_utils.make_smem_layout_b(
-            utils.LayoutEnum.ROW_MAJOR, tile_mnk, self.ab_dtype, OPERAND_BUFFERS
+            utils.LayoutEnum.ROW_MAJOR,
+            tile_mnk,
+            self.ab_dtype,
+            self.stages if self.b_fp16 else OPERAND_BUFFERS,
         )
-        # Staging ring: plain row-major packed bytes and scale chunks, as TMA writes them.
-        aq_one = cute.make_layout((self.bm, BK // 2), stride=(BK // 2, 1))
-        bq_one = cute.make_layout((self.bn, BK // 2), stride=(BK // 2, 1))
-        as_one = cute.make_layout((128, 1, self.bm // SF_CHUNK_ROWS))
-        bs_one = cute.make_layout((128, 1, self.bn // SF_CHUNK_ROWS))
+        g2s = cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp()
+        a_tma = self._operand_tma(g2s, mA, mAs, self.a16_layout, self.bm, self.a_fp16)
+        b_tma = self._operand_tma(g2s, mB, mBs, self.b16_layout, self.bn, self.b_fp16)
+        self.tx_bytes = self._stage_bytes(self.bm, self.a_fp16) + self._stage_bytes(
+            self.bn, self.b_fp16
+        )
         self.as_words = 128 * (self.bm // SF_CHUNK_ROWS)
         self.bs_words = 128 * (self.bn // SF_CHUNK_ROWS)
-        g2s = cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp()
-        tma_aq, tma_mA = cute.nvgpu.cpasync.make_tiled_tma_atom(g2s, mA, aq_one, (self.bm, BK // 2))
-        tma_bq, tma_mB = cute.nvgpu.cpasync.make_tiled_tma_atom(g2s, mB, bq_one, (self.bn, BK // 2))
-        tma_as, tma_mAs = cute.nvgpu.cpasync.make_tiled_tma_atom(
-            g2s, mAs, as_one, (128, 1, self.bm // SF_CHUNK_ROWS)
-        )
-        tma_bs, tma_mBs = cute.nvgpu.cpasync.make_tiled_tma_atom(
-            g2s, mBs, bs_one, (128, 1, self.bn // SF_CHUNK_ROWS)
-        )
-        self.tx_bytes = (self.bm + self.bn) * BK // 2 + 4 * (self.as_words + self.bs_words)
 
         @cute.struct
         class SharedStorage:
             ring_barriers: cute.struct.MemRange[cutlass.Int64, self.stages * 2]
-            sAq: cute.struct.Align[
-                cute.struct.MemRange[cutlass.Uint8, self.bm * BK // 2 * self.stages], 128
-            ]
-            sBq: cute.struct.Align[
-                cute.struct.MemRange[cutlass.Uint8, self.bn * BK // 2 * self.stages], 128
-            ]
-            sAs: cute.struct.Align[
-                cute.struct.MemRange[cutlass.Int32, self.as_words * self.stages], 128
-            ]
-            sBs: cute.struct.Align[
-                cute.struct.MemRange[cutlass.Int32, self.bs_words * self.stages], 128
-            ]
+            # Staging ring of the dequantised operands: packed bytes and scale chunks, as TMA
+            # writes them.
+            if not self.a_fp16:
+                sAq: cute.struct.Align[
+                    cute.struct.MemRange[cutlass.Uint8, self.bm * BK // 2 * self.stages], 128
+                ]
+            if not self.b_fp16:
+                sBq: cute.struct.Align[
+                    cute.struct.MemRange[cutlass.Uint8, self.bn * BK // 2 * self.stages], 128
+                ]
+            if not self.a_fp16:
+                sAs: cute.struct.Align[
+                    cute.struct.MemRange[cutlass.Int32, self.as_words * self.stages], 128
+                ]
+            if not self.b_fp16:
+                sBs: cute.struct.Align[
+                    cute.struct.MemRange[cutlass.Int32, self.bs_words * self.stages], 128
+                ]
             sA16: cute.struct.Align[
                 cute.struct.MemRange[self.ab_dtype, cute.cosize(self.a16_layout)], 1024
             ]
@@ -337,14 +355,8 @@ class Nvfp4GroupedGemmSm90(GroupedGemmCall):
         self.shared_storage = SharedStorage
 
         self.kernel(
-            tma_aq,
-            tma_mA,
-            tma_bq,
-            tma_mB,
-            tma_as,
-            tma_mAs,
-            tma_bs,
-            tma_mBs,
+            a_tma,
+            b_tma,
             mC,
             epilogue_tensors,
             mAlpha,
@@ -368,14 +380,8 @@ class Nvfp4GroupedGemmSm90(GroupedGemmCall):
     @cute.kernel
     def kernel(
         self,
-        tma_aq: cute.CopyAtom,
-        mA: cute.Tensor,
-        tma_bq: cute.CopyAtom,
-        mB: cute.Tensor,
-        tma_as: cute.CopyAtom,
-        mAs: cute.Tensor,
-        tma_bs: cute.CopyAtom,
-        mBs: cute.Tensor,
+        a_tma: tuple,  # (atom, tensor) of the fp16 operand, or of its packed bytes and scales
+        b_tma: tuple,
         mC: cute.Tensor,
         epilogue_tensors: tuple,  # (mCsf, mGlobalSf, mLimit, mP2e, mRouter)
         mAlpha: cute.Tensor,
@@ -394,7 +400,7 @@ class Nvfp4GroupedGemmSm90(GroupedGemmCall):
         gdim, _, _ = cute.arch.grid_dim()
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         if warp_idx == 0:
-            for atom in (tma_aq, tma_bq, tma_as, tma_bs):
+            for atom in (*a_tma[0::2], *b_tma[0::2]):
                 cute.nvgpu.cpasync.prefetch_descriptor(atom)
 
         smem = cutlass.utils.SmemAllocator()
@@ -412,14 +418,17 @@ class Nvfp4GroupedGemmSm90(GroupedGemmCall):
         )
         pipeline_init_arrive(cluster_shape_mn=(1, 1), is_relaxed=True)
 
-        sAq = storage.sAq.get_tensor(self._staging_layout(self.bm))
-        sBq = storage.sBq.get_tensor(self._staging_layout(self.bn))
-        sAs = storage.sAs.get_tensor(
-            cute.make_layout((128, 1, self.bm // SF_CHUNK_ROWS, self.stages))
-        )
-        sBs = storage.sBs.get_tensor(
-            cute.make_layout((128, 1, self.bn // SF_CHUNK_ROWS, self.stages))
-        )
+        sAq = sAs = sBq = sBs = None
+        if cutlass.const_expr(not self.a_fp16):
+            sAq = storage.sAq.get_tensor(self._staging_layout(self.bm))
+            sAs = storage.sAs.get_tensor(
+                cute.make_layout((128, 1, self.bm // SF_CHUNK_ROWS, self.stages))
+            )
+        if cutlass.const_expr(not self.b_fp16):
+            sBq = storage.sBq.get_tensor(self._staging_layout(self.bn))
+            sBs = storage.sBs.get_tensor(
+                cute.make_layout((128, 1, self.bn // SF_CHUNK_ROWS, self.stages))
+            )
         sA16 = storage.sA16.get_tensor(a16_layout.outer, swizzle=a16_layout.inner)
         sB16 = storage.sB16.get_tensor(b16_layout.outer, swizzle=b16_layout.inner)
         sStage = None
@@ -432,26 +441,10 @@ class Nvfp4GroupedGemmSm90(GroupedGemmCall):
                 cute.make_layout((epilogues.STAGED_ROWS, self.bn), stride=(stage_pitch, 1)),
             )
 
-        # Global tiles: (tile, tile, rest...) and their TMA partitions.
-        gAq = cute.local_tile(mA, (self.bm, BK // 2), (None, None))  # (bm, 32, mt, kt)
-        gBq = cute.local_tile(mB, (self.bn, BK // 2), (None, None, None))  # (bn,32,nt,kt,l)
-        gAs = cute.local_tile(mAs, (128, 1, self.bm // SF_CHUNK_ROWS), (None, None, None))
-        gBs = cute.local_tile(mBs, (128, 1, self.bn // SF_CHUNK_ROWS), (None, None, None, None))
-        one = cute.make_layout(1)
-        tAsAq, tAgAq = cute.nvgpu.cpasync.tma_partition(
-            tma_aq, 0, one, cute.group_modes(sAq, 0, 2), cute.group_modes(gAq, 0, 2)
-        )
-        tBsBq, tBgBq = cute.nvgpu.cpasync.tma_partition(
-            tma_bq, 0, one, cute.group_modes(sBq, 0, 2), cute.group_modes(gBq, 0, 2)
-        )
-        tAsAs, tAgAs = cute.nvgpu.cpasync.tma_partition(
-            tma_as, 0, one, cute.group_modes(sAs, 0, 3), cute.group_modes(gAs, 0, 3)
-        )
-        tBsBs, tBgBs = cute.nvgpu.cpasync.tma_partition(
-            tma_bs, 0, one, cute.group_modes(sBs, 0, 3), cute.group_modes(gBs, 0, 3)
-        )
-
-        k_tiles = cute.size(gAq, mode=[3])
+        # Each operand's TMA copies: (atom, global partition, smem partition, holds scales).
+        a_loads = self._operand_loads(a_tma, sA16, sAq, sAs, self.bm, self.a_fp16, False)
+        b_loads = self._operand_loads(b_tma, sB16, sBq, sBs, self.bn, self.b_fp16, True)
+        k_tiles = cute.size(a_loads[0][1], mode=[2])
         m_per_table_tile = tile_size // self.bm
         n_tiles = n // self.bn
         num_m_tiles = mNumTiles[0] * m_per_table_tile
@@ -471,22 +464,12 @@ class Nvfp4GroupedGemmSm90(GroupedGemmCall):
                     ring.producer_acquire(state)
                     bar = ring.producer_get_barrier(state)
                     s = state.index
-                    cute.copy(tma_aq, tAgAq[(None, m_tile, kk)], tAsAq[(None, s)], tma_bar_ptr=bar)
-                    cute.copy(
-                        tma_bq, tBgBq[(None, n_tile, kk, expert)], tBsBq[(None, s)], tma_bar_ptr=bar
-                    )
-                    cute.copy(
-                        tma_as,
-                        tAgAs[(None, 0, kk, m_tile)],
-                        tAsAs[(None, s)],
-                        tma_bar_ptr=bar,
-                    )
-                    cute.copy(
-                        tma_bs,
-                        tBgBs[(None, 0, kk, n_tile, expert)],
-                        tBsBs[(None, s)],
-                        tma_bar_ptr=bar,
-                    )
+                    for atom, gX, sX, scales in a_loads:
+                        src = self._tma_source(gX, scales, (m_tile, kk))
+                        cute.copy(atom, src, sX[(None, s)], tma_bar_ptr=bar)
+                    for atom, gX, sX, scales in b_loads:
+                        src = self._tma_source(gX, scales, (n_tile, kk, expert))
+                        cute.copy(atom, src, sX[(None, s)], tma_bar_ptr=bar)
                     ring.producer_commit(state)
                     state.advance()
             ring.producer_tail(state)
@@ -510,18 +493,16 @@ class Nvfp4GroupedGemmSm90(GroupedGemmCall):
             mma_barrier = pipeline.NamedBarrier(barrier_id=1, num_threads=self.num_mma_threads)
             # 32-bit views of the staging ring (8 words = 64 fp4 values per row) and the thread's
             # fixed (row, 16-byte half) unit: row ct // 2 (+128 per extra unit), half ct % 2.
-            sAq32 = cute.recast_tensor(sAq, cutlass.Uint32)
-            sBq32 = cute.recast_tensor(sBq, cutlass.Uint32)
             unit_row = ct // 2
             unit_half = ct % 2
-
-            a_op, b_op = (sAq32, sAs, sA16), (sBq32, sBs, sB16)
-            dense_units = self._units(a_op, self.bm) + self._units(b_op, self.bn)
-            # The units of the diagnostic builds that dequantise one operand.
-            one_operand = self._units(
-                *((b_op, self.bn) if self.variant == "b_only" else (a_op, self.bm))
-            )
+            a_op = b_op = None
+            if cutlass.const_expr(not self.a_fp16):
+                a_op = (cute.recast_tensor(sAq, cutlass.Uint32), sAs, sA16)
+            if cutlass.const_expr(not self.b_fp16):
+                b_op = (cute.recast_tensor(sBq, cutlass.Uint32), sBs, sB16)
+            dense_units = self._dense_units(a_op, b_op)
             read = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.stages)
+            done = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.stages)
             step = cutlass.Int32(0)
             for work in cutlass.range(bidx, total_work, gdim, unroll=1):
                 m_tile = work % num_m_tiles
@@ -535,46 +516,67 @@ class Nvfp4GroupedGemmSm90(GroupedGemmCall):
                 sparse = row0 + 64 >= limit
                 acc.fill(0.0)
                 tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)
-                for _kk in cutlass.range(k_tiles, unroll=1):
-                    ring.consumer_wait(read)
-                    s = read.index
-                    buf = step % OPERAND_BUFFERS
-                    if cutlass.const_expr(self.variant in ("a_only", "b_only")):
-                        self._dequant(one_operand, s, buf, unit_row, unit_half)
-                    elif cutlass.const_expr(self.variant == "no_dequant"):
-                        pass
-                    elif cutlass.const_expr(self.sparse_rows):
-                        if sparse:
-                            # Rows 64..127 of A are padding. Warpgroup 0 (unit rows 0..63)
-                            # dequantises A and B rows 0..63; warpgroup 1 (unit rows 64..127)
-                            # takes B rows 64..255.
-                            if wg == 0:
-                                units = [(a_op, 0), (b_op, 0)]
-                                self._dequant(units, s, buf, unit_row, unit_half)
+                if cutlass.const_expr(self.fp16_operand != ""):
+                    # WGMMA reads the fp16 operand from its ring stage, so a stage is released
+                    # once its WGMMAs are done: after the wait_group(1) of the next step, or
+                    # the wait_group(0) of the tile's end.
+                    self._k_step_held(
+                        ring, read, step, dense_units, unit_row, unit_half, mma_barrier,
+                        tiled_mma, acc, tCrA, tCrB, num_k_blocks,
+                    )  # fmt: skip
+                    read.advance()
+                    step += 1
+                    for _kk in cutlass.range(1, k_tiles, unroll=1):
+                        self._k_step_held(
+                            ring, read, step, dense_units, unit_row, unit_half, mma_barrier,
+                            tiled_mma, acc, tCrA, tCrB, num_k_blocks,
+                        )  # fmt: skip
+                        read.advance()
+                        step += 1
+                        ring.consumer_release(done)
+                        done.advance()
+                    cute.nvgpu.warpgroup.wait_group(0)
+                    ring.consumer_release(done)
+                    done.advance()
+                else:
+                    for _kk in cutlass.range(k_tiles, unroll=1):
+                        ring.consumer_wait(read)
+                        s = read.index
+                        buf = step % OPERAND_BUFFERS
+                        if cutlass.const_expr(self.variant == "no_dequant"):
+                            pass
+                        elif cutlass.const_expr(self.sparse_rows):
+                            if sparse:
+                                # Rows 64..127 of A are padding. Warpgroup 0 (unit rows 0..63)
+                                # dequantises A and B rows 0..63; warpgroup 1 (unit rows 64..127)
+                                # takes B rows 64..255.
+                                if wg == 0:
+                                    units = [(a_op, 0), (b_op, 0)]
+                                    self._dequant(units, s, buf, unit_row, unit_half)
+                                else:
+                                    units = [(b_op, 0), (b_op, 64), (b_op, 128)]
+                                    self._dequant(units, s, buf, unit_row, unit_half)
                             else:
-                                units = [(b_op, 0), (b_op, 64), (b_op, 128)]
-                                self._dequant(units, s, buf, unit_row, unit_half)
+                                self._dequant(dense_units, s, buf, unit_row, unit_half)
                         else:
                             self._dequant(dense_units, s, buf, unit_row, unit_half)
-                    else:
-                        self._dequant(dense_units, s, buf, unit_row, unit_half)
-                    cute.arch.fence_proxy(
-                        cute.arch.ProxyKind.async_shared, space=cute.arch.SharedSpace.shared_cta
-                    )
-                    mma_barrier.arrive_and_wait()
-                    ring.consumer_release(read)
-                    read.advance()
-                    cute.nvgpu.warpgroup.fence()
-                    k_blocks = num_k_blocks if self.variant != "no_mma" else 0
-                    if cutlass.const_expr(self.sparse_rows):
-                        if wg == 0 or not sparse:
-                            self._mma(tiled_mma, acc, tCrA, tCrB, buf, k_blocks)
-                    else:
-                        self._mma(tiled_mma, acc, tCrA, tCrB, buf, k_blocks)
-                    cute.nvgpu.warpgroup.commit_group()
-                    cute.nvgpu.warpgroup.wait_group(1)
-                    step += 1
-                cute.nvgpu.warpgroup.wait_group(0)
+                        cute.arch.fence_proxy(
+                            cute.arch.ProxyKind.async_shared, space=cute.arch.SharedSpace.shared_cta
+                        )
+                        mma_barrier.arrive_and_wait()
+                        ring.consumer_release(read)
+                        read.advance()
+                        cute.nvgpu.warpgroup.fence()
+                        k_blocks = num_k_blocks if self.variant != "no_mma" else 0
+                        if cutlass.const_expr(self.sparse_rows):
+                            if wg == 0 or not sparse:
+                                self._mma(tiled_mma, acc, tCrA, tCrB, buf, buf, k_blocks)
+                        else:
+                            self._mma(tiled_mma, acc, tCrA, tCrB, buf, buf, k_blocks)
+                        cute.nvgpu.warpgroup.commit_group()
+                        cute.nvgpu.warpgroup.wait_group(1)
+                        step += 1
+                    cute.nvgpu.warpgroup.wait_group(0)
                 scale = mAlpha[expert] * OPERAND_UNSCALE
                 if cutlass.const_expr(self.epilogue == "store"):
                     gC = cute.local_tile(mC, (self.bm, self.bn), (m_tile, n_tile))
@@ -610,16 +612,104 @@ class Nvfp4GroupedGemmSm90(GroupedGemmCall):
                         top_k,
                     )
 
+    @staticmethod
+    def _operand_tma(g2s, mX, mXs, x16_layout, rows, fp16):
+        """(atom, tensor) TMA pairs of one operand: its fp16 tile straight into the WGMMA
+        layout, or its packed bytes (row-major) and its rows' scale chunks."""
+        if fp16:
+            return cute.nvgpu.cpasync.make_tiled_tma_atom(
+                g2s, mX, cute.slice_(x16_layout, (None, None, 0)), (rows, BK)
+            )
+        packed = cute.make_layout((rows, BK // 2), stride=(BK // 2, 1))
+        chunks = cute.make_layout((128, 1, rows // SF_CHUNK_ROWS))
+        return (
+            *cute.nvgpu.cpasync.make_tiled_tma_atom(g2s, mX, packed, (rows, BK // 2)),
+            *cute.nvgpu.cpasync.make_tiled_tma_atom(g2s, mXs, chunks, (128, 1, rows // 128)),
+        )
+
+    @staticmethod
+    def _operand_loads(x_tma, sX16, sXq, sXs, rows, fp16, batched):
+        """One operand's TMA copies as (atom, global tiles partitioned, smem stages partitioned,
+        whether they are scale chunks); global tiles are (.., tile, k step[, expert])."""
+        rest = (None, None, None) if batched else (None, None)
+        one = cute.make_layout(1)
+        if fp16:
+            atom, mX16 = x_tma
+            gX = cute.local_tile(mX16, (rows, BK), rest)
+            sX_part, gX_part = cute.nvgpu.cpasync.tma_partition(
+                atom, 0, one, cute.group_modes(sX16, 0, 2), cute.group_modes(gX, 0, 2)
+            )
+            return [(atom, gX_part, sX_part, False)]
+        atom_q, mXq, atom_s, mXs = x_tma
+        gXq = cute.local_tile(mXq, (rows, BK // 2), rest)
+        gXs = cute.local_tile(mXs, (128, 1, rows // SF_CHUNK_ROWS), (None, *rest))
+        sq_part, gq_part = cute.nvgpu.cpasync.tma_partition(
+            atom_q, 0, one, cute.group_modes(sXq, 0, 2), cute.group_modes(gXq, 0, 2)
+        )
+        ss_part, gs_part = cute.nvgpu.cpasync.tma_partition(
+            atom_s, 0, one, cute.group_modes(sXs, 0, 3), cute.group_modes(gXs, 0, 3)
+        )
+        return [(atom_q, gq_part, sq_part, False), (atom_s, gs_part, ss_part, True)]
+
+    @staticmethod
+    def _stage_bytes(rows, fp16):
+        """Bytes one operand's TMA writes per ring stage."""
+        return rows * BK * 2 if fp16 else rows * BK // 2 + 4 * 128 * (rows // SF_CHUNK_ROWS)
+
     # ----------------------------------------------------------------------------------------
     def _staging_layout(self, rows: int):
         """(rows, 32 packed bytes, stages), row-major per stage, as TMA writes it."""
         return cute.make_layout((rows, BK // 2, self.stages), stride=(BK // 2, 1, rows * BK // 2))
 
     @staticmethod
-    def _mma(tiled_mma, acc, tCrA, tCrB, buf, k_blocks):
-        """The WGMMAs of one K step on operand buffer ``buf`` (issued, not awaited)."""
+    def _mma(tiled_mma, acc, tCrA, tCrB, a_buf, b_buf, k_blocks):
+        """The WGMMAs of one K step on A's buffer ``a_buf`` and B's ``b_buf`` (operand buffers,
+        or ring stages for an fp16 operand; issued, not awaited)."""
         for kb in range(k_blocks):  # unrolled at trace time
-            cute.gemm(tiled_mma, acc, tCrA[(None, None, kb, buf)], tCrB[(None, None, kb, buf)], acc)
+            a, b = tCrA[(None, None, kb, a_buf)], tCrB[(None, None, kb, b_buf)]
+            cute.gemm(tiled_mma, acc, a, b, acc)
+
+    def _k_step_held(
+        self, ring, read, step, units, unit_row, unit_half, mma_barrier, tiled_mma, acc, tCrA,
+        tCrB, num_k_blocks,
+    ):  # fmt: skip
+        """One K step with the fp16 operand in ring stage ``read``: the NVFP4 operand into
+        operand buffer step % OPERAND_BUFFERS, then the WGMMAs of both; the stage stays held
+        (the caller releases it once these WGMMAs are done)."""
+        ring.consumer_wait(read)
+        s = read.index
+        buf = step % OPERAND_BUFFERS
+        if cutlass.const_expr(self.variant != "no_dequant"):
+            self._dequant(units, s, buf, unit_row, unit_half)
+        cute.arch.fence_proxy(
+            cute.arch.ProxyKind.async_shared, space=cute.arch.SharedSpace.shared_cta
+        )
+        mma_barrier.arrive_and_wait()
+        cute.nvgpu.warpgroup.fence()
+        k_blocks = num_k_blocks if self.variant != "no_mma" else 0
+        a_buf = s if self.a_fp16 else buf
+        b_buf = s if self.b_fp16 else buf
+        self._mma(tiled_mma, acc, tCrA, tCrB, a_buf, b_buf, k_blocks)
+        cute.nvgpu.warpgroup.commit_group()
+        cute.nvgpu.warpgroup.wait_group(1)
+
+    @staticmethod
+    def _tma_source(gX, scales, coord):
+        """The global tile of ``coord`` = (tile, k step[, expert]): scale chunks are indexed
+        (words, 1, k step, tile[, expert])."""
+        if scales:
+            return gX[(None, 0, coord[1], coord[0], *coord[2:])]
+        return gX[(None, *coord)]
+
+    def _dense_units(self, a_op, b_op):
+        """The units the consumers dequantise per K step: the NVFP4 operands' (an fp16 operand's
+        op is None), or one operand's in the diagnostic builds a_only / b_only."""
+        units = []
+        if a_op is not None and self.variant != "b_only":
+            units += self._units(a_op, self.bm)
+        if b_op is not None and self.variant != "a_only":
+            units += self._units(b_op, self.bn)
+        return units
 
     def _units(self, operand, rows):
         """The (operand, row offset) units a thread dequantises to cover ``rows`` rows densely."""

@@ -114,6 +114,10 @@ def _run(
         variant=variant,
     )
     compiled = compile_kernel(key)
+    if tactic.fp16_operand == "a":
+        a = _fp16_operand(a, a_sf)
+    if tactic.fp16_operand == "b":
+        b = _fp16_operand(b.reshape(experts * n, half_k), b_sf).reshape(experts, n, 2 * half_k)
     names = ("limit", "c", "c_sf", "global_sf", "p2e", "router")
     epilogue = [epilogue_tensors.get(name, a) for name in names]
     small = [t.contiguous() for t in (alpha, group, num_tiles)]
@@ -122,11 +126,20 @@ def _run(
     ]
     pointers = [
         make_ptr(dtype, t.data_ptr(), cute.AddressSpace.gmem, assumed_align=align)
-        for t, dtype, align in zip(tensors, pointer_dtypes(kernel), POINTER_ALIGNS, strict=True)
+        for t, dtype, align in zip(
+            tensors, pointer_dtypes(kernel, tactic), POINTER_ALIGNS, strict=True
+        )
     ]
     grid = grid_ctas(tactic, m, n, tile_size, _sm_count(a.device.index or 0))
     stream = cuda.CUstream(torch.cuda.current_stream(a.device).cuda_stream)
     compiled(*pointers, cutlass.Int32(m), cutlass.Int32(grid), stream)
+
+
+def _fp16_operand(packed: torch.Tensor, sf: torch.Tensor) -> torch.Tensor:
+    """The operand the kernel loads as fp16 (its scales are then not read)."""
+    from stagebot.kernels.triton_elementwise import nvfp4_operand
+
+    return nvfp4_operand(packed, sf.reshape(-1))
 
 
 def grouped_gemm_outputs(

@@ -32,6 +32,11 @@ class Tactic:
     # warps alone leave its dequantisation latency-bound; two CTAs of half the stages took 13-21%
     # less time on the H200 (NOTES.md, fifth session). The WGMMA kernel takes 1.
     ctas_per_sm: int = 1
+    # WGMMA kernel: "a" or "b" is dequantised once per call into fp16 (triton nvfp4_operand)
+    # and loaded by TMA straight into WGMMA's layout; only the other operand is dequantised per
+    # tile. Worth it where the operand is re-read by many tiles (tokens at T8192: n / 256
+    # tiles; weights at S1: rows / 128 tiles).
+    fp16_operand: str = ""
 
     def __str__(self) -> str:
         (tm, tn), (cm, cn) = self.tile_mn, self.cluster_mn
@@ -39,7 +44,10 @@ class Tactic:
         sparse = "_sparse" if self.sparse_rows else ""
         swap = "_swapab" if self.swap_ab else ""
         per_sm = f"_{self.ctas_per_sm}ctas" if self.ctas_per_sm != 1 else ""
-        return f"tile{tm}x{tn}_cluster{cm}x{cn}_stages{self.stages}{split}{sparse}{swap}{per_sm}"
+        fp16 = f"_{self.fp16_operand}16" if self.fp16_operand else ""
+        return (
+            f"tile{tm}x{tn}_cluster{cm}x{cn}_stages{self.stages}{split}{sparse}{swap}{per_sm}{fp16}"
+        )
 
 
 def effective(tactic: Tactic, reads_limit: bool) -> Tactic:
@@ -52,6 +60,8 @@ TACTICS: tuple[Tactic, ...] = (
     Tactic((128, 256), (1, 1), 4),  # fastest measured (NOTES.md); needs n % 256 == 0
     Tactic((128, 128), (1, 1), 4),  # the fallback for n % 256 == 128
     Tactic((128, 128), (1, 1), 6),
+    Tactic((128, 256), (1, 1), 4, fp16_operand="a"),  # large M: tokens dequantised once
+    Tactic((128, 256), (1, 1), 4, fp16_operand="b"),  # many rows per expert: weights once
     Tactic((128, 256), (1, 1), 4, sparse_rows=True),  # decode: one expert's few rows per tile
     Tactic((8, 128), (1, 1), 4, swap_ab=True, ctas_per_sm=2),  # decode: <= 8 tokens per expert
     Tactic((32, 128), (1, 1), 2, swap_ab=True, ctas_per_sm=2),  # decode: <= 32 tokens per expert

@@ -37,10 +37,10 @@ UNPERMUTE_BLOCK_T = 1  # tokens per program
 UNPERMUTE_BLOCK_N = 1024  # columns per program
 UNPERMUTE_WARPS = 2
 OPERAND_BLOCK_R = 8  # rows per program of nvfp4_operand
-OPERAND_BLOCK_K = 256  # values per program (16 scale blocks)
+OPERAND_BLOCK_W = 64  # 8-value groups per program (512 values)
 # Within each 8-value group, output slot j holds value (j // 2) + 4 (j % 2): the pairs (n0, n4),
 # (n1, n5), ... that the kernel's bit placement (ptx.e2m1x8_to_f16x8) produces from one word.
-OPERAND_UNSCALE_EXP = 7  # the operands are value * sf * 2^-7 (grouped_gemm.OPERAND_UNSCALE)
+OPERAND_SCALE_EXP = 7  # the bits hold value * 2^-14; the operands are value * sf * 2^-7
 _GROUP = layouts.SWIGLU_GROUP_SIZE  # 64 output columns = 4 scale blocks = one swizzle column
 
 
@@ -164,34 +164,31 @@ def _e4m3_value(byte):
 
 
 @triton.jit
-def _e2m1_value(code):
-    """e2m1 code (sign in bit 3) -> fp32: 0, 0.5, 1, 1.5, 2, 3, 4, 6."""
-    exp = (code >> 1) & 3
-    half = (code & 1).to(tl.float32) * 0.5
-    magnitude = tl.where(exp == 0, half, (1.0 + half) * (1 << exp).to(tl.float32) * 0.5)
-    sign = (code & 8) << 28  # as a bit, so that code 8 is -0.0, as the kernel's bit placement
-    return (magnitude.to(tl.uint32, bitcast=True) | sign).to(tl.float32, bitcast=True)
+def _operand_half(code, scale):
+    """One e2m1 code (sign in bit 3) times ``scale`` -> fp16 bits in a uint32. The code's bits
+    placed at fp16 bits 9..11 and 15 make the value * 2^-14 exactly (code 8 is -0.0), as the
+    kernel's bit placement does; the product has at most 6 significant bits, so it is exact."""
+    bits = ((code & 7) << 9) | ((code & 8) << 12)
+    value = bits.to(tl.uint16).to(tl.float16, bitcast=True).to(tl.float32) * scale
+    return value.to(tl.float16).to(tl.uint16, bitcast=True).to(tl.uint32)
 
 
 @triton.jit
 def _nvfp4_operand_kernel(
-    packed_ptr,  # uint8 [rows, k / 2]
+    words_ptr,  # uint32 [rows, k / 8]: one 8-value group per word, value i in nibble i
     sf_ptr,  # uint8 [swizzled_sf_size(rows, k / 16)]
-    out_ptr,  # fp16 [rows, k]
+    out_ptr,  # uint32 [rows, k / 2]: two fp16 per word
     rows,
     k,
     BLOCK_R: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-    UNSCALE_EXP: tl.constexpr,
+    BLOCK_W: tl.constexpr,
+    SCALE_EXP: tl.constexpr,
 ):
     r = (tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R))[:, None]
-    slot = (tl.program_id(1) * BLOCK_K + tl.arange(0, BLOCK_K))[None, :]
-    j = slot % 8
-    value = slot - j + j // 2 + 4 * (j % 2)  # the K position this output slot holds
-    valid = (r < rows) & (slot < k)
-    byte = tl.load(packed_ptr + r.to(tl.int64) * (k // 2) + value // 2, mask=valid, other=0)
-    code = (byte.to(tl.uint32) >> (4 * (value % 2))) & 15
-    block = value // 16  # the 128x4 swizzle, as layouts.swizzle_sf lays it out
+    w = (tl.program_id(1) * BLOCK_W + tl.arange(0, BLOCK_W))[None, :]
+    valid = (r < rows) & (w < k // 8)
+    words = tl.load(words_ptr + r.to(tl.int64) * (k // 8) + w, mask=valid, other=0)
+    block = w // 2  # the 128x4 swizzle, as layouts.swizzle_sf lays it out
     sf_off = (
         (r // 128).to(tl.int64) * (8 * k)
         + (block // 4) * 512
@@ -200,8 +197,17 @@ def _nvfp4_operand_kernel(
         + block % 4
     )
     sf = _e4m3_value(tl.load(sf_ptr + sf_off, mask=valid, other=0).to(tl.uint32))
-    scaled = _e2m1_value(code) * sf * (1.0 / (1 << UNSCALE_EXP))
-    tl.store(out_ptr + r.to(tl.int64) * k + slot, scaled.to(tl.float16), mask=valid)
+    scale = sf * (1 << SCALE_EXP)  # value * 2^-14 * sf * 2^7 = value * sf * 2^-7
+    # Output word p of a group holds values p (low half) and p + 4 (high half).
+    pairs = [
+        _operand_half((words >> (4 * p)) & 15, scale)
+        | (_operand_half((words >> (4 * p + 16)) & 15, scale) << 16)
+        for p in range(4)
+    ]
+    out = tl.interleave(tl.interleave(pairs[0], pairs[2]), tl.interleave(pairs[1], pairs[3]))
+    slot = (tl.program_id(1) * 4 * BLOCK_W + tl.arange(0, 4 * BLOCK_W))[None, :]
+    out_valid = (r < rows) & (slot < k // 2)
+    tl.store(out_ptr + r.to(tl.int64) * (k // 2) + slot, out, mask=out_valid)
 
 
 @triton.jit
@@ -317,10 +323,10 @@ def nvfp4_operand(packed: torch.Tensor, sf: torch.Tensor) -> torch.Tensor:
     )
     _require(sf.device == packed.device, "arguments `packed` and `sf` must be on one device")
     out = torch.empty(rows, k, dtype=torch.float16, device=packed.device)
-    grid = (rows // OPERAND_BLOCK_R, triton.cdiv(k, OPERAND_BLOCK_K))
+    grid = (rows // OPERAND_BLOCK_R, triton.cdiv(k // 8, OPERAND_BLOCK_W))
     _nvfp4_operand_kernel[grid](
-        packed, sf.reshape(-1), out, rows, k,
-        BLOCK_R=OPERAND_BLOCK_R, BLOCK_K=OPERAND_BLOCK_K, UNSCALE_EXP=OPERAND_UNSCALE_EXP,
+        packed.view(torch.int32), sf.reshape(-1), out.view(torch.int32), rows, k,
+        BLOCK_R=OPERAND_BLOCK_R, BLOCK_W=OPERAND_BLOCK_W, SCALE_EXP=OPERAND_SCALE_EXP,
         num_warps=4,
     )  # fmt: skip
     return out

@@ -243,3 +243,24 @@ def test_an_fp16_operand_is_loaded_as_fp16_and_holds_a_ring_stage():
     assert "not with sparse_rows" in K.can_implement(sparse, 4096, 7168, 128)[1]
     decode = Tactic((8, 128), (1, 1), 4, swap_ab=True, fp16_operand="b")
     assert "fp16_operand are WGMMA-kernel knobs" in D.can_implement(decode, 4096, 7168, 128)[1]
+
+
+def test_fp16_operand_tactics_need_triton(on_an_h200, monkeypatch):
+    """Their operand is made by triton_elementwise.nvfp4_operand: without Triton only the
+    other tactics fit, and a pinned fp16 tactic is refused with the reason."""
+    from stagebot.kernels.cute import autotune
+    from stagebot.kernels.cute.tactics import TACTICS
+
+    real = on_an_h200.importlib.util.find_spec
+    monkeypatch.setattr(
+        on_an_h200.importlib.util,
+        "find_spec",
+        lambda name: None if name == "triton" else real(name),
+    )
+    fits = on_an_h200._operand_fit(_gemm_args())
+    tactics, _ = on_an_h200._fitting("grouped_gemm", TACTICS, fits)
+    assert tactics and not any(t.fp16_operand for t in tactics), tactics
+    a16 = next(t for t in TACTICS if t.fp16_operand == "a")
+    with autotune.fixed_tactic(a16):
+        tactics, why = on_an_h200._fitting("grouped_gemm", TACTICS, fits)
+    assert not tactics and "triton is not importable" in why and str(a16) in why, why

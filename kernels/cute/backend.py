@@ -60,6 +60,9 @@ def _fitting(kernel: str, tactics: tuple[Tactic, ...], fits: Callable) -> tuple[
     chosen, refusals = [], []
     for tactic in (pinned,) if pinned else tactics:
         ok, why = fits(tactic, kernel)
+        if ok and tactic.fp16_operand:
+            why = _missing_module("triton", f"tactic {tactic} makes its fp16 operand with Triton")
+            ok = not why
         if ok:
             chosen.append(tactic)
         else:

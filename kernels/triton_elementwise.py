@@ -174,6 +174,13 @@ def _operand_half(code, scale):
 
 
 @triton.jit
+def _operand_pair(words, p: tl.constexpr, scale):
+    """Output word ``p`` of each 8-value group: values p (low half) and p + 4 (high half)."""
+    low = _operand_half((words >> (4 * p)) & 15, scale)
+    return low | (_operand_half((words >> (4 * p + 16)) & 15, scale) << 16)
+
+
+@triton.jit
 def _nvfp4_operand_kernel(
     words_ptr,  # uint32 [rows, k / 8]: one 8-value group per word, value i in nibble i
     sf_ptr,  # uint8 [swizzled_sf_size(rows, k / 16)]
@@ -198,13 +205,9 @@ def _nvfp4_operand_kernel(
     )
     sf = _e4m3_value(tl.load(sf_ptr + sf_off, mask=valid, other=0).to(tl.uint32))
     scale = sf * (1 << SCALE_EXP)  # value * 2^-14 * sf * 2^7 = value * sf * 2^-7
-    # Output word p of a group holds values p (low half) and p + 4 (high half).
-    pairs = [
-        _operand_half((words >> (4 * p)) & 15, scale)
-        | (_operand_half((words >> (4 * p + 16)) & 15, scale) << 16)
-        for p in range(4)
-    ]
-    out = tl.interleave(tl.interleave(pairs[0], pairs[2]), tl.interleave(pairs[1], pairs[3]))
+    p0, p1 = _operand_pair(words, 0, scale), _operand_pair(words, 1, scale)
+    p2, p3 = _operand_pair(words, 2, scale), _operand_pair(words, 3, scale)
+    out = tl.interleave(tl.interleave(p0, p2), tl.interleave(p1, p3))  # p0 p1 p2 p3 per group
     slot = (tl.program_id(1) * 4 * BLOCK_W + tl.arange(0, 4 * BLOCK_W))[None, :]
     out_valid = (r < rows) & (slot < k // 2)
     tl.store(out_ptr + r.to(tl.int64) * (k // 2) + slot, out, mask=out_valid)

@@ -82,14 +82,36 @@ def test_no_measuring_while_a_cuda_graph_is_captured():
     assert chosen == TACTICS[0] and ran == [] and "k" not in autotune.measurements
 
 
-def test_a_failed_measurement_keeps_the_first_candidate_and_is_recorded():
+def test_when_every_measurement_fails_the_first_candidate_runs_uncached():
     def broken_timer(run):
         raise RuntimeError("capture failed")
 
     with autotune.tuning():
         chosen = autotune.choose("k", TACTICS[:2], lambda t: None, broken_timer, _not_capturing)
-    assert chosen == TACTICS[0] and autotune.failures == {"k": "RuntimeError: capture failed"}
-    assert "k" not in autotune.measurements
+    want = "; ".join(f"{t}: RuntimeError: capture failed" for t in TACTICS[:2])
+    assert chosen == TACTICS[0] and autotune.failures == {"k": want}
+    assert "k" not in autotune.measurements and "k" not in autotune._choices
+
+
+def test_a_tactic_that_fails_is_left_out_and_the_others_still_compete():
+    """A compile error in the fastest-listed tactic must not hand the key to the first one."""
+    times = {TACTICS[0]: 5.0, TACTICS[2]: 2.0}
+
+    def timer(run):
+        run()
+        return times[ran[-1]]
+
+    def trial(tactic):
+        ran.append(tactic)
+        if tactic == TACTICS[1]:
+            raise ValueError("does not compile")
+
+    ran: list = []
+    with autotune.tuning():
+        chosen = autotune.choose("k", TACTICS[:3], trial, timer, _not_capturing)
+    assert chosen == TACTICS[2] and autotune._choices["k"] == TACTICS[2]
+    assert autotune.failures == {"k": f"{TACTICS[1]}: ValueError: does not compile"}
+    assert autotune.measurements["k"] == {str(TACTICS[0]): 5.0, str(TACTICS[2]): 2.0}
 
 
 def test_a_sparse_rows_tactic_without_tile_limits_runs_as_its_dense_twin():

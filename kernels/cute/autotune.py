@@ -99,8 +99,9 @@ def choose(
 
     ``trial(tactic)`` runs the call with that tactic on scratch outputs; it is timed only when
     tuning, not capturing a graph, and the key has no choice yet. Ties keep the earlier one.
-    A measurement that fails (e.g. a graph capture) is recorded in ``failures`` and the first
-    candidate runs, uncached (the next call measures again): tuning never fails the call.
+    A tactic whose measurement fails (a compile error, a graph capture) is recorded in
+    ``failures`` and left out; if every one fails, the first candidate runs, uncached (the next
+    call measures again): tuning never fails the call.
     """
     if _fixed:
         return _fixed[-1]
@@ -108,12 +109,17 @@ def choose(
         return _choices[key]
     if not _tuning_depth[0] or len(candidates) == 1 or capturing():
         return candidates[0]
-    try:
-        timings = {tactic: timer(lambda tactic=tactic: trial(tactic)) for tactic in candidates}
-    except Exception as error:  # noqa: BLE001  (reported in failures; the call goes on)
-        failures[key] = f"{type(error).__name__}: {error}"
+    timings, errors = {}, []
+    for tactic in candidates:
+        try:
+            timings[tactic] = timer(lambda tactic=tactic: trial(tactic))
+        except Exception as error:  # noqa: BLE001  (reported in failures; the call goes on)
+            errors.append(f"{tactic}: {type(error).__name__}: {error}")
+    if errors:
+        failures[key] = "; ".join(errors)
+    if not timings:
         return candidates[0]
-    best = min(candidates, key=lambda tactic: timings[tactic])
+    best = min(timings, key=timings.__getitem__)  # in candidates' order: ties keep the earlier
     _choices[key] = best
     measurements[key] = {str(tactic): ms for tactic, ms in timings.items()}
     return best

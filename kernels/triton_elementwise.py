@@ -185,12 +185,19 @@ def _nvfp4_operand_kernel(
     words_ptr,  # uint32 [rows, k / 8]: one 8-value group per word, value i in nibble i
     sf_ptr,  # uint8 [swizzled_sf_size(rows, k / 16)]
     out_ptr,  # uint32 [rows, k / 2]: two fp16 per word
+    tiles_ptr,  # int32 [1]: valid tiles of tile_size rows (read if LIMITED)
     rows,
     k,
+    tile_size,
     BLOCK_R: tl.constexpr,
     BLOCK_W: tl.constexpr,
     SCALE_EXP: tl.constexpr,
+    LIMITED: tl.constexpr,
 ):
+    if LIMITED:
+        rows = tl.minimum(rows, tl.load(tiles_ptr) * tile_size)
+    if tl.program_id(0) * BLOCK_R >= rows:
+        return
     r = (tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R))[:, None]
     w = (tl.program_id(1) * BLOCK_W + tl.arange(0, BLOCK_W))[None, :]
     valid = (r < rows) & (w < k // 8)
@@ -305,10 +312,18 @@ def swiglu_quantize(y: torch.Tensor, global_sf: torch.Tensor) -> tuple[torch.Ten
     return out, sf
 
 
-def nvfp4_operand(packed: torch.Tensor, sf: torch.Tensor) -> torch.Tensor:
+def nvfp4_operand(
+    packed: torch.Tensor,
+    sf: torch.Tensor,
+    valid_tiles: torch.Tensor | None = None,
+    tile_size: int = 128,
+) -> torch.Tensor:
     """NVFP4 [rows, k / 2] codes and their swizzled scales -> fp16 [rows, k], as the CuTe
     kernel dequantises an operand (see the module docstring). rows: a multiple of 128 (whole
-    scale tiles, so experts' matrices may be stacked); k: a multiple of 64."""
+    scale tiles, so experts' matrices may be stacked); k: a multiple of 64. With
+    ``valid_tiles`` (int32 [1] on the device, the GEMM's num_non_exiting_tiles) only the first
+    valid_tiles x tile_size rows are written: a MoE's permuted buffer is sized for the worst
+    case, and the rows past its tiles are never read."""
     _require(
         packed.dtype == torch.uint8 and packed.dim() == 2 and packed.is_contiguous(),
         f"argument `packed` is {packed.dtype} {tuple(packed.shape)}; it must be contiguous "
@@ -325,12 +340,20 @@ def nvfp4_operand(packed: torch.Tensor, sf: torch.Tensor) -> torch.Tensor:
         f"{layouts.swizzled_sf_size(rows, k // 16)} uint8 (rows x k / 16, swizzled)",
     )
     _require(sf.device == packed.device, "arguments `packed` and `sf` must be on one device")
+    if valid_tiles is not None:
+        _require(
+            valid_tiles.dtype == torch.int32 and valid_tiles.numel() == 1,
+            f"argument `valid_tiles` is {valid_tiles.dtype} {tuple(valid_tiles.shape)}; it must "
+            "be int32 [1]",
+        )
+        _require(valid_tiles.device == packed.device, "`valid_tiles` must be on `packed`'s device")
     out = torch.empty(rows, k, dtype=torch.float16, device=packed.device)
     grid = (rows // OPERAND_BLOCK_R, triton.cdiv(k // 8, OPERAND_BLOCK_W))
     _nvfp4_operand_kernel[grid](
-        packed.view(torch.int32), sf.reshape(-1), out.view(torch.int32), rows, k,
+        packed.view(torch.int32), sf.reshape(-1), out.view(torch.int32),
+        sf if valid_tiles is None else valid_tiles, rows, k, tile_size,
         BLOCK_R=OPERAND_BLOCK_R, BLOCK_W=OPERAND_BLOCK_W, SCALE_EXP=OPERAND_SCALE_EXP,
-        num_warps=4,
+        LIMITED=valid_tiles is not None, num_warps=4,
     )  # fmt: skip
     return out
 

@@ -203,6 +203,21 @@ def test_nvfp4_operand_is_the_kernels_fp16_operand_bit_for_bit(rows, k):
     assert torch.equal(got.cpu().view(torch.int16), want.view(torch.int16))
 
 
+def test_nvfp4_operand_writes_only_the_valid_tiles_rows(monkeypatch):
+    """With valid_tiles (the GEMM's num_non_exiting_tiles) the rows past them stay as
+    allocated: poisoned here with NaN."""
+    rows, k, tile = 512, 128, 128
+    packed, sf = nvfp4.quantize(torch.randn(rows, k), torch.tensor(448.0 * 6 / 4))
+    sf_swizzled = layouts.swizzle_sf(sf)
+    real_empty = torch.empty
+    monkeypatch.setattr(torch, "empty", lambda *a, **kw: real_empty(*a, **kw).fill_(float("nan")))
+    tiles = torch.tensor([3], dtype=torch.int32, device=DEVICE)
+    got = te.nvfp4_operand(packed.to(DEVICE), sf_swizzled.to(DEVICE), tiles, tile).cpu()
+    want = _reference_operand(packed, sf_swizzled)
+    assert torch.equal(got[: 3 * tile].view(torch.int16), want[: 3 * tile].view(torch.int16))
+    assert bool(torch.isnan(got[3 * tile :]).all())
+
+
 def test_nvfp4_operand_rejects_what_it_cannot_lay_out():
     packed = torch.zeros(100, 32, dtype=torch.uint8, device=DEVICE)
     sf = torch.zeros(layouts.swizzled_sf_size(100, 4), dtype=torch.uint8, device=DEVICE)
@@ -210,3 +225,6 @@ def test_nvfp4_operand_rejects_what_it_cannot_lay_out():
         te.nvfp4_operand(packed, sf)
     with pytest.raises(KernelArgumentError, match="it must hold 512 uint8"):
         te.nvfp4_operand(packed[:0].new_zeros(128, 32), sf[:10])
+    packed, sf = packed.new_zeros(128, 32), sf.new_zeros(512)
+    with pytest.raises(KernelArgumentError, match="valid_tiles` is torch.int64"):
+        te.nvfp4_operand(packed, sf, torch.ones(1, dtype=torch.int64, device=DEVICE))

@@ -26,11 +26,12 @@ BUILDS = {
         {"BLOCK_M": "SWIGLU_BLOCK_M", "GROUPS": 2, "PRECISE_EXP": True},
     ),
     "_nvfp4_operand_kernel": (
-        ["*i32", "*u8", "*i32", "i32", "i32"],
+        ["*i32", "*u8", "*i32", "*i32", "i32", "i32", "i32"],
         {
             "BLOCK_R": "OPERAND_BLOCK_R",
             "BLOCK_W": "OPERAND_BLOCK_W",
             "SCALE_EXP": "OPERAND_SCALE_EXP",
+            "LIMITED": True,
         },
     ),
     "_unpermute_kernel": (

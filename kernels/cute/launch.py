@@ -114,8 +114,8 @@ def _run(
         variant=variant,
     )
     compiled = compile_kernel(key)
-    if tactic.fp16_operand == "a":
-        a = _fp16_operand(a, a_sf)
+    if tactic.fp16_operand == "a":  # the valid tiles' rows only
+        a = _fp16_operand(a, a_sf, num_tiles.reshape(1).to(torch.int32), tile_size)
     if tactic.fp16_operand == "b":
         b = _fp16_operand(b.reshape(experts * n, half_k), b_sf).reshape(experts, n, 2 * half_k)
     names = ("limit", "c", "c_sf", "global_sf", "p2e", "router")
@@ -135,11 +135,13 @@ def _run(
     compiled(*pointers, cutlass.Int32(m), cutlass.Int32(grid), stream)
 
 
-def _fp16_operand(packed: torch.Tensor, sf: torch.Tensor) -> torch.Tensor:
+def _fp16_operand(
+    packed: torch.Tensor, sf: torch.Tensor, valid_tiles=None, tile_size: int = 128
+) -> torch.Tensor:
     """The operand the kernel loads as fp16 (its scales are then not read)."""
     from stagebot.kernels.triton_elementwise import nvfp4_operand
 
-    return nvfp4_operand(packed, sf.reshape(-1))
+    return nvfp4_operand(packed, sf.reshape(-1), valid_tiles, tile_size)
 
 
 def grouped_gemm_outputs(

@@ -228,7 +228,7 @@ def test_an_fp16_operand_is_loaded_as_fp16_and_holds_a_ring_stage():
 
     plain = Tactic((128, 256), (1, 1), 4)
     a16, b16 = (Tactic((128, 256), (1, 1), 4, fp16_operand=x) for x in "ab")
-    assert {a16, b16} <= set(TACTICS)
+    assert b16 in TACTICS
     u8, f16 = cutlass.Uint8, cutlass.Float16
     assert pointer_dtypes("grouped_gemm", plain)[:2] == (u8, u8)
     assert pointer_dtypes("grouped_gemm", a16)[:2] == (f16, u8)
@@ -260,7 +260,7 @@ def test_fp16_operand_tactics_need_triton(on_an_h200, monkeypatch):
     fits = on_an_h200._operand_fit(_gemm_args())
     tactics, _ = on_an_h200._fitting("grouped_gemm", TACTICS, fits)
     assert tactics and not any(t.fp16_operand for t in tactics), tactics
-    a16 = next(t for t in TACTICS if t.fp16_operand == "a")
-    with autotune.fixed_tactic(a16):
+    b16 = next(t for t in TACTICS if t.fp16_operand == "b")
+    with autotune.fixed_tactic(b16):
         tactics, why = on_an_h200._fitting("grouped_gemm", TACTICS, fits)
-    assert not tactics and "triton is not importable" in why and str(a16) in why, why
+    assert not tactics and "triton is not importable" in why and str(b16) in why, why

@@ -6,8 +6,9 @@ checked against each other, and where the time goes.
 Every check draws fresh random inputs and poisons the output with NaN first: valid tiles must
 match the reference backend (fp32-exact decode, "highest" fp32 matmul) and every element of
 every non-exiting tile must be written; exiting tiles must stay NaN. The diagnostic builds
-(no dequantisation; no WGMMA: wrong results by design) time the two halves of the main loop.
-Speed against the peers is stagebot.kernels.cute.bench_moe's job.
+(no dequantisation; no WGMMA: wrong results by design) time the two halves of the main loop,
+for the fp16-operand tactic too, whose once-per-call pre-pass is also timed alone. Speed
+against the peers is stagebot.kernels.cute.bench_moe's job.
 """
 
 from __future__ import annotations
@@ -167,6 +168,21 @@ def bench_variant(name: str, counts, n, k, tile_size, tactic: Tactic, variant: s
     return dict(name=name, tactic=str(tactic), variant=variant, us=time_us(run_cute)["us"])
 
 
+def bench_operand_prepass(name: str, counts, n, k, tile_size, operand: str) -> dict:
+    """Timing of triton_elementwise.nvfp4_operand alone on operand "a" or "b": the pre-pass
+    an fp16_operand tactic runs per call (its kernel timing above includes it)."""
+    from stagebot.kernels.cute.timing import time_us
+    from stagebot.kernels.triton_elementwise import nvfp4_operand
+
+    args, _, _ = make_problem(counts, n, k, tile_size, 0, 7)
+    if operand == "a":
+        packed, sf = args["a"], args["a_sf"]
+    else:
+        packed, sf = args["b"].reshape(len(counts) * n, k // 2), args["b_sf"]
+    us = time_us(lambda: nvfp4_operand(packed, sf))["us"]
+    return dict(name=name, tactic="nvfp4_operand pre-pass", variant=operand, us=us)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", default=".")
@@ -216,16 +232,25 @@ def main(argv: list[str] | None = None) -> int:
         ("dec16_gemm1_N4096_K7168", [4] * 8, 4096, 7168),
     ]
     decode = next(t for t in TACTICS if t.swap_ab)
+    fp16 = next(t for t in TACTICS if t.fp16_operand)
     builds = [(TACTICS[0], v) for v in ("", "no_dequant", "no_mma", "a_only", "b_only")]
+    builds += [(fp16, v) for v in ("", "no_dequant", "no_mma")]
     builds += [(decode, v) for v in ("", "no_mma", "no_tokens")]
     if not opts.quick:
         for name, counts, n, k in shapes:
             for tactic, variant in builds:
                 if tactic.swap_ab and max(counts) > tactic.tile_mn[0]:
                     continue  # the decode diagnostics are for decode shapes
+                if tactic.fp16_operand and max(counts) <= 128:
+                    continue  # the once-per-call pre-pass is for large M
                 r = guarded(bench_variant, name, counts, n, k, 128, tactic, variant)
                 if r:
                     results["variants"].append(r)
+        name, counts, n, k = shapes[0]
+        for operand in "ab":
+            r = guarded(bench_operand_prepass, name, counts, n, k, 128, operand)
+            if r:
+                results["variants"].append(r)
     (out_dir / "gpu_check.json").write_text(json.dumps(results, indent=1))
     print("\n== correctness (fresh random inputs, NaN-poisoned outputs) ==")
     for r in results["checks"]:

@@ -339,14 +339,21 @@ def nvfp4_operand(
         f"argument `sf` has {sf.numel()} {sf.dtype} scales; it must hold "
         f"{layouts.swizzled_sf_size(rows, k // 16)} uint8 (rows x k / 16, swizzled)",
     )
-    _require(sf.device == packed.device, "arguments `packed` and `sf` must be on one device")
+    _require(
+        sf.device == packed.device,
+        f"argument `sf` is on {sf.device} and `packed` on {packed.device}; both must be on one",
+    )
     if valid_tiles is not None:
         _require(
             valid_tiles.dtype == torch.int32 and valid_tiles.numel() == 1,
             f"argument `valid_tiles` is {valid_tiles.dtype} {tuple(valid_tiles.shape)}; it must "
             "be int32 [1]",
         )
-        _require(valid_tiles.device == packed.device, "`valid_tiles` must be on `packed`'s device")
+        _require(
+            valid_tiles.device == packed.device,
+            f"argument `valid_tiles` is on {valid_tiles.device}; it must be on `packed`'s "
+            f"device ({packed.device})",
+        )
     out = torch.empty(rows, k, dtype=torch.float16, device=packed.device)
     grid = (rows // OPERAND_BLOCK_R, triton.cdiv(k // 8, OPERAND_BLOCK_W))
     _nvfp4_operand_kernel[grid](

@@ -188,7 +188,8 @@ def _reference_operand(packed: torch.Tensor, sf_swizzled: torch.Tensor) -> torch
 
 @pytest.mark.parametrize("rows, k", [(128, 64), (256, 320), (384, 1024)])
 def test_nvfp4_operand_is_the_kernels_fp16_operand_bit_for_bit(rows, k):
-    """Every e2m1 code (both signs) and e4m3 scale, including subnormal scales and zero."""
+    """Random values over 24 binades: both signs, zero rows, subnormal and large scales (the
+    K order is the reference's; that it is the CuTe kernel's is gpu_check's to show)."""
     g = torch.Generator().manual_seed(rows + k)
     exponents = torch.randint(-14, 10, (rows, 1), generator=g)
     x = torch.randn(rows, k, generator=g) * torch.exp2(exponents)

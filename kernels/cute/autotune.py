@@ -99,9 +99,10 @@ def choose(
 
     ``trial(tactic)`` runs the call with that tactic on scratch outputs; it is timed only when
     tuning, not capturing a graph, and the key has no choice yet. Ties keep the earlier one.
-    A tactic whose measurement fails (a compile error, a graph capture) is recorded in
-    ``failures`` and left out; if every one fails, the first candidate runs, uncached (the next
-    call measures again): tuning never fails the call.
+    A tactic whose measurement fails (a compile error, a graph capture, running out of memory)
+    is recorded in ``failures`` and left out of that key's choice for good; if every one fails,
+    the first candidate runs, uncached (the next call measures again): tuning never fails the
+    call.
     """
     if _fixed:
         return _fixed[-1]

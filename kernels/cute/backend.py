@@ -61,7 +61,11 @@ def _fitting(kernel: str, tactics: tuple[Tactic, ...], fits: Callable) -> tuple[
     for tactic in (pinned,) if pinned else tactics:
         ok, why = fits(tactic, kernel)
         if ok and tactic.fp16_operand:
-            why = _missing_module("triton", f"tactic {tactic} makes its fp16 operand with Triton")
+            why = _missing_module(
+                "triton",
+                f"tactic {tactic} makes its fp16 operand with Triton (pip install triton; the "
+                "other tactics do not need it)",
+            )
             ok = not why
         if ok:
             chosen.append(tactic)

@@ -11,13 +11,16 @@ Pipeline (one CTA per SM, persistent, warp-specialised):
 1. Producer warp: for each work item (M-tile, N-tile) and each 64-wide K step, TMA-loads the
    packed FP4 tile of A (128 x 32 bytes), of B[e] (BN x 32 bytes) and the matching scale chunks
    (a 128x4 swizzled scale block is 512 contiguous bytes) into a ``stages``-deep ring
-   (PipelineTmaAsync).
+   (PipelineTmaAsync). A tactic's ``fp16_operand`` comes instead as fp16 (made once per call
+   by triton_elementwise.nvfp4_operand, same values and K order), TMA-loaded straight into
+   WGMMA's layout in the stage.
 2. Two consumer warpgroups: dequantise the stage into fp16 tiles in WGMMA's swizzled smem
    layout (e2m1 and e4m3 rebuilt as fp16 bit patterns, multiplied with mul.rn.f16x2: exact, see
    OPERAND_UNSCALE), fence the async proxy, sync on a named barrier, free the stage, then issue
    fp16 WGMMA with fp32 accumulators. Three operand buffers rotate, so one barrier per K step
    suffices: a buffer is rewritten only after every warpgroup waited for the WGMMA that read it
-   (wait_group(1) one step earlier).
+   (wait_group(1) one step earlier). With an fp16 operand, WGMMA reads the stage itself, so
+   the stage is freed one K step later, once that WGMMA is done.
 3. Epilogue (above), straight from the accumulator registers to global memory; with a
    sparse_rows tactic, the SwiGLU of a tile of at most STAGED_ROWS valid rows goes through
    shared memory (the B operand buffers), so that every thread quantises a share of those few
@@ -621,10 +624,12 @@ class Nvfp4GroupedGemmSm90(GroupedGemmCall):
                 g2s, mX, cute.slice_(x16_layout, (None, None, 0)), (rows, BK)
             )
         packed = cute.make_layout((rows, BK // 2), stride=(BK // 2, 1))
-        chunks = cute.make_layout((128, 1, rows // SF_CHUNK_ROWS))
+        chunk_tile = (128, 1, rows // SF_CHUNK_ROWS)
         return (
             *cute.nvgpu.cpasync.make_tiled_tma_atom(g2s, mX, packed, (rows, BK // 2)),
-            *cute.nvgpu.cpasync.make_tiled_tma_atom(g2s, mXs, chunks, (128, 1, rows // 128)),
+            *cute.nvgpu.cpasync.make_tiled_tma_atom(
+                g2s, mXs, cute.make_layout(chunk_tile), chunk_tile
+            ),
         )
 
     @staticmethod

@@ -522,7 +522,9 @@ class Nvfp4GroupedGemmSm90(GroupedGemmCall):
                 if cutlass.const_expr(self.fp16_operand != ""):
                     # WGMMA reads the fp16 operand from its ring stage, so a stage is released
                     # once its WGMMAs are done: after the wait_group(1) of the next step, or
-                    # the wait_group(0) of the tile's end.
+                    # the wait_group(0) of the tile's end. The first step is peeled (it has no
+                    # earlier stage to release): moving read.advance() into the helper to share
+                    # it would freeze the wait's phase (NOTES.md, sixth session).
                     self._k_step_held(
                         ring, read, step, dense_units, unit_row, unit_half, mma_barrier,
                         tiled_mma, acc, tCrA, tCrB, num_k_blocks,

@@ -141,7 +141,7 @@ def _fp16_operand(
     """The operand the kernel loads as fp16 (its scales are then not read)."""
     from stagebot.kernels.triton_elementwise import nvfp4_operand
 
-    return nvfp4_operand(packed, sf.reshape(-1), valid_tiles, tile_size)
+    return nvfp4_operand(packed, sf, valid_tiles, tile_size)
 
 
 def grouped_gemm_outputs(

@@ -38,6 +38,10 @@ UNPERMUTE_BLOCK_N = 1024  # columns per program
 UNPERMUTE_WARPS = 2
 OPERAND_BLOCK_R = 8  # rows per program of nvfp4_operand
 OPERAND_BLOCK_W = 64  # 8-value groups per program (512 values)
+# Programs of nvfp4_operand at most; each strides over the row blocks. The grid is not sized by
+# the rows: a MoE's permuted buffer is sized for the worst case, and a program per row block of
+# it (up to 229k) cost the tokens-in-fp16 tactic more than it saved (NOTES.md, seventh session).
+OPERAND_PROGRAMS = 8192
 # Within each 8-value group, output slot j holds value (j // 2) + 4 (j % 2): the pairs (n0, n4),
 # (n1, n5), ... that the kernel's bit placement (ptx.e2m1x8_to_f16x8) produces from one word.
 OPERAND_SCALE_EXP = 7  # the bits hold value * 2^-14; the operands are value * sf * 2^-7
@@ -196,28 +200,29 @@ def _nvfp4_operand_kernel(
 ):
     if LIMITED:
         rows = tl.minimum(rows, tl.load(tiles_ptr) * tile_size)
-    if tl.program_id(0) * BLOCK_R >= rows:
-        return
-    r = (tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R))[:, None]
     w = (tl.program_id(1) * BLOCK_W + tl.arange(0, BLOCK_W))[None, :]
-    valid = (r < rows) & (w < k // 8)
-    words = tl.load(words_ptr + r.to(tl.int64) * (k // 8) + w, mask=valid, other=0)
     block = w // 2  # the 128x4 swizzle, as layouts.swizzle_sf lays it out
-    sf_off = (
-        (r // 128).to(tl.int64) * (8 * k)
-        + (block // 4) * 512
-        + (r % 32) * 16
-        + (r % 128) // 32 * 4
-        + block % 4
-    )
-    sf = _e4m3_value(tl.load(sf_ptr + sf_off, mask=valid, other=0).to(tl.uint32))
-    scale = sf * (1 << SCALE_EXP)  # value * 2^-14 * sf * 2^7 = value * sf * 2^-7
-    p0, p1 = _operand_pair(words, 0, scale), _operand_pair(words, 1, scale)
-    p2, p3 = _operand_pair(words, 2, scale), _operand_pair(words, 3, scale)
-    out = tl.interleave(tl.interleave(p0, p2), tl.interleave(p1, p3))  # p0 p1 p2 p3 per group
     slot = (tl.program_id(1) * 4 * BLOCK_W + tl.arange(0, 4 * BLOCK_W))[None, :]
-    out_valid = (r < rows) & (slot < k // 2)
-    tl.store(out_ptr + r.to(tl.int64) * (k // 2) + slot, out, mask=out_valid)
+    first_row = tl.program_id(0) * BLOCK_R
+    while first_row < rows:  # not range(): the interpreter cannot index by program_id
+        r = (first_row + tl.arange(0, BLOCK_R))[:, None]
+        valid = (r < rows) & (w < k // 8)
+        words = tl.load(words_ptr + r.to(tl.int64) * (k // 8) + w, mask=valid, other=0)
+        sf_off = (
+            (r // 128).to(tl.int64) * (8 * k)
+            + (block // 4) * 512
+            + (r % 32) * 16
+            + (r % 128) // 32 * 4
+            + block % 4
+        )
+        sf = _e4m3_value(tl.load(sf_ptr + sf_off, mask=valid, other=0).to(tl.uint32))
+        scale = sf * (1 << SCALE_EXP)  # value * 2^-14 * sf * 2^7 = value * sf * 2^-7
+        p0, p1 = _operand_pair(words, 0, scale), _operand_pair(words, 1, scale)
+        p2, p3 = _operand_pair(words, 2, scale), _operand_pair(words, 3, scale)
+        out = tl.interleave(tl.interleave(p0, p2), tl.interleave(p1, p3))  # p0 p1 p2 p3 per group
+        out_valid = (r < rows) & (slot < k // 2)
+        tl.store(out_ptr + r.to(tl.int64) * (k // 2) + slot, out, mask=out_valid)
+        first_row += tl.num_programs(0) * BLOCK_R
 
 
 @triton.jit
@@ -355,7 +360,8 @@ def nvfp4_operand(
             f"device ({packed.device})",
         )
     out = torch.empty(rows, k, dtype=torch.float16, device=packed.device)
-    grid = (rows // OPERAND_BLOCK_R, triton.cdiv(k // 8, OPERAND_BLOCK_W))
+    word_blocks = triton.cdiv(k // 8, OPERAND_BLOCK_W)
+    grid = (max(1, min(rows // OPERAND_BLOCK_R, OPERAND_PROGRAMS // word_blocks)), word_blocks)
     _nvfp4_operand_kernel[grid](
         packed.view(torch.int32), sf.reshape(-1), out.view(torch.int32),
         sf if valid_tiles is None else valid_tiles, rows, k, tile_size,

@@ -204,10 +204,12 @@ def test_nvfp4_operand_is_the_kernels_fp16_operand_bit_for_bit(rows, k):
     assert torch.equal(got.cpu().view(torch.int16), want.view(torch.int16))
 
 
-def test_nvfp4_operand_writes_only_the_valid_tiles_rows(monkeypatch):
+@pytest.mark.parametrize("programs", [te.OPERAND_PROGRAMS, 3])
+def test_nvfp4_operand_writes_only_the_valid_tiles_rows(monkeypatch, programs):
     """With valid_tiles (the GEMM's num_non_exiting_tiles) the rows past them stay as
-    allocated: poisoned here with NaN."""
+    allocated: poisoned here with NaN. With 3 programs, each converts every third row block."""
     rows, k, tile = 512, 128, 128
+    monkeypatch.setattr(te, "OPERAND_PROGRAMS", programs)
     packed, sf = nvfp4.quantize(torch.randn(rows, k), torch.tensor(448.0 * 6 / 4))
     sf_swizzled = layouts.swizzle_sf(sf)
     real_empty = torch.empty

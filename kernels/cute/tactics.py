@@ -62,6 +62,7 @@ TACTICS: tuple[Tactic, ...] = (
     Tactic((128, 128), (1, 1), 4),  # the fallback for n % 256 == 128
     Tactic((128, 128), (1, 1), 6),
     Tactic((128, 256), (1, 1), 4, fp16_operand="b"),  # many rows per expert: weights once
+    Tactic((128, 256), (1, 1), 4, fp16_operand="a"),  # many tiles per row: tokens once
     Tactic((128, 256), (1, 1), 4, sparse_rows=True),  # decode: one expert's few rows per tile
     Tactic((8, 128), (1, 1), 4, swap_ab=True, ctas_per_sm=2),  # decode: <= 8 tokens per expert
     Tactic((32, 128), (1, 1), 2, swap_ab=True, ctas_per_sm=2),  # decode: <= 32 tokens per expert

@@ -35,8 +35,8 @@ class Tactic:
     # WGMMA kernel: "a" or "b" is dequantised once per call into fp16 (triton nvfp4_operand)
     # and loaded by TMA straight into WGMMA's layout; only the other operand is dequantised per
     # tile. Worth it where that operand is re-read by many tiles: the weights at S1 (rows / 128
-    # tiles) and Mixtral's T8192 layer. "a" (the tokens) was never faster on the H200's bench
-    # (NOTES.md, seventh session), so no listed tactic uses it.
+    # tiles) and Mixtral's T8192 layer; the tokens (n / 256 tiles) at the first layer's T8192
+    # (NOTES.md, eighth session).
     fp16_operand: str = ""
 
     def __str__(self) -> str:

@@ -20,12 +20,14 @@ def _not_capturing():
 
 
 def _timer_from(table):
-    """A timer that runs the trial once (so it records the tactic) and reads its time."""
+    """A sampler that runs the trial once (so it records the tactic); its samples read the
+    tactic's time from ``table``."""
     ran = []
 
     def timer(run):
         run()
-        return table[ran[-1]]
+        tactic = ran[-1]
+        return lambda: table[tactic]
 
     return timer, ran
 
@@ -84,7 +86,7 @@ def test_no_measuring_while_a_cuda_graph_is_captured():
 
 def test_when_every_measurement_fails_the_first_candidate_runs_uncached():
     def broken_timer(run):
-        raise RuntimeError("capture failed")
+        raise RuntimeError("capture failed")  # as torch.cuda.graph raises it
 
     with autotune.tuning():
         chosen = autotune.choose("k", TACTICS[:2], lambda t: None, broken_timer, _not_capturing)
@@ -99,7 +101,8 @@ def test_a_tactic_that_fails_is_left_out_and_the_others_still_compete():
 
     def timer(run):
         run()
-        return times[ran[-1]]
+        tactic = ran[-1]
+        return lambda: times[tactic]
 
     def trial(tactic):
         ran.append(tactic)
@@ -112,6 +115,31 @@ def test_a_tactic_that_fails_is_left_out_and_the_others_still_compete():
     assert chosen == TACTICS[2] and autotune._choices["k"] == TACTICS[2]
     assert autotune.failures == {"k": f"{TACTICS[1]}: ValueError: does not compile"}
     assert autotune.measurements["k"] == {str(TACTICS[0]): 5.0, str(TACTICS[2]): 2.0}
+
+
+def test_a_clock_that_drifts_during_tuning_does_not_favour_the_tactic_timed_first():
+    """Every sample reads 0.01 ms more than the one before (a GPU warming up). The second tactic
+    is 0.02 ms faster; timed one after the other (five samples each) it would read 1.05 against
+    1.02 and lose; with the rounds interleaved it reads 1.03 against 1.04 and wins."""
+    base = {TACTICS[0]: 1.0, TACTICS[1]: 0.98}
+    clock = []
+
+    def drifting(run):
+        run()
+        tactic = ran[-1]
+
+        def sample():
+            clock.append(tactic)
+            return base[tactic] + 0.01 * (len(clock) - 1)
+
+        return sample
+
+    ran: list = []
+    with autotune.tuning():
+        chosen = autotune.choose("k", TACTICS[:2], ran.append, drifting, _not_capturing)
+    assert chosen == TACTICS[1]
+    assert clock[:4] == [TACTICS[0], TACTICS[1], TACTICS[0], TACTICS[1]]
+    assert len(clock) == 2 * autotune.TIMED_ROUNDS
 
 
 def test_a_sparse_rows_tactic_without_tile_limits_runs_as_its_dense_twin():

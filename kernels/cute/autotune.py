@@ -6,7 +6,11 @@ compile-time problem and the power-of-two bucket of its row count; else the firs
 dispatcher's list that fits. Measuring happens only inside ``tuning()`` (a warm-up pass, as a
 serving engine does before it takes traffic) and never while a CUDA graph is being captured:
 each candidate runs on scratch outputs, replayed from a CUDA graph so that the host's launch
-cost (which at decode sizes rivals the kernel) does not decide. Launches are counted per
+cost (which at decode sizes rivals the kernel) does not decide, and the candidates' replays
+take turns, so that a GPU whose clock drifts during the measurement does not favour the ones
+timed first (one H200 run, timing them one after the other, picked the plain tactic over `_b16`
+for Mixtral's T8192 finalize by 2.5% where `_b16` was 5-6% faster with the other epilogues, and
+the fused call then lost to the unfused: NOTES.md, eighth session). Launches are counted per
 (kernel, tactic) for the suite's report.
 """
 
@@ -20,7 +24,7 @@ from contextlib import contextmanager
 from stagebot.kernels.cute.tactics import Tactic
 
 RUNS_PER_GRAPH = 10
-TIMED_REPLAYS = 5
+TIMED_ROUNDS = 5
 
 _fixed: list[Tactic] = []
 _tuning_depth = [0]
@@ -59,9 +63,9 @@ def tuning() -> Iterator[None]:
         _tuning_depth[0] -= 1
 
 
-def median_ms(run: Callable[[], None]) -> float:
-    """GPU time of one ``run``: the median over TIMED_REPLAYS replays of a CUDA graph holding
-    RUNS_PER_GRAPH runs (one untimed run first compiles and allocates)."""
+def graph_sampler(run: Callable[[], None]) -> Callable[[], float]:
+    """One untimed ``run`` (it compiles and allocates), then a CUDA graph of RUNS_PER_GRAPH
+    runs; returns what times one replay of it, in ms per run."""
     import torch
 
     run()
@@ -71,15 +75,36 @@ def median_ms(run: Callable[[], None]) -> float:
         for _ in range(RUNS_PER_GRAPH):
             run()
     graph.replay()
-    times = []
-    for _ in range(TIMED_REPLAYS):
+
+    def sample() -> float:
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         graph.replay()
         end.record()
         end.synchronize()
-        times.append(start.elapsed_time(end) / RUNS_PER_GRAPH)
-    return statistics.median(times)
+        return start.elapsed_time(end) / RUNS_PER_GRAPH
+
+    return sample
+
+
+def _medians(
+    candidates: Sequence[Tactic],
+    trial: Callable[[Tactic], None],
+    sampler: Callable[[Callable[[], None]], Callable[[], float]],
+) -> tuple[dict[Tactic, float], list[str]]:
+    """Median ms per candidate over TIMED_ROUNDS rounds, each round sampling every candidate
+    once, and "tactic: Error: message" for each candidate that failed (left out)."""
+    samplers, errors = {}, []
+    for tactic in candidates:
+        try:
+            samplers[tactic] = sampler(lambda tactic=tactic: trial(tactic))
+        except Exception as error:  # noqa: BLE001  (reported in failures; the call goes on)
+            errors.append(f"{tactic}: {type(error).__name__}: {error}")
+    samples: dict[Tactic, list[float]] = {tactic: [] for tactic in samplers}
+    for _ in range(TIMED_ROUNDS):
+        for tactic, sample in samplers.items():
+            samples[tactic].append(sample())
+    return {tactic: statistics.median(times) for tactic, times in samples.items()}, errors
 
 
 def _capturing() -> bool:
@@ -92,17 +117,17 @@ def choose(
     key: Hashable,
     candidates: Sequence[Tactic],
     trial: Callable[[Tactic], None],
-    timer: Callable[[Callable[[], None]], float] = median_ms,
+    sampler: Callable[[Callable[[], None]], Callable[[], float]] = graph_sampler,
     capturing: Callable[[], bool] = _capturing,
 ) -> Tactic:
     """The tactic for ``key`` among ``candidates`` (non-empty, in preference order).
 
     ``trial(tactic)`` runs the call with that tactic on scratch outputs; it is timed only when
     tuning, not capturing a graph, and the key has no choice yet. Ties keep the earlier one.
-    A tactic whose measurement fails (a compile error, a graph capture, running out of memory)
-    is recorded in ``failures`` and left out of that key's choice for good; if every one fails,
+    A tactic that fails to run or to be captured (a compile error, running out of memory) is
+    recorded in ``failures`` and left out of that key's choice for good; if every one fails,
     the first candidate runs, uncached (the next call measures again): tuning never fails the
-    call.
+    call. Every candidate's graph is alive until the choice is made.
     """
     if _fixed:
         return _fixed[-1]
@@ -110,12 +135,7 @@ def choose(
         return _choices[key]
     if not _tuning_depth[0] or len(candidates) == 1 or capturing():
         return candidates[0]
-    timings, errors = {}, []
-    for tactic in candidates:
-        try:
-            timings[tactic] = timer(lambda tactic=tactic: trial(tactic))
-        except Exception as error:  # noqa: BLE001  (reported in failures; the call goes on)
-            errors.append(f"{tactic}: {type(error).__name__}: {error}")
+    timings, errors = _medians(candidates, trial, sampler)
     if errors:
         failures[key] = "; ".join(errors)
     if not timings:

@@ -40,7 +40,8 @@ OPERAND_BLOCK_R = 8  # rows per program of nvfp4_operand
 OPERAND_BLOCK_W = 64  # 8-value groups per program (512 values)
 # Programs of nvfp4_operand at most; each strides over the row blocks. The grid is not sized by
 # the rows: a MoE's permuted buffer is sized for the worst case, and a program per row block of
-# it (up to 229k) cost the tokens-in-fp16 tactic more than it saved (NOTES.md, seventh session).
+# it (116k at the bench's T8192 GEMM1, 2048 rows valid) cost the tokens-in-fp16 tactic more
+# than it saved (NOTES.md, eighth session).
 OPERAND_PROGRAMS = 8192
 # Within each 8-value group, output slot j holds value (j // 2) + 4 (j % 2): the pairs (n0, n4),
 # (n1, n5), ... that the kernel's bit placement (ptx.e2m1x8_to_f16x8) produces from one word.

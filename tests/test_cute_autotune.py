@@ -19,17 +19,17 @@ def _not_capturing():
     return False
 
 
-def _timer_from(table):
+def _sampler_from(table):
     """A sampler that runs the trial once (so it records the tactic); its samples read the
     tactic's time from ``table``."""
     ran = []
 
-    def timer(run):
+    def sampler(run):
         run()
         tactic = ran[-1]
         return lambda: table[tactic]
 
-    return timer, ran
+    return sampler, ran
 
 
 @pytest.mark.parametrize(
@@ -40,56 +40,58 @@ def test_row_bucket_is_the_next_power_of_two(rows, bucket):
 
 
 def test_outside_tuning_the_first_fitting_tactic_runs_and_nothing_is_measured():
-    timer, ran = _timer_from({})
-    assert autotune.choose("k", TACTICS[1:], ran.append, timer, _not_capturing) == TACTICS[1]
+    sampler, ran = _sampler_from({})
+    assert autotune.choose("k", TACTICS[1:], ran.append, sampler, _not_capturing) == TACTICS[1]
     assert ran == [] and autotune.measurements == {}
 
 
 def test_tuning_picks_the_fastest_once_per_key_and_remembers_it():
     three = TACTICS[:3]
     table = {three[0]: 3.0, three[1]: 1.0, three[2]: 2.0}
-    timer, ran = _timer_from(table)
+    sampler, ran = _sampler_from(table)
     with autotune.tuning():
-        assert autotune.choose("k", three, ran.append, timer, _not_capturing) == three[1]
+        assert autotune.choose("k", three, ran.append, sampler, _not_capturing) == three[1]
         assert ran == list(three)
-        assert autotune.choose("k", three, ran.append, timer, _not_capturing) == three[1]
+        assert autotune.choose("k", three, ran.append, sampler, _not_capturing) == three[1]
     assert len(ran) == 3, "a tuned key is not measured again"
-    assert autotune.choose("k", three, ran.append, timer, _not_capturing) == three[1]
+    assert autotune.choose("k", three, ran.append, sampler, _not_capturing) == three[1]
     assert autotune.measurements["k"] == {str(t): ms for t, ms in table.items()}
 
 
 def test_a_slower_first_tactic_loses_and_ties_keep_the_earlier_one():
-    timer, ran = _timer_from({TACTICS[0]: 2.0, TACTICS[1]: 2.0, TACTICS[2]: 9.0})
-    with autotune.tuning():
-        assert autotune.choose("tie", TACTICS[:3], ran.append, timer, _not_capturing) == TACTICS[0]
-    timer, ran = _timer_from({TACTICS[0]: 5.0, TACTICS[1]: 4.0})
+    sampler, ran = _sampler_from({TACTICS[0]: 2.0, TACTICS[1]: 2.0, TACTICS[2]: 9.0})
     with autotune.tuning():
         assert (
-            autotune.choose("other", TACTICS[:2], ran.append, timer, _not_capturing) == TACTICS[1]
+            autotune.choose("tie", TACTICS[:3], ran.append, sampler, _not_capturing) == TACTICS[0]
+        )
+    sampler, ran = _sampler_from({TACTICS[0]: 5.0, TACTICS[1]: 4.0})
+    with autotune.tuning():
+        assert (
+            autotune.choose("other", TACTICS[:2], ran.append, sampler, _not_capturing) == TACTICS[1]
         )
 
 
 def test_a_pinned_tactic_wins_over_tuning_and_is_unpinned_after_the_block():
-    timer, ran = _timer_from({})
+    sampler, ran = _sampler_from({})
     with autotune.fixed_tactic(TACTICS[2]), autotune.tuning():
         assert autotune.pinned() == TACTICS[2]
-        assert autotune.choose("k", TACTICS[:2], ran.append, timer, _not_capturing) == TACTICS[2]
+        assert autotune.choose("k", TACTICS[:2], ran.append, sampler, _not_capturing) == TACTICS[2]
     assert autotune.pinned() is None and ran == []
 
 
 def test_no_measuring_while_a_cuda_graph_is_captured():
-    timer, ran = _timer_from({TACTICS[0]: 9.0, TACTICS[1]: 1.0})
+    sampler, ran = _sampler_from({TACTICS[0]: 9.0, TACTICS[1]: 1.0})
     with autotune.tuning():
-        chosen = autotune.choose("k", TACTICS[:2], ran.append, timer, lambda: True)
+        chosen = autotune.choose("k", TACTICS[:2], ran.append, sampler, lambda: True)
     assert chosen == TACTICS[0] and ran == [] and "k" not in autotune.measurements
 
 
 def test_when_every_measurement_fails_the_first_candidate_runs_uncached():
-    def broken_timer(run):
-        raise RuntimeError("capture failed")  # as torch.cuda.graph raises it
+    def broken_sampler(run):
+        raise RuntimeError("capture failed")
 
     with autotune.tuning():
-        chosen = autotune.choose("k", TACTICS[:2], lambda t: None, broken_timer, _not_capturing)
+        chosen = autotune.choose("k", TACTICS[:2], lambda t: None, broken_sampler, _not_capturing)
     want = "; ".join(f"{t}: RuntimeError: capture failed" for t in TACTICS[:2])
     assert chosen == TACTICS[0] and autotune.failures == {"k": want}
     assert "k" not in autotune.measurements and "k" not in autotune._choices
@@ -99,7 +101,7 @@ def test_a_tactic_that_fails_is_left_out_and_the_others_still_compete():
     """A compile error in the fastest-listed tactic must not hand the key to the first one."""
     times = {TACTICS[0]: 5.0, TACTICS[2]: 2.0}
 
-    def timer(run):
+    def sampler(run):
         run()
         tactic = ran[-1]
         return lambda: times[tactic]
@@ -111,7 +113,7 @@ def test_a_tactic_that_fails_is_left_out_and_the_others_still_compete():
 
     ran: list = []
     with autotune.tuning():
-        chosen = autotune.choose("k", TACTICS[:3], trial, timer, _not_capturing)
+        chosen = autotune.choose("k", TACTICS[:3], trial, sampler, _not_capturing)
     assert chosen == TACTICS[2] and autotune._choices["k"] == TACTICS[2]
     assert autotune.failures == {"k": f"{TACTICS[1]}: ValueError: does not compile"}
     assert autotune.measurements["k"] == {str(TACTICS[0]): 5.0, str(TACTICS[2]): 2.0}

@@ -56,6 +56,19 @@ def _bf16_to_f32(bits16):
 
 
 @triton.jit
+def _swizzled_sf_offset(row, col, tile_bytes):
+    """Byte offset of scale (row, col) in the 128x4 swizzle that layouts.swizzle_sf lays out:
+    (row // 128, col // 4, row % 32, (row % 128) // 32, col % 4); tile_bytes = 128 x columns."""
+    return (
+        (row // 128).to(tl.int64) * tile_bytes
+        + (col // 4) * 512
+        + (row % 32) * 16
+        + (row % 128) // 32 * 4
+        + col % 4
+    )
+
+
+@triton.jit
 def _f32_to_bf16(x):
     """fp32 -> bf16 bits (int16), round to nearest even (as cvt.rn.bf16.f32; NaN not kept)."""
     bits = x.to(tl.uint32, bitcast=True)
@@ -147,15 +160,8 @@ def _swiglu_quantize_kernel(
     out_off = out_row * r.to(tl.int64) + g * 32 + block * 8 + pair
     tl.store(out_ptr + out_off, packed.to(tl.uint8), mask=valid)
 
-    # 128x4 swizzle: (row // 128, col // 4, row % 32, (row % 128) // 32, col % 4), col // 4 = g.
-    r3 = rows[:, None, None]
-    sf_off = (
-        (r3 // 128).to(tl.int64) * sf_tile
-        + groups[None, :, None] * 512
-        + (r3 % 32) * 16
-        + (r3 % 128) // 32 * 4
-        + tl.arange(0, 4)[None, None, :]
-    )
+    sf_col = groups[None, :, None] * 4 + tl.arange(0, 4)[None, None, :]
+    sf_off = _swizzled_sf_offset(rows[:, None, None], sf_col, sf_tile)
     tl.store(sf_ptr + sf_off, sf.to(tl.uint8))  # rows m..Mp write zero padding
 
 
@@ -202,20 +208,14 @@ def _nvfp4_operand_kernel(
     if LIMITED:
         rows = tl.minimum(rows, tl.load(tiles_ptr) * tile_size)
     w = (tl.program_id(1) * BLOCK_W + tl.arange(0, BLOCK_W))[None, :]
-    block = w // 2  # the 128x4 swizzle, as layouts.swizzle_sf lays it out
+    block = w // 2  # the scale column: 16 values, two words
     slot = (tl.program_id(1) * 4 * BLOCK_W + tl.arange(0, 4 * BLOCK_W))[None, :]
     first_row = tl.program_id(0) * BLOCK_R
     while first_row < rows:  # not range(): the interpreter cannot index by program_id
         r = (first_row + tl.arange(0, BLOCK_R))[:, None]
         valid = (r < rows) & (w < k // 8)
         words = tl.load(words_ptr + r.to(tl.int64) * (k // 8) + w, mask=valid, other=0)
-        sf_off = (
-            (r // 128).to(tl.int64) * (8 * k)
-            + (block // 4) * 512
-            + (r % 32) * 16
-            + (r % 128) // 32 * 4
-            + block % 4
-        )
+        sf_off = _swizzled_sf_offset(r, block, 8 * k)  # 128 rows x k / 16 scales per row tile
         sf = _e4m3_value(tl.load(sf_ptr + sf_off, mask=valid, other=0).to(tl.uint32))
         scale = sf * (1 << SCALE_EXP)  # value * 2^-14 * sf * 2^7 = value * sf * 2^-7
         p0, p1 = _operand_pair(words, 0, scale), _operand_pair(words, 1, scale)

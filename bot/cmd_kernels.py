@@ -27,8 +27,9 @@ BUILD_CONSTANTS = {
 }
 KERNELS = tuple(BUILD_CONSTANTS)
 NUM_EXPERTS, TILE_SIZE = 8, 128
-# The MMA instruction each kernel's PTX must hold: WGMMA, or mma.sync for the decode kernel.
-REQUIRED_PTX = {False: "wgmma.mma_async", True: "mma.sync.aligned.m16n8k16"}
+# The MMA instruction each kernel's PTX must hold: WGMMA, or mma.sync for the decode kernel
+# (the swap_ab tactics without an fp16 operand).
+WGMMA, MMA_SYNC = "wgmma.mma_async", "mma.sync.aligned.m16n8k16"
 # A ring-buffer wait whose phase is a literal: the pipeline state was not carried across loop
 # turns (CuTe DSL carries only what the loop body itself visibly updates), so the kernel hangs
 # once the ring wraps. Every wait of a working kernel takes its phase from a register.
@@ -79,7 +80,7 @@ def build_one(kernel: str, tactic: Tactic, arch: str) -> tuple[bool, str]:
     except Exception as error:  # a compiler failure is a build result, reported per tactic
         return False, f"compile failed: {type(error).__name__}: {str(error).splitlines()[0]}"
     ptx = compiled.__ptx__ or ""
-    required = REQUIRED_PTX[tactic.swap_ab]
+    required = MMA_SYNC if tactic.swap_ab and not tactic.fp16_operand else WGMMA
     count = ptx.count(required)
     if not count:
         return False, f"PTX has no {required}"

@@ -3,10 +3,12 @@
 - ``swiglu_quantize``: GEMM1's bf16 output (linear and gate interleaved in 64-column groups)
   -> NVFP4(linear * silu(gate)), packed codes and 128x4-swizzled scales, in one launch: the
   elementwise step of the unfused composition the SwiGLU-fused GEMM is benchmarked against.
-- ``nvfp4_operand``: NVFP4 (packed codes, 128x4-swizzled scales) -> fp16 in the order and scale
-  of the CuTe WGMMA kernel's dequantised operands (stagebot.kernels.cute.grouped_gemm): e2m1 *
-  e4m3 * 2^-7, exact, each 8-value group as n0 n4 n1 n5 n2 n6 n3 n7. An operand the GEMM
-  re-reads many times is dequantised once by it and loaded by TMA, not dequantised per tile.
+- ``nvfp4_operand``: NVFP4 (packed codes, 128x4-swizzled scales) -> fp16 in the scale of the CuTe
+  kernels' dequantised operands, e2m1 * e4m3 * 2^-7, exact, and in the K order of the kernel
+  that loads it: the WGMMA kernel's operand tiles (stagebot.kernels.cute.grouped_gemm), each
+  8-value group as n0 n4 n1 n5 n2 n6 n3 n7, or the RS kernel's register fragments
+  (stagebot.kernels.cute.rs_gemm). An operand the GEMM re-reads many times is dequantised once
+  by it and loaded by TMA, not dequantised per tile.
 - ``unpermute``: out[t] = sum over k, in order, of scale[t, k] * permuted[idx[t, k]] in fp32
   (idx -1 skips), bf16 or fp32 rows in, bf16 out, one launch, no atomics: bit-identical run to
   run. The cute backend's deterministic finalize runs it on fp32 rows; after a plain GEMM it is
@@ -45,6 +47,7 @@ OPERAND_BLOCK_W = 64  # 8-value groups per program (512 values)
 OPERAND_PROGRAMS = 8192
 # Within each 8-value group, output slot j holds value (j // 2) + 4 (j % 2): the pairs (n0, n4),
 # (n1, n5), ... that the kernel's bit placement (ptx.e2m1x8_to_f16x8) produces from one word.
+OPERAND_ORDERS = ("smem", "registers")  # nvfp4_operand's K orders (see its docstring)
 OPERAND_SCALE_EXP = 7  # the bits hold value * 2^-14; the operands are value * sf * 2^-7
 _GROUP = layouts.SWIGLU_GROUP_SIZE  # 64 output columns = 4 scale blocks = one swizzle column
 
@@ -204,6 +207,7 @@ def _nvfp4_operand_kernel(
     BLOCK_W: tl.constexpr,
     SCALE_EXP: tl.constexpr,
     LIMITED: tl.constexpr,
+    REGISTER_ORDER: tl.constexpr,
 ):
     if LIMITED:
         rows = tl.minimum(rows, tl.load(tiles_ptr) * tile_size)
@@ -220,9 +224,18 @@ def _nvfp4_operand_kernel(
         scale = sf * (1 << SCALE_EXP)  # value * 2^-14 * sf * 2^7 = value * sf * 2^-7
         p0, p1 = _operand_pair(words, 0, scale), _operand_pair(words, 1, scale)
         p2, p3 = _operand_pair(words, 2, scale), _operand_pair(words, 3, scale)
-        out = tl.interleave(tl.interleave(p0, p2), tl.interleave(p1, p3))  # p0 p1 p2 p3 per group
-        out_valid = (r < rows) & (slot < k // 2)
-        tl.store(out_ptr + r.to(tl.int64) * (k // 2) + slot, out, mask=out_valid)
+        row_out = out_ptr + r.to(tl.int64) * (k // 2)
+        if REGISTER_ORDER:
+            # Word w of a 64-value block (w % 8 = 2 q + h) puts its pair s at output word
+            # 8 s + 4 h + q of that block.
+            first = (w - w % 8) * 4 + 4 * (w % 2) + (w % 8) // 2
+            tl.store(row_out + first, p0, mask=valid)
+            tl.store(row_out + first + 8, p1, mask=valid)
+            tl.store(row_out + first + 16, p2, mask=valid)
+            tl.store(row_out + first + 24, p3, mask=valid)
+        else:
+            out = tl.interleave(tl.interleave(p0, p2), tl.interleave(p1, p3))  # p0 p1 p2 p3
+            tl.store(row_out + slot, out, mask=(r < rows) & (slot < k // 2))
         first_row += tl.num_programs(0) * BLOCK_R
 
 
@@ -323,13 +336,24 @@ def nvfp4_operand(
     sf: torch.Tensor,
     valid_tiles: torch.Tensor | None = None,
     tile_size: int = 128,
+    order: str = "smem",
 ) -> torch.Tensor:
     """NVFP4 [rows, k / 2] codes and their swizzled scales -> fp16 [rows, k], as the CuTe
     kernel dequantises an operand (see the module docstring). rows: a multiple of 128 (whole
     scale tiles, so experts' matrices may be stacked); k: a multiple of 64. With
     ``valid_tiles`` (int32 [1] on the device, the GEMM's num_non_exiting_tiles) only the first
     valid_tiles x tile_size rows are written: a MoE's permuted buffer is sized for the worst
-    case, and the rows past its tiles are never read."""
+    case, and the rows past its tiles are never read.
+
+    ``order`` is the K order of the values: "smem", the WGMMA kernel's (each 8-value group as
+    n0 n4 n1 n5 n2 n6 n3 n7), or "registers", the order in which the RS kernel
+    (stagebot.kernels.cute.rs_gemm) places the other operand in its register fragments:
+    output position 16 s + 8 h + 2 q + j of each 64-value block holds value
+    16 q + 8 h + s + 4 j."""
+    _require(
+        order in OPERAND_ORDERS,
+        f"argument `order` is {order!r}; it must be one of {OPERAND_ORDERS}",
+    )
     _require(
         packed.dtype == torch.uint8 and packed.dim() == 2 and packed.is_contiguous(),
         f"argument `packed` is {packed.dtype} {tuple(packed.shape)}; it must be contiguous "
@@ -367,7 +391,7 @@ def nvfp4_operand(
         packed.view(torch.int32), sf.reshape(-1), out.view(torch.int32),
         sf if valid_tiles is None else valid_tiles, rows, k, tile_size,
         BLOCK_R=OPERAND_BLOCK_R, BLOCK_W=OPERAND_BLOCK_W, SCALE_EXP=OPERAND_SCALE_EXP,
-        LIMITED=valid_tiles is not None, num_warps=4,
+        LIMITED=valid_tiles is not None, REGISTER_ORDER=order == "registers", num_warps=4,
     )  # fmt: skip
     return out
 

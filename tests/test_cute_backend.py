@@ -73,13 +73,13 @@ def test_decode_tactics_run_on_the_decode_kernel_only():
     from stagebot.kernels.cute.grouped_gemm import Nvfp4GroupedGemmSm90 as K
     from stagebot.kernels.cute.tactics import TACTICS, Tactic
 
-    decode = [t for t in TACTICS if t.swap_ab]
+    decode = [t for t in TACTICS if t.swap_ab and not t.fp16_operand]
     assert decode and all(kernel_class(t) is D for t in decode)
     assert all(kernel_class(t) is K for t in TACTICS if not t.swap_ab)
     ok, why = K.can_implement(decode[0], 4096, 7168, 128)
     assert not ok and "run on the decode kernel" in why, why
     ok, why = D.can_implement(TACTICS[0], 4096, 7168, 128)
-    assert not ok and "runs swap_ab tactics only" in why, why
+    assert not ok and "runs swap_ab tactics without an fp16 operand" in why, why
     ok, why = D.can_implement(decode[0], 4096, 7168 + 64, 128)
     assert not ok and why.endswith("K=7232 must be a multiple of 256"), why
     ok, why = D.can_implement(decode[0], 4096 + 64, 7168, 128)
@@ -241,8 +241,39 @@ def test_an_fp16_operand_is_loaded_as_fp16_and_holds_a_ring_stage():
     assert not ok and "fp16_operand is 'c'" in why, why
     sparse = Tactic((128, 256), (1, 1), 4, sparse_rows=True, fp16_operand="a")
     assert "not with sparse_rows" in K.can_implement(sparse, 4096, 7168, 128)[1]
-    decode = Tactic((8, 128), (1, 1), 4, swap_ab=True, fp16_operand="b")
-    assert "fp16_operand are WGMMA-kernel knobs" in D.can_implement(decode, 4096, 7168, 128)[1]
+    decode = Tactic((8, 128), (1, 1), 4, swap_ab=True, fp16_operand="a")
+    assert "without an fp16 operand" in D.can_implement(decode, 4096, 7168, 128)[1]
+
+
+def test_swap_ab_tactics_with_the_tokens_in_fp16_run_on_the_rs_kernel_only():
+    """The RS kernel: weights from registers, 128 tokens in fp16 per work item; the other
+    kernels refuse its tactic and it refuses theirs, each naming the rule."""
+    cutlass = pytest.importorskip("cutlass")
+    from stagebot.kernels.cute.compile import kernel_class, pointer_dtypes
+    from stagebot.kernels.cute.grouped_gemm import Nvfp4GroupedGemmSm90 as K
+    from stagebot.kernels.cute.rs_gemm import Nvfp4RsGemmSm90 as R
+    from stagebot.kernels.cute.tactics import TACTICS
+
+    rs = [t for t in TACTICS if t.swap_ab and t.fp16_operand]
+    assert rs and all(kernel_class(t) is R for t in rs)
+    assert all(R.can_implement(t, 4096, 7168, 128) == (True, "") for t in rs)
+    assert pointer_dtypes("grouped_gemm", rs[0])[:2] == (cutlass.Float16, cutlass.Uint8)
+    why = K.can_implement(rs[0], 4096, 7168, 128)[1]
+    assert "or with the tokens in fp16 on the RS kernel" in why, why
+    refusals = {
+        TACTICS[0]: "runs swap_ab tactics with the tokens in fp16 (fp16_operand 'a')",
+        replace(rs[0], fp16_operand="b"): "fp16_operand 'a'",
+        replace(rs[0], tile_mn=(64, 128)): "tile 64x128 must be 128 tokens x 128 weight rows",
+        replace(rs[0], stages=8): "needs 237568 B of shared memory; sm_90 allows 232448 B",
+        replace(rs[0], ctas_per_sm=2): "are other kernels' knobs",
+    }
+    for tactic, why in refusals.items():
+        ok, got = R.can_implement(tactic, 4096, 7168, 128)
+        assert not ok and why in got, (tactic, got)
+    ok, why = R.can_implement(rs[0], 4096, 7168 + 64, 128)
+    assert not ok and why.endswith("K=7232 must be a multiple of 128 (K steps of 64 go in pairs)")
+    ok, why = R.can_implement(rs[0], 4096, 7168, 64)
+    assert not ok and "tile_size=64 must be a multiple of 128 tokens" in why, why
 
 
 def test_fp16_operand_tactics_need_triton(on_an_h200, monkeypatch):

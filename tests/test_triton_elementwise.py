@@ -177,19 +177,35 @@ def test_unpermute_with_scales_swapped_between_k_does_not_match():
     assert not torch.allclose(got.float(), want.float(), rtol=1e-2, atol=1e-2)
 
 
-def _reference_operand(packed: torch.Tensor, sf_swizzled: torch.Tensor) -> torch.Tensor:
-    """fp16 of e2m1 * e4m3 * 2^-7 (exact), each 8-value group as n0 n4 n1 n5 n2 n6 n3 n7."""
+def _register_order() -> torch.Tensor:
+    """Position 16 s + 8 h + 2 q + j of a 64-value block holds value 16 q + 8 h + s + 4 j."""
+    s, h, q, j = torch.meshgrid(*(torch.arange(n) for n in (4, 2, 4, 2)), indexing="ij")
+    return (16 * q + 8 * h + s + 4 * j).flatten()
+
+
+OPERAND_ORDERS = {"smem": torch.tensor([0, 4, 1, 5, 2, 6, 3, 7]), "registers": _register_order()}
+
+
+def _reference_operand(
+    packed: torch.Tensor, sf_swizzled: torch.Tensor, order: str = "smem"
+) -> torch.Tensor:
+    """fp16 of e2m1 * e4m3 * 2^-7 (exact), each block of the order's length permuted by it."""
     rows, k = packed.shape[0], 2 * packed.shape[1]
     sf = layouts.unswizzle_sf(sf_swizzled.cpu(), rows, k // 16)
     values = nvfp4.block_values(packed.cpu(), sf) * 2.0**-7
-    order = torch.tensor([0, 4, 1, 5, 2, 6, 3, 7])
-    return values.unflatten(-1, (-1, 8))[..., order].flatten(-2).to(torch.float16)
+    permutation = OPERAND_ORDERS[order]
+    return values.unflatten(-1, (-1, len(permutation)))[..., permutation].flatten(-2).half()
 
 
+def test_the_register_order_is_a_permutation_of_each_64_value_block():
+    assert sorted(_register_order().tolist()) == list(range(64))
+
+
+@pytest.mark.parametrize("order", te.OPERAND_ORDERS)
 @pytest.mark.parametrize("rows, k", [(128, 64), (256, 320), (384, 1024)])
-def test_nvfp4_operand_is_the_kernels_fp16_operand_bit_for_bit(rows, k):
+def test_nvfp4_operand_is_the_kernels_fp16_operand_bit_for_bit(rows, k, order):
     """Random values over 24 binades: both signs, zero rows, subnormal and large scales (the
-    K order is the reference's; that it is the CuTe kernel's is gpu_check's to show)."""
+    K order is the reference's; that it is the CuTe kernels' is gpu_check's to show)."""
     g = torch.Generator().manual_seed(rows + k)
     exponents = torch.randint(-14, 10, (rows, 1), generator=g)
     x = torch.randn(rows, k, generator=g) * torch.exp2(exponents)
@@ -198,8 +214,8 @@ def test_nvfp4_operand_is_the_kernels_fp16_operand_bit_for_bit(rows, k):
     packed, sf = nvfp4.quantize(x, gs)
     assert int(sf.min()) < 8 and int(sf.max()) > 0x70  # subnormal and large scales both occur
     sf_swizzled = layouts.swizzle_sf(sf)
-    got = te.nvfp4_operand(packed.to(DEVICE), sf_swizzled.to(DEVICE))
-    want = _reference_operand(packed, sf_swizzled)
+    got = te.nvfp4_operand(packed.to(DEVICE), sf_swizzled.to(DEVICE), order=order)
+    want = _reference_operand(packed, sf_swizzled, order)
     assert got.dtype == torch.float16 and got.shape == (rows, k)
     assert torch.equal(got.cpu().view(torch.int16), want.view(torch.int16))
 
@@ -231,3 +247,5 @@ def test_nvfp4_operand_rejects_what_it_cannot_lay_out():
     packed, sf = packed.new_zeros(128, 32), sf.new_zeros(512)
     with pytest.raises(KernelArgumentError, match="valid_tiles` is torch.int64"):
         te.nvfp4_operand(packed, sf, torch.ones(1, dtype=torch.int64, device=DEVICE))
+    with pytest.raises(KernelArgumentError, match="`order` is 'rs'; it must be one of"):
+        te.nvfp4_operand(packed, sf, order="rs")

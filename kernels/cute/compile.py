@@ -62,13 +62,18 @@ _cache: dict[CompileKey, Any] = {}
 stats: Counter = Counter()
 # The files whose content the compiled code depends on (their digest is part of the disk key).
 KERNEL_SOURCES = (
-    "grouped_gemm.py", "decode_gemm.py", "epilogues.py", "ptx.py", "tactics.py", "compile.py",
-    "compiled_io.py",
+    "grouped_gemm.py", "decode_gemm.py", "rs_gemm.py", "epilogues.py", "ptx.py", "tactics.py",
+    "compile.py", "compiled_io.py",
 )  # fmt: skip
 
 
 def kernel_class(tactic: Tactic):
-    """The kernel class that runs ``tactic``: the decode kernel for swap_ab tactics."""
+    """The kernel class that runs ``tactic``: for swap_ab tactics the RS kernel with the tokens
+    in fp16, else the decode kernel; the WGMMA kernel for the others."""
+    if tactic.swap_ab and tactic.fp16_operand:
+        from stagebot.kernels.cute.rs_gemm import Nvfp4RsGemmSm90
+
+        return Nvfp4RsGemmSm90
     if tactic.swap_ab:
         from stagebot.kernels.cute.decode_gemm import Nvfp4DecodeGemmSm90
 

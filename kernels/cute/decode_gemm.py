@@ -59,7 +59,51 @@ SF_STEP_WORDS = 4 * 128  # the four 512-byte scale chunks of one K step, as int3
 TOKEN_CHOICES = (8, 32)  # tokens per group: 1 or 4 mma n8 fragments (the ones run on the H200)
 
 
-class Nvfp4DecodeGemmSm90(GroupedGemmCall):
+class WeightRowsGemm(GroupedGemmCall):
+    """What the kernels with the weights on the MMA's M side share: work items of (tile, 128
+    weight rows) and the epilogue from an fp32 stage in shared memory, [tokens, weight rows].
+    Subclasses set ``epilogue``, ``uses_limit``, ``tokens`` and ``num_consumers``."""
+
+    def _item(self, work, n_blocks, tile_size, mLimit):
+        """(tile, weight-row block, the tile's first row, its row limit) of work item ``work``."""
+        tile = work // n_blocks
+        tile_row0 = tile * tile_size
+        limit = tile_row0 + tile_size
+        if cutlass.const_expr(self.uses_limit):
+            limit = mLimit[tile]
+        return tile, work % n_blocks, tile_row0, limit
+
+    def _staged_scale(self, scale):
+        """What the accumulators are multiplied by on their way to the stage: finalize
+        scales the rows later, with the router weight."""
+        return cutlass.Float32(1.0) if self.epilogue == "finalize" else scale
+
+    @cute.jit
+    def _write_staged(
+        self, sE, scale, row0, limit, n_block, tidx, mC, mCsf, mGlobalSf, mP2e, mRouter, n,
+        top_k,
+    ):  # fmt: skip
+        """The op's epilogue over the staged rows row0 .. (at most) row0 + tokens, once every
+        consumer thread's accumulators are in ``sE``."""
+        valid = limit - row0
+        if valid > self.tokens:
+            valid = self.tokens
+        col0 = n_block * WEIGHT_ROWS
+        if cutlass.const_expr(self.epilogue == "store"):
+            epilogues.store_rows(sE, row0, valid, col0, mC, tidx, self.num_consumers)
+        if cutlass.const_expr(self.epilogue == "swiglu"):
+            epilogues.swiglu_quantize_rows(
+                sE, mGlobalSf[0], row0, valid, n_block, WEIGHT_ROWS, tidx, self.num_consumers,
+                mC, mCsf,
+            )  # fmt: skip
+        if cutlass.const_expr(self.epilogue == "finalize"):
+            epilogues.finalize_rows(
+                sE, scale, row0, valid, col0, mP2e, mRouter, mC.iterator.toint(),
+                cutlass.Int64(n * 2), top_k, tidx, self.num_consumers,
+            )  # fmt: skip
+
+
+class Nvfp4DecodeGemmSm90(WeightRowsGemm):
     """NVFP4 x NVFP4 contiguous grouped GEMM for few tokens per tile; the constructor and call of
     Nvfp4GroupedGemmSm90 (the rows' dtype is the c pointer's, so ``store_dtype`` needs no state
     here)."""
@@ -105,7 +149,11 @@ class Nvfp4DecodeGemmSm90(GroupedGemmCall):
         smem = cls.smem_bytes(tactic)
         per_sm = tactic.ctas_per_sm
         checks = (
-            (tactic.swap_ab, "the decode kernel runs swap_ab tactics only"),
+            (
+                tactic.swap_ab and not tactic.fp16_operand,
+                "the decode kernel runs swap_ab tactics without an fp16 operand (with the "
+                "tokens in fp16 they run on the RS kernel, rs_gemm)",
+            ),
             (epilogue in EPILOGUES, f"epilogue {epilogue!r} is not one of {EPILOGUES}"),
             (
                 tokens in TOKEN_CHOICES and rows == WEIGHT_ROWS,
@@ -113,8 +161,8 @@ class Nvfp4DecodeGemmSm90(GroupedGemmCall):
             ),
             (tuple(tactic.cluster_mn) == (1, 1), "only cluster 1x1 is implemented"),
             (
-                tactic.wg_split == "m" and not tactic.sparse_rows and not tactic.fp16_operand,
-                "wg_split, sparse_rows and fp16_operand are WGMMA-kernel knobs",
+                tactic.wg_split == "m" and not tactic.sparse_rows,
+                "wg_split and sparse_rows are WGMMA-kernel knobs",
             ),
             (tactic.stages >= 2, f"stages is {tactic.stages}; the pipeline needs at least 2"),
             (
@@ -314,16 +362,6 @@ class Nvfp4DecodeGemmSm90(GroupedGemmCall):
                 mC, mCsf, mGlobalSf, mLimit, mP2e, mRouter, mAlpha, mGroup, n, tile_size, top_k,
             )  # fmt: skip
 
-    # ----------------------------------------------------------------------------------------
-    def _item(self, work, n_blocks, tile_size, mLimit):
-        """(tile, weight-row block, the tile's first row, its row limit) of work item ``work``."""
-        tile = work // n_blocks
-        tile_row0 = tile * tile_size
-        limit = tile_row0 + tile_size
-        if cutlass.const_expr(self.uses_limit):
-            limit = mLimit[tile]
-        return tile, work % n_blocks, tile_row0, limit
-
     @cute.jit
     def _consume(
         self, storage, ring, k_steps, n_blocks, total_work, tidx, bidx, gdim,
@@ -387,32 +425,17 @@ class Nvfp4DecodeGemmSm90(GroupedGemmCall):
                         self._mma_step(packed, sf_words, sBf, buf, acc, lane)
                     step += 1
                 scale = mAlpha[expert] * OPERAND_UNSCALE
-                if cutlass.const_expr(self.epilogue == "finalize"):
-                    scale_staged = cutlass.Float32(1.0)  # finalize scales with the router weight
-                else:
-                    scale_staged = scale
+                scale_staged = self._staged_scale(scale)
                 for f in cutlass.range_constexpr(nf):
                     for i in cutlass.range_constexpr(4):
                         sE[8 * f + 2 * q + i % 2, w_row + 8 * (i // 2)] = (
                             acc[4 * f + i] * scale_staged
                         )
                 barrier.arrive_and_wait()
-                valid = limit - row0
-                if valid > self.tokens:
-                    valid = self.tokens
-                col0 = n_block * WEIGHT_ROWS
-                if cutlass.const_expr(self.epilogue == "store"):
-                    epilogues.store_rows(sE, row0, valid, col0, mC, tidx, self.num_consumers)
-                if cutlass.const_expr(self.epilogue == "swiglu"):
-                    epilogues.swiglu_quantize_rows(
-                        sE, mGlobalSf[0], row0, valid, n_block, WEIGHT_ROWS, tidx,
-                        self.num_consumers, mC, mCsf,
-                    )  # fmt: skip
-                if cutlass.const_expr(self.epilogue == "finalize"):
-                    epilogues.finalize_rows(
-                        sE, scale, row0, valid, col0, mP2e, mRouter, mC.iterator.toint(),
-                        cutlass.Int64(n * 2), top_k, tidx, self.num_consumers,
-                    )  # fmt: skip
+                self._write_staged(
+                    sE, scale, row0, limit, n_block, tidx, mC, mCsf, mGlobalSf, mP2e, mRouter,
+                    n, top_k,
+                )  # fmt: skip
 
     # ----------------------------------------------------------------------------------------
     @staticmethod

@@ -7,7 +7,8 @@ Every check draws fresh random inputs and poisons the output with NaN first: val
 match the reference backend (fp32-exact decode, "highest" fp32 matmul) and every element of
 every non-exiting tile must be written; exiting tiles must stay NaN. The diagnostic builds
 (no dequantisation; no WGMMA: wrong results by design) time the two halves of the main loop,
-for the fp16-operand tactic too, whose once-per-call pre-pass is also timed alone. Speed
+for the fp16-operand tactics too (the weights-in-fp16 one, whose once-per-call pre-pass is also
+timed alone, and the RS kernel's). Speed
 against the peers is stagebot.kernels.cute.bench_moe's job.
 """
 
@@ -229,17 +230,21 @@ def main(argv: list[str] | None = None) -> int:
             results["swiglu"].append(r)
     shapes = [
         ("8x8192_N4096_K4096", [8192] * 8, 4096, 4096),
+        ("t8192_gemm1_8x256_N4096_K7168", [256] * 8, 4096, 7168),
+        ("t8192_gemm2_8x256_N7168_K2048", [256] * 8, 7168, 2048),
         ("dec16_gemm1_N4096_K7168", [4] * 8, 4096, 7168),
     ]
-    decode = next(t for t in TACTICS if t.swap_ab)
-    fp16 = next(t for t in TACTICS if t.fp16_operand)
+    decode = next(t for t in TACTICS if t.swap_ab and not t.fp16_operand)
+    b16 = next(t for t in TACTICS if t.fp16_operand == "b")
+    rs = next(t for t in TACTICS if t.swap_ab and t.fp16_operand)
     builds = [(TACTICS[0], v) for v in ("", "no_dequant", "no_mma", "a_only", "b_only")]
-    builds += [(fp16, v) for v in ("", "no_dequant", "no_mma")]
+    builds += [(b16, v) for v in ("", "no_dequant", "no_mma")]
+    builds += [(rs, v) for v in ("", "no_dequant")]
     builds += [(decode, v) for v in ("", "no_mma", "no_tokens")]
     if not opts.quick:
         for name, counts, n, k in shapes:
             for tactic, variant in builds:
-                if tactic.swap_ab and max(counts) > tactic.tile_mn[0]:
+                if tactic == decode and max(counts) > tactic.tile_mn[0]:
                     continue  # the decode diagnostics are for decode shapes
                 if tactic.fp16_operand and max(counts) <= 128:
                     continue  # the once-per-call pre-pass is for large M

@@ -105,6 +105,63 @@ def epilogue_views(
     )
 
 
+def operand_tma(g2s, mX, mXs, x16_layout, rows, fp16):
+    """(atom, tensor) TMA pairs of one operand: its fp16 tile straight into the WGMMA
+    layout, or its packed bytes (row-major) and its rows' scale chunks."""
+    if fp16:
+        return cute.nvgpu.cpasync.make_tiled_tma_atom(
+            g2s, mX, cute.slice_(x16_layout, (None, None, 0)), (rows, BK)
+        )
+    packed = cute.make_layout((rows, BK // 2), stride=(BK // 2, 1))
+    chunk_tile = (128, 1, rows // SF_CHUNK_ROWS)
+    return (
+        *cute.nvgpu.cpasync.make_tiled_tma_atom(g2s, mX, packed, (rows, BK // 2)),
+        *cute.nvgpu.cpasync.make_tiled_tma_atom(g2s, mXs, cute.make_layout(chunk_tile), chunk_tile),
+    )
+
+
+def operand_loads(x_tma, sX16, sXq, sXs, rows, fp16, batched):
+    """One operand's TMA copies as (atom, global tiles partitioned, smem stages partitioned,
+    whether they are scale chunks); global tiles are (.., tile, k step[, expert])."""
+    rest = (None, None, None) if batched else (None, None)
+    one = cute.make_layout(1)
+    if fp16:
+        atom, mX16 = x_tma
+        gX = cute.local_tile(mX16, (rows, BK), rest)
+        sX_part, gX_part = cute.nvgpu.cpasync.tma_partition(
+            atom, 0, one, cute.group_modes(sX16, 0, 2), cute.group_modes(gX, 0, 2)
+        )
+        return [(atom, gX_part, sX_part, False)]
+    atom_q, mXq, atom_s, mXs = x_tma
+    gXq = cute.local_tile(mXq, (rows, BK // 2), rest)
+    gXs = cute.local_tile(mXs, (128, 1, rows // SF_CHUNK_ROWS), (None, *rest))
+    sq_part, gq_part = cute.nvgpu.cpasync.tma_partition(
+        atom_q, 0, one, cute.group_modes(sXq, 0, 2), cute.group_modes(gXq, 0, 2)
+    )
+    ss_part, gs_part = cute.nvgpu.cpasync.tma_partition(
+        atom_s, 0, one, cute.group_modes(sXs, 0, 3), cute.group_modes(gXs, 0, 3)
+    )
+    return [(atom_q, gq_part, sq_part, False), (atom_s, gs_part, ss_part, True)]
+
+
+def stage_bytes(rows, fp16):
+    """Bytes one operand's TMA writes per ring stage."""
+    return rows * BK * 2 if fp16 else rows * BK // 2 + 4 * 128 * (rows // SF_CHUNK_ROWS)
+
+
+def tma_source(gX, scales, coord):
+    """The global tile of ``coord`` = (tile, k step[, expert]): scale chunks are indexed
+    (words, 1, k step, tile[, expert])."""
+    if scales:
+        return gX[(None, 0, coord[1], coord[0], *coord[2:])]
+    return gX[(None, *coord)]
+
+
+def staging_layout(rows: int, stages: int):
+    """(rows, 32 packed bytes, stages), row-major per stage, as TMA writes it."""
+    return cute.make_layout((rows, BK // 2, stages), stride=(BK // 2, 1, rows * BK // 2))
+
+
 def first_failure(tactic: Tactic, checks) -> tuple[bool, str]:
     """(True, "") if every (ok, why) of ``checks`` holds, else (False, the first failed why)."""
     for ok, why in checks:
@@ -253,7 +310,11 @@ class Nvfp4GroupedGemmSm90(GroupedGemmCall):
         bm, bn = tactic.tile_mn
         smem = cls.smem_bytes(tactic)
         checks = (
-            (not tactic.swap_ab, "swap_ab tactics run on the decode kernel (decode_gemm)"),
+            (
+                not tactic.swap_ab,
+                "swap_ab tactics run on the decode kernel (decode_gemm), or with the tokens in "
+                "fp16 on the RS kernel (rs_gemm)",
+            ),
             (epilogue in EPILOGUES, f"epilogue {epilogue!r} is not one of {EPILOGUES}"),
             (
                 cls.is_valid_epilogue(tactic, epilogue),
@@ -319,11 +380,9 @@ class Nvfp4GroupedGemmSm90(GroupedGemmCall):
             self.stages if self.b_fp16 else OPERAND_BUFFERS,
         )
         g2s = cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp()
-        a_tma = self._operand_tma(g2s, mA, mAs, self.a16_layout, self.bm, self.a_fp16)
-        b_tma = self._operand_tma(g2s, mB, mBs, self.b16_layout, self.bn, self.b_fp16)
-        self.tx_bytes = self._stage_bytes(self.bm, self.a_fp16) + self._stage_bytes(
-            self.bn, self.b_fp16
-        )
+        a_tma = operand_tma(g2s, mA, mAs, self.a16_layout, self.bm, self.a_fp16)
+        b_tma = operand_tma(g2s, mB, mBs, self.b16_layout, self.bn, self.b_fp16)
+        self.tx_bytes = stage_bytes(self.bm, self.a_fp16) + stage_bytes(self.bn, self.b_fp16)
         self.as_words = 128 * (self.bm // SF_CHUNK_ROWS)
         self.bs_words = 128 * (self.bn // SF_CHUNK_ROWS)
 
@@ -423,12 +482,12 @@ class Nvfp4GroupedGemmSm90(GroupedGemmCall):
 
         sAq = sAs = sBq = sBs = None
         if cutlass.const_expr(not self.a_fp16):
-            sAq = storage.sAq.get_tensor(self._staging_layout(self.bm))
+            sAq = storage.sAq.get_tensor(staging_layout(self.bm, self.stages))
             sAs = storage.sAs.get_tensor(
                 cute.make_layout((128, 1, self.bm // SF_CHUNK_ROWS, self.stages))
             )
         if cutlass.const_expr(not self.b_fp16):
-            sBq = storage.sBq.get_tensor(self._staging_layout(self.bn))
+            sBq = storage.sBq.get_tensor(staging_layout(self.bn, self.stages))
             sBs = storage.sBs.get_tensor(
                 cute.make_layout((128, 1, self.bn // SF_CHUNK_ROWS, self.stages))
             )
@@ -445,8 +504,8 @@ class Nvfp4GroupedGemmSm90(GroupedGemmCall):
             )
 
         # Each operand's TMA copies: (atom, global partition, smem partition, holds scales).
-        a_loads = self._operand_loads(a_tma, sA16, sAq, sAs, self.bm, self.a_fp16, False)
-        b_loads = self._operand_loads(b_tma, sB16, sBq, sBs, self.bn, self.b_fp16, True)
+        a_loads = operand_loads(a_tma, sA16, sAq, sAs, self.bm, self.a_fp16, False)
+        b_loads = operand_loads(b_tma, sB16, sBq, sBs, self.bn, self.b_fp16, True)
         k_tiles = cute.size(a_loads[0][1], mode=[2])
         m_per_table_tile = tile_size // self.bm
         n_tiles = n // self.bn
@@ -468,10 +527,10 @@ class Nvfp4GroupedGemmSm90(GroupedGemmCall):
                     bar = ring.producer_get_barrier(state)
                     s = state.index
                     for atom, gX, sX, scales in a_loads:
-                        src = self._tma_source(gX, scales, (m_tile, kk))
+                        src = tma_source(gX, scales, (m_tile, kk))
                         cute.copy(atom, src, sX[(None, s)], tma_bar_ptr=bar)
                     for atom, gX, sX, scales in b_loads:
-                        src = self._tma_source(gX, scales, (n_tile, kk, expert))
+                        src = tma_source(gX, scales, (n_tile, kk, expert))
                         cute.copy(atom, src, sX[(None, s)], tma_bar_ptr=bar)
                     ring.producer_commit(state)
                     state.advance()
@@ -617,57 +676,7 @@ class Nvfp4GroupedGemmSm90(GroupedGemmCall):
                         top_k,
                     )
 
-    @staticmethod
-    def _operand_tma(g2s, mX, mXs, x16_layout, rows, fp16):
-        """(atom, tensor) TMA pairs of one operand: its fp16 tile straight into the WGMMA
-        layout, or its packed bytes (row-major) and its rows' scale chunks."""
-        if fp16:
-            return cute.nvgpu.cpasync.make_tiled_tma_atom(
-                g2s, mX, cute.slice_(x16_layout, (None, None, 0)), (rows, BK)
-            )
-        packed = cute.make_layout((rows, BK // 2), stride=(BK // 2, 1))
-        chunk_tile = (128, 1, rows // SF_CHUNK_ROWS)
-        return (
-            *cute.nvgpu.cpasync.make_tiled_tma_atom(g2s, mX, packed, (rows, BK // 2)),
-            *cute.nvgpu.cpasync.make_tiled_tma_atom(
-                g2s, mXs, cute.make_layout(chunk_tile), chunk_tile
-            ),
-        )
-
-    @staticmethod
-    def _operand_loads(x_tma, sX16, sXq, sXs, rows, fp16, batched):
-        """One operand's TMA copies as (atom, global tiles partitioned, smem stages partitioned,
-        whether they are scale chunks); global tiles are (.., tile, k step[, expert])."""
-        rest = (None, None, None) if batched else (None, None)
-        one = cute.make_layout(1)
-        if fp16:
-            atom, mX16 = x_tma
-            gX = cute.local_tile(mX16, (rows, BK), rest)
-            sX_part, gX_part = cute.nvgpu.cpasync.tma_partition(
-                atom, 0, one, cute.group_modes(sX16, 0, 2), cute.group_modes(gX, 0, 2)
-            )
-            return [(atom, gX_part, sX_part, False)]
-        atom_q, mXq, atom_s, mXs = x_tma
-        gXq = cute.local_tile(mXq, (rows, BK // 2), rest)
-        gXs = cute.local_tile(mXs, (128, 1, rows // SF_CHUNK_ROWS), (None, *rest))
-        sq_part, gq_part = cute.nvgpu.cpasync.tma_partition(
-            atom_q, 0, one, cute.group_modes(sXq, 0, 2), cute.group_modes(gXq, 0, 2)
-        )
-        ss_part, gs_part = cute.nvgpu.cpasync.tma_partition(
-            atom_s, 0, one, cute.group_modes(sXs, 0, 3), cute.group_modes(gXs, 0, 3)
-        )
-        return [(atom_q, gq_part, sq_part, False), (atom_s, gs_part, ss_part, True)]
-
-    @staticmethod
-    def _stage_bytes(rows, fp16):
-        """Bytes one operand's TMA writes per ring stage."""
-        return rows * BK * 2 if fp16 else rows * BK // 2 + 4 * 128 * (rows // SF_CHUNK_ROWS)
-
     # ----------------------------------------------------------------------------------------
-    def _staging_layout(self, rows: int):
-        """(rows, 32 packed bytes, stages), row-major per stage, as TMA writes it."""
-        return cute.make_layout((rows, BK // 2, self.stages), stride=(BK // 2, 1, rows * BK // 2))
-
     @staticmethod
     def _mma(tiled_mma, acc, tCrA, tCrB, a_buf, b_buf, k_blocks):
         """The WGMMAs of one K step on A's buffer ``a_buf`` and B's ``b_buf`` (operand buffers,
@@ -699,14 +708,6 @@ class Nvfp4GroupedGemmSm90(GroupedGemmCall):
         self._mma(tiled_mma, acc, tCrA, tCrB, a_buf, b_buf, k_blocks)
         cute.nvgpu.warpgroup.commit_group()
         cute.nvgpu.warpgroup.wait_group(1)
-
-    @staticmethod
-    def _tma_source(gX, scales, coord):
-        """The global tile of ``coord`` = (tile, k step[, expert]): scale chunks are indexed
-        (words, 1, k step, tile[, expert])."""
-        if scales:
-            return gX[(None, 0, coord[1], coord[0], *coord[2:])]
-        return gX[(None, *coord)]
 
     def _dense_units(self, a_op, b_op):
         """The units the consumers dequantise per K step: the NVFP4 operands' (an fp16 operand's

@@ -115,7 +115,8 @@ def _run(
     )
     compiled = compile_kernel(key)
     if tactic.fp16_operand == "a":  # the valid tiles' rows only
-        a = _fp16_operand(a, a_sf, num_tiles.reshape(1).to(torch.int32), tile_size)
+        order = "registers" if tactic.swap_ab else "smem"
+        a = _fp16_operand(a, a_sf, num_tiles.reshape(1).to(torch.int32), tile_size, order)
     if tactic.fp16_operand == "b":
         b = _fp16_operand(b.reshape(experts * n, half_k), b_sf).reshape(experts, n, 2 * half_k)
     names = ("limit", "c", "c_sf", "global_sf", "p2e", "router")
@@ -136,12 +137,16 @@ def _run(
 
 
 def _fp16_operand(
-    packed: torch.Tensor, sf: torch.Tensor, valid_tiles=None, tile_size: int = 128
+    packed: torch.Tensor,
+    sf: torch.Tensor,
+    valid_tiles=None,
+    tile_size: int = 128,
+    order: str = "smem",
 ) -> torch.Tensor:
     """The operand the kernel loads as fp16 (its scales are then not read)."""
     from stagebot.kernels.triton_elementwise import nvfp4_operand
 
-    return nvfp4_operand(packed, sf, valid_tiles, tile_size)
+    return nvfp4_operand(packed, sf, valid_tiles, tile_size, order)
 
 
 def grouped_gemm_outputs(

@@ -25,8 +25,9 @@ class Tactic:
     # thread (epilogues.swiglu_quantize_staged). Only calls that pass tile_idx_to_mn_limit can
     # tell; without it the tactic runs dense.
     sparse_rows: bool = False
-    # Decode kernel (stagebot.kernels.cute.decode_gemm): the weights are the MMA's M operand,
-    # dequantised into registers, and tile_mn is (tokens per work item, weight rows).
+    # The weights are the MMA's M operand, dequantised into registers, and tile_mn is (tokens
+    # per work item, weight rows): the decode kernel (stagebot.kernels.cute.decode_gemm), or
+    # with fp16_operand "a" the RS kernel (stagebot.kernels.cute.rs_gemm).
     swap_ab: bool = False
     # CTAs resident per SM (the grid is this many per SM): the decode kernel's eight consumer
     # warps alone leave its dequantisation latency-bound; two CTAs of half the stages took 13-21%
@@ -63,6 +64,7 @@ TACTICS: tuple[Tactic, ...] = (
     Tactic((128, 128), (1, 1), 6),
     Tactic((128, 256), (1, 1), 4, fp16_operand="b"),  # many rows per expert: weights once
     Tactic((128, 256), (1, 1), 4, fp16_operand="a"),  # many tiles per row: tokens once
+    Tactic((128, 128), (1, 1), 6, swap_ab=True, fp16_operand="a"),  # weights from registers
     Tactic((128, 256), (1, 1), 4, sparse_rows=True),  # decode: one expert's few rows per tile
     Tactic((8, 128), (1, 1), 4, swap_ab=True, ctas_per_sm=2),  # decode: <= 8 tokens per expert
     Tactic((32, 128), (1, 1), 2, swap_ab=True, ctas_per_sm=2),  # decode: <= 32 tokens per expert

@@ -1,0 +1,368 @@
+"""NVFP4 grouped GEMMs with the weights fed to WGMMA from registers (Hopper sm_90a, CuTe DSL 4.3.5).
+
+Many tokens per expert (the T8192 layers): the WGMMA kernel (stagebot.kernels.cute.grouped_gemm)
+dequantises the weights per tile into shared memory, where WGMMA reads them again, and that
+traffic contends with WGMMA's own (NOTES.md). Here, as in the decode kernel, the roles swap
+(C^T = B A^T): the weights are WGMMA's A operand, dequantised straight into its register
+fragments (the RS form), and the tokens are the N side, as fp16 made once per call
+(triton_elementwise.nvfp4_operand, order "registers") and TMA-loaded into WGMMA's B layout.
+
+Pipeline (persistent, one CTA per SM, warp-specialised):
+1. Producer warp (warp 8): per work item (a tile's tokens, 128 weight rows of its expert) and
+   64-wide K step, TMA-loads the packed weights (128 rows x 32 bytes), their scale chunk (512
+   bytes) and the tokens (tokens x 64 fp16, 128-byte swizzle) into a ``stages``-deep ring.
+2. Two consumer warpgroups of 64 weight rows each. Thread (g, q) of warp w loads 8 bytes of
+   rows 16 w + g and 16 w + g + 8 (K values 16 q .. 16 q + 15, one scale byte per row), turns
+   them into the A fragments of the K step's four k16 WGMMAs (m64 x tokens, fp32 accumulators)
+   and issues them, then waits for them (the fragments and the stage's tokens are free again)
+   and frees the stage. While one warpgroup dequantises, the other's WGMMAs keep the tensor
+   cores busy.
+3. Epilogue: as the decode kernel's (accumulators -> fp32 stage [tokens, 128] -> the op's rows).
+
+K order: e2m1x8_to_f16x8 turns a packed word into the pairs (n_s, n_s+4), s = 0..3; pair s of
+thread q's word h is the A fragment's column pair 2 q + 8 h of k16 step s. The tokens carry the
+same permutation ("registers" order), so the dot products are unchanged; the products and the
+fp32 accumulation are the WGMMA kernel's (e2m1 and e4m3 placed in fp16 bits, alpha * 2^14).
+"""
+
+import cutlass
+import cutlass.cute as cute
+import cutlass.pipeline as pipeline
+import cutlass.utils as utils
+import cutlass.utils.hopper_helpers as sm90_utils
+from cutlass.pipeline import pipeline_init_arrive, pipeline_init_wait
+
+from stagebot.kernels.cute import epilogues
+from stagebot.kernels.cute.decode_gemm import CONSUMER_WARPS, WEIGHT_ROWS, WeightRowsGemm
+from stagebot.kernels.cute.grouped_gemm import (
+    BK,
+    EPILOGUES,
+    OPERAND_UNSCALE,
+    SF_CHUNK_ROWS,
+    SMEM_CAPACITY,
+    first_failure,
+    operand_loads,
+    operand_tma,
+    stage_bytes,
+    staging_layout,
+    tma_source,
+)
+from stagebot.kernels.cute.ptx import e2m1x8_to_f16x8, e4m3_to_f16x2
+from stagebot.kernels.cute.tactics import Tactic
+
+TOKEN_CHOICES = (128,)  # tokens per group (WGMMA's N): the one run on the H200
+K_BLOCKS = BK // 16  # k16 WGMMAs per K step
+
+
+class Nvfp4RsGemmSm90(WeightRowsGemm):
+    """NVFP4 weights x fp16 tokens contiguous grouped GEMM, weights from registers; the
+    constructor and call of Nvfp4GroupedGemmSm90."""
+
+    def __init__(
+        self,
+        tactic: Tactic,
+        epilogue: str = "store",
+        mn_limit: bool = False,
+        variant: str = "",
+        store_dtype: type[cutlass.Numeric] = cutlass.BFloat16,
+    ):
+        assert epilogue in EPILOGUES, epilogue
+        # Diagnostic build for timing only (its results are wrong): "no_dequant" feeds the
+        # packed words to the WGMMAs unconverted.
+        assert variant in ("", "no_dequant"), variant
+        self.variant = variant
+        self.fp16_operand = tactic.fp16_operand
+        self.epilogue = epilogue
+        self.uses_limit = mn_limit or epilogue == "finalize"
+        self.tokens = tactic.tile_mn[0]
+        self.stages = tactic.stages
+        self.num_consumers = CONSUMER_WARPS * 32
+        self.threads_per_cta = self.num_consumers + 32
+
+    @staticmethod
+    def smem_bytes(tactic: Tactic) -> int:
+        tokens = tactic.tile_mn[0]
+        stage = stage_bytes(WEIGHT_ROWS, False) + stage_bytes(tokens, True)
+        epilogue_stage = tokens * (WEIGHT_ROWS + epilogues.STAGE_PAD) * 4
+        return tactic.stages * stage + epilogue_stage + 2 * 1024
+
+    @classmethod
+    def can_implement(
+        cls, tactic: Tactic, n: int, k: int, tile_size: int, epilogue: str = "store"
+    ) -> tuple[bool, str]:
+        """(ok, the first failed constraint with its values) for this tactic and problem."""
+        tokens, rows = tactic.tile_mn
+        smem = cls.smem_bytes(tactic)
+        checks = (
+            (
+                tactic.swap_ab and tactic.fp16_operand == "a",
+                "the RS kernel runs swap_ab tactics with the tokens in fp16 (fp16_operand 'a')",
+            ),
+            (epilogue in EPILOGUES, f"epilogue {epilogue!r} is not one of {EPILOGUES}"),
+            (
+                tokens in TOKEN_CHOICES and rows == WEIGHT_ROWS,
+                f"tile {tokens}x{rows} must be {' | '.join(map(str, TOKEN_CHOICES))} tokens x "
+                f"{WEIGHT_ROWS} weight rows",
+            ),
+            (tuple(tactic.cluster_mn) == (1, 1), "only cluster 1x1 is implemented"),
+            (
+                tactic.wg_split == "m" and not tactic.sparse_rows and tactic.ctas_per_sm == 1,
+                "wg_split, sparse_rows and ctas_per_sm are other kernels' knobs",
+            ),
+            (tactic.stages >= 2, f"stages is {tactic.stages}; the pipeline needs at least 2"),
+            (
+                smem <= SMEM_CAPACITY,
+                f"needs {smem} B of shared memory; sm_90 allows {SMEM_CAPACITY} B",
+            ),
+            (n % WEIGHT_ROWS == 0, f"n={n} must be a multiple of {WEIGHT_ROWS}"),
+            (
+                k % (2 * BK) == 0,
+                f"K={k} must be a multiple of {2 * BK} (K steps of {BK} go in pairs)",
+            ),
+            (
+                tile_size % tokens == 0 and tile_size % SF_CHUNK_ROWS == 0,
+                f"tile_size={tile_size} must be a multiple of {tokens} tokens and of "
+                f"{SF_CHUNK_ROWS}",
+            ),
+        )
+        return first_failure(tactic, checks)
+
+    # ----------------------------------------------------------------------------------------
+    def _launch(self, operands, outputs, grid_ctas, n, tile_size, top_k, stream):
+        """Launches the kernel on the global views GroupedGemmCall.__call__ made."""
+        mA, mB, _, mBs = operands
+        mC, epilogue_tensors, mAlpha, mGroup, mNumTiles = outputs
+        k_major = utils.LayoutEnum.ROW_MAJOR
+        tiled_mma = sm90_utils.make_trivial_tiled_mma(
+            cutlass.Float16,
+            cutlass.Float16,
+            k_major.sm90_mma_major_mode(),
+            k_major.sm90_mma_major_mode(),
+            cutlass.Float32,
+            (2, 1, 1),
+            tiler_mn=(64, self.tokens),
+            a_source=cute.nvgpu.warpgroup.OperandSource.RMEM,
+        )
+        t_layout = sm90_utils.make_smem_layout_b(
+            k_major, (WEIGHT_ROWS, self.tokens, BK), cutlass.Float16, self.stages
+        )
+        g2s = cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp()
+        w_tma = operand_tma(g2s, mB, mBs, None, WEIGHT_ROWS, False)
+        t_tma = operand_tma(g2s, mA, None, t_layout, self.tokens, True)
+        self.tx_bytes = stage_bytes(WEIGHT_ROWS, False) + stage_bytes(self.tokens, True)
+
+        @cute.struct
+        class SharedStorage:
+            ring_barriers: cute.struct.MemRange[cutlass.Int64, self.stages * 2]
+            sWq: cute.struct.Align[
+                cute.struct.MemRange[cutlass.Uint8, WEIGHT_ROWS * BK // 2 * self.stages], 128
+            ]
+            sWs: cute.struct.Align[cute.struct.MemRange[cutlass.Int32, 128 * self.stages], 128]
+            sT: cute.struct.Align[
+                cute.struct.MemRange[cutlass.Float16, cute.cosize(t_layout)], 1024
+            ]
+            sE: cute.struct.Align[
+                cute.struct.MemRange[
+                    cutlass.Float32, self.tokens * (WEIGHT_ROWS + epilogues.STAGE_PAD)
+                ],
+                128,
+            ]
+
+        self.shared_storage = SharedStorage
+
+        self.kernel(
+            w_tma, t_tma, t_layout, tiled_mma, mC, epilogue_tensors, mAlpha, mGroup, mNumTiles,
+            n, tile_size, top_k,
+        ).launch(
+            grid=[grid_ctas, 1, 1],
+            block=[self.threads_per_cta, 1, 1],
+            cluster=[1, 1, 1],
+            min_blocks_per_mp=1,
+            stream=stream,
+        )  # fmt: skip
+
+    # ----------------------------------------------------------------------------------------
+    @cute.kernel
+    def kernel(
+        self,
+        w_tma: tuple,  # (atom, tensor) of the packed weights, then of their scale chunks
+        t_tma: tuple,  # (atom, tensor) of the fp16 tokens
+        t_layout: cute.ComposedLayout,  # the tokens' ring stages, WGMMA's B layout
+        tiled_mma: cute.TiledMma,
+        mC: cute.Tensor,
+        epilogue_tensors: tuple,  # (mCsf, mGlobalSf, mLimit, mP2e, mRouter)
+        mAlpha: cute.Tensor,
+        mGroup: cute.Tensor,
+        mNumTiles: cute.Tensor,
+        n: cutlass.Constexpr,
+        tile_size: cutlass.Constexpr,
+        top_k: cutlass.Constexpr,
+    ):
+        tidx, _, _ = cute.arch.thread_idx()
+        bidx, _, _ = cute.arch.block_idx()
+        gdim, _, _ = cute.arch.grid_dim()
+        warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
+        if warp_idx == CONSUMER_WARPS:
+            for atom in (*w_tma[0::2], t_tma[0]):
+                cute.nvgpu.cpasync.prefetch_descriptor(atom)
+
+        smem = cutlass.utils.SmemAllocator()
+        storage = smem.allocate(self.shared_storage)
+        ring = pipeline.PipelineTmaAsync.create(
+            barrier_storage=storage.ring_barriers.data_ptr(),
+            num_stages=self.stages,
+            producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
+            consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, CONSUMER_WARPS),
+            tx_count=self.tx_bytes,
+            cta_layout_vmnk=cute.make_layout((1, 1, 1, 1)),
+            defer_sync=True,
+        )
+        pipeline_init_arrive(cluster_shape_mn=(1, 1), is_relaxed=True)
+
+        sWq = storage.sWq.get_tensor(staging_layout(WEIGHT_ROWS, self.stages))
+        sWs = storage.sWs.get_tensor(cute.make_layout((128, 1, 1, self.stages)))
+        sT = storage.sT.get_tensor(t_layout.outer, swizzle=t_layout.inner)
+        w_loads = operand_loads(w_tma, None, sWq, sWs, WEIGHT_ROWS, False, True)
+        t_loads = operand_loads(t_tma, sT, None, None, self.tokens, True, False)
+        k_steps = cute.size(t_loads[0][1], mode=[2])
+        n_blocks = n // WEIGHT_ROWS
+        total_work = mNumTiles[0] * n_blocks
+
+        pipeline_init_wait(cluster_shape_mn=(1, 1))
+        if warp_idx == CONSUMER_WARPS:
+            state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.stages)
+            for work in cutlass.range(bidx, total_work, gdim, unroll=1):
+                tile, n_block, tile_row0, limit = self._item(
+                    work, n_blocks, tile_size, epilogue_tensors[2]
+                )
+                expert = mGroup[tile]
+                for row0 in cutlass.range(tile_row0, limit, self.tokens, unroll=1):
+                    for kk in cutlass.range(k_steps, unroll=1):
+                        ring.producer_acquire(state)
+                        bar = ring.producer_get_barrier(state)
+                        s = state.index
+                        for atom, gX, sX, scales in w_loads:
+                            src = tma_source(gX, scales, (n_block, kk, expert))
+                            cute.copy(atom, src, sX[(None, s)], tma_bar_ptr=bar)
+                        for atom, gX, sX, scales in t_loads:
+                            src = tma_source(gX, scales, (row0 // self.tokens, kk))
+                            cute.copy(atom, src, sX[(None, s)], tma_bar_ptr=bar)
+                        ring.producer_commit(state)
+                        state.advance()
+            ring.producer_tail(state)
+
+        if warp_idx < CONSUMER_WARPS:
+            self._consume(
+                storage, sT, ring, tiled_mma, k_steps, n_blocks, total_work, tidx, bidx, gdim,
+                mC, epilogue_tensors, mAlpha, mGroup, n, tile_size, top_k,
+            )  # fmt: skip
+
+    # ----------------------------------------------------------------------------------------
+    @cute.jit
+    def _consume(
+        self, storage, sT, ring, tiled_mma, k_steps, n_blocks, total_work, tidx, bidx, gdim,
+        mC, epilogue_tensors, mAlpha, mGroup, n, tile_size, top_k,
+    ):  # fmt: skip
+        """The consumer warpgroups' loop over their work items: K steps, then the epilogue."""
+        mCsf, mGlobalSf, mLimit, mP2e, mRouter = epilogue_tensors
+        warp = cute.arch.make_warp_uniform(tidx // 32)
+        lane = tidx % 32
+        g = lane // 4
+        q = lane % 4
+        wg = warp // 4
+        sWq32 = cute.make_tensor(
+            cute.recast_ptr(storage.sWq.data_ptr(), dtype=cutlass.Uint32),
+            cute.make_layout(WEIGHT_ROWS * BK // 8 * self.stages),
+        )
+        sWs = storage.sWs.get_tensor(cute.make_layout(128 * self.stages))
+        sE = storage.sE.get_tensor(
+            cute.make_layout(
+                (self.tokens, WEIGHT_ROWS), stride=(WEIGHT_ROWS + epilogues.STAGE_PAD, 1)
+            )
+        )
+        barrier = pipeline.NamedBarrier(barrier_id=1, num_threads=self.num_consumers)
+        # B (the tokens) is read by the warpgroup as a whole; A's fragments and the
+        # accumulators are the thread's own.
+        tCrB = tiled_mma.make_fragment_B(tiled_mma.get_slice(wg * 128).partition_B(sT))
+        thr_mma = tiled_mma.get_slice(tidx)
+        a_shape = thr_mma.partition_A(cute.make_identity_tensor((WEIGHT_ROWS, BK))).shape
+        # Two sets of A fragments: a K step's are written while the previous step's WGMMAs,
+        # which read the other set, run.
+        frags = [tiled_mma.make_fragment_A(a_shape) for _ in range(2)]
+        tCcC = thr_mma.partition_C(cute.make_identity_tensor((WEIGHT_ROWS, self.tokens)))
+        acc = cute.make_rmem_tensor(tCcC.shape, cutlass.Float32)
+        rows = (16 * warp + g, 16 * warp + g + 8)  # this thread's weight rows of the item's 128
+        weights = (sWq32, sWs, rows, q)
+
+        # Step kk + 1's fragments are made while step kk's WGMMAs run, then step kk is awaited
+        # (wait_group(0)), its stage freed and step kk + 1 issued. ptxas serialises every
+        # WGMMA when fragments are written while an earlier WGMMA of the same wait window
+        # runs (C7513), so each step's WGMMAs are awaited before the next step's are issued;
+        # the other warpgroup's WGMMAs fill the gap. The last step is peeled: it has no next
+        # step to make fragments for. The ring states advance here, not in a helper (a state
+        # advanced in a helper is not carried across loop turns).
+        read = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.stages)
+        done = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.stages)
+        for work in cutlass.range(bidx, total_work, gdim, unroll=1):
+            tile, n_block, tile_row0, limit = self._item(work, n_blocks, tile_size, mLimit)
+            expert = mGroup[tile]
+            for row0 in cutlass.range(tile_row0, limit, self.tokens, unroll=1):
+                acc.fill(0.0)
+                tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)
+                self._fragments(ring, read, frags[0], *weights)
+                for _pair in cutlass.range(k_steps // 2, unroll=1):
+                    for x in cutlass.range_constexpr(2):
+                        self._mma(tiled_mma, acc, frags[x], tCrB, read.index)
+                        read.advance()
+                        if cutlass.const_expr(x == 0):
+                            self._fragments(ring, read, frags[1], *weights)
+                        else:
+                            if _pair < k_steps // 2 - 1:
+                                self._fragments(ring, read, frags[0], *weights)
+                        cute.nvgpu.warpgroup.wait_group(0)
+                        ring.consumer_release(done)
+                        done.advance()
+                scale = mAlpha[expert] * OPERAND_UNSCALE
+                scale_staged = self._staged_scale(scale)
+                barrier.arrive_and_wait()  # the previous item's epilogue has read the stage
+                for v in cutlass.range_constexpr(cute.size(acc) // 4):  # 4 per n8 column block
+                    for j in cutlass.range_constexpr(4):
+                        row, token = tCcC[4 * v + j]
+                        sE[token, row] = acc[4 * v + j] * scale_staged
+                barrier.arrive_and_wait()
+                self._write_staged(
+                    sE, scale, row0, limit, n_block, tidx, mC, mCsf, mGlobalSf, mP2e, mRouter,
+                    n, top_k,
+                )  # fmt: skip
+
+    @staticmethod
+    def _mma(tiled_mma, acc, frag, tCrB, s):
+        """The four k16 WGMMAs of the K step in stage s, A from ``frag``: issued and committed
+        as one group, not awaited."""
+        cute.nvgpu.warpgroup.fence()
+        for kb in range(K_BLOCKS):  # unrolled at trace time
+            cute.gemm(tiled_mma, acc, frag[(None, None, kb)], tCrB[(None, None, kb, s)], acc)
+        cute.nvgpu.warpgroup.commit_group()
+
+    def _fragments(self, ring, read, frag, sWq32, sWs, rows, q):
+        """Waits for stage ``read``, then writes ``frag``: the A fragments (4 words per k16
+        step) of its four k16 steps, from this thread's two weight rows, K values 16 q ..
+        16 q + 15 (8 packed bytes, one scale byte each), dequantised."""
+        ring.consumer_wait(read)
+        s = read.index
+        frag32 = cute.recast_tensor(frag, cutlass.Uint32)
+        pairs = []
+        for row in rows:  # unrolled at trace time
+            words = cute.make_rmem_tensor((2,), cutlass.Uint32)
+            first = (s * WEIGHT_ROWS + row) * (BK // 8) + 2 * q
+            cute.autovec_copy(cute.local_tile(sWq32, (2,), (first // 2,)), words)
+            # The row's scale word in the 128x4 swizzled chunk; byte q is K block q's.
+            sf_word = cutlass.Uint32(sWs[s * 128 + (row % 32) * 4 + row // 32])
+            scale = e4m3_to_f16x2(sf_word >> (8 * q))
+            if cutlass.const_expr(self.variant == "no_dequant"):
+                pairs.append([[words[h]] * 4 for h in range(2)])
+            else:
+                pairs.append([e2m1x8_to_f16x8(words[h], scale) for h in range(2)])
+        for kb in range(K_BLOCKS):  # row g, row g + 8 at columns 2q; then both at 2q + 8
+            for i, (r, h) in enumerate(((0, 0), (1, 0), (0, 1), (1, 1))):
+                frag32[4 * kb + i] = pairs[r][h][kb]

@@ -35,12 +35,15 @@ BUILDS = [
     (
         "_nvfp4_operand_kernel",
         ["*i32", "*u8", "*i32", "*u8", "i32", "i32", "i32"],
-        {**_OPERAND_BLOCKS, "LIMITED": False},
+        {**_OPERAND_BLOCKS, "LIMITED": False, "REGISTER_ORDER": False},
     ),
-    (
-        "_nvfp4_operand_kernel",
-        ["*i32", "*u8", "*i32", "*i32", "i32", "i32", "i32"],
-        {**_OPERAND_BLOCKS, "LIMITED": True},
+    *(
+        (
+            "_nvfp4_operand_kernel",
+            ["*i32", "*u8", "*i32", "*i32", "i32", "i32", "i32"],
+            {**_OPERAND_BLOCKS, "LIMITED": True, "REGISTER_ORDER": order},
+        )
+        for order in (False, True)  # the WGMMA kernel's tokens; the RS kernel's
     ),
     (
         "_unpermute_kernel",

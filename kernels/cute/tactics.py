@@ -33,11 +33,11 @@ class Tactic:
     # warps alone leave its dequantisation latency-bound; two CTAs of half the stages took 13-21%
     # less time on the H200 (NOTES.md, fifth session). The WGMMA kernel takes 1.
     ctas_per_sm: int = 1
-    # WGMMA kernel: "a" or "b" is dequantised once per call into fp16 (triton nvfp4_operand)
-    # and loaded by TMA straight into WGMMA's layout; only the other operand is dequantised per
-    # tile. Worth it where that operand is re-read by many tiles: the weights at S1 (rows / 128
-    # tiles) and Mixtral's T8192 layer; the tokens (n / 256 tiles) at the first layer's T8192
-    # (NOTES.md, eighth session).
+    # "a" or "b" is dequantised once per call into fp16 (triton nvfp4_operand) and loaded by
+    # TMA straight into WGMMA's layout; only the other operand is dequantised per tile (for the
+    # RS kernel, swap_ab: "a", the tokens). Worth it where that operand is re-read by many
+    # tiles: the weights at S1 (rows / 128 tiles) and Mixtral's T8192 layer; the tokens
+    # (n / 256 tiles) at the first layer's T8192 (NOTES.md, eighth session).
     fp16_operand: str = ""
 
     def __str__(self) -> str:
@@ -64,7 +64,9 @@ TACTICS: tuple[Tactic, ...] = (
     Tactic((128, 128), (1, 1), 6),
     Tactic((128, 256), (1, 1), 4, fp16_operand="b"),  # many rows per expert: weights once
     Tactic((128, 256), (1, 1), 4, fp16_operand="a"),  # many tiles per row: tokens once
-    Tactic((128, 128), (1, 1), 6, swap_ab=True, fp16_operand="a"),  # weights from registers
+    # Weights from registers (the RS kernel): most 8192-token GEMMs, 9-19% faster than a16 on
+    # the first layer's GEMM2 (NOTES.md, ninth session).
+    Tactic((128, 128), (1, 1), 6, swap_ab=True, fp16_operand="a"),
     Tactic((128, 256), (1, 1), 4, sparse_rows=True),  # decode: one expert's few rows per tile
     Tactic((8, 128), (1, 1), 4, swap_ab=True, ctas_per_sm=2),  # decode: <= 8 tokens per expert
     Tactic((32, 128), (1, 1), 2, swap_ab=True, ctas_per_sm=2),  # decode: <= 32 tokens per expert

@@ -8,6 +8,7 @@ a kernel compiled once. Nothing here queries the device: the grid size is a laun
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import importlib.metadata
@@ -16,6 +17,8 @@ import tempfile
 import time
 import warnings
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -53,6 +56,19 @@ class CompileKey:
     variant: str = ""  # diagnostic builds only (gpu_check); "" is the kernel
 
 
+def key_to_json(key: CompileKey) -> dict:
+    """``key`` as plain JSON values (key_from_json inverts it)."""
+    return dataclasses.asdict(key)
+
+
+def key_from_json(data: dict) -> CompileKey:
+    """The key of ``key_to_json``'s output; TypeError / KeyError if the fields are not this
+    version's (a record written by another stagebot)."""
+    t = data["tactic"]
+    tactic = Tactic(**{**t, "tile_mn": tuple(t["tile_mn"]), "cluster_mn": tuple(t["cluster_mn"])})
+    return CompileKey(**{**data, "tactic": tactic, "dtypes": tuple(data["dtypes"])})
+
+
 # Alignment the launcher guarantees for each pointer (TMA operands and vector stores: 16 bytes).
 POINTER_ALIGNS = (16, 16, 16, 16, 4, 4, 4, 4, 16, 4, 4, 4, 4)
 
@@ -60,6 +76,7 @@ _cache: dict[CompileKey, Any] = {}
 # This process's compiles and disk-cache loads: counts ("compiled", "loaded") and seconds
 # ("compiled_s", "loaded_s"), for the suite's summary.
 stats: Counter = Counter()
+_recorders: list[set[CompileKey]] = []
 # The files whose content the compiled code depends on (their digest is part of the disk key).
 KERNEL_SOURCES = (
     "grouped_gemm.py", "decode_gemm.py", "rs_gemm.py", "epilogues.py", "ptx.py", "tactics.py",
@@ -127,9 +144,26 @@ def disk_entry_name(key: CompileKey) -> str:
     )
 
 
+@contextmanager
+def recording() -> Iterator[set[CompileKey]]:
+    """The keys compile_kernel is asked for inside the block, compiled or not."""
+    keys: set[CompileKey] = set()
+    _recorders.append(keys)
+    try:
+        yield keys
+    finally:
+        _recorders.remove(keys)
+
+
+def disk_entry_exists(folder: Path, key: CompileKey) -> bool:
+    return disk_cache.DiskCache(folder).path(disk_entry_name(key)).exists()
+
+
 def compile_kernel(key: CompileKey, *, keep_ptx: bool = False) -> Any:
     """Compiles (once per key, in memory and in the disk cache) with placeholder pointers; m is
     a runtime argument. ``keep_ptx`` always compiles (the PTX is not stored)."""
+    for keys in _recorders:
+        keys.add(key)
     if key in _cache and not keep_ptx:
         return _cache[key]
     folder = None if keep_ptx else disk_cache.default_dir()

@@ -12,15 +12,24 @@ case's node id (so every tactic runs across the suite, a case keeps its tactic i
 shard or rerun, and a failure names a fixed tactic, not the autotuner's pick: it is recorded as
 the case's ``cute_tactic`` property); ``--cute-tactic NAME`` pins every case to one tactic
 instead. The run ends with the launches per kernel and tactic.
+
+With the kernel cache on, each case's compile keys are recorded beside it (kernel_manifest),
+and a session whose cases have records compiles the kernels they will ask for (with the tactic
+each case is pinned to now) before the first case, one process per core
+(stagebot.kernels.cute.warm; ``STAGEBOT_CUTE_WARM_JOBS`` sets how many, 0 turns it off).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 import zlib
+from collections.abc import Iterable, Iterator
+from dataclasses import replace
 
 import pytest
 
+from stagebot.harness.suites.nvfp4_moe import kernel_manifest
 from stagebot.harness.suites.nvfp4_moe.backend_report import BackendTally
 from stagebot.harness.suites.nvfp4_moe.cases import CPU, GPU, NO_GPU, Case, Scale, WeightBank
 
@@ -28,6 +37,7 @@ TALLY = pytest.StashKey[BackendTally]()
 DISPATCH_LOG = pytest.StashKey[list]()
 FORCED_DEVICES = pytest.StashKey[tuple]()
 PINNED_TACTIC = pytest.StashKey[object]()
+WARMED = pytest.StashKey[object]()
 PREFIX = "[nvfp4_moe]"
 
 
@@ -104,16 +114,80 @@ def _pinned_cute_tactic(request: pytest.FixtureRequest):
         yield
         return
     from stagebot.kernels.cute import autotune
-    from stagebot.kernels.cute.tactics import TACTICS
 
-    tactic = (
-        request.config.stash.get(PINNED_TACTIC, None)
-        or TACTICS[zlib.crc32(request.node.nodeid.encode()) % len(TACTICS)]
-    )
+    tactic = _case_tactic(request.config, request.node.nodeid)
     with autotune.fixed_tactic(tactic):
         yield
     if any(backend == "cute" for _, backend in request.node.stash.get(DISPATCH_LOG, [])):
         request.node.user_properties.append(("cute_tactic", str(tactic)))
+
+
+def _case_tactic(config: pytest.Config, nodeid: str):
+    """The tactic a dispatched-op case runs with: --cute-tactic, else by its id's hash."""
+    from stagebot.kernels.cute.tactics import TACTICS
+
+    pinned = config.stash.get(PINNED_TACTIC, None)
+    return pinned or TACTICS[zlib.crc32(nodeid.encode()) % len(TACTICS)]
+
+
+@pytest.fixture(autouse=True)
+def _kernel_record(request: pytest.FixtureRequest):
+    """Records the case's compile keys for a later cold run (see kernel_manifest)."""
+    from stagebot.kernels.cute import compile as cute_compile
+    from stagebot.kernels.cute import disk_cache
+
+    folder = disk_cache.default_dir()
+    if folder is None:
+        yield
+        return
+    with cute_compile.recording() as keys:
+        yield
+    if keys:
+        try:
+            kernel_manifest.write(folder, request.node.nodeid, keys)
+        except OSError as error:  # a read-only cache folder: the record is an optimisation
+            request.node.warn(pytest.PytestWarning(f"kernel record not written: {error}"))
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Compiles the selected cases' recorded kernels at once (see the module docstring)."""
+    from stagebot.kernels.cute import disk_cache, warm
+
+    folder = disk_cache.default_dir()
+    try:
+        jobs = warm.default_jobs()
+    except ValueError as error:
+        raise pytest.UsageError(str(error)) from None
+    if folder is None or jobs == 0 or importlib.util.find_spec("cutlass") is None:
+        return
+    records = kernel_manifest.read(folder, [item.nodeid for item in session.items])
+    keys = [
+        key
+        for item in session.items
+        if item.nodeid in records
+        for key in _planned_keys(item, records[item.nodeid])
+    ]
+    if keys:
+        session.config.stash[WARMED] = warm.warm(keys, folder, jobs)
+
+
+def _planned_keys(item: pytest.Item, recorded: Iterable) -> Iterator:
+    """The recorded keys with the tactic the case is pinned to now (the list may have changed
+    since the record), where that tactic can take the kernel's problem."""
+    if item.get_closest_marker("moe_op") is None:
+        yield from recorded
+        return
+    from stagebot.kernels.cute.compile import KERNEL_EPILOGUE, kernel_class
+    from stagebot.kernels.cute.tactics import effective
+
+    pinned = _case_tactic(item.config, item.nodeid)
+    for key in recorded:
+        tactic = effective(pinned, key.mn_limit)
+        ok, _ = kernel_class(tactic).can_implement(
+            tactic, key.n, key.k, key.tile_size, KERNEL_EPILOGUE[key.kernel]
+        )
+        if ok:
+            yield replace(key, tactic=tactic)
 
 
 def _tactic_lines() -> list[str]:
@@ -180,6 +254,8 @@ def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
             terminalreporter.write_line(line)
     if compile_line := _compile_line():
         terminalreporter.write_line(compile_line)
+    if (warmed := config.stash.get(WARMED, None)) is not None:
+        terminalreporter.write_line(f"{PREFIX} cute kernels warmed before the cases: {warmed}")
 
 
 def _compile_line() -> str:

@@ -1,0 +1,153 @@
+"""Warming the cute kernel cache: compile keys as JSON, the suite's per-case records, the pool
+of compile processes, and the NVFP4 suite compiling its recorded kernels before its cases.
+
+The compiles are real (CuTe DSL on the CPU, for sm_90a); a machine without the H200 compiles
+but cannot store a kernel (compiled_io.dumps), which the warm report tells apart."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from stagebot.harness.suites.nvfp4_moe import kernel_manifest
+from stagebot.kernels.cute import compile as cc
+from stagebot.kernels.cute import disk_cache, warm
+from stagebot.kernels.cute.tactics import TACTICS, Tactic
+
+ROOT = Path(__file__).resolve().parents[1]
+needs_cutlass = pytest.mark.skipif(
+    importlib.util.find_spec("cutlass") is None,
+    reason="nvidia-cutlass-dsl is not importable (pip install 'nvidia-cutlass-dsl==4.3.5')",
+)
+
+
+def _key(kernel: str = "grouped_gemm", tactic: Tactic = TACTICS[0], **fields) -> cc.CompileKey:
+    shape = dict(n=512, k=512, num_experts=2, tile_size=128, arch="sm_90a")
+    return cc.CompileKey(kernel, tactic, cc.DTYPES[kernel], **{**shape, **fields})
+
+
+def _on_an_h200() -> bool:
+    import torch
+
+    return torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
+
+
+def test_a_compile_key_survives_json_for_every_tactic_and_kernel():
+    keys = [_key(kernel, t, mn_limit=True, top_k=8) for kernel in cc.DTYPES for t in TACTICS]
+    keys.append(_key(variant="no_dequant"))
+    for key in keys:
+        assert cc.key_from_json(json.loads(json.dumps(cc.key_to_json(key)))) == key
+    stale = {**cc.key_to_json(keys[0]), "retired_field": 1}
+    with pytest.raises(TypeError):
+        cc.key_from_json(stale)
+
+
+def test_recording_sees_every_key_asked_for_compiled_or_in_memory(monkeypatch):
+    first, second = _key(), _key(n=1024)
+    for key in (first, second):
+        monkeypatch.setitem(cc._cache, key, object())  # in memory: nothing compiles
+    cc.compile_kernel(first)
+    with cc.recording() as outer:
+        cc.compile_kernel(first)
+        with cc.recording() as inner:
+            cc.compile_kernel(second)
+    cc.compile_kernel(second)
+    assert outer == {first, second} and inner == {second}
+
+
+def test_a_case_record_round_trips_and_a_bad_one_is_dropped(tmp_path):
+    keys = [_key(), _key("grouped_gemm_finalize", mn_limit=True, top_k=8)]
+    kernel_manifest.write(tmp_path, "suite.py::test_a[1]", keys)
+    path = kernel_manifest.record_path(tmp_path, "suite.py::test_a[1]")
+    written = path.stat().st_mtime_ns
+    kernel_manifest.write(tmp_path, "suite.py::test_a[1]", reversed(keys))  # the same record
+    assert path.stat().st_mtime_ns == written
+    assert kernel_manifest.read(tmp_path, ["suite.py::test_a[1]", "suite.py::never_ran"]) == {
+        "suite.py::test_a[1]": sorted(keys, key=lambda k: json.dumps(cc.key_to_json(k)))
+    }
+    path.write_text('{"nodeid": "suite.py::test_a[1]", "keys": [{"kernel": "x"}]}')
+    assert kernel_manifest.read(tmp_path, ["suite.py::test_a[1]"]) == {} and not path.exists()
+    kernel_manifest.write(tmp_path, "suite.py::other", keys)  # a record under the wrong name
+    kernel_manifest.record_path(tmp_path, "suite.py::other").rename(path)
+    assert kernel_manifest.read(tmp_path, ["suite.py::test_a[1]"]) == {} and not path.exists()
+
+
+def test_the_number_of_warm_processes_comes_from_the_environment(monkeypatch):
+    monkeypatch.setenv(warm.JOBS_ENV, "3")
+    assert warm.default_jobs() == 3
+    monkeypatch.setenv(warm.JOBS_ENV, "many")
+    with pytest.raises(ValueError, match="STAGEBOT_CUTE_WARM_JOBS='many': it must be a whole"):
+        warm.default_jobs()
+    monkeypatch.delenv(warm.JOBS_ENV)
+    assert warm.default_jobs() >= 1
+
+
+@needs_cutlass
+def test_warm_compiles_the_missing_keys_in_worker_processes(tmp_path):
+    """Two keys compile in two spawned processes; one already in the folder is left alone; a
+    key that cannot compile is reported with its error while the others still build."""
+    there = _key(k=1024)
+    disk_cache.DiskCache(tmp_path).write(cc.disk_entry_name(there), b"built earlier")
+    broken = _key(tactic=Tactic((128, 96)))
+    report = warm.warm([_key(), _key(n=1024), there, _key(), broken], tmp_path, jobs=2)
+    assert report.present == 1 and report.jobs == 2
+    assert (report.stored, report.unstorable) == ((2, 0) if _on_an_h200() else (0, 2))
+    assert report.failed == [
+        f"grouped_gemm {broken.tactic}: ValueError: Expected size in shape to be strictly "
+        "positive, but got 0"
+    ]
+    assert "failed (first: grouped_gemm tile128x96" in str(report)
+
+
+def test_no_warm_processes_means_nothing_compiles(tmp_path):
+    report = warm.warm([_key(), _key(n=1024)], tmp_path, jobs=0)
+    assert (report.present, report.stored, report.unstorable, report.failed) == (0, 0, 0, [])
+
+
+NODEID = "harness/suites/nvfp4_moe/test_grouped_gemms.py::test_grouped_gemm_negative_control_fails"
+
+
+def _run_case(cache: Path, *options: str, jobs: str = "1") -> str:
+    env = {"STAGEBOT_CUTE_CACHE_DIR": str(cache), warm.JOBS_ENV: jobs}
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", NODEID, "-q", "-p", "no:cacheprovider", *options],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env},
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done.stdout
+
+
+@needs_cutlass
+def test_the_suite_warms_its_recorded_kernels_with_each_cases_tactic_now(tmp_path):
+    """A record names the tactic of an earlier run; the session warms the kernel with the
+    tactic the case is pinned to now (here --cute-tactic): already in the folder, so nothing
+    compiles. Pinned to a tactic that cannot take the recorded problem, nothing is warmed."""
+    recorded = _key(tactic=TACTICS[1], n=4096, k=7168)
+    kernel_manifest.write(tmp_path, NODEID, [recorded])
+    pinned = TACTICS[2]
+    now = replace(recorded, tactic=pinned)
+    disk_cache.DiskCache(tmp_path).write(cc.disk_entry_name(now), b"built earlier")
+    out = _run_case(tmp_path, "--cute-tactic", str(pinned))
+    assert "cute kernels warmed before the cases: 0 compiled into the cache" in out
+    assert "1 there already" in out and "not storable" not in out
+
+    (tmp_path / f"{cc.disk_entry_name(now)}{disk_cache.SUFFIX}").unlink()
+    out = _run_case(tmp_path, "--cute-tactic", str(pinned))
+    stored = "1 compiled into the cache" if _on_an_h200() else "1 compiled but not storable here"
+    assert stored in out
+
+    narrow = next(t for t in TACTICS if t.tile_mn == (128, 256) and not t.fp16_operand)
+    kernel_manifest.write(tmp_path, NODEID, [replace(recorded, n=4096 + 128)])  # n % 256 != 0
+    assert "warmed" not in _run_case(tmp_path, "--cute-tactic", str(narrow))
+    assert "warmed" not in _run_case(tmp_path, "--cute-tactic", str(pinned), jobs="0")

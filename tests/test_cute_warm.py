@@ -55,9 +55,9 @@ def test_recording_sees_every_key_asked_for_compiled_or_in_memory(monkeypatch):
         monkeypatch.setitem(cc._cache, key, object())  # in memory: nothing compiles
     cc.compile_kernel(first)
     with cc.recording() as outer:
-        cc.compile_kernel(first)
-        with cc.recording() as inner:
+        with cc.recording() as inner:  # equal to outer when it ends: the inner one must go
             cc.compile_kernel(second)
+        cc.compile_kernel(first)
     cc.compile_kernel(second)
     assert outer == {first, second} and inner == {second}
 

@@ -4,6 +4,8 @@ Compiled kernels are cached in memory by (kernel class, tactic, dtypes, compile-
 and on disk (stagebot.kernels.cute.disk_cache) by that key, the kernel sources' digest and the
 stagebot and CuTe DSL versions, so every pytest process of a stage, and every later run, loads
 a kernel compiled once. Nothing here queries the device: the grid size is a launch argument.
+``recording()`` collects the keys asked for, so a suite can compile them ahead next time
+(stagebot.kernels.cute.warm); keys travel as JSON (``key_to_json``, ``key_from_json``).
 """
 
 from __future__ import annotations
@@ -152,7 +154,7 @@ def recording() -> Iterator[set[CompileKey]]:
     try:
         yield keys
     finally:
-        _recorders.remove(keys)
+        _recorders.pop()  # blocks nest; a set-equal outer recorder must not be the one removed
 
 
 def disk_entry_exists(folder: Path, key: CompileKey) -> bool:

@@ -310,14 +310,14 @@ class Nvfp4RsGemmSm90(WeightRowsGemm):
                 acc.fill(0.0)
                 tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)
                 self._fragments(ring, read, frags[0], *weights)
-                for _pair in cutlass.range(k_steps // 2, unroll=1):
+                for pair in cutlass.range(k_steps // 2, unroll=1):
                     for x in cutlass.range_constexpr(2):
                         self._mma(tiled_mma, acc, frags[x], tCrB, read.index)
                         read.advance()
                         if cutlass.const_expr(x == 0):
                             self._fragments(ring, read, frags[1], *weights)
                         else:
-                            if _pair < k_steps // 2 - 1:
+                            if pair < k_steps // 2 - 1:
                                 self._fragments(ring, read, frags[0], *weights)
                         cute.nvgpu.warpgroup.wait_group(0)
                         ring.consumer_release(done)

@@ -64,8 +64,10 @@ def key_to_json(key: CompileKey) -> dict:
 
 
 def key_from_json(data: dict) -> CompileKey:
-    """The key of ``key_to_json``'s output; TypeError / KeyError if the fields are not this
-    version's (a record written by another stagebot)."""
+    """The key of ``key_to_json``'s output; ValueError, TypeError or KeyError if the fields
+    are not this version's (a record written by another stagebot)."""
+    if data["kernel"] not in DTYPES:
+        raise ValueError(f"kernel {data['kernel']!r} is not one of {sorted(DTYPES)}")
     t = data["tactic"]
     tactic = Tactic(**{**t, "tile_mn": tuple(t["tile_mn"]), "cluster_mn": tuple(t["cluster_mn"])})
     return CompileKey(**{**data, "tactic": tactic, "dtypes": tuple(data["dtypes"])})

@@ -22,7 +22,9 @@ each case is pinned to now) before the first case, one process per core
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
+import warnings
 import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import replace
@@ -150,7 +152,8 @@ def _kernel_record(request: pytest.FixtureRequest):
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """Compiles the selected cases' recorded kernels at once (see the module docstring)."""
+    """Compiles the selected cases' recorded kernels at once (see the module docstring). The
+    warm is an optimisation: whatever goes wrong in it is a warning, never the session's end."""
     from stagebot.kernels.cute import disk_cache, warm
 
     folder = disk_cache.default_dir()
@@ -158,17 +161,34 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         jobs = warm.default_jobs()
     except ValueError as error:
         raise pytest.UsageError(str(error)) from None
-    if folder is None or jobs == 0 or importlib.util.find_spec("cutlass") is None:
+    if (
+        folder is None
+        or jobs == 0
+        or session.config.option.collectonly
+        or importlib.util.find_spec("cutlass") is None
+        or not os.access(folder, os.W_OK)  # none yet (so no records), or read-only
+    ):
         return
-    records = kernel_manifest.read(folder, [item.nodeid for item in session.items])
-    keys = [
-        key
-        for item in session.items
-        if item.nodeid in records
-        for key in _planned_keys(item, records[item.nodeid])
-    ]
-    if keys:
-        session.config.stash[WARMED] = warm.warm(keys, folder, jobs)
+    try:
+        records = kernel_manifest.read(folder, [item.nodeid for item in session.items])
+        keys = [
+            key
+            for item in session.items
+            if item.nodeid in records
+            for key in _planned_keys(item, records[item.nodeid])
+        ]
+        if keys:
+            reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+            if reporter is not None:
+                reporter.write_line(
+                    f"{PREFIX} compiling the {len(keys)} cute kernels recorded for "
+                    f"{len(records)} cases ahead, on up to {jobs} processes"
+                )
+            session.config.stash[WARMED] = warm.warm(keys, folder, jobs)
+    except Exception as error:
+        warnings.warn(
+            pytest.PytestWarning(f"{PREFIX} cute kernels not warmed: {error!r}"), stacklevel=1
+        )
 
 
 def _planned_keys(item: pytest.Item, recorded: Iterable) -> Iterator:

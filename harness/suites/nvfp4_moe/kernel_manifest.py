@@ -10,6 +10,7 @@ cannot read is removed and rewritten by its case's next run.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -55,12 +56,15 @@ def read(folder: Path, nodeids: Iterable[str]) -> dict[str, list[CompileKey]]:
     for nodeid in nodeids:
         path = record_path(folder, nodeid)
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
+            text = path.read_text(encoding="utf-8")
+        except OSError:  # none yet, or a folder this process cannot read
+            continue
+        try:
+            data = json.loads(text)
             if data["nodeid"] != nodeid:
                 raise ValueError(f"the record is of {data['nodeid']!r}")
             found[nodeid] = [key_from_json(k) for k in data["keys"]]
-        except FileNotFoundError:
-            continue
         except (ValueError, TypeError, KeyError, AttributeError):  # damaged, or another version's
-            path.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):  # a read-only folder keeps it
+                path.unlink(missing_ok=True)
     return found

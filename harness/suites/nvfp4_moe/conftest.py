@@ -171,12 +171,12 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         return
     try:
         records = kernel_manifest.read(folder, [item.nodeid for item in session.items])
-        keys = [
+        keys = {
             key
             for item in session.items
             if item.nodeid in records
             for key in _planned_keys(item, records[item.nodeid])
-        ]
+        }
         if keys:
             reporter = session.config.pluginmanager.get_plugin("terminalreporter")
             if reporter is not None:

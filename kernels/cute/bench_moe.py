@@ -1,6 +1,7 @@
 """Benchmark of the CuTe NVFP4 MoE GEMMs against torch's grouped GEMMs, with the issue's floors.
 
     python3 -m stagebot.kernels.cute.bench_moe [--out DIR] [--quick] [--only TEXT ...]
+    python3 -m stagebot.kernels.cute.bench_moe --summary DIR/bench_moe.json
 
 Shapes: S1, a plain grouped GEMM of 8 experts x 8192 rows, N = K = 4096; then three MoE layers
 (``LAYERS``) at 16, 128 and 8192 tokens, GEMM1 (N = 2 * intermediate, K = hidden, SwiGLU) and
@@ -29,7 +30,9 @@ Implementations, timed in the same run (min of do_bench's median and CUDA-graph 
 Per shape: useful FLOPs = 2 * valid rows * N * K; bytes = NVFP4 weights and activations at 4.5
 bits per value plus the output at its real size; floor = max(FLOPs / bf16 matmul rate, bytes /
 copy bandwidth), both measured in this run. The issue's floors and targets are printed as met /
-MISSED (``targets``), the full results go to DIR/bench_moe.json, and a markdown table comes last.
+MISSED (``targets``), the full results go to DIR/bench_moe.json, and two markdown tables come
+last: every implementation per shape, then one row per shape (``--summary`` reprints that one
+from a saved bench_moe.json, without a GPU).
 """
 
 from __future__ import annotations
@@ -488,9 +491,40 @@ def print_report(results: dict) -> None:
             )
 
 
-def main(argv: list[str] | None = None) -> int:
-    import torch
+def summary_lines(results: dict) -> list[str]:
+    """One markdown row per shape: ours (fused), unfused with its GEMM step, the deterministic
+    finalize, the peers, peer / ours ratios, unfused / fused and the reference checks."""
+    lines = [
+        "| shape | ours fused | unfused (GEMM step) | det | bf16 peer | fp8 peer | x bf16 "
+        "| x fp8 | fused/unfused | check |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for s in results["shapes"]:
+        impls = s["impls"]
+        us = {name: i.get("us") for name, i in impls.items()}
+        ours = us.get(PRIMARY[s["kind"]])
+        bf16, fp8, unfused = us.get("bf16 peer"), us.get("fp8 peer"), us.get("ours unfused")
 
+        def ratio(num, den):
+            return _fmt(num and den and num / den, ".2f")
+
+        ours_cell = _fmt(ours)
+        if s["kind"] == "plain" and ours:
+            ours_cell += f" ({s['flops'] / ours / 1e6:.1f} TF/s)"
+        step = _fmt(us.get("unfused GEMM step"))
+        unfused_cell = "-" if unfused is None else f"{unfused:.1f} ({step})"
+        checks = [i["check"]["ok"] for i in impls.values() if "check" in i]
+        errors = any("error" in i for i in impls.values())
+        check = "error" if errors else ("ok" if checks and all(checks) else "FAIL")
+        lines.append(
+            f"| {s['name']} | {ours_cell} | {unfused_cell} | {_fmt(us.get('ours fused det'))} "
+            f"| {_fmt(bf16)} | {_fmt(fp8)} | {ratio(bf16, ours)} | {ratio(fp8, ours)} "
+            f"| {ratio(unfused, ours)} | {check} |"
+        )
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=".", help="folder for bench_moe.json")
     parser.add_argument("--quick", action="store_true", help="the 16-token layer only")
@@ -498,7 +532,27 @@ def main(argv: list[str] | None = None) -> int:
         "--only", action="append", default=[], metavar="TEXT",
         help="keep the shapes whose name holds TEXT (repeatable: every TEXT)",
     )  # fmt: skip
+    parser.add_argument(
+        "--summary", metavar="JSON", type=Path,
+        help="print the summary table of an earlier run's bench_moe.json and exit (no GPU)",
+    )  # fmt: skip
     opts = parser.parse_args(argv)
+    if opts.summary is not None:
+        try:
+            text = opts.summary.read_text(encoding="utf-8")
+        except OSError as error:
+            parser.error(f"--summary {opts.summary}: cannot be read ({error.strerror})")
+        try:
+            lines = summary_lines(json.loads(text))
+        except (ValueError, KeyError, TypeError) as error:
+            parser.error(
+                f"--summary {opts.summary}: not the bench_moe.json of a run ({error!r}); give "
+                "the file `--out DIR` wrote"
+            )
+        print("\n".join(lines))
+        return 0
+    import torch
+
     selected = [s for s in shapes(opts.quick) if all(t in s.name for t in opts.only)]
     if not selected:
         names = ", ".join(s.name for s in shapes(opts.quick))
@@ -525,6 +579,8 @@ def main(argv: list[str] | None = None) -> int:
     (out_dir / "bench_moe.json").write_text(json.dumps(results, indent=1))
     print_autotune(autotune.measurements)
     print_report(results)
+    print("\n== summary (python3 -m stagebot.kernels.cute.bench_moe --summary JSON reprints it) ==")
+    print("\n".join(summary_lines(results)))
     failed = any(
         not i["check"]["ok"] for s in results["shapes"] for i in s["impls"].values() if "check" in i
     )

@@ -1,0 +1,82 @@
+"""bench_moe's one-row-per-shape table, and its reprint from a saved run (no GPU needed)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from stagebot.kernels.cute.bench_moe import summary_lines
+
+RESULTS = {
+    "shapes": [
+        {
+            "name": "S1 8x8192 N=K=4096",
+            "kind": "plain",
+            "flops": 2.0 * 8 * 8192 * 4096 * 4096,
+            "impls": {
+                "ours": {"us": 3600.0, "check": {"ok": True}},
+                "bf16 peer": {"us": 3240.0},
+                "fp8 peer": {"us": 1800.0},
+            },
+        },
+        {
+            "name": "T16 GEMM2 finalize",
+            "kind": "finalize",
+            "flops": 1.0,
+            "impls": {
+                "ours fused": {"us": 28.0, "check": {"ok": True}},
+                "ours unfused": {"us": 29.4, "check": {"ok": True}},
+                "unfused GEMM step": {"us": 26.5},
+                "ours fused det": {"us": 56.0, "check": {"ok": False}},
+                "bf16 peer": {"us": 103.6},
+                "fp8 peer": {"error": "RuntimeError: no kernel"},
+            },
+        },
+    ]
+}
+
+
+def test_each_shape_is_one_row_with_its_ratios_and_checks():
+    header, rule, s1, finalize = summary_lines(RESULTS)
+    assert header.startswith("| shape | ours fused | unfused (GEMM step) | det |")
+    assert rule.count("|") == header.count("|")
+    assert s1 == (
+        "| S1 8x8192 N=K=4096 | 3600.0 (610.8 TF/s) | - | - | 3240.0 | 1800.0 | 0.90 | 0.50 "
+        "| - | ok |"
+    )
+    # A failed check anywhere fails the row; a peer that errored has no time and no ratio.
+    assert finalize == (
+        "| T16 GEMM2 finalize | 28.0 | 29.4 (26.5) | 56.0 | 103.6 | - | 3.70 | - | 1.05 | error |"
+    )
+    RESULTS["shapes"][1]["impls"]["fp8 peer"] = {"us": 54.0}
+    assert summary_lines(RESULTS)[3].endswith("| 1.93 | 1.05 | FAIL |")
+
+
+def _summary(path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "stagebot.kernels.cute.bench_moe", "--summary", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_the_summary_is_reprinted_from_a_saved_run(tmp_path):
+    saved = tmp_path / "bench_moe.json"
+    saved.write_text(json.dumps(RESULTS))
+    done = _summary(saved)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == summary_lines(RESULTS)
+
+
+def test_a_summary_of_a_missing_or_foreign_file_is_a_usage_error(tmp_path):
+    done = _summary(tmp_path / "absent.json")
+    assert done.returncode == 2 and "absent.json: cannot be read (No such file" in done.stderr
+    foreign = tmp_path / "other.json"
+    foreign.write_text('{"device": "x"}')
+    done = _summary(foreign)
+    assert done.returncode == 2 and "not the bench_moe.json of a run (KeyError('shapes'))" in (
+        done.stderr
+    )
+    assert "Traceback" not in done.stderr

@@ -60,9 +60,61 @@ TOKEN_CHOICES = (8, 32)  # tokens per group: 1 or 4 mma n8 fragments (the ones r
 
 
 class WeightRowsGemm(GroupedGemmCall):
-    """What the kernels with the weights on the MMA's M side share: work items of (tile, 128
-    weight rows) and the epilogue from an fp32 stage in shared memory, [tokens, weight rows].
-    Subclasses set ``epilogue``, ``uses_limit``, ``tokens`` and ``num_consumers``."""
+    """What the kernels with the weights on the MMA's M side share: the constructor, the
+    problem checks, the TMA ring, work items of (tile, 128 weight rows) and the epilogue from an
+    fp32 stage in shared memory, [tokens, weight rows]. A subclass names its diagnostic builds
+    in ``VARIANTS`` ("" is the kernel)."""
+
+    VARIANTS: tuple[str, ...] = ("",)
+
+    def __init__(
+        self,
+        tactic: Tactic,
+        epilogue: str = "store",
+        mn_limit: bool = False,
+        variant: str = "",
+        store_dtype: type[cutlass.Numeric] = cutlass.BFloat16,
+    ):
+        """The constructor of Nvfp4GroupedGemmSm90; the rows' dtype is the c pointer's, so
+        ``store_dtype`` needs no state here."""
+        assert epilogue in EPILOGUES, epilogue
+        assert variant in self.VARIANTS, variant
+        self.variant = variant
+        self.fp16_operand = tactic.fp16_operand
+        self.epilogue = epilogue
+        self.uses_limit = mn_limit or epilogue == "finalize"
+        self.tokens = tactic.tile_mn[0]
+        self.stages = tactic.stages
+        self.num_consumers = CONSUMER_WARPS * 32
+        self.threads_per_cta = self.num_consumers + 32
+
+    @staticmethod
+    def shared_checks(tactic: Tactic, n: int, epilogue: str, smem: int) -> tuple:
+        """The (ok, why) checks every weight-rows kernel makes, for first_failure."""
+        return (
+            (epilogue in EPILOGUES, f"epilogue {epilogue!r} is not one of {EPILOGUES}"),
+            (tuple(tactic.cluster_mn) == (1, 1), "only cluster 1x1 is implemented"),
+            (tactic.stages >= 2, f"stages is {tactic.stages}; the pipeline needs at least 2"),
+            (
+                smem <= SMEM_CAPACITY,
+                f"needs {smem} B of shared memory; sm_90 allows {SMEM_CAPACITY} B",
+            ),
+            (n % WEIGHT_ROWS == 0, f"n={n} must be a multiple of {WEIGHT_ROWS}"),
+        )
+
+    def _ring(self, storage):
+        """The TMA ring: the producer warp's copies, released by every consumer warp."""
+        ring = pipeline.PipelineTmaAsync.create(
+            barrier_storage=storage.ring_barriers.data_ptr(),
+            num_stages=self.stages,
+            producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
+            consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, CONSUMER_WARPS),
+            tx_count=self.tx_bytes,
+            cta_layout_vmnk=cute.make_layout((1, 1, 1, 1)),
+            defer_sync=True,
+        )
+        pipeline_init_arrive(cluster_shape_mn=(1, 1), is_relaxed=True)
+        return ring
 
     def _item(self, work, n_blocks, tile_size, mLimit):
         """(tile, weight-row block, the tile's first row, its row limit) of work item ``work``."""
@@ -104,32 +156,15 @@ class WeightRowsGemm(GroupedGemmCall):
 
 
 class Nvfp4DecodeGemmSm90(WeightRowsGemm):
-    """NVFP4 x NVFP4 contiguous grouped GEMM for few tokens per tile; the constructor and call of
-    Nvfp4GroupedGemmSm90 (the rows' dtype is the c pointer's, so ``store_dtype`` needs no state
-    here)."""
+    """NVFP4 x NVFP4 contiguous grouped GEMM for few tokens per tile."""
 
-    def __init__(
-        self,
-        tactic: Tactic,
-        epilogue: str = "store",
-        mn_limit: bool = False,
-        variant: str = "",
-        store_dtype: type[cutlass.Numeric] = cutlass.BFloat16,
-    ):
-        assert epilogue in EPILOGUES, epilogue
-        # Diagnostic builds for timing only (their results are wrong): "no_mma" skips the
-        # weights' dequantisation and the MMAs, "no_tokens" the tokens' dequantisation.
-        assert variant in ("", "no_mma", "no_tokens"), variant
-        self.variant = variant
-        self.fp16_operand = tactic.fp16_operand  # "" (can_implement): operands come as NVFP4
-        self.ctas_per_sm = tactic.ctas_per_sm
-        self.epilogue = epilogue
-        self.uses_limit = mn_limit or epilogue == "finalize"
-        self.tokens = tactic.tile_mn[0]
+    # Diagnostic builds for timing only (their results are wrong): "no_mma" skips the weights'
+    # dequantisation and the MMAs, "no_tokens" the tokens' dequantisation.
+    VARIANTS = ("", "no_mma", "no_tokens")
+
+    def __init__(self, tactic: Tactic, *args, **kwargs):
+        super().__init__(tactic, *args, **kwargs)
         self.token_frags = self.tokens // 8
-        self.stages = tactic.stages
-        self.num_consumers = CONSUMER_WARPS * 32
-        self.threads_per_cta = self.num_consumers + 32
 
     # ----------------------------------------------------------------------------------------
     @staticmethod
@@ -154,21 +189,15 @@ class Nvfp4DecodeGemmSm90(WeightRowsGemm):
                 "the decode kernel runs swap_ab tactics without an fp16 operand (with the "
                 "tokens in fp16 they run on the RS kernel, rs_gemm)",
             ),
-            (epilogue in EPILOGUES, f"epilogue {epilogue!r} is not one of {EPILOGUES}"),
             (
                 tokens in TOKEN_CHOICES and rows == WEIGHT_ROWS,
                 f"tile {tokens}x{rows} must be (8 | 32) tokens x {WEIGHT_ROWS} weight rows",
             ),
-            (tuple(tactic.cluster_mn) == (1, 1), "only cluster 1x1 is implemented"),
             (
                 tactic.wg_split == "m" and not tactic.sparse_rows,
                 "wg_split and sparse_rows are WGMMA-kernel knobs",
             ),
-            (tactic.stages >= 2, f"stages is {tactic.stages}; the pipeline needs at least 2"),
-            (
-                smem <= SMEM_CAPACITY,
-                f"needs {smem} B of shared memory; sm_90 allows {SMEM_CAPACITY} B",
-            ),
+            *cls.shared_checks(tactic, n, epilogue, smem),
             (per_sm >= 1, f"ctas_per_sm is {per_sm}; it must be at least 1"),
             (
                 per_sm * (smem + CTA_RESERVED_SMEM) <= SM_SMEM,
@@ -176,7 +205,6 @@ class Nvfp4DecodeGemmSm90(WeightRowsGemm):
                 f"do not fit the SM's {SM_SMEM} B: at most "
                 f"{SM_SMEM // (smem + CTA_RESERVED_SMEM)} do, or use fewer stages",
             ),
-            (n % WEIGHT_ROWS == 0, f"n={n} must be a multiple of {WEIGHT_ROWS}"),
             (k % KS == 0, f"K={k} must be a multiple of {KS}"),
             (
                 tile_size % SF_CHUNK_ROWS == 0,
@@ -287,16 +315,7 @@ class Nvfp4DecodeGemmSm90(WeightRowsGemm):
 
         smem = cutlass.utils.SmemAllocator()
         storage = smem.allocate(self.shared_storage)
-        ring = pipeline.PipelineTmaAsync.create(
-            barrier_storage=storage.ring_barriers.data_ptr(),
-            num_stages=self.stages,
-            producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
-            consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, CONSUMER_WARPS),
-            tx_count=self.tx_bytes,
-            cta_layout_vmnk=cute.make_layout((1, 1, 1, 1)),
-            defer_sync=True,
-        )
-        pipeline_init_arrive(cluster_shape_mn=(1, 1), is_relaxed=True)
+        ring = self._ring(storage)
 
         sW = storage.sW.get_tensor(w_layout.outer, swizzle=w_layout.inner)
         sT = storage.sT.get_tensor(t_layout.outer, swizzle=t_layout.inner)

@@ -30,16 +30,14 @@ import cutlass.cute as cute
 import cutlass.pipeline as pipeline
 import cutlass.utils as utils
 import cutlass.utils.hopper_helpers as sm90_utils
-from cutlass.pipeline import pipeline_init_arrive, pipeline_init_wait
+from cutlass.pipeline import pipeline_init_wait
 
 from stagebot.kernels.cute import epilogues
 from stagebot.kernels.cute.decode_gemm import CONSUMER_WARPS, WEIGHT_ROWS, WeightRowsGemm
 from stagebot.kernels.cute.grouped_gemm import (
     BK,
-    EPILOGUES,
     OPERAND_UNSCALE,
     SF_CHUNK_ROWS,
-    SMEM_CAPACITY,
     first_failure,
     operand_loads,
     operand_tma,
@@ -55,29 +53,11 @@ K_BLOCKS = BK // 16  # k16 WGMMAs per K step
 
 
 class Nvfp4RsGemmSm90(WeightRowsGemm):
-    """NVFP4 weights x fp16 tokens contiguous grouped GEMM, weights from registers; the
-    constructor and call of Nvfp4GroupedGemmSm90."""
+    """NVFP4 weights x fp16 tokens contiguous grouped GEMM, weights from registers."""
 
-    def __init__(
-        self,
-        tactic: Tactic,
-        epilogue: str = "store",
-        mn_limit: bool = False,
-        variant: str = "",
-        store_dtype: type[cutlass.Numeric] = cutlass.BFloat16,
-    ):
-        assert epilogue in EPILOGUES, epilogue
-        # Diagnostic build for timing only (its results are wrong): "no_dequant" feeds the
-        # packed words to the WGMMAs unconverted.
-        assert variant in ("", "no_dequant"), variant
-        self.variant = variant
-        self.fp16_operand = tactic.fp16_operand
-        self.epilogue = epilogue
-        self.uses_limit = mn_limit or epilogue == "finalize"
-        self.tokens = tactic.tile_mn[0]
-        self.stages = tactic.stages
-        self.num_consumers = CONSUMER_WARPS * 32
-        self.threads_per_cta = self.num_consumers + 32
+    # Diagnostic build for timing only (its results are wrong): "no_dequant" feeds the packed
+    # words to the WGMMAs unconverted.
+    VARIANTS = ("", "no_dequant")
 
     @staticmethod
     def smem_bytes(tactic: Tactic) -> int:
@@ -98,23 +78,16 @@ class Nvfp4RsGemmSm90(WeightRowsGemm):
                 tactic.swap_ab and tactic.fp16_operand == "a",
                 "the RS kernel runs swap_ab tactics with the tokens in fp16 (fp16_operand 'a')",
             ),
-            (epilogue in EPILOGUES, f"epilogue {epilogue!r} is not one of {EPILOGUES}"),
             (
                 tokens in TOKEN_CHOICES and rows == WEIGHT_ROWS,
                 f"tile {tokens}x{rows} must be {' | '.join(map(str, TOKEN_CHOICES))} tokens x "
                 f"{WEIGHT_ROWS} weight rows",
             ),
-            (tuple(tactic.cluster_mn) == (1, 1), "only cluster 1x1 is implemented"),
             (
                 tactic.wg_split == "m" and not tactic.sparse_rows and tactic.ctas_per_sm == 1,
                 "wg_split, sparse_rows and ctas_per_sm are other kernels' knobs",
             ),
-            (tactic.stages >= 2, f"stages is {tactic.stages}; the pipeline needs at least 2"),
-            (
-                smem <= SMEM_CAPACITY,
-                f"needs {smem} B of shared memory; sm_90 allows {SMEM_CAPACITY} B",
-            ),
-            (n % WEIGHT_ROWS == 0, f"n={n} must be a multiple of {WEIGHT_ROWS}"),
+            *cls.shared_checks(tactic, n, epilogue, smem),
             (
                 k % (2 * BK) == 0,
                 f"K={k} must be a multiple of {2 * BK} (K steps of {BK} go in pairs)",
@@ -208,16 +181,7 @@ class Nvfp4RsGemmSm90(WeightRowsGemm):
 
         smem = cutlass.utils.SmemAllocator()
         storage = smem.allocate(self.shared_storage)
-        ring = pipeline.PipelineTmaAsync.create(
-            barrier_storage=storage.ring_barriers.data_ptr(),
-            num_stages=self.stages,
-            producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
-            consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, CONSUMER_WARPS),
-            tx_count=self.tx_bytes,
-            cta_layout_vmnk=cute.make_layout((1, 1, 1, 1)),
-            defer_sync=True,
-        )
-        pipeline_init_arrive(cluster_shape_mn=(1, 1), is_relaxed=True)
+        ring = self._ring(storage)
 
         sWq = storage.sWq.get_tensor(staging_layout(WEIGHT_ROWS, self.stages))
         sWs = storage.sWs.get_tensor(cute.make_layout((128, 1, 1, self.stages)))

@@ -168,3 +168,44 @@ def test_the_suite_warms_its_recorded_kernels_with_each_cases_tactic_now(tmp_pat
     # A fault inside the warm is a warning; the session and its cases go on.
     out = _run_case(tmp_path, "--cute-tactic", str(pinned), STAGEBOT_CUTE_CACHE_MAX_MB="lots")
     assert "cute kernels not warmed: ValueError" in out and "1 passed" in out
+
+
+CASE = """
+from stagebot.kernels.cute import compile as cc
+from stagebot.kernels.cute.tactics import TACTICS
+
+
+def test_compiles_one_kernel():
+    key = cc.CompileKey("grouped_gemm", TACTICS[0], cc.DTYPES["grouped_gemm"], 512, 512, 2, 128,
+                        "sm_90a")
+    cc.compile_kernel(key)
+"""
+
+
+@needs_cutlass
+def test_a_case_that_compiles_is_recorded_and_its_next_session_warms_it(tmp_path):
+    """The suite's hooks on a case of their own (the conftest loaded as a plugin): the first
+    session records the kernel the case compiled, the second compiles it ahead."""
+    (tmp_path / "test_case.py").write_text(CASE)
+    cache = tmp_path / "cache"
+
+    def session() -> str:
+        done = subprocess.run(
+            [
+                sys.executable, "-m", "pytest", "test_case.py", "-q", "-p", "no:cacheprovider",
+                "-p", "stagebot.harness.suites.nvfp4_moe.conftest",
+            ],
+            cwd=tmp_path, capture_output=True, text=True, timeout=600,
+            env={**os.environ, "STAGEBOT_CUTE_CACHE_DIR": str(cache), warm.JOBS_ENV: "1"},
+        )  # fmt: skip
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        return done.stdout
+
+    assert "warmed" not in session()
+    nodeid = "test_case.py::test_compiles_one_kernel"
+    key = _key(n=512, k=512, num_experts=2)
+    assert kernel_manifest.read(cache, [nodeid]) == {nodeid: [key]}
+    out = session()
+    if not _on_an_h200():  # the first session could not store it: the second compiles it ahead
+        assert "cute kernels warmed before the cases: 0 compiled" in out
+        assert "stopped: 1 compiled but not stored" in out

@@ -8,8 +8,8 @@ match the reference backend (fp32-exact decode, "highest" fp32 matmul) and every
 every non-exiting tile must be written; exiting tiles must stay NaN. The diagnostic builds
 (no dequantisation; no WGMMA: wrong results by design) time the two halves of the main loop,
 for the fp16-operand tactics too (the weights-in-fp16 one, whose once-per-call pre-pass is also
-timed alone, and the RS kernel's). Speed
-against the peers is stagebot.kernels.cute.bench_moe's job.
+timed alone, and the RS kernel's). Speed against the peers is
+stagebot.kernels.cute.bench_moe's job.
 """
 
 from __future__ import annotations

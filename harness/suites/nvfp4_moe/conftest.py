@@ -257,6 +257,8 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 
 @pytest.hookimpl(trylast=True)
 def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
+    if (warmed := config.stash.get(WARMED, None)) is not None:  # whatever the cases were
+        terminalreporter.write_line(f"{PREFIX} cute kernels warmed before the cases: {warmed}")
     tally = config.stash[TALLY]
     lines = tally.lines()
     if not lines:
@@ -274,8 +276,6 @@ def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
             terminalreporter.write_line(line)
     if compile_line := _compile_line():
         terminalreporter.write_line(compile_line)
-    if (warmed := config.stash.get(WARMED, None)) is not None:
-        terminalreporter.write_line(f"{PREFIX} cute kernels warmed before the cases: {warmed}")
 
 
 def _compile_line() -> str:

@@ -57,6 +57,7 @@ ROW_WORDS = KS // 8  # 32-bit words of packed codes per row and K step
 STEPS = KS // 16  # mma.sync k16 steps per K step
 SF_STEP_WORDS = 4 * 128  # the four 512-byte scale chunks of one K step, as int32 words
 TOKEN_CHOICES = (8, 32)  # tokens per group: 1 or 4 mma n8 fragments (the ones run on the H200)
+STAGE_PITCH = WEIGHT_ROWS + epilogues.STAGE_PAD  # fp32 words per token row of the epilogue stage
 
 
 class WeightRowsGemm(GroupedGemmCall):
@@ -100,6 +101,31 @@ class WeightRowsGemm(GroupedGemmCall):
                 f"needs {smem} B of shared memory; sm_90 allows {SMEM_CAPACITY} B",
             ),
             (n % WEIGHT_ROWS == 0, f"n={n} must be a multiple of {WEIGHT_ROWS}"),
+        )
+
+    @staticmethod
+    def epilogue_stage_bytes(tokens: int) -> int:
+        return tokens * STAGE_PITCH * 4
+
+    def _epilogue_stage_field(self):
+        """The SharedStorage field of the fp32 epilogue stage [tokens, 128 weight rows]."""
+        return cute.struct.Align[
+            cute.struct.MemRange[cutlass.Float32, self.tokens * STAGE_PITCH], 128
+        ]
+
+    def _epilogue_stage(self, storage):
+        return storage.sE.get_tensor(
+            cute.make_layout((self.tokens, WEIGHT_ROWS), stride=(STAGE_PITCH, 1))
+        )
+
+    def _launch_persistent(self, kernel_call, grid_ctas, stream) -> None:
+        """Launches ``kernel_call`` (a traced kernel) on the persistent grid."""
+        kernel_call.launch(
+            grid=[grid_ctas, 1, 1],
+            block=[self.threads_per_cta, 1, 1],
+            cluster=[1, 1, 1],
+            min_blocks_per_mp=1,  # a larger hint makes the DSL query the device at compile time
+            stream=stream,
         )
 
     def _ring(self, storage):
@@ -172,7 +198,7 @@ class Nvfp4DecodeGemmSm90(WeightRowsGemm):
         tokens = tactic.tile_mn[0]
         stage = (WEIGHT_ROWS + tokens) * KS // 2 + 2 * SF_STEP_WORDS * 4
         b_fragments = 2 * (tokens // 8) * STEPS * 32 * 8
-        epilogue_stage = tokens * (WEIGHT_ROWS + epilogues.STAGE_PAD) * 4
+        epilogue_stage = Nvfp4DecodeGemmSm90.epilogue_stage_bytes(tokens)
         return tactic.stages * stage + b_fragments + epilogue_stage + 1024
 
     @classmethod
@@ -258,16 +284,11 @@ class Nvfp4DecodeGemmSm90(WeightRowsGemm):
             sBf: cute.struct.Align[
                 cute.struct.MemRange[cutlass.Uint32, 2 * self.token_frags * STEPS * 64], 128
             ]
-            sE: cute.struct.Align[
-                cute.struct.MemRange[
-                    cutlass.Float32, self.tokens * (WEIGHT_ROWS + epilogues.STAGE_PAD)
-                ],
-                128,
-            ]
+            sE: self._epilogue_stage_field()
 
         self.shared_storage = SharedStorage
 
-        self.kernel(
+        kernel_call = self.kernel(
             (tma_w, tma_mW, tma_t, tma_mT, tma_ws, tma_mWs, tma_ts, tma_mTs),
             self.w_layout,
             self.t_layout,
@@ -279,13 +300,8 @@ class Nvfp4DecodeGemmSm90(WeightRowsGemm):
             n,
             tile_size,
             top_k,
-        ).launch(
-            grid=[grid_ctas, 1, 1],
-            block=[self.threads_per_cta, 1, 1],
-            cluster=[1, 1, 1],
-            min_blocks_per_mp=1,  # a larger hint makes the DSL query the device at compile time
-            stream=stream,
         )
+        self._launch_persistent(kernel_call, grid_ctas, stream)
 
     # ----------------------------------------------------------------------------------------
     @cute.kernel
@@ -397,11 +413,7 @@ class Nvfp4DecodeGemmSm90(WeightRowsGemm):
         sWs = storage.sWs.get_tensor(cute.make_layout(SF_STEP_WORDS * self.stages))
         sTs = storage.sTs.get_tensor(cute.make_layout(SF_STEP_WORDS * self.stages))
         sBf = storage.sBf.get_tensor(cute.make_layout(2 * nf * STEPS * 64))
-        sE = storage.sE.get_tensor(
-            cute.make_layout(
-                (self.tokens, WEIGHT_ROWS), stride=(WEIGHT_ROWS + epilogues.STAGE_PAD, 1)
-            )
-        )
+        sE = self._epilogue_stage(storage)
         barrier = pipeline.NamedBarrier(barrier_id=1, num_threads=self.num_consumers)
         acc = cute.make_rmem_tensor((nf * 4,), cutlass.Float32)
         # This thread's weight rows (g and g + 8 of the warp's 16) and, for the warps that

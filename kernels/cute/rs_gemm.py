@@ -32,7 +32,6 @@ import cutlass.utils as utils
 import cutlass.utils.hopper_helpers as sm90_utils
 from cutlass.pipeline import pipeline_init_wait
 
-from stagebot.kernels.cute import epilogues
 from stagebot.kernels.cute.decode_gemm import CONSUMER_WARPS, WEIGHT_ROWS, WeightRowsGemm
 from stagebot.kernels.cute.grouped_gemm import (
     BK,
@@ -63,7 +62,7 @@ class Nvfp4RsGemmSm90(WeightRowsGemm):
     def smem_bytes(tactic: Tactic) -> int:
         tokens = tactic.tile_mn[0]
         stage = stage_bytes(WEIGHT_ROWS, False) + stage_bytes(tokens, True)
-        epilogue_stage = tokens * (WEIGHT_ROWS + epilogues.STAGE_PAD) * 4
+        epilogue_stage = Nvfp4RsGemmSm90.epilogue_stage_bytes(tokens)
         return tactic.stages * stage + epilogue_stage + 2 * 1024
 
     @classmethod
@@ -134,25 +133,15 @@ class Nvfp4RsGemmSm90(WeightRowsGemm):
             sT: cute.struct.Align[
                 cute.struct.MemRange[cutlass.Float16, cute.cosize(t_layout)], 1024
             ]
-            sE: cute.struct.Align[
-                cute.struct.MemRange[
-                    cutlass.Float32, self.tokens * (WEIGHT_ROWS + epilogues.STAGE_PAD)
-                ],
-                128,
-            ]
+            sE: self._epilogue_stage_field()
 
         self.shared_storage = SharedStorage
 
-        self.kernel(
+        kernel_call = self.kernel(
             w_tma, t_tma, t_layout, tiled_mma, mC, epilogue_tensors, mAlpha, mGroup, mNumTiles,
             n, tile_size, top_k,
-        ).launch(
-            grid=[grid_ctas, 1, 1],
-            block=[self.threads_per_cta, 1, 1],
-            cluster=[1, 1, 1],
-            min_blocks_per_mp=1,
-            stream=stream,
         )  # fmt: skip
+        self._launch_persistent(kernel_call, grid_ctas, stream)
 
     # ----------------------------------------------------------------------------------------
     @cute.kernel
@@ -239,11 +228,7 @@ class Nvfp4RsGemmSm90(WeightRowsGemm):
             cute.make_layout(WEIGHT_ROWS * BK // 8 * self.stages),
         )
         sWs = storage.sWs.get_tensor(cute.make_layout(128 * self.stages))
-        sE = storage.sE.get_tensor(
-            cute.make_layout(
-                (self.tokens, WEIGHT_ROWS), stride=(WEIGHT_ROWS + epilogues.STAGE_PAD, 1)
-            )
-        )
+        sE = self._epilogue_stage(storage)
         barrier = pipeline.NamedBarrier(barrier_id=1, num_threads=self.num_consumers)
         # B (the tokens) is read by the warpgroup as a whole; A's fragments and the
         # accumulators are the thread's own.

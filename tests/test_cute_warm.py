@@ -140,6 +140,49 @@ def _run_case(cache: Path, *options: str, jobs: str = "1", **env: str) -> str:
     return done.stdout
 
 
+class _Asked(Exception):
+    """Raised by the stand-in compile: the launch asked for its key (nothing more runs)."""
+
+
+@needs_cutlass
+@pytest.mark.parametrize("limits", [False, True])
+def test_a_launch_asks_for_the_key_the_warm_plans_for_its_pinned_case(monkeypatch, limits):
+    """A case pinned to the sparse_rows tactic launches without tile limits as its dense twin
+    (the same kernel): the launcher's key is the one the warm compiles for that case
+    (effective(pinned, mn_limit)), one cache entry for both. With the limits it stays sparse.
+    On the H200's first cold stages the launcher keyed the sparse name, so 2-3 kernels a stage
+    compiled after the warm had built their twins."""
+    import torch
+
+    from stagebot.kernels.cute import launch
+    from stagebot.kernels.cute.tactics import effective
+
+    asked = []
+
+    def stand_in(key):
+        asked.append(key)
+        raise _Asked
+
+    monkeypatch.setattr(launch, "compile_kernel", stand_in)
+    sparse = next(t for t in TACTICS if t.sparse_rows)
+    m, n, k, experts = 256, 512, 512, 2
+    packed = torch.zeros(m, k // 2, dtype=torch.uint8)
+    weights = torch.zeros(experts, n, k // 2, dtype=torch.uint8)
+    scales = torch.zeros(m * k // 16, dtype=torch.uint8)
+    tiles = torch.zeros(m // 128, dtype=torch.int32)
+    limit = torch.full((m // 128,), 100, dtype=torch.int32) if limits else None
+    with pytest.raises(_Asked):
+        launch.grouped_gemm(
+            packed, weights, scales, scales, torch.ones(experts), tiles,
+            torch.tensor([m // 128], dtype=torch.int32), 128, tile_idx_to_mn_limit=limit,
+            tactic=sparse,
+        )  # fmt: skip
+    (key,) = asked
+    assert key.mn_limit is limits
+    assert key.tactic == effective(sparse, key.mn_limit)
+    assert key.tactic.sparse_rows is limits
+
+
 @needs_cutlass
 def test_the_suite_warms_its_recorded_kernels_with_each_cases_tactic_now(tmp_path):
     """A record names the tactic of an earlier run; the session warms the kernel with the

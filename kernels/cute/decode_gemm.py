@@ -62,9 +62,10 @@ STAGE_PITCH = WEIGHT_ROWS + epilogues.STAGE_PAD  # fp32 words per token row of t
 
 class WeightRowsGemm(GroupedGemmCall):
     """What the kernels with the weights on the MMA's M side share: the constructor, the
-    problem checks, the TMA ring, work items of (tile, 128 weight rows) and the epilogue from an
-    fp32 stage in shared memory, [tokens, weight rows]. A subclass names its diagnostic builds
-    in ``VARIANTS`` ("" is the kernel)."""
+    problem checks, the TMA ring and the producer warp's walk over it (a subclass's
+    ``_issue_loads`` fills a stage), work items of (tile, 128 weight rows) and the epilogue from
+    an fp32 stage in shared memory, [tokens, weight rows]. A subclass names its diagnostic
+    builds in ``VARIANTS`` ("" is the kernel)."""
 
     VARIANTS: tuple[str, ...] = ("",)
 
@@ -150,6 +151,25 @@ class WeightRowsGemm(GroupedGemmCall):
         if cutlass.const_expr(self.uses_limit):
             limit = mLimit[tile]
         return tile, work % n_blocks, tile_row0, limit
+
+    @cute.jit
+    def _produce(self, ring, loads, k_steps, n_blocks, total_work, bidx, gdim, tile_size, mLimit,
+                 mGroup):  # fmt: skip
+        """The producer warp: the consumers' walk over the work items, each K step of each
+        block of an item's tokens one ring stage, filled by the kernel's ``_issue_loads``
+        from ``loads`` (its TMA atoms and partitions)."""
+        state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.stages)
+        for work in cutlass.range(bidx, total_work, gdim, unroll=1):
+            tile, n_block, tile_row0, limit = self._item(work, n_blocks, tile_size, mLimit)
+            expert = mGroup[tile]
+            for row0 in cutlass.range(tile_row0, limit, self.tokens, unroll=1):
+                for kk in cutlass.range(k_steps, unroll=1):
+                    ring.producer_acquire(state)
+                    bar = ring.producer_get_barrier(state)
+                    self._issue_loads(loads, state.index, bar, n_block, kk, expert, row0)
+                    ring.producer_commit(state)
+                    state.advance()
+        ring.producer_tail(state)
 
     def _staged_scale(self, scale):
         """What the accumulators are multiplied by on their way to the stage: finalize
@@ -362,40 +382,30 @@ class Nvfp4DecodeGemmSm90(WeightRowsGemm):
 
         pipeline_init_wait(cluster_shape_mn=(1, 1))
         if warp_idx == CONSUMER_WARPS:
-            state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.stages)
-            for work in cutlass.range(bidx, total_work, gdim, unroll=1):
-                tile, n_block, tile_row0, limit = self._item(work, n_blocks, tile_size, mLimit)
-                expert = mGroup[tile]
-                for row0 in cutlass.range(tile_row0, limit, self.tokens, unroll=1):
-                    for ks in cutlass.range(k_steps, unroll=1):
-                        ring.producer_acquire(state)
-                        bar = ring.producer_get_barrier(state)
-                        s = state.index
-                        cute.copy(
-                            tma_w, tWgW[(None, n_block, ks, expert)], tWsW[(None, s)],
-                            tma_bar_ptr=bar,
-                        )  # fmt: skip
-                        cute.copy(
-                            tma_t, tTgT[(None, row0 // self.tokens, ks)], tTsT[(None, s)],
-                            tma_bar_ptr=bar,
-                        )  # fmt: skip
-                        cute.copy(
-                            tma_ws, tWgWs[(None, 0, ks, n_block, expert)], tWsWs[(None, s)],
-                            tma_bar_ptr=bar,
-                        )  # fmt: skip
-                        cute.copy(
-                            tma_ts, tTgTs[(None, 0, ks, row0 // SF_CHUNK_ROWS)], tTsTs[(None, s)],
-                            tma_bar_ptr=bar,
-                        )  # fmt: skip
-                        ring.producer_commit(state)
-                        state.advance()
-            ring.producer_tail(state)
+            loads = (
+                (tma_w, tWgW, tWsW), (tma_t, tTgT, tTsT), (tma_ws, tWgWs, tWsWs),
+                (tma_ts, tTgTs, tTsTs),
+            )  # fmt: skip
+            self._produce(
+                ring, loads, k_steps, n_blocks, total_work, bidx, gdim, tile_size, mLimit, mGroup
+            )
 
         if warp_idx < CONSUMER_WARPS:
             self._consume(
                 storage, ring, k_steps, n_blocks, total_work, tidx, bidx, gdim,
                 mC, mCsf, mGlobalSf, mLimit, mP2e, mRouter, mAlpha, mGroup, n, tile_size, top_k,
             )  # fmt: skip
+
+    def _issue_loads(self, loads, s, bar, n_block, ks, expert, row0):
+        """K step ``ks`` of the item's packed weights, tokens and their scales into stage s."""
+        coords = (
+            (n_block, ks, expert),
+            (row0 // self.tokens, ks),
+            (0, ks, n_block, expert),
+            (0, ks, row0 // SF_CHUNK_ROWS),
+        )
+        for (atom, gX, sX), coord in zip(loads, coords, strict=True):
+            cute.copy(atom, gX[(None, *coord)], sX[(None, s)], tma_bar_ptr=bar)
 
     @cute.jit
     def _consume(

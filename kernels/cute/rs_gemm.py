@@ -183,32 +183,27 @@ class Nvfp4RsGemmSm90(WeightRowsGemm):
 
         pipeline_init_wait(cluster_shape_mn=(1, 1))
         if warp_idx == CONSUMER_WARPS:
-            state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.stages)
-            for work in cutlass.range(bidx, total_work, gdim, unroll=1):
-                tile, n_block, tile_row0, limit = self._item(
-                    work, n_blocks, tile_size, epilogue_tensors[2]
-                )
-                expert = mGroup[tile]
-                for row0 in cutlass.range(tile_row0, limit, self.tokens, unroll=1):
-                    for kk in cutlass.range(k_steps, unroll=1):
-                        ring.producer_acquire(state)
-                        bar = ring.producer_get_barrier(state)
-                        s = state.index
-                        for atom, gX, sX, scales in w_loads:
-                            src = tma_source(gX, scales, (n_block, kk, expert))
-                            cute.copy(atom, src, sX[(None, s)], tma_bar_ptr=bar)
-                        for atom, gX, sX, scales in t_loads:
-                            src = tma_source(gX, scales, (row0 // self.tokens, kk))
-                            cute.copy(atom, src, sX[(None, s)], tma_bar_ptr=bar)
-                        ring.producer_commit(state)
-                        state.advance()
-            ring.producer_tail(state)
+            self._produce(
+                ring, (w_loads, t_loads), k_steps, n_blocks, total_work, bidx, gdim, tile_size,
+                epilogue_tensors[2], mGroup,
+            )  # fmt: skip
 
         if warp_idx < CONSUMER_WARPS:
             self._consume(
                 storage, sT, ring, tiled_mma, k_steps, n_blocks, total_work, tidx, bidx, gdim,
                 mC, epilogue_tensors, mAlpha, mGroup, n, tile_size, top_k,
             )  # fmt: skip
+
+    def _issue_loads(self, loads, s, bar, n_block, kk, expert, row0):
+        """K step ``kk`` of the item's packed weights and scale chunk, then of its fp16 tokens,
+        into stage s."""
+        w_loads, t_loads = loads
+        for atom, gX, sX, scales in w_loads:
+            src = tma_source(gX, scales, (n_block, kk, expert))
+            cute.copy(atom, src, sX[(None, s)], tma_bar_ptr=bar)
+        for atom, gX, sX, scales in t_loads:
+            src = tma_source(gX, scales, (row0 // self.tokens, kk))
+            cute.copy(atom, src, sX[(None, s)], tma_bar_ptr=bar)
 
     # ----------------------------------------------------------------------------------------
     @cute.jit

@@ -127,3 +127,27 @@ def build(arch: str, all_tactics: bool, tactics: tuple[str, ...]) -> None:
     click.echo(f"compiled {built} of {built + failures} (kernel, tactic) builds for {arch}")
     if failures:
         raise click.ClickException(f"{failures} of {built + failures} builds failed")
+
+
+@kernels.command("record")
+@click.option("--check", is_flag=True, help="Fail if the committed file is stale; write nothing.")
+def record(check: bool) -> None:
+    """Write every NVFP4 suite case's cute compile keys (the suite's cute_kernels.json).
+
+    Computed without a GPU from the case list, the GEMMs each test calls and the tactic each
+    case is pinned to; a fresh machine's stage compiles them all before its first case."""
+    from stagebot.harness.suites.nvfp4_moe import kernel_plan
+
+    path = kernel_plan.PLAN_FILE
+    try:
+        current = kernel_plan.compute()
+    except kernel_plan.PlanError as error:
+        raise click.ClickException(str(error)) from error
+    committed = path.read_text(encoding="utf-8") if path.exists() else ""
+    problem = kernel_plan.stale(committed, current)
+    if check and problem:
+        raise click.ClickException(problem)
+    if problem:
+        path.write_text(current, encoding="utf-8")
+    state = "rewritten" if problem and not check else "current"
+    click.echo(f"{path}: {len(kernel_plan.load(current))} cases, {state}")

@@ -14,9 +14,11 @@ the case's ``cute_tactic`` property); ``--cute-tactic NAME`` pins every case to 
 instead. The run ends with the launches per kernel and tactic.
 
 With the kernel cache on, each case's compile keys are recorded beside it (kernel_manifest),
-and a session whose cases have records compiles the kernels they will ask for (with the tactic
-each case is pinned to now) before the first case, one process per core
-(stagebot.kernels.cute.warm; ``STAGEBOT_CUTE_WARM_JOBS`` sets how many, 0 turns it off).
+and a session compiles the kernels its cases will ask for (with the tactic each case is pinned
+to now) before the first case, one process per core (stagebot.kernels.cute.warm;
+``STAGEBOT_CUTE_WARM_JOBS`` sets how many, 0 turns it off): each case's record, or where the
+folder has none (a fresh machine), its keys in the committed plan (kernel_plan), the latter on
+an sm_90 GPU only. The run ends with how many cases asked for a key the plan lacks.
 """
 
 from __future__ import annotations
@@ -25,13 +27,11 @@ import importlib.util
 import os
 import sys
 import warnings
-import zlib
 from collections.abc import Iterable, Iterator
-from dataclasses import replace
 
 import pytest
 
-from stagebot.harness.suites.nvfp4_moe import kernel_manifest
+from stagebot.harness.suites.nvfp4_moe import kernel_manifest, kernel_plan
 from stagebot.harness.suites.nvfp4_moe.backend_report import BackendTally
 from stagebot.harness.suites.nvfp4_moe.cases import CPU, GPU, NO_GPU, Case, Scale, WeightBank
 
@@ -40,6 +40,9 @@ DISPATCH_LOG = pytest.StashKey[list]()
 FORCED_DEVICES = pytest.StashKey[tuple]()
 PINNED_TACTIC = pytest.StashKey[object]()
 WARMED = pytest.StashKey[object]()
+PLAN = pytest.StashKey[dict]()  # the committed plan's keys per case id, once loaded
+UNPLANNED = pytest.StashKey[list]()  # (case, a key it asked for that the plan lacks, as text)
+RECORDED = pytest.StashKey[list]()  # the cases whose keys were recorded
 PREFIX = "[nvfp4_moe]"
 
 
@@ -126,10 +129,7 @@ def _pinned_cute_tactic(request: pytest.FixtureRequest):
 
 def _case_tactic(config: pytest.Config, nodeid: str):
     """The tactic a dispatched-op case runs with: --cute-tactic, else by its id's hash."""
-    from stagebot.kernels.cute.tactics import TACTICS
-
-    pinned = config.stash.get(PINNED_TACTIC, None)
-    return pinned or TACTICS[zlib.crc32(nodeid.encode()) % len(TACTICS)]
+    return config.stash.get(PINNED_TACTIC, None) or kernel_plan.pinned_tactic(nodeid)
 
 
 @pytest.fixture(autouse=True)
@@ -149,11 +149,39 @@ def _kernel_record(request: pytest.FixtureRequest):
             kernel_manifest.write(folder, request.node.nodeid, keys)
         except OSError as error:  # a read-only cache folder: the record is an optimisation
             request.node.warn(pytest.PytestWarning(f"kernel record not written: {error}"))
+        _check_plan(request.node, keys)
+
+
+def _check_plan(item: pytest.Item, keys: set) -> None:
+    """Notes the keys the case asked for that the committed plan lacks (see kernel_plan)."""
+    config = item.config
+    config.stash.setdefault(RECORDED, []).append(item.nodeid)
+    try:
+        plan = _committed_plan(config)
+        planned = set(_planned_keys(item, plan.get(kernel_plan.case_id(item), [])))
+        missing = [str(key) for key in sorted(keys - planned, key=str)]
+    except Exception as error:  # the plan is an optimisation: a line of the summary says why
+        missing = [f"{kernel_plan.PLAN_FILE.name} unreadable: {error!r}"]
+    config.stash.setdefault(UNPLANNED, []).extend((item.nodeid, what) for what in missing)
+
+
+def _committed_plan(config: pytest.Config) -> dict:
+    if PLAN not in config.stash:
+        config.stash[PLAN] = kernel_plan.load(kernel_plan.PLAN_FILE.read_text(encoding="utf-8"))
+    return config.stash[PLAN]
+
+
+def _sm90_here() -> bool:
+    """An sm_90 GPU is visible: the only machine that can store what the warm compiles (the
+    kernels' host code needs it), so the only one the committed plan is warmed on."""
+    import torch
+
+    return torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """Compiles the selected cases' recorded kernels at once (see the module docstring). The
-    warm is an optimisation: whatever goes wrong in it is a warning, never the session's end."""
+    """Compiles the selected cases' kernels at once (see the module docstring). The warm is an
+    optimisation: whatever goes wrong in it is a warning, never the session's end."""
     from stagebot.kernels.cute import disk_cache, warm
 
     folder = disk_cache.default_dir()
@@ -166,23 +194,31 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         or jobs == 0
         or session.config.option.collectonly
         or importlib.util.find_spec("cutlass") is None
-        or not os.access(folder, os.W_OK)  # none yet (so no records), or read-only
     ):
         return
     try:
-        records = kernel_manifest.read(folder, [item.nodeid for item in session.items])
-        keys = {
-            key
-            for item in session.items
-            if item.nodeid in records
-            for key in _planned_keys(item, records[item.nodeid])
-        }
+        folder.mkdir(parents=True, exist_ok=True)  # a fresh machine's, for the plan's keys
+    except OSError:
+        return
+    if not os.access(folder, os.W_OK):  # read-only: nothing warmed could be stored
+        return
+    try:
+        items = session.items
+        records = kernel_manifest.read(folder, [item.nodeid for item in items])
+        plan = _committed_plan(session.config) if _sm90_here() else {}
+        keys, planned = set(), 0
+        for item in items:
+            recorded = records.get(item.nodeid)
+            if recorded is None and (recorded := plan.get(kernel_plan.case_id(item))):
+                planned += 1
+            keys.update(_planned_keys(item, recorded or []))
         if keys:
             reporter = session.config.pluginmanager.get_plugin("terminalreporter")
             if reporter is not None:
                 reporter.write_line(
                     f"{PREFIX} compiling the {len(keys)} cute kernels recorded for "
-                    f"{len(records)} cases ahead, on up to {jobs} processes"
+                    f"{len(records) + planned} cases ahead ({planned} of them from "
+                    f"{kernel_plan.PLAN_FILE.name}), on up to {jobs} processes"
                 )
             session.config.stash[WARMED] = warm.warm(keys, folder, jobs)
     except Exception as error:
@@ -197,17 +233,7 @@ def _planned_keys(item: pytest.Item, recorded: Iterable) -> Iterator:
     if item.get_closest_marker("moe_op") is None:
         yield from recorded
         return
-    from stagebot.kernels.cute.compile import KERNEL_EPILOGUE, kernel_class
-    from stagebot.kernels.cute.tactics import effective
-
-    pinned = _case_tactic(item.config, item.nodeid)
-    for key in recorded:
-        tactic = effective(pinned, key.mn_limit)
-        ok, _ = kernel_class(tactic).can_implement(
-            tactic, key.n, key.k, key.tile_size, KERNEL_EPILOGUE[key.kernel]
-        )
-        if ok:
-            yield replace(key, tactic=tactic)
+    yield from kernel_plan.with_tactic(recorded, _case_tactic(item.config, item.nodeid))
 
 
 def _tactic_lines() -> list[str]:
@@ -259,6 +285,8 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
     if (warmed := config.stash.get(WARMED, None)) is not None:  # whatever the cases were
         terminalreporter.write_line(f"{PREFIX} cute kernels warmed before the cases: {warmed}")
+    if plan_line := _plan_line(config):
+        terminalreporter.write_line(plan_line)
     tally = config.stash[TALLY]
     lines = tally.lines()
     if not lines:
@@ -276,6 +304,24 @@ def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
             terminalreporter.write_line(line)
     if compile_line := _compile_line():
         terminalreporter.write_line(compile_line)
+
+
+def _plan_line(config: pytest.Config) -> str:
+    """How the cases' recorded keys compare with the committed plan."""
+    recorded = config.stash.get(RECORDED, [])
+    if not recorded:
+        return ""
+    name = kernel_plan.PLAN_FILE.name
+    unplanned = config.stash.get(UNPLANNED, [])
+    if not unplanned:
+        return f"{PREFIX} cute kernel plan: {len(recorded)} recorded cases, every key in {name}"
+    cases = len({nodeid for nodeid, _ in unplanned})
+    nodeid, what = unplanned[0]
+    return (
+        f"{PREFIX} cute kernel plan: {cases} of {len(recorded)} recorded cases asked for "
+        f"{len(unplanned)} keys {name} lacks (first: {nodeid}: {what}); "
+        f"`{kernel_plan.RECORD_COMMAND}` rewrites it, kernel_plan.GEMMS says what each test calls"
+    )
 
 
 def _compile_line() -> str:

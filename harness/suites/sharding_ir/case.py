@@ -11,13 +11,16 @@ import time
 
 from stagebot.harness.suites.sharding_ir.checks import CheckResult
 from stagebot.harness.suites.sharding_ir.dist_config import DistConfig
+from stagebot.harness.suites.sharding_ir.limits import SpawnLimits
 from stagebot.harness.suites.sharding_ir.registry import ModelSpec
 
 MATCHES_HF = "matches-hf"
 SINGLE_PROCESS_CHECKS = (MATCHES_HF,)
 
 
-def run_case(spec: ModelSpec, config: str) -> dict[str, list[CheckResult]]:
+def run_case(
+    spec: ModelSpec, config: str, limits: SpawnLimits | None = None
+) -> dict[str, list[CheckResult]]:
     import torch
 
     from stagebot.harness.suites.sharding_ir.hf_reference import matches_hf_check
@@ -31,7 +34,9 @@ def run_case(spec: ModelSpec, config: str) -> dict[str, list[CheckResult]]:
     }
     backend = "nccl" if torch.cuda.device_count() >= dc.world_size else "gloo"
     start = time.perf_counter()
-    per_rank = run_on_ranks(run_equivalence, dc.world_size, (spec, config), backend=backend)
+    per_rank = run_on_ranks(
+        run_equivalence, dc.world_size, (spec, config), backend=backend, limits=limits
+    )
     seconds = time.perf_counter() - start
     print(
         f"[sharding_ir] {spec.model_id} {config}: {dc.world_size} ranks ({backend}) "

@@ -33,16 +33,19 @@ def _equivalence_reports() -> dict:
 
 @pytest.fixture
 def equivalence_report(
-    sharding_ir_case: tuple[str, str], _equivalence_reports: dict
+    sharding_ir_case: tuple[str, str], _equivalence_reports: dict, request: pytest.FixtureRequest
 ) -> dict[str, list]:
     """Check name -> CheckResults (one per rank; matches-hf one), from the case's ``run_case``."""
     from stagebot.harness.suites.sharding_ir.case import run_case
+    from stagebot.harness.suites.sharding_ir.limits import SpawnLimits
     from stagebot.harness.suites.sharding_ir.spawn import RankFailure
 
     if sharding_ir_case not in _equivalence_reports:
         model_id, config = sharding_ir_case
+        limits = SpawnLimits(run_s=request.config.getoption("--sharding-ir-rank-timeout"))
         try:
-            _equivalence_reports[sharding_ir_case] = run_case(REGISTRY.lookup(model_id), config)
+            spec = REGISTRY.lookup(model_id)
+            _equivalence_reports[sharding_ir_case] = run_case(spec, config, limits)
         except RankFailure as failure:
             _equivalence_reports[sharding_ir_case] = failure
     report = _equivalence_reports[sharding_ir_case]

@@ -19,3 +19,12 @@ def add_options(group) -> None:
         choices=tuple(NAMED_CONFIGS),
         help="distributed config to check (repeatable; default: tep).",
     )
+    group.addoption(
+        "--sharding-ir-rank-timeout",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="seconds the ranks of one case may run once started (default: 20 x their measured "
+        "start-up, at least 300 s); a limit that runs out fails the case with a SpawnTimeout "
+        "that says how long it ran and the load average.",
+    )

@@ -1,16 +1,20 @@
 """Run a function on N ranks, one spawned process each, under a process group; collect results.
 
 NCCL (one GPU per rank) when ``backend == "nccl"``, gloo on CPU otherwise. Ranks meet through a
-file store (no port to race for). Collectives time out after ``collective_timeout_s``; the parent
-stops every rank once any rank fails or the deadline passes, and raises ``RankFailure``: its first
-line says why each rank failed (an exception, a signal, an exit code, the deadline), then each
-failed rank's traceback or stderr follows under ``--- rank N: why ---``, so it reads in the pytest
-report itself and the failure analysis can tell a crash from a hang from an exception.
+file store (no port to race for). Each rank says when it has started (imports done, process group
+formed); the parent measures that start-up and gives the ranks ``limits`` that scale with it
+(``limits.SpawnLimits``). It stops every rank once any rank fails or a limit runs out, and raises
+``RankFailure``: its first line says why each rank failed (an exception, a signal, an exit code),
+then each failed rank's traceback or stderr follows under ``--- rank N: why ---``, so it reads in
+the pytest report itself and the failure analysis can tell a crash from an exception. A limit that
+runs out raises ``SpawnTimeout`` (a ``RankFailure``) whose first line says which limit, how long the
+ranks ran, and the machine's load average: a slow machine, not a wrong result.
 
 Each child's stderr goes to a file of its own from the moment it starts, so a rank that dies
 before its target runs (an import error while unpickling the target, a crash in the
 interpreter) is reported with the tail of what it printed. A rank that returned a result must
-still exit with code 0.
+exit with code 0; one that is merely slow to exit keeps its result: it is stopped once the exit
+limit runs out, with a ``SlowExitWarning``.
 """
 
 from __future__ import annotations
@@ -23,14 +27,45 @@ import sys
 import tempfile
 import time
 import traceback
+import warnings
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
+
+from stagebot.harness.suites.sharding_ir.limits import SpawnLimits, machine_load
+
+STARTED, RESULT, ERROR = "started", "result", "error"  # what a rank puts on the queue
 
 
 class RankFailure(RuntimeError):
     """One or more ranks failed (not an assertion: a rank may have crashed or hung); the message
     says why each failed and holds their tracebacks."""
+
+
+class SpawnTimeout(RankFailure):
+    """The ranks ran out of a limit (to start, or to finish once started); the message says which,
+    after how long, and the load average."""
+
+
+class SlowExitWarning(RuntimeWarning):
+    """A rank returned its result but had not exited when the exit limit ran out: it was stopped,
+    its result stands."""
+
+
+@dataclass
+class _Deadline:
+    """The limit the ranks are under now: start-up's, then the run's once every rank started."""
+
+    phase: str  # "start-up" | "run"
+    limit_s: float
+    how: str
+    since: float  # monotonic time the phase began
+    ran_out_after_s: float | None = None  # how long the phase had run when the limit ran out
+
+    @property
+    def at(self) -> float:
+        return self.since + self.limit_s
 
 
 def run_on_ranks(
@@ -39,11 +74,10 @@ def run_on_ranks(
     args: tuple = (),
     *,
     backend: str = "gloo",
-    timeout_s: float = 300.0,
-    collective_timeout_s: float = 90.0,
-    exit_grace_s: float = 30.0,
+    limits: SpawnLimits | None = None,
 ) -> list[Any]:
     """``[target(rank, *args) for rank in range(world_size)]``, each in its own process."""
+    limits = limits or SpawnLimits()
     ctx = mp.get_context("spawn")
     results: queue.Queue = ctx.Queue()
     with tempfile.TemporaryDirectory(prefix="sharding_ir_") as tmp:
@@ -51,30 +85,27 @@ def run_on_ranks(
         procs = [
             ctx.Process(
                 target=_rank_main,
-                args=(
-                    target,
-                    rank,
-                    world_size,
-                    backend,
-                    store,
-                    collective_timeout_s,
-                    args,
-                    results,
-                ),
+                args=(target, rank, world_size, backend, store, limits.collective_s, args, results),
                 name=f"rank{rank}",
             )
             for rank in range(world_size)
         ]
         logs = [os.path.join(tmp, f"rank{rank}.stderr") for rank in range(world_size)]
+        spawned = time.monotonic()
         for proc, log in zip(procs, logs, strict=True):
             _start_with_stderr_to(proc, log)
         stopped: set[int] = set()
+        slow_exits: list[int] = []
+        deadline = _Deadline("start-up", limits.start_s, "the start-up limit", spawned)
         try:
-            outcomes = _collect(procs, results, time.monotonic() + timeout_s)
+            outcomes, deadline = _collect(procs, results, deadline, limits)
             if all(ok for ok, _ in outcomes.values()):
-                exit_by = time.monotonic() + exit_grace_s
+                startup_s = deadline.since - spawned
+                exit_s, how = limits.exit_limit(startup_s)
+                exit_by = time.monotonic() + exit_s
                 for proc in procs:  # all returned: let them leave on their own
                     proc.join(timeout=max(0.0, exit_by - time.monotonic()))
+                slow_exits = [rank for rank, proc in enumerate(procs) if proc.is_alive()]
         finally:
             for rank, proc in enumerate(procs):
                 if proc.is_alive():
@@ -85,35 +116,47 @@ def run_on_ranks(
                 if proc.is_alive():
                     proc.kill()
                     proc.join(timeout=10)
-        all_ok = all(ok for ok, _ in outcomes.values())
+        if slow_exits:
+            warnings.warn(
+                SlowExitWarning(
+                    f"rank(s) {', '.join(map(str, slow_exits))} returned a result but did not exit "
+                    f"within the exit limit of {_secs(exit_s)} s ({how}); stopped, results kept; "
+                    f"{machine_load()}"
+                ),
+                stacklevel=2,
+            )
         for rank, proc in enumerate(procs):
-            if not outcomes[rank][0]:
-                continue
-            if rank in stopped:
-                if all_ok:  # it had its grace period; else another rank's failure stopped it
-                    outcomes[rank] = (
-                        False,
-                        f"returned a result but did not exit in {exit_grace_s} s",
-                    )
-            elif proc.exitcode != 0:
+            ok, _ = outcomes[rank]
+            if ok and rank not in stopped and proc.exitcode != 0:
                 outcomes[rank] = (False, f"returned a result but exited with code {proc.exitcode}")
         failures = {
             rank: (
-                _why(text, None if rank in stopped else procs[rank].exitcode, timeout_s),
+                _why(text, None if rank in stopped else procs[rank].exitcode),
                 _body(text) + _stderr_tail(logs[rank]),
             )
             for rank, (ok, text) in sorted(outcomes.items())
             if not ok
         }
     if failures:
+        details = "\n".join(
+            f"--- rank {rank}: {why} ---\n{text}" for rank, (why, text) in failures.items()
+        )
         whys = "; ".join(f"rank {rank}: {why}" for rank, (why, _) in failures.items())
-        raise RankFailure(
-            f"{len(failures)} of {world_size} ranks failed ({backend}): {whys}\n"
-            + "\n".join(
-                f"--- rank {rank}: {why} ---\n{text}" for rank, (why, text) in failures.items()
+        ran_s = deadline.ran_out_after_s
+        if ran_s is not None:
+            raise SpawnTimeout(
+                f"{world_size} ranks ({backend}) timed out after {_secs(ran_s)} s "
+                f"of {deadline.phase} (limit {_secs(deadline.limit_s)} s: {deadline.how}); "
+                f"{machine_load()}: {whys}\n" + details
             )
+        raise RankFailure(
+            f"{len(failures)} of {world_size} ranks failed ({backend}): {whys}\n" + details
         )
     return [outcomes[rank][1] for rank in range(world_size)]
+
+
+def _secs(seconds: float) -> str:
+    return f"{round(seconds, 2):g}"
 
 
 def _body(text: str) -> str:
@@ -121,12 +164,15 @@ def _body(text: str) -> str:
     return text if "\n" in text.strip() else ""
 
 
-def _why(text: str, exitcode: int | None, timeout_s: float) -> str:
+_STILL_RUNNING = "still running when the limit ran out"
+
+
+def _why(text: str, exitcode: int | None) -> str:
     """One phrase: why a rank failed (its exception, the signal or exit code that ended it).
     ``exitcode``: None for a rank the parent stopped; a signal the rank died of comes first (a
     dying rank can make another fail first, which would otherwise hide its crash)."""
-    if text.startswith("still running at the deadline"):
-        return f"still running at the deadline after {timeout_s:g} s"
+    if text == _STILL_RUNNING:
+        return text
     if exitcode is not None and exitcode < 0:
         try:
             name = signal.Signals(-exitcode).name
@@ -165,28 +211,42 @@ def _stderr_tail(path: str, lines: int = 25, chars: int = 4000) -> str:
     return f"\n--- its stderr (last {lines} lines) ---\n{tail}" if tail else ""
 
 
-def _collect(procs, results: queue.Queue, deadline: float) -> dict[int, tuple[bool, Any]]:
-    """Every rank's (ok, result or traceback); stops at the first failure, death or the deadline."""
+def _collect(
+    procs, results: queue.Queue, deadline: _Deadline, limits: SpawnLimits
+) -> tuple[dict[int, tuple[bool, Any]], _Deadline]:
+    """Every rank's (ok, result or traceback), and the deadline it ended under (the run's once
+    every rank started: its ``since`` is then the end of start-up); stops at the first failure,
+    death or the deadline."""
     outcomes: dict[int, tuple[bool, Any]] = {}
+    started: set[int] = set()
     while len(outcomes) < len(procs):
         try:
-            rank, ok, payload = results.get(timeout=0.5)
-            outcomes[rank] = (ok, payload)
-            if not ok:
-                break
+            rank, kind, payload = results.get(timeout=0.5)
         except queue.Empty:
             dead = [r for r, p in enumerate(procs) if r not in outcomes and p.exitcode is not None]
             for rank in dead:
                 outcomes[rank] = (False, f"exited with code {procs[rank].exitcode} and no result")
             if dead:
                 break
-            if time.monotonic() > deadline:
+            if time.monotonic() > deadline.at:
+                deadline.ran_out_after_s = time.monotonic() - deadline.since
                 for rank in range(len(procs)):
-                    outcomes.setdefault(rank, (False, "still running at the deadline: stopped"))
+                    outcomes.setdefault(rank, (False, _STILL_RUNNING))
                 break
+            continue
+        if kind == STARTED:
+            started.add(rank)
+            if len(started) == len(procs):
+                now = time.monotonic()
+                limit, how = limits.run_limit(now - deadline.since)
+                deadline = _Deadline("run", limit, how, now)
+            continue
+        outcomes[rank] = (kind == RESULT, payload)
+        if kind == ERROR:
+            break
     for rank in range(len(procs)):
         outcomes.setdefault(rank, (False, "stopped after another rank failed"))
-    return outcomes
+    return outcomes, deadline
 
 
 def _rank_main(
@@ -210,9 +270,10 @@ def _rank_main(
             timeout=timedelta(seconds=collective_timeout_s),
             **kwargs,
         )
+        results.put((rank, STARTED, None))
         try:
-            results.put((rank, True, target(rank, *args)))
+            results.put((rank, RESULT, target(rank, *args)))
         finally:
             dist.destroy_process_group()
     except BaseException:
-        results.put((rank, False, traceback.format_exc()))
+        results.put((rank, ERROR, traceback.format_exc()))

@@ -1,0 +1,55 @@
+"""How long spawned ranks may take: to start, to run once started, to exit once they returned.
+
+A fixed number of seconds is wrong on a loaded machine (CI runners and shared workstations run at
+load 10-20 on 2 cores): the work is the same, the machine is slower. So the run and exit limits
+scale with the start-up the parent measures (spawning the interpreters, importing torch, meeting in
+the process group), which slows down with the machine: ``run = max(run_floor_s, run_per_startup x
+start-up)``. ``run_s`` (``--sharding-ir-rank-timeout``) fixes the run limit instead. Start-up has
+nothing to be measured against yet, so its own limit is a generous constant. Kept light: no torch.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class SpawnLimits:
+    start_s: float = 600.0  # every rank started: interpreter, imports, process group
+    run_s: float | None = None  # a fixed limit for the work once started; None: scaled
+    run_floor_s: float = 300.0
+    run_per_startup: float = 20.0
+    exit_floor_s: float = 30.0
+    exit_per_startup: float = 2.0
+
+    def run_limit(self, startup_s: float) -> tuple[float, str]:
+        """Seconds the ranks may run once all started, and how that number came about."""
+        if self.run_s is not None:
+            return self.run_s, "set by --sharding-ir-rank-timeout"
+        scaled = self.run_per_startup * startup_s
+        return max(self.run_floor_s, scaled), (
+            f"{self.run_per_startup:g} x start-up {startup_s:.1f} s, "
+            f"at least {self.run_floor_s:g} s"
+        )
+
+    def exit_limit(self, startup_s: float) -> tuple[float, str]:
+        """Seconds a rank that returned its result may take to exit."""
+        scaled = self.exit_per_startup * startup_s
+        return max(self.exit_floor_s, scaled), (
+            f"{self.exit_per_startup:g} x start-up {startup_s:.1f} s, "
+            f"at least {self.exit_floor_s:g} s"
+        )
+
+    @property
+    def collective_s(self) -> float:
+        """The process group's timeout: no shorter than one rank may lag another on a loaded
+        machine (the parent's limits end a real hang, and a dead rank ends the spawn at once)."""
+        return self.start_s + (self.run_s or self.run_floor_s)
+
+
+def machine_load() -> str:
+    """``load average 12.3 10.1 8.0 on 2 cores``: what a limit's message says of the machine."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    one, five, fifteen = os.getloadavg()
+    return f"load average {one:.1f} {five:.1f} {fifteen:.1f} on {cores} cores"

@@ -194,8 +194,8 @@ def test_the_suite_warms_its_recorded_kernels_with_each_cases_tactic_now(tmp_pat
     now = replace(recorded, tactic=pinned)
     disk_cache.DiskCache(tmp_path).write(cc.disk_entry_name(now), b"built earlier")
     out = _run_case(tmp_path, "--cute-tactic", str(pinned))
-    assert "cute kernels warmed before the cases: 0 compiled into the cache" in out
-    assert "compiling the 1 cute kernels recorded for 1 cases ahead" in out
+    assert "cute kernels warmed beside the cases: 0 compiled into the cache" in out
+    assert "compiling the 1 cute kernels recorded for 1 cases (0 of them from" in out
     assert "1 there already" in out and "not stored" not in out
 
     (tmp_path / f"{cc.disk_entry_name(now)}{disk_cache.SUFFIX}").unlink()
@@ -250,5 +250,5 @@ def test_a_case_that_compiles_is_recorded_and_its_next_session_warms_it(tmp_path
     assert kernel_manifest.read(cache, [nodeid]) == {nodeid: [key]}
     out = session()
     if not _on_an_h200():  # the first session could not store it: the second compiles it ahead
-        assert "cute kernels warmed before the cases: 0 compiled" in out
+        assert "cute kernels warmed beside the cases: 0 compiled" in out
         assert "stopped: 1 compiled but not stored" in out

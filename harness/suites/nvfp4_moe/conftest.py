@@ -15,10 +15,11 @@ instead. The run ends with the launches per kernel and tactic.
 
 With the kernel cache on, each case's compile keys are recorded beside it (kernel_manifest),
 and a session compiles the kernels its cases will ask for (with the tactic each case is pinned
-to now) before the first case, one process per core (stagebot.kernels.cute.warm;
-``STAGEBOT_CUTE_WARM_JOBS`` sets how many, 0 turns it off): each case's record, or where the
-folder has none (a fresh machine), its keys in the committed plan (kernel_plan), the latter on
-an sm_90 GPU only. The run ends with how many cases asked for a key the plan lacks.
+to now) in the order they ask, one process per core, while the cases run
+(stagebot.kernels.cute.warm; ``STAGEBOT_CUTE_WARM_JOBS`` sets how many, 0 turns it off): each
+case's record, or where the folder has none (a fresh machine), its keys in the committed plan
+(kernel_plan), the latter on an sm_90 GPU only. The run ends with how many cases asked for a
+key the plan lacks.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
+import threading
 import warnings
 from collections.abc import Iterable, Iterator
 
@@ -39,7 +41,8 @@ TALLY = pytest.StashKey[BackendTally]()
 DISPATCH_LOG = pytest.StashKey[list]()
 FORCED_DEVICES = pytest.StashKey[tuple]()
 PINNED_TACTIC = pytest.StashKey[object]()
-WARMED = pytest.StashKey[object]()
+WARMING = pytest.StashKey[object]()  # the warm running beside the cases
+WARMED = pytest.StashKey[object]()  # its report
 PLAN = pytest.StashKey[dict]()  # the committed plan's keys per case id, once loaded
 UNPLANNED = pytest.StashKey[list]()  # (case, a key it asked for that the plan lacks, as text)
 RECORDED = pytest.StashKey[list]()  # the cases whose keys were recorded
@@ -180,8 +183,9 @@ def _sm90_here() -> bool:
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """Compiles the selected cases' kernels at once (see the module docstring). The warm is an
-    optimisation: whatever goes wrong in it is a warning, never the session's end."""
+    """Starts compiling the selected cases' kernels (see the module docstring) beside the
+    cases. The warm is an optimisation: whatever goes wrong in it is a warning, never the
+    session's end."""
     from stagebot.kernels.cute import disk_cache, warm
 
     folder = disk_cache.default_dir()
@@ -206,25 +210,57 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         items = session.items
         records = kernel_manifest.read(folder, [item.nodeid for item in items])
         plan = _committed_plan(session.config) if _sm90_here() else {}
-        keys, planned = set(), 0
+        keys, planned = {}, 0  # in the order the cases ask for them: the pool's order
         for item in items:
             recorded = records.get(item.nodeid)
             if recorded is None and (recorded := plan.get(kernel_plan.case_id(item))):
                 planned += 1
-            keys.update(_planned_keys(item, recorded or []))
+            keys.update(dict.fromkeys(_planned_keys(item, recorded or [])))
         if keys:
             reporter = session.config.pluginmanager.get_plugin("terminalreporter")
             if reporter is not None:
                 reporter.write_line(
                     f"{PREFIX} compiling the {len(keys)} cute kernels recorded for "
-                    f"{len(records) + planned} cases ahead ({planned} of them from "
-                    f"{kernel_plan.PLAN_FILE.name}), on up to {jobs} processes"
+                    f"{len(records) + planned} cases ({planned} of them from "
+                    f"{kernel_plan.PLAN_FILE.name}) beside the cases, on up to {jobs} processes"
                 )
-            session.config.stash[WARMED] = warm.warm(keys, folder, jobs)
+            session.config.stash[WARMING] = _BackgroundWarm(list(keys), folder, jobs)
     except Exception as error:
-        warnings.warn(
-            pytest.PytestWarning(f"{PREFIX} cute kernels not warmed: {error!r}"), stacklevel=1
-        )
+        _warn_not_warmed(error)
+
+
+def _warn_not_warmed(error: BaseException) -> None:
+    warnings.warn(
+        pytest.PytestWarning(f"{PREFIX} cute kernels not warmed: {error!r}"), stacklevel=2
+    )
+
+
+class _BackgroundWarm:
+    """stagebot.kernels.cute.warm on a thread of its own: the pool compiles in the order the
+    cases ask, while the first cases run (a case that reaches a kernel first compiles it, or
+    waits on the entry's lock for the worker building it). The session's end waits for it, so
+    every selected case's kernel is stored for the next run."""
+
+    def __init__(self, keys: list, folder, jobs: int) -> None:
+        from stagebot.kernels.cute import warm
+
+        self.report, self.error = None, None
+
+        def run() -> None:
+            try:
+                self.report = warm.warm(keys, folder, jobs)
+            except Exception as error:  # reported by finish, on the main thread
+                self.error = error
+
+        self.thread = threading.Thread(target=run, name="cute-warm", daemon=True)
+        self.thread.start()
+
+    def finish(self):
+        """The warm's report once it is done (None after a fault, which is warned about)."""
+        self.thread.join()
+        if self.error is not None:
+            _warn_not_warmed(self.error)
+        return self.report
 
 
 def _planned_keys(item: pytest.Item, recorded: Iterable) -> Iterator:
@@ -277,6 +313,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
+    if (warming := session.config.stash.get(WARMING, None)) is not None:
+        if (report := warming.finish()) is not None:
+            session.config.stash[WARMED] = report
     if session.config.stash[TALLY].violations and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
@@ -284,7 +323,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 @pytest.hookimpl(trylast=True)
 def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
     if (warmed := config.stash.get(WARMED, None)) is not None:  # whatever the cases were
-        terminalreporter.write_line(f"{PREFIX} cute kernels warmed before the cases: {warmed}")
+        terminalreporter.write_line(f"{PREFIX} cute kernels warmed beside the cases: {warmed}")
     if plan_line := _plan_line(config):
         terminalreporter.write_line(plan_line)
     tally = config.stash[TALLY]

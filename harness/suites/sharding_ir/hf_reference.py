@@ -42,8 +42,19 @@ def ir_and_hf_logits(spec: ModelSpec, overrides: dict, batch: int = 2, seq: int 
     return ir(ids, pos), hf(input_ids=ids, position_ids=pos, use_cache=False).logits
 
 
+_CHECKED: dict[str, CheckResult] = {}  # repr((spec, overrides)) -> its result, in this process
+
+
 def matches_hf_check(spec: ModelSpec, overrides: dict) -> CheckResult:
-    """IR logits vs HF's on the same weights; a layout HF cannot load fails too."""
+    """IR logits vs HF's on the same weights; a layout HF cannot load fails too. Once per spec and
+    overrides in a process: the IR-vs-HF unit tests and every dist config's case share it."""
+    key = repr((spec, sorted(overrides.items())))
+    if key not in _CHECKED:
+        _CHECKED[key] = _matches_hf(spec, overrides)
+    return _CHECKED[key]
+
+
+def _matches_hf(spec: ModelSpec, overrides: dict) -> CheckResult:
     try:
         ir, hf = ir_and_hf_logits(spec, overrides)
     except (LayoutMismatch, RuntimeError, AttributeError) as error:  # names, shapes, buffers

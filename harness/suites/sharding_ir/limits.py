@@ -2,10 +2,11 @@
 
 A fixed number of seconds is wrong on a loaded machine (CI runners and shared workstations run at
 load 10-20 on 2 cores): the work is the same, the machine is slower. So the run and exit limits
-scale with the start-up the parent measures (spawning the interpreters, importing torch, meeting in
-the process group), which slows down with the machine: ``run = max(run_floor_s, run_per_startup x
-start-up)``. ``run_s`` (``--sharding-ir-rank-timeout``) fixes the run limit instead. Start-up has
-nothing to be measured against yet, so its own limit is a generous constant. Kept light: no torch.
+scale with the slowest start-up the parent has measured (the first includes the forkserver's
+imports of torch and transformers; each, forming the process group), which slows down with the
+machine: ``run = max(run_floor_s, run_per_startup x start-up)``. ``run_s``
+(``--sharding-ir-rank-timeout``) fixes the run limit instead. Start-up has nothing to be measured
+against yet, so its own limit is a generous constant. Kept light: no torch.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ class SpawnLimits:
             return self.run_s, "set by --sharding-ir-rank-timeout"
         scaled = self.run_per_startup * startup_s
         return max(self.run_floor_s, scaled), (
-            f"{self.run_per_startup:g} x start-up {startup_s:.1f} s, "
+            f"{self.run_per_startup:g} x start-up {startup_s:.1f} s (the slowest measured), "
             f"at least {self.run_floor_s:g} s"
         )
 
@@ -37,7 +38,7 @@ class SpawnLimits:
         """Seconds a rank that returned its result may take to exit."""
         scaled = self.exit_per_startup * startup_s
         return max(self.exit_floor_s, scaled), (
-            f"{self.exit_per_startup:g} x start-up {startup_s:.1f} s, "
+            f"{self.exit_per_startup:g} x start-up {startup_s:.1f} s (the slowest measured), "
             f"at least {self.exit_floor_s:g} s"
         )
 

@@ -1,26 +1,32 @@
-"""Run a function on N ranks, one spawned process each, under a process group; collect results.
+"""Run a function on N ranks, one process each, under a process group; collect results.
 
-NCCL (one GPU per rank) when ``backend == "nccl"``, gloo on CPU otherwise. Ranks meet through a
-file store (no port to race for). Each rank says when it has started (imports done, process group
-formed); the parent measures that start-up and gives the ranks ``limits`` that scale with it
-(``limits.SpawnLimits``). It stops every rank once any rank fails or a limit runs out, and raises
-``RankFailure``: its first line says why each rank failed (an exception, a signal, an exit code),
-then each failed rank's traceback or stderr follows under ``--- rank N: why ---``, so it reads in
-the pytest report itself and the failure analysis can tell a crash from an exception. A limit that
-runs out raises ``SpawnTimeout`` (a ``RankFailure``) whose first line says which limit, how long the
-ranks ran, and the machine's load average: a slow machine, not a wrong result.
+NCCL (one GPU per rank) when ``backend == "nccl"``, gloo on CPU otherwise. NCCL ranks start as
+fresh interpreters (``spawn``: CUDA is never initialised in a process they fork from); gloo ranks
+fork from a forkserver that imported what every rank imports (torch, export's tracer,
+transformers, the worker: ``_rank_preload``) once, so a rank starts in a fraction of a second
+instead of paying those imports again. Ranks meet through a file store (no port to race for).
 
-Each child's stderr goes to a file of its own from the moment it starts, so a rank that dies
-before its target runs (an import error while unpickling the target, a crash in the
-interpreter) is reported with the tail of what it printed. A rank that returned a result must
-exit with code 0; one that is merely slow to exit keeps its result: it is stopped once the exit
-limit runs out, with a ``SlowExitWarning``.
+Each rank says when it has started (process group formed); the parent measures that start-up and
+gives the ranks limits that scale with the slowest start-up it has measured (``SpawnLimits``; the
+first spawn's includes the forkserver's imports). It stops every rank once any rank fails or a
+limit runs out, and raises ``RankFailure``: its first line says why each rank failed (an
+exception, a signal, an exit code), then each failed rank's traceback or stderr follows under
+``--- rank N: why ---``, so it reads in the pytest report itself and the failure analysis can tell
+a crash from an exception. A limit that runs out raises ``SpawnTimeout`` (a ``RankFailure``) whose
+first line says which limit, how long the ranks ran, and the machine's load average: a slow
+machine, not a wrong result.
+
+Each rank's stderr goes to a file of its own before its target is unpickled, so a rank that dies
+before its target runs (an import error while unpickling the target) is reported with the tail of
+what it printed. A rank that returned a result must exit with code 0; one that is merely slow to
+exit keeps its result: it is stopped once the exit limit runs out, with a ``SlowExitWarning``.
 """
 
 from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import pickle
 import queue
 import signal
 import sys
@@ -36,6 +42,8 @@ from typing import Any
 from stagebot.harness.suites.sharding_ir.limits import SpawnLimits, machine_load
 
 STARTED, RESULT, ERROR = "started", "result", "error"  # what a rank puts on the queue
+PRELOAD = "stagebot.harness.suites.sharding_ir._rank_preload"
+_slowest_startup_s = 0.0  # in this process: the limits never shrink below what was measured
 
 
 class RankFailure(RuntimeError):
@@ -78,30 +86,40 @@ def run_on_ranks(
 ) -> list[Any]:
     """``[target(rank, *args) for rank in range(world_size)]``, each in its own process."""
     limits = limits or SpawnLimits()
-    ctx = mp.get_context("spawn")
+    ctx = _context(backend)
     results: queue.Queue = ctx.Queue()
+    pickled_target = pickle.dumps(target)  # unpickled by each rank once its stderr is its log
     with tempfile.TemporaryDirectory(prefix="sharding_ir_") as tmp:
         store = os.path.join(tmp, "store")
+        logs = [os.path.join(tmp, f"rank{rank}.stderr") for rank in range(world_size)]
         procs = [
             ctx.Process(
                 target=_rank_main,
-                args=(target, rank, world_size, backend, store, limits.collective_s, args, results),
+                args=(
+                    pickled_target,
+                    rank,
+                    world_size,
+                    backend,
+                    store,
+                    limits.collective_s,
+                    args,
+                    results,
+                    logs[rank],
+                ),
                 name=f"rank{rank}",
             )
             for rank in range(world_size)
         ]
-        logs = [os.path.join(tmp, f"rank{rank}.stderr") for rank in range(world_size)]
         spawned = time.monotonic()
-        for proc, log in zip(procs, logs, strict=True):
-            _start_with_stderr_to(proc, log)
+        for proc in procs:
+            proc.start()
         stopped: set[int] = set()
         slow_exits: list[int] = []
         deadline = _Deadline("start-up", limits.start_s, "the start-up limit", spawned)
         try:
             outcomes, deadline = _collect(procs, results, deadline, limits)
             if all(ok for ok, _ in outcomes.values()):
-                startup_s = deadline.since - spawned
-                exit_s, how = limits.exit_limit(startup_s)
+                exit_s, how = limits.exit_limit(_startup_for_limits(deadline.since - spawned))
                 exit_by = time.monotonic() + exit_s
                 for proc in procs:  # all returned: let them leave on their own
                     proc.join(timeout=max(0.0, exit_by - time.monotonic()))
@@ -187,18 +205,28 @@ def _why(text: str, exitcode: int | None) -> str:
     return f"exception {lines[-1]}" if lines else "failed"
 
 
-def _start_with_stderr_to(proc, path: str) -> None:
-    """Start ``proc`` with its fd 2 on ``path``: the spawned interpreter inherits it from birth."""
+def _context(backend: str):
+    if backend == "nccl":
+        return mp.get_context("spawn")
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload([PRELOAD])  # read when the forkserver starts: its first rank
+    return ctx
+
+
+def _stderr_to(path: str) -> None:
+    """Point this process's fd 2 (and so ``sys.stderr``) at ``path``."""
     sys.stderr.flush()
-    saved = os.dup(2)
     log = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        os.dup2(log, 2)
-        proc.start()
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-        os.close(log)
+    os.dup2(log, 2)
+    os.close(log)
+
+
+def _startup_for_limits(measured_s: float) -> float:
+    """The slowest start-up measured so far in this process: a forked rank starts fast on a
+    loaded machine too; the forkserver's imports, in its first start-up, tell the machine's pace."""
+    global _slowest_startup_s
+    _slowest_startup_s = max(_slowest_startup_s, measured_s)
+    return _slowest_startup_s
 
 
 def _stderr_tail(path: str, lines: int = 25, chars: int = 4000) -> str:
@@ -228,17 +256,16 @@ def _collect(
                 outcomes[rank] = (False, f"exited with code {procs[rank].exitcode} and no result")
             if dead:
                 break
-            if time.monotonic() > deadline.at:
-                deadline.ran_out_after_s = time.monotonic() - deadline.since
-                for rank in range(len(procs)):
-                    outcomes.setdefault(rank, (False, _STILL_RUNNING))
+            if _ran_out(deadline, outcomes, len(procs)):
                 break
             continue
         if kind == STARTED:
             started.add(rank)
+            if _ran_out(deadline, outcomes, len(procs)):  # started, but past the limit
+                break
             if len(started) == len(procs):
                 now = time.monotonic()
-                limit, how = limits.run_limit(now - deadline.since)
+                limit, how = limits.run_limit(_startup_for_limits(now - deadline.since))
                 deadline = _Deadline("run", limit, how, now)
             continue
         outcomes[rank] = (kind == RESULT, payload)
@@ -249,9 +276,22 @@ def _collect(
     return outcomes, deadline
 
 
+def _ran_out(deadline: _Deadline, outcomes: dict, world_size: int) -> bool:
+    """Whether ``deadline`` has passed; if so, every rank without an outcome is still running."""
+    now = time.monotonic()
+    if now <= deadline.at:
+        return False
+    deadline.ran_out_after_s = now - deadline.since
+    for rank in range(world_size):
+        outcomes.setdefault(rank, (False, _STILL_RUNNING))
+    return True
+
+
 def _rank_main(
-    target, rank, world_size, backend, store, collective_timeout_s, args, results
+    pickled_target, rank, world_size, backend, store, collective_timeout_s, args, results, log
 ) -> None:
+    _stderr_to(log)
+    target = pickle.loads(pickled_target)  # a failure here ends the rank: its stderr says why
     import torch
     import torch.distributed as dist
 

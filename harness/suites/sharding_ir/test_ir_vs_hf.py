@@ -41,6 +41,15 @@ def test_llama_with_the_qwen3_ir_fails():
     assert not result.ok and "q_norm" in result.detail, result.detail
 
 
+def test_the_check_against_hf_runs_once_per_spec_and_overrides():
+    """The unit tests and each dist config's case share one result; another spec gets its own."""
+    spec = REGISTRY[LLAMA]
+    assert matches_hf_check(spec, {}) is matches_hf_check(spec, {})
+    assert matches_hf_check(spec, {"num_key_value_heads": 1}) is not matches_hf_check(spec, {})
+    wrong = dataclasses.replace(spec, arch=REGISTRY[QWEN3].arch)
+    assert not matches_hf_check(wrong, {}).ok
+
+
 def test_a_wrong_router_normalisation_fails():
     """Same parameter names, other numbers: only the comparison of logits can see it."""
     spec = REGISTRY[QWEN2_MOE]

@@ -102,13 +102,13 @@ def test_a_run_past_its_limit_says_how_long_which_limit_and_the_load():
 
 def test_the_run_limit_scales_with_the_measured_start_up():
     """The run limit is the start-up the parent measured times the factor (no floor here)."""
-    limits = SpawnLimits(run_floor_s=0.0, run_per_startup=0.5)
+    limits = SpawnLimits(run_floor_s=0.0, run_per_startup=0.05)
     with pytest.raises(SpawnTimeout) as info:
         run_on_ranks(never_returns, world_size=2, limits=limits)
     first = str(info.value).splitlines()[0]
-    startup = float(first.split("0.5 x start-up ")[1].split(" s")[0])
+    startup = float(first.split("0.05 x start-up ")[1].split(" s")[0])
     limit = float(first.split("(limit ")[1].split(" s")[0])
-    assert startup > 0 and limit == pytest.approx(0.5 * startup, abs=0.5), first
+    assert startup > 0 and limit == pytest.approx(0.05 * startup, abs=0.01), first
 
 
 def test_a_start_up_past_its_limit_is_a_timeout_of_the_start_up():

@@ -4,7 +4,7 @@
 #   bash kernels/cute/stage_times.sh OUT_FOLDER [STAGE ...]
 # (OUT_FOLDER gets table.txt and logs.tgz, rewritten after each run: two files, whatever happens.)
 # For each stage: a cold run (an empty kernel cache folder and an empty Triton cache, as on a
-# fresh machine: the warm step compiles the committed plan's kernels before the first case),
+# fresh machine: the warm step compiles the committed plan's kernels while the cases run),
 # then a warm run on the same folders. Each run has its own ledger (a ledger reuses the tests
 # that passed). Prints one line per run; the logs go under OUT_FOLDER.
 set -uo pipefail

@@ -1,8 +1,9 @@
 """Which cute kernels each case of the suite asked for, kept beside the kernel cache.
 
 A cold run (an empty cache, or kernel sources changed, which renames every entry) would compile
-its kernels one by one as the cases reach them. With this record of an earlier run the session
-compiles them all at once before the first case (stagebot.kernels.cute.warm). The record is
+its kernels one by one as the cases reach them. With this record of an earlier run (or, where a
+case has none, its keys in the committed plan, kernel_plan) the session compiles them all at
+once while the cases run (stagebot.kernels.cute.warm, started by the conftest). The record is
 one JSON file per case under ``<cache folder>/manifests/nvfp4_moe/``, written whole by rename,
 so concurrent shards and a killed run leave every file whole or absent; a file this version
 cannot read is removed and rewritten by its case's next run.

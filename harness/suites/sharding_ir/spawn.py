@@ -167,9 +167,8 @@ def run_on_ranks(
                 f"of {deadline.phase} (limit {_secs(deadline.limit_s)} s: {deadline.how}); "
                 f"{machine_load()}: {whys}\n" + details
             )
-        raise RankFailure(
-            f"{len(failures)} of {world_size} ranks failed ({backend}): {whys}\n" + details
-        )
+        failed = sum(why != _STOPPED for why, _ in failures.values())
+        raise RankFailure(f"{failed} of {world_size} ranks failed ({backend}): {whys}\n" + details)
     return [outcomes[rank][1] for rank in range(world_size)]
 
 
@@ -183,6 +182,7 @@ def _body(text: str) -> str:
 
 
 _STILL_RUNNING = "still running when the limit ran out"
+_STOPPED = "stopped after another rank failed"  # listed, not counted: it did not fail itself
 
 
 def _why(text: str, exitcode: int | None) -> str:
@@ -197,8 +197,8 @@ def _why(text: str, exitcode: int | None) -> str:
         except ValueError:
             name = f"signal {-exitcode}"
         return f"killed by {name} (exit code {exitcode})"
-    if text.startswith("stopped after another rank failed"):
-        return "stopped after another rank failed"
+    if text.startswith(_STOPPED):
+        return _STOPPED
     if text.startswith(("exited with code", "returned a result")):
         return text.splitlines()[0]
     lines = [line for line in text.strip().splitlines() if line and not line.startswith(" ")]
@@ -272,7 +272,7 @@ def _collect(
         if kind == ERROR:
             break
     for rank in range(len(procs)):
-        outcomes.setdefault(rank, (False, "stopped after another rank failed"))
+        outcomes.setdefault(rank, (False, _STOPPED))
     return outcomes, deadline
 
 
@@ -311,9 +311,10 @@ def _rank_main(
             **kwargs,
         )
         results.put((rank, STARTED, None))
-        try:
-            results.put((rank, RESULT, target(rank, *args)))
-        finally:
-            dist.destroy_process_group()
+        outcome = (rank, RESULT, target(rank, *args))
     except BaseException:
-        results.put((rank, ERROR, traceback.format_exc()))
+        outcome = (rank, ERROR, traceback.format_exc())
+    # Reported before the teardown: a peer's error that this rank's teardown causes comes later.
+    results.put(outcome)
+    if dist.is_initialized():
+        dist.destroy_process_group()

@@ -28,8 +28,12 @@ def test_failing_rank_reports_its_traceback():
     with pytest.raises(RankFailure) as info:
         run_on_ranks(math.log, world_size=2)  # math.log(0) fails on rank 0 only
     message = str(info.value)
-    assert message.startswith(
-        "1 of 2 ranks failed (gloo): rank 0: exception ValueError: math domain error\n"
+    # rank 1 may be listed as stopped (on a loaded machine, before its result came in): it is not
+    # counted as failed
+    assert message.splitlines()[0] in (
+        "1 of 2 ranks failed (gloo): rank 0: exception ValueError: math domain error",
+        "1 of 2 ranks failed (gloo): rank 0: exception ValueError: math domain error; "
+        "rank 1: stopped after another rank failed",
     )
     assert "--- rank 0: exception ValueError: math domain error ---" in message
     assert "Traceback" in message

@@ -135,7 +135,7 @@ def record(check: bool) -> None:
     """Write every NVFP4 suite case's cute compile keys (the suite's cute_kernels.json).
 
     Computed without a GPU from the case list, the GEMMs each test calls and the tactic each
-    case is pinned to; a fresh machine's stage compiles them all before its first case."""
+    case is pinned to; a fresh machine's stage compiles them while its first cases run."""
     from stagebot.harness.suites.nvfp4_moe import kernel_plan
 
     path = kernel_plan.PLAN_FILE

@@ -10,10 +10,10 @@ pinned to by its id. ``bot kernels record`` collects the suite as DGX_H200-PyTor
 test recompute them and fail when the committed file is stale (a case, a shape or the tactic
 list changed). It is data, not build output: keys, no compiled code.
 
-The suite's warm step (conftest) compiles, for each selected case, the keys of its record in the
-cache folder or, where it has none, its keys here; only on a machine with an sm_90 GPU, the only
-kind that can store what it compiles. Each case's record then checks this plan on the GPU: the
-session's summary counts the cases that asked for a key the plan lacks.
+The suite's warm step (conftest) compiles, while the cases run, each selected case's keys from
+its record in the cache folder or, where it has none, from here; the latter only on a machine
+with an sm_90 GPU, the only kind that can store what it compiles. Each case's record then checks
+this plan on the GPU: the session's summary counts the cases that asked for a key it lacks.
 """
 
 from __future__ import annotations
@@ -32,18 +32,19 @@ from stagebot.harness.suites.nvfp4_moe.cases import GPU, Case, one_case
 from stagebot.kernels.cute import compile as cute_compile
 from stagebot.kernels.cute import tactics
 from stagebot.kernels.cute.compile import CompileKey
+from stagebot.kernels.cute.launch import ARCH
 
 SUITE_DIR = Path(__file__).resolve().parent
 ROOT = SUITE_DIR.parents[2]  # the checkout: pytest's rootdir when a stage runs the suite
 PLAN_FILE = SUITE_DIR / "cute_kernels.json"
 # How the stage that compiles these kernels runs the suite (stages/catalog/suite_nvfp4_moe.yaml).
 SUITE_ARGS = ("--moe-backend", "cute")
-ARCH = "sm_90a"  # what stagebot.kernels.cute.launch compiles for
 RECORD_COMMAND = "bot kernels record"
 
 
 class PlanError(Exception):
-    """The suite has a dispatched-op test this module has no GEMMs for."""
+    """The suite cannot be planned: a dispatched-op test without GEMMS, or its collection
+    failed."""
 
 
 @dataclass(frozen=True)
@@ -72,7 +73,8 @@ def _fused(params: dict) -> list[Gemm]:
     return [SWIGLU, UNFUSED_ROWS if params.get("finalize", "").startswith("un") else FINALIZE]
 
 
-# The cases the controls run at on the GPU (control_scale is the GPU's under a cuda-only backend).
+# The case the controls and the no-local-pairs tests run at on the GPU (control_scale is the
+# GPU's under a cuda-only backend; _no_local_case is one_case's defaults).
 CONTROL = one_case(GPU)
 # test function -> (its case when it takes no ``case`` parameter, its GEMMs from its parameters)
 GEMMS: dict[str, tuple[Case | None, Callable[[dict], list[Gemm]]]] = {
@@ -131,10 +133,11 @@ def item_keys(item: pytest.Item) -> list[CompileKey]:
     if name not in GEMMS:
         raise PlanError(
             f"{item.nodeid}: kernel_plan.GEMMS has no entry for {name}, a test of a dispatched "
-            "op; add the GEMMs it calls, then run `bot kernels record`"
+            f"op; add the GEMMs it calls, then run `{RECORD_COMMAND}`"
         )
     fixed_case, gemms = GEMMS[name]
-    params = dict(getattr(item, "callspec", None) and item.callspec.params or {})
+    callspec = getattr(item, "callspec", None)
+    params = dict(callspec.params) if callspec else {}
     case = params.get("case", fixed_case)
     if case is None or case.scale.device != "cuda":
         return []

@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     from stagebot.harness.ledger import Ledger
 
 log = logging.getLogger("stagebot.bot")
+PULL_COMMITS_LISTED = 250  # GitHub lists at most this many commits of a pull request
 
 
 @dataclass
@@ -379,18 +380,20 @@ class CommentHandler:
 
     # ---- shared steps
     def _check_sha(self, command: Command, permission: Permission) -> Decision:
-        """The command applies only to the commit its author named (--sha): skip and
-        reuse-pipeline always need it, run on PRs whose author lacks write permission. The
-        prefix must begin the head's SHA and no other commit of the PR, and no force-push may
-        follow the comment on the timeline: a short prefix can be ground to match a second
-        commit, which then either sits beside the named one or replaced it by force."""
+        """The command applies only to the commit its author named (--sha, 12 to 40 hex
+        digits): skip and reuse-pipeline always need it, run on PRs whose author lacks write
+        permission. A prefix can be ground to match a second commit, so it must begin the head's
+        SHA and no other listed commit of the PR, the head must be among the listed commits and
+        the list complete (GitHub lists at most 250), and the timeline must show no push
+        (``committed``) and no force-push after the comment (GitHub's order, no timestamps)."""
         head, sha = self.pull.head_sha, command.sha
+        again = f"review it and comment again with `--sha {head}`"
         if sha is None:
             if command.name in ("skip", "reuse-pipeline"):
                 return Decision(
                     False,
                     f"`/bot {command.name}` needs --sha naming the commit you reviewed; the "
-                    f"PR's head is {head} (after reviewing it: --sha {head[:7]})",
+                    f"PR's head is {head} (after reviewing it: `--sha {head}`)",
                 )
             if command.name == "run":
                 author = (
@@ -403,32 +406,42 @@ class CommentHandler:
                         False,
                         f"the PR's author @{escape(self.pull.author)} lacks write permission, "
                         f"so `/bot run` needs --sha naming the commit you reviewed; the head "
-                        f"is {head} (after reviewing it: --sha {head[:7]})",
+                        f"is {head} (after reviewing it: `--sha {head}`)",
                     )
             return Decision(True, "no --sha needed")
         if not head.startswith(sha):
             return Decision(
                 False,
                 f"--sha {sha} is not the PR's head {head} (it moved since, or the SHA is "
-                f"mistyped); review {head[:7]} and comment again with --sha {head[:7]}",
+                f"mistyped); {again}",
             )
-        matching = [c for c in self.api.pull_commits(self.pull.number) if c.startswith(sha)]
+        commits = self.api.pull_commits(self.pull.number)
+        if len(commits) >= PULL_COMMITS_LISTED or head not in commits:
+            return Decision(
+                False,
+                f"the PR's commit list is incomplete ({len(commits)} listed; GitHub lists at "
+                f"most {PULL_COMMITS_LISTED}) or lacks the head {head}, so --sha {sha} cannot be "
+                "checked against a commit ground to match it; give the full SHA of a PR with "
+                "fewer commits (squash it)",
+            )
+        matching = [c for c in commits if c.startswith(sha)]
         if len(matching) > 1:
             return Decision(
                 False,
                 f"--sha {sha} is ambiguous: {len(matching)} commits of this PR begin with it "
-                f"({', '.join(matching)}); give the full SHA {head}",
+                f"({', '.join(matching)}); give the full SHA `--sha {head}`",
             )
         since: list[TimelineEvent] | None = None  # the timeline after the comment
         for index, event in enumerate(self._timeline):
             if event.kind == "commented" and event.comment_id == self.event.comment_id:
                 since = self._timeline[index + 1 :]
-        if since is None or any(e.kind == "head_ref_force_pushed" for e in since):
+        moved = [e for e in since or [] if e.kind in ("committed", "head_ref_force_pushed")]
+        if since is None or moved:
             return Decision(
                 False,
-                f"the PR was force-pushed after your comment (or the comment is not on its "
-                f"timeline), so --sha {sha} may name a commit made to match it; the head is "
-                f"{head}: review it and comment again with --sha {head}",
+                f"the PR's head moved after your comment (a push or a force-push; or the "
+                f"comment is not on its timeline), so --sha {sha} may name a commit made to "
+                f"match it; the head is {head}: {again}",
             )
         return Decision(True, f"--sha {sha} is the head {head}")
 

@@ -129,7 +129,8 @@ class FakeGitHub:
         self.hold_s = 2.0  # how long a "timeout" fault holds its answer
         self.pulls: dict[int, dict[str, Any]] = {}
         self.files: dict[int, list[str]] = {}
-        self.commits: dict[int, list[str]] = {}  # PR -> its commits' SHAs (default: the head)
+        # PR -> its commits' SHAs, oldest first (default: the head); GitHub lists the first 250
+        self.commits: dict[int, list[str]] = {}
         self.timeline: dict[int, list[dict[str, Any]]] = {}  # PR -> events, oldest first
         self._clock = itertools.count(1)
         self.comments: dict[int, dict[str, Any]] = {}
@@ -460,7 +461,7 @@ class FakeGitHub:
             number = int(params["number"])
             if number not in self.pulls:
                 return _not_found()
-            shas = self.commits.get(number) or [self.pulls[number]["head"]["sha"]]
+            shas = (self.commits.get(number) or [self.pulls[number]["head"]["sha"]])[:250]
             return 200, [{"sha": sha, "url": self.api(f"/commits/{sha}")} for sha in shas]
         if route == "get_issue":
             number = int(params["number"])

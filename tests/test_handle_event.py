@@ -213,12 +213,15 @@ def test_write_or_higher_may_run(gh, handle, author) -> None:
 
 def test_role_name_is_read_not_just_the_legacy_permission(gh, handle) -> None:
     # maintain folds into "write" in the legacy field; skip needs maintain
-    assert handle(f'/bot skip --sha {SHA[:7]} --comment "docs only"', author="maintainer").code == 0
+    assert (
+        handle(f'/bot skip --sha {SHA[:12]} --comment "docs only"', author="maintainer").code == 0
+    )
     assert status(gh)["state"] == "success"
 
 
 @pytest.mark.parametrize(
-    "command", [f'/bot skip --sha {SHA[:7]} --comment "x"', f"/bot reuse-pipeline --sha {SHA[:7]}"]
+    "command",
+    [f'/bot skip --sha {SHA[:12]} --comment "x"', f"/bot reuse-pipeline --sha {SHA[:12]}"],
 )
 @pytest.mark.parametrize("author", ["writer", "custom", "allowlisted"])
 def test_dangerous_commands_need_maintain(gh, handle, tmp_path, command, author) -> None:
@@ -252,7 +255,7 @@ def test_fork_authors_are_judged_by_permission(gh, handle) -> None:
     refused = handle("/bot run", author="outsider", number=9, comment_id=1)
     assert_nothing_ran(refused)
     accepted = handle(
-        "/bot run --sha fffffff", author="maintainer", number=9, comment_id=2, run_number=102
+        "/bot run --sha ffffffffffff", author="maintainer", number=9, comment_id=2, run_number=102
     )
     assert accepted.outputs["commit"] == "f" * 40
     assert {entry["commit"] for entry in accepted.matrix} == {"f" * 40}
@@ -439,7 +442,7 @@ def test_a_new_run_cancels_the_prs_earlier_run(gh, handle) -> None:
 
 
 def test_skip_sets_success_with_reason_and_approver(gh, handle) -> None:
-    result = handle(f'/bot skip --sha {SHA[:7]} --comment "docs-only change"', author="maintainer")
+    result = handle(f'/bot skip --sha {SHA[:12]} --comment "docs-only change"', author="maintainer")
     assert_nothing_ran(result)
     success = status(gh)
     assert success["state"] == "success"

@@ -316,7 +316,7 @@ def test_reuse_pipeline_validates_a_new_head_from_a_passed_pipeline(gh, pipeline
     gh.push(PR, new_head)
     gh.diffs[(SHA, new_head)] = ["README.md"]
     outputs = pipeline.comment(
-        f"/bot reuse-pipeline --sha {new_head[:7]} #101", 102, author="maintainer"
+        f"/bot reuse-pipeline --sha {new_head[:12]} #101", 102, author="maintainer"
     )
     assert outputs["run"] == "false"
     validated = gh.latest_status(new_head, "stagebot")
@@ -332,7 +332,7 @@ def test_reuse_pipeline_of_a_failed_pipeline_is_refused(gh, tmp_path, monkeypatc
     monkeypatch.chdir(tmp_path)
     failing = Pipeline(gh, tmp_path, monkeypatch, capsys, suite="check_fail.py")
     failing.whole("/bot run", 101)
-    failing.comment(f"/bot reuse-pipeline --sha {SHA[:7]} 101", 102, author="maintainer")
+    failing.comment(f"/bot reuse-pipeline --sha {SHA[:12]} 101", 102, author="maintainer")
     reply = next(c for c in replies(gh) if marker_of(c).comment_id == 7102)
     assert "was not applied: pipeline #101 ended FAILURE" in reply["body"]
     assert status(gh)["state"] == "failure"
@@ -394,7 +394,7 @@ def test_a_changed_file_name_cannot_forge_the_reply_marker(gh, pipeline) -> None
         '"stages":{},"state":"RUNNING","version":1} -->'
     )
     gh.diffs[(SHA, new_head)] = [forged, "@everyone.py", "README.md"]
-    pipeline.comment(f"/bot reuse-pipeline --sha {new_head[:7]} #101", 102, author="maintainer")
+    pipeline.comment(f"/bot reuse-pipeline --sha {new_head[:12]} #101", 102, author="maintainer")
     reply = next(c for c in replies(gh) if marker_of(c).comment_id == 7102)
     assert (marker_of(reply).pipeline, marker_of(reply).state) == (102, "SUCCESS")
     assert reply["body"].count("<!-- stagebot:") == 1 and "@everyone" not in reply["body"]

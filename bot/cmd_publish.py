@@ -155,7 +155,7 @@ def publish(
     if record.pr is not None:
         lines += _publish_to_pr(api, env, config, record, report, file_digest(ledger))
     else:
-        lines += _record_main_ledger(api, ledger)
+        lines += _record_main_ledger(api, env, ledger)
     click.echo("\n".join(lines))
 
 
@@ -191,7 +191,7 @@ def _main_ledger(api, path: Path | None):
     return Ledger.open(path, readonly=True), []
 
 
-def _record_main_ledger(api, ledger: Path) -> list[str]:
+def _record_main_ledger(api, env, ledger: Path) -> list[str]:
     """Post-merge: record the saved ledger's digest as the stagebot/ledger status of the commit
     the next pipeline will look at (main_ledger.vouching_commit) before it uses the ledger."""
     from stagebot.bot.ledger_files import file_digest
@@ -201,7 +201,8 @@ def _record_main_ledger(api, ledger: Path) -> list[str]:
     if commit is None:
         return ["no pull request, and no commit to vouch for the ledger: its digest is unrecorded"]
     digest = file_digest(ledger)
-    api.set_status(commit, "success", LEDGER_STATUS, status_description(digest), None)
+    description = status_description(digest, env.run_id)
+    api.set_status(commit, "success", LEDGER_STATUS, description, None)
     return [
         "no pull request: nothing to reply to (post-merge history recorded; its sha256 is the "
         f"{LEDGER_STATUS} status of {commit[:7]})"
@@ -374,7 +375,7 @@ def _publish_to_pr(api, env, config, record, report, ledger_digest: str) -> list
     )
     head = reply_completed(report).rstrip() + "\n\n"
     # the ledger's digest: handle-event accepts the next restored ledger only if it matches
-    tail = "\n\n" + with_ledger_digest(marker.render(), ledger_digest) + "\n"
+    tail = "\n\n" + with_ledger_digest(marker.render(), ledger_digest, env.run_id) + "\n"
     body_md = render_report(report, "md", limit=COMMENT_LIMIT - len(head) - len(tail)).rstrip()
     body = head + body_md + tail
     if existing is not None:

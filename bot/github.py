@@ -189,7 +189,7 @@ class GitHubApi(Protocol):
 
     def run_artifacts(self, run_id: int) -> list[Artifact]: ...
 
-    def artifacts_named(self, name: str) -> list[Artifact]: ...
+    def branch_commits(self, branch: str, count: int) -> list[str]: ...
 
     def download_artifact(self, artifact_id: int, limit: int) -> bytes: ...
 
@@ -518,12 +518,13 @@ class PyGithubApi:
             {},
         )
 
-    def artifacts_named(self, name: str) -> list[Artifact]:
-        """The repository's artifacts called ``name``, newest first (GitHub's order)."""
-        return self._artifacts(
-            f"list the artifacts named {name}",
-            f"{self._repo.url}/actions/artifacts",
-            {"name": name},
+    def branch_commits(self, branch: str, count: int) -> list[str]:
+        """The SHAs of ``branch``'s newest ``count`` commits, newest first."""
+        import itertools
+
+        return self._read(
+            f"list the commits of {branch} in {self.repository}",
+            lambda: [c.sha for c in itertools.islice(self._repo.get_commits(sha=branch), count)],
         )
 
     def _artifacts(self, what: str, url: str, params: dict[str, str]) -> list[Artifact]:

@@ -547,6 +547,7 @@ class CommentHandler:
             status_context=self.config.status_context,
             notice=self.ledger_source.notice,
             ledger_digest=self.ledger_source.digest(),  # the ledger as this job saves it
+            ledger_run=self.env.run_id,  # this run uploads it (bot.yml's last step)
             **context,
         )
 

@@ -518,7 +518,7 @@ def test_main_ledger_is_vouched_for_by_a_status_and_used_by_the_next_push(gh, pi
 
     log = pipeline.post_merge(201)
     (recorded,) = [s for s in gh.statuses[PUSHED] if s["context"] == LEDGER_STATUS]
-    assert recorded["description"] == status_description(file_digest(pipeline.ledger))
+    assert recorded["description"] == status_description(file_digest(pipeline.ledger), 50201)
     assert f"{LEDGER_STATUS} status of {PUSHED[:7]}" in log
     pipeline.push(202)
     assert list(pipeline.tmp.glob("*.rejected-*")) == []

@@ -104,6 +104,8 @@ class Flow:
         run_id = 50000 + number
         self.gh.add_run(number, run_id=run_id, event="push")
         payload = json.loads((ROOT / "tests/fixtures/events/push_main.json").read_text())
+        if payload["after"] not in self.gh.main_commits:
+            self.gh.main_commits.insert(0, payload["after"])
         self.env(run_id, "push", payload, number)
         return self._plan_job(run_id)
 
@@ -408,7 +410,7 @@ def test_a_ledger_artifact_from_a_stage_run_is_never_taken(gh, flow, tmp_path) -
     forged = _forged_copy(gh, genuine, tmp_path)
     gh.add_artifact(outputs["stage_run"], genuine["name"], {"ledger.sqlite": forged})
     again = flow.plan("/bot run", 102)
-    assert f"run {outputs['stage_run']} ran .github/workflows/stage.yml" in again["log"]
+    assert f"run {outputs['stage_run']}" not in again["log"]  # never even looked at
     assert json.loads(again["matrix"]) == []  # the genuine ledger: #101 passed, all reused
 
 
@@ -423,7 +425,7 @@ def test_a_ledger_named_in_someone_elses_comment_is_never_taken(gh, flow, tmp_pa
     forged = _forged_copy(gh, _reported_ledger(gh, 60101), tmp_path)
     digest = hashlib.sha256(forged).hexdigest()
     gh.add_artifact(outputs["stage_run"], f"stagebot-ledger-{digest}", {"ledger.sqlite": forged})
-    gh.add_comment(PR, "see " + render_ledger_digest(digest), "writer")
+    gh.add_comment(PR, "see " + render_ledger_digest(digest, outputs["stage_run"]), "writer")
     again = flow.plan("/bot run", 102)
     assert f"run {outputs['stage_run']}" not in again["log"]  # the comment was never read
     assert json.loads(again["matrix"]) == []
@@ -451,6 +453,35 @@ def test_mains_ledger_comes_from_the_bots_report_runs_only(gh, flow, tmp_path) -
     forged = _forged_copy(gh, genuine, tmp_path, pipeline=201)
     gh.add_artifact(outputs["stage_run"], "stagebot-ledger-main", {"ledger.sqlite": forged})
     again = flow.push(202)
-    assert f"run {outputs['stage_run']} ran .github/workflows/stage.yml" in again["log"]
-    assert "took main's ledger from run 60201" in again["log"]
+    assert f"run {outputs['stage_run']}" not in again["log"]  # never even looked at
+    assert "took main's ledger of 0d1a26e from run 60201" in again["log"]
     assert "rejected" not in again["log"]
+
+
+def _squat(gh: FakeGitHub, name: str, forged: bytes, runs: int = 11) -> None:
+    """What a fork PR can do: its `pull_request` runs of any workflow upload artifacts under
+    the bot's public ledger names, newer than the bot's own."""
+    for i in range(runs):
+        run = gh.add_run(900 + i, run_id=91000 + i, event="pull_request", head_branch="feature")
+        run.update(path=".github/workflows/ci.yml", status="completed", conclusion="success")
+        gh.add_artifact(91000 + i, name, {"ledger.sqlite": forged})
+
+
+def test_a_prs_ledger_cannot_be_hidden_by_artifacts_squatting_its_name(gh, flow, tmp_path):
+    """Issue 28, finding 2: the reply names the ledger's run; its own artifacts are read."""
+    flow.whole("/bot run", 101)
+    genuine = _reported_ledger(gh, 60101)
+    _squat(gh, genuine["name"], _forged_copy(gh, genuine, tmp_path))
+    again = flow.plan("/bot run", 102)
+    assert "took the ledger of reply" in again["log"] and "from run 60101" in again["log"]
+    assert json.loads(again["matrix"]) == []  # the genuine ledger: #101 passed, all reused
+
+
+def test_mains_ledger_cannot_be_hidden_by_artifacts_squatting_its_name(gh, flow, tmp_path):
+    outputs = flow.push(201)
+    flow.report(flow.stages(outputs), 201)
+    genuine = next(a for a in gh.artifacts.values() if a["name"] == "stagebot-ledger-main")
+    _squat(gh, "stagebot-ledger-main", _forged_copy(gh, genuine, tmp_path, pipeline=201))
+    again = flow.push(202)
+    assert "took main's ledger of 0d1a26e from run 60201" in again["log"]
+    assert "91000" not in again["log"]

@@ -22,7 +22,7 @@ PLAN_EVENTS = ("issue_comment", "push")
 
 
 def stage_key(pr: int | None) -> str:
-    """The title's and the report's concurrency key: ``pr-N``, or ``main`` for post-merge."""
+    """The title's key: ``pr-N``, or ``main`` for post-merge."""
     return f"pr-{pr}" if pr else "main"
 
 

@@ -246,6 +246,22 @@ def test_a_cancelled_stage_run_is_reported_aborted(gh, flow) -> None:
     flow.report(outputs["stage_run"], 101)
     (reply,) = replies(gh)
     assert "completed with state ABORTED" in reply["body"] and status(gh)["state"] == "error"
+    assert "cancelled before this stage finished" in reply["body"]  # the reason, in the reply
+
+
+def test_a_report_job_that_died_mid_publish_is_finished_by_its_re_run(gh, flow) -> None:
+    """No concurrency group protects a report job: one that dies (or is cancelled) after some
+    writes leaves the reply RUNNING; re-running it reads everything again and finishes."""
+    outputs = flow.plan("/bot run", 101)
+    stage_run = flow.stages(outputs)
+    gh.fail("5xx", route="edit_comment", times=20)
+    with pytest.raises(AssertionError):  # exit 3: GitHub kept failing the reply's edit
+        flow.report(stage_run, 101)
+    assert marker_of(replies(gh)[0]).state == "RUNNING" and status(gh)["state"] == "pending"
+    gh.faults.clear()
+    flow.report(stage_run, 101)
+    (reply,) = replies(gh)
+    assert "completed with state SUCCESS" in reply["body"] and status(gh)["state"] == "success"
 
 
 def test_a_dispatch_that_landed_despite_an_error_is_not_repeated(gh, flow) -> None:

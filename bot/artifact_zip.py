@@ -29,10 +29,11 @@ class Unpacked:
     ignored: list[str] = field(default_factory=list)  # "name (why)"
 
 
-def unpack(data: bytes, dest: Path, prefix: str | None = None) -> Unpacked:
-    """Write the artifact's acceptable members under ``dest`` (keeping their relative paths)."""
+def unpack(data: bytes | Path, dest: Path, prefix: str | None = None) -> Unpacked:
+    """Write the artifact's acceptable members under ``dest`` (keeping their relative paths);
+    ``data`` is the zip's bytes or the file it was downloaded to."""
     try:
-        archive = zipfile.ZipFile(io.BytesIO(data))
+        archive = zipfile.ZipFile(io.BytesIO(data) if isinstance(data, bytes) else data)
     except zipfile.BadZipFile as error:
         raise ArtifactError(f"not a zip archive ({error})") from None
     members = archive.infolist()

@@ -104,8 +104,11 @@ def publish(
     config_path,
     artifact_digest,
     stage_run_id=None,
+    unreadable=None,
 ):
     """Record StageResults, render the report, edit the reply, set the status."""
+    # unreadable (from `bot report-run`, not an option): stage -> why its result artifact could
+    # not be downloaded or read; that shard is an ERROR with this evidence
     from stagebot.bot.base import select_base
     from stagebot.bot.config import load_config
     from stagebot.bot.github import ActionsEnv, RetryPolicy, connect
@@ -127,7 +130,7 @@ def publish(
     if record is None:
         record = _start_from_plan(book, number, plan_path)
     plan = record.plan or {}
-    ignored = _record_results(book, number, plan, Path(results), cancelled)
+    ignored = _record_results(book, number, plan, Path(results), cancelled, unreadable or {})
     base = select_base(
         book,
         base_book=base_book,
@@ -262,7 +265,7 @@ def _start_from_plan(book, number: int, plan_path: Path | None):
 
 
 def _record_results(
-    book, number: int, plan: dict[str, Any], folder: Path, cancelled: bool
+    book, number: int, plan: dict[str, Any], folder: Path, cancelled: bool, unreadable: dict
 ) -> list[str]:
     """Record each planned shard's result; return the result files that were ignored.
 
@@ -300,6 +303,8 @@ def _record_results(
                 # one damaged file (truncated, not UTF-8, not schema-valid) costs only its shard
                 why = f"result.json unreadable: {_one_line(error)} ({path.relative_to(folder)})"
                 result, logs = _placeholder(shard, "ERROR", why), {}
+        if result is None and stage in unreadable:
+            result = _placeholder(shard, "ERROR", unreadable[stage])
         if result is None:
             result = (
                 _placeholder(shard, "ABORTED", "cancelled before this stage finished")

@@ -56,7 +56,11 @@ def bots_ledger_problem(
 def read_ledger(api: GitHubApi, artifact: Artifact, digest: str | None) -> bytes:
     """The ledger file inside ``artifact``; with ``digest``, it must have that sha256."""
     folder = Path(_scratch()) / str(artifact.id)
-    unpack(api.download_artifact(artifact.id, MAX_ZIP), folder)
+    folder.mkdir()
+    archive = folder / "artifact.zip"
+    api.download_artifact(artifact.id, MAX_ZIP, archive)
+    folder = folder / "files"
+    unpack(archive, folder)
     path = folder / LEDGER_FILE
     if not path.is_file():
         raise ArtifactError(f"artifact {artifact.name} holds no {LEDGER_FILE}")

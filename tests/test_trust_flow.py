@@ -501,3 +501,41 @@ def test_mains_ledger_cannot_be_hidden_by_artifacts_squatting_its_name(gh, flow,
     again = flow.push(202)
     assert "took main's ledger of 0d1a26e from run 60201" in again["log"]
     assert "91000" not in again["log"]
+
+
+# ---------------------------------------------------------------- artifact downloads (issue 28, 4)
+
+
+def test_a_502_on_a_ledger_download_is_retried(gh, flow) -> None:
+    flow.whole("/bot run", 101)
+    gh.fail("5xx", route="download_artifact", times=2)
+    again = flow.plan("/bot run", 102)
+    assert "took the ledger of reply" in again["log"] and json.loads(again["matrix"]) == []
+    assert [r.status for r in gh.calls("download_artifact")][-3:] == [502, 502, 302]
+
+
+def test_a_ledger_download_that_keeps_failing_is_said_in_the_reply(gh, flow) -> None:
+    flow.whole("/bot run", 101)
+    gh.fail("429", route="download_artifact", times=50)
+    again = flow.plan("/bot run", 102)  # exit 0: the plan job goes on to handle the comment
+    assert again["run"] == "true" and json.loads(again["matrix"]) != []  # without history
+    reply = next(c for c in replies(gh) if marker_of(c).pipeline == 102)
+    assert "The pipeline ledger could not be fetched from GitHub" in reply["body"]
+    assert "HTTP 429" in reply["body"] and status(gh)["state"] == "pending"
+
+
+def test_a_result_download_that_keeps_failing_is_that_stages_error(gh, flow) -> None:
+    """The report's artifact reads are retried; when GitHub keeps failing one, that shard is a
+    recorded ERROR that says why, and the status is set: never left RUNNING and pending."""
+    outputs = flow.plan("/bot run", 101)
+    stage_run = flow.stages(outputs)
+
+    def fail_result_downloads() -> None:  # after the plan run's artifacts were read
+        gh.fail("5xx", route="download_artifact", times=100)
+
+    gh.after("list_run_artifacts", lambda: gh.after("list_run_artifacts", fail_result_downloads))
+    _, log = flow.report(stage_run, 101)
+    assert "could not be downloaded" in log
+    (reply,) = replies(gh)
+    assert "its result artifact could not be downloaded" in reply["body"]
+    assert marker_of(reply).state == "FAILURE" and status(gh)["state"] == "failure"

@@ -156,7 +156,7 @@ def publish(
     lines.insert(0, f"pipeline #{number}: {report.state}")
     book.close()  # final: the bytes the report job saves for the PR's next pipeline
     if record.pr is not None:
-        lines += _publish_to_pr(api, env, config, record, report, file_digest(ledger))
+        lines += _publish_to_pr(api, env, config, record, report, file_digest(ledger), cancelled)
     else:
         lines += _record_main_ledger(api, env, ledger)
     click.echo("\n".join(lines))
@@ -363,7 +363,12 @@ def _placeholder(shard: dict[str, Any], state: str, evidence: str, source: int |
     )
 
 
-def _publish_to_pr(api, env, config, record, report, ledger_digest: str) -> list[str]:
+def _publish_to_pr(
+    api, env, config, record, report, ledger_digest: str, cancelled: bool
+) -> list[str]:
+    """Edit the pipeline's reply into the report and set the status; nothing when the reply
+    says ABORTED (a /bot kill or a newer /bot run) and this run was not cancelled: a stage run
+    that went on after its pipeline was stopped never turns the reply into a result."""
     from stagebot.bot.marker import ReplyMarker
     from stagebot.bot.replies import our_replies, reply_for_pipeline, with_ledger_digest
     from stagebot.harness.report import COMMENT_LIMIT, render_report, reply_completed
@@ -371,6 +376,11 @@ def _publish_to_pr(api, env, config, record, report, ledger_digest: str) -> list
     lines = []
     replies = our_replies(api.comments(record.pr), config.bot_login)
     existing = reply_for_pipeline(replies, record.number)
+    if existing is not None and existing.marker.state == "ABORTED" and not cancelled:
+        return [
+            f"reply {existing.comment.id} says pipeline #{record.number} was killed or "
+            "superseded while its stage run went on: nothing is published over it"
+        ]
     marker = ReplyMarker(
         pipeline=record.number,
         commit=record.commit or "unknown",

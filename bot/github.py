@@ -113,15 +113,6 @@ class TimelineEvent:
 
 
 @dataclass(frozen=True)
-class WorkflowRun:
-    id: int
-    run_number: int
-    status: str
-    html_url: str
-    display_title: str = ""
-
-
-@dataclass(frozen=True)
 class RunInfo:
     """One workflow run as the report checks it: which workflow file ran (``path``), on what
     event, branch and repository, and how it ended."""
@@ -176,7 +167,7 @@ class GitHubApi(Protocol):
         self, sha: str, state: str, context: str, description: str, target_url: str | None
     ) -> None: ...
 
-    def active_runs(self, workflow: str) -> list[WorkflowRun]: ...
+    def active_runs(self, workflow: str) -> list[RunInfo]: ...
 
     def compare_files(self, base: str, head: str) -> list[str]: ...
 
@@ -434,11 +425,14 @@ class PyGithubApi:
             lambda: [_comment(c) for c in self._repo.get_issue(number).get_comments()],
         )
 
-    def active_runs(self, workflow: str) -> list[WorkflowRun]:
-        def call() -> list[WorkflowRun]:
+    def active_runs(self, workflow: str) -> list[RunInfo]:
+        """The queued or running runs of ``workflow`` (any event, branch or repository: the
+        caller checks which are the bot's own)."""
+
+        def call() -> list[RunInfo]:
             import github
 
-            runs: list[WorkflowRun] = []
+            runs: list[RunInfo] = []
             for status in ("queued", "in_progress"):
                 listing = github.PaginatedList.PaginatedList(
                     github.WorkflowRun.WorkflowRun,
@@ -447,10 +441,7 @@ class PyGithubApi:
                     {"status": status},
                     list_item="workflow_runs",
                 )
-                runs += [
-                    WorkflowRun(r.id, r.run_number, r.status, r.html_url, r.display_title or "")
-                    for r in listing
-                ]
+                runs += [_run_info(r.raw_data) for r in listing]
             return runs
 
         return self._read(f"list the active runs of {workflow} in {self.repository}", call)

@@ -37,10 +37,14 @@ class ReplyMarker:
     comment_id: int  # the triggering comment
     state: str  # RUNNING | SUCCESS | FAILURE | ABORTED | NOT_RUN
     stages: dict[str, str] = field(default_factory=dict)  # stage -> StageResult state
+    # the stage run the bot's own dispatch started for this pipeline (`bot dispatch` records it):
+    # the only run /bot kill and a superseding /bot run ever cancel
+    stage_run: int | None = None
 
     def render(self) -> str:
+        fields = {k: v for k, v in asdict(self).items() if k != "stage_run" or v is not None}
         payload = json.dumps(
-            {"version": MARKER_VERSION, **asdict(self)}, sort_keys=True, separators=(",", ":")
+            {"version": MARKER_VERSION, **fields}, sort_keys=True, separators=(",", ":")
         )
         # ">" never appears raw, so the payload cannot close the HTML comment early.
         return "<!-- stagebot:" + payload.replace(">", "\\u003e") + " -->"
@@ -56,14 +60,28 @@ class ReplyMarker:
                 data["comment_id"],
                 data["state"],
                 dict(data.get("stages", {})),
+                data.get("stage_run"),
             )
         except (KeyError, TypeError) as error:
             raise MarkerError(f"reply marker lacks or mistypes {error}") from None
+        if marker.stage_run is not None and (
+            type(marker.stage_run) is not int or marker.stage_run < 1
+        ):
+            raise MarkerError(f"reply marker stage_run {marker.stage_run!r} is not a run id")
         if marker.state not in PIPELINE_STATES:
             raise MarkerError(
                 f"reply marker state {marker.state!r} is not one of {PIPELINE_STATES}"
             )
         return marker
+
+
+def with_marker(body: str, marker: ReplyMarker) -> str:
+    """``body`` (one of the bot's replies) with its marker, the last line, replaced."""
+    match = TAIL.search(body)
+    if match is None:
+        raise MarkerError("the reply has no marker at its end")
+    start = match.start("payload") - len("<!-- stagebot:")
+    return body[:start] + marker.render() + "\n"
 
 
 def find_marker(body: str) -> ReplyMarker | None:

@@ -40,7 +40,6 @@ from stagebot.bot.replies import (
     reply_to,
     running,
 )
-from stagebot.bot.stage_runs import active_pipelines
 from stagebot.stages.command import Command, render
 from stagebot.stages.errors import CommandError, StagebotError
 from stagebot.templates.markdown import Trusted, escape
@@ -479,17 +478,14 @@ class CommentHandler:
         return answered >= self.config.rate_limit
 
     def _stop_running(self, why: str) -> list[int]:
-        """Cancel this PR's other running pipelines and mark them ABORTED (reply and ledger)."""
-        stale = running(self.replies, self.pipeline)
-        if not stale:
-            return []
-        active = active_pipelines(self.api, self.config)  # the stage runs, by pipeline
+        """Cancel this PR's other running pipelines and mark them ABORTED (reply and ledger).
+        The stage run cancelled is the one `bot dispatch` recorded in the reply's marker, never
+        one found by its title (anyone's workflow run can carry any title)."""
         stopped = []
-        for reply in stale:
+        for reply in running(self.replies, self.pipeline):
             number = reply.marker.pipeline
-            run = active.get(number)
-            if run is not None and run.id != self.env.run_id:
-                self.api.cancel_run(run.id)
+            if reply.marker.stage_run is not None:  # only the run the bot's dispatch recorded
+                self.api.cancel_run(reply.marker.stage_run)
             marker = replace(reply.marker, state="ABORTED")
             self.api.edit_comment(
                 reply.comment.id,

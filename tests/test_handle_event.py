@@ -399,18 +399,30 @@ def test_a_refused_comment_delivered_twice_gets_one_reply(gh, handle) -> None:
 # ---------------------------------------------------------------- kill, supersede, skip
 
 
-def _running_marker(pipeline: int, comment_id: int = 1, sha: str = SHA) -> str:
+def _running_marker(pipeline: int, comment_id: int = 1, sha: str = SHA, run: int | None = None):
     from stagebot.bot.marker import ReplyMarker
 
-    marker = ReplyMarker(pipeline, sha, comment_id, "RUNNING", {"CPU-PyTorch-1": "PENDING"})
+    marker = ReplyMarker(pipeline, sha, comment_id, "RUNNING", {"CPU-PyTorch-1": "PENDING"}, run)
     return f"PR_Github #{pipeline} [ run ] triggered by Bot.\n\n{marker.render()}"
+
+
+def record_dispatch(gh, pipeline: int, run_id: int) -> None:
+    """What `bot dispatch` does after starting the stage run: record its id in the marker."""
+    from dataclasses import replace
+
+    from stagebot.bot.marker import with_marker
+
+    (reply,) = [c for c in replies(gh) if marker_of(c).pipeline == pipeline]
+    reply["body"] = with_marker(reply["body"], replace(marker_of(reply), stage_run=run_id))
 
 
 def test_kill_cancels_running_pipelines_and_marks_them_aborted(gh, handle) -> None:
     gh.add_stage_run(99, status="queued", pr=PR)
     gh.add_stage_run(100, pr=PR)
     gh.add_stage_run(98, status="completed", pr=PR)
-    old = [gh.add_comment(PR, _running_marker(n, comment_id=n), BOT) for n in (99, 100)]
+    old = [
+        gh.add_comment(PR, _running_marker(n, comment_id=n, run=80000 + n), BOT) for n in (99, 100)
+    ]
     result = handle("/bot kill", run_number=101)
     assert_nothing_ran(result)
     assert {gh.runs[80099]["conclusion"], gh.runs[80100]["conclusion"]} == {"cancelled"}
@@ -432,6 +444,7 @@ def test_kill_with_nothing_running_says_so(gh, handle) -> None:
 def test_a_new_run_cancels_the_prs_earlier_run(gh, handle) -> None:
     handle("/bot run", run_number=101, comment_id=1)
     gh.add_stage_run(101, pr=PR)  # the stage run the plan job of #101 dispatched
+    record_dispatch(gh, 101, 80101)
     result = handle("/bot run", run_number=102, comment_id=2)
     assert result.outputs["run"] == "true"
     assert gh.runs[80101]["conclusion"] == "cancelled"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from github_server import FakeGitHub, user_id
-from test_handle_event import BOT, PR, SHA, marker_of, replies, status
+from test_handle_event import BOT, PR, SHA, marker_of, record_dispatch, replies, status
 
 from stagebot.bot.cli import main
 from stagebot.harness.ledger import Ledger
@@ -341,6 +341,7 @@ def test_reuse_pipeline_of_a_failed_pipeline_is_refused(gh, tmp_path, monkeypatc
 def test_kill_marks_the_ledger_pipeline_aborted(gh, pipeline) -> None:
     gh.add_stage_run(101, pr=PR)
     pipeline.comment("/bot run", 101)
+    record_dispatch(gh, 101, 80101)
     assert ledger_state(pipeline, 101) == "RUNNING"
     pipeline.comment("/bot kill", 102)
     assert ledger_state(pipeline, 101) == "ABORTED"

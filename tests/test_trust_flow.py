@@ -539,3 +539,47 @@ def test_a_result_download_that_keeps_failing_is_that_stages_error(gh, flow) -> 
     (reply,) = replies(gh)
     assert "its result artifact could not be downloaded" in reply["body"]
     assert marker_of(reply).state == "FAILURE" and status(gh)["state"] == "failure"
+
+
+# ---------------------------------------------------------------- kill and supersede (issue 28, 5)
+
+DECOY_TITLE = "stagebot pr-7 pipeline 101 plan-run 50101"
+
+
+def _decoy(gh: FakeGitHub, run_id: int) -> dict:
+    """A fork PR's own copy of stage.yml run by `pull_request`, titled like the bot's run."""
+    run = gh.add_run(1, run_id=run_id, **{**STAGE, "event": "pull_request"})
+    run.update(head_branch="feature", display_title=DECOY_TITLE)
+    return run
+
+
+def test_kill_cancels_only_the_run_the_bots_dispatch_recorded(gh, flow) -> None:
+    outputs = flow.plan("/bot run", 101)
+    _decoy(gh, 90010)
+    flow.plan("/bot kill", 102)
+    assert gh.runs[outputs["stage_run"]]["conclusion"] == "cancelled"
+    assert gh.runs[90010]["status"] == "in_progress"  # the decoy was never touched
+
+
+def test_a_stage_run_that_went_on_after_a_kill_publishes_nothing_over_it(gh, flow) -> None:
+    """The review's case: with a decoy about, /bot kill, then the real stage run finishes
+    anyway (here: its jobs complete as the cancel lands). Its report never turns the killed
+    pipeline's reply into a result nor sets the status from it."""
+    outputs = flow.plan("/bot run", 101)
+    _decoy(gh, 90012)
+    flow.plan("/bot kill", 102)
+    _, log = flow.report(flow.stages(outputs, conclusion="success"), 101)
+    assert "was killed or superseded while its stage run went on" in log
+    killed = next(c for c in replies(gh) if marker_of(c).pipeline == 101)
+    assert marker_of(killed).state == "ABORTED" and "state SUCCESS" not in killed["body"]
+    assert status(gh)["state"] == "pending"  # the killed pipeline's, never success
+
+
+def test_the_dispatch_recovery_never_takes_a_decoy_for_its_run(gh, flow) -> None:
+    """After an ambiguous dispatch failure the plan job looks for the run it started; a
+    `pull_request` run of a PR's stage.yml titled alike is not it."""
+    gh.fail("5xx-after-write", route="dispatch")
+    gh.after("dispatch", lambda: _decoy(gh, 90011))
+    outputs = flow.plan("/bot run", 101)
+    (dispatch,) = gh.dispatches
+    assert outputs["stage_run"] == dispatch["run_id"] != 90011

@@ -583,3 +583,27 @@ def test_the_dispatch_recovery_never_takes_a_decoy_for_its_run(gh, flow) -> None
     outputs = flow.plan("/bot run", 101)
     (dispatch,) = gh.dispatches
     assert outputs["stage_run"] == dispatch["run_id"] != 90011
+
+
+def test_a_result_zip_with_a_corrupt_member_is_that_stages_error(gh, flow) -> None:
+    """Issue 28, finding 7: a bad CRC (or bad deflate data) shows only when the member is read;
+    the report records that stage as an ERROR saying so, and the others as they are."""
+    import io
+    import zipfile
+
+    from test_artifact_zip import corrupt
+
+    outputs = flow.plan("/bot run", 101)
+    stage_run = flow.stages(outputs)
+    artifact = next(
+        a for a in gh.artifacts.values() if a["name"] == "stagebot-result-CPU-PyTorch-1"
+    )
+    blob = gh.blobs[artifact["id"]]
+    first = zipfile.ZipFile(io.BytesIO(blob)).infolist()[0].filename
+    gh.blobs[artifact["id"]] = corrupt(blob, first)
+    _, log = flow.report(stage_run, 101)
+    assert f"member {first} cannot be read" in log
+    (reply,) = replies(gh)
+    assert marker_of(reply).stages == {"CPU-Build_Check": "SUCCESS", "CPU-PyTorch-1": "ERROR"}
+    assert "its result artifact could not be read" in reply["body"]
+    assert status(gh)["state"] == "failure"

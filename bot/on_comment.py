@@ -155,6 +155,34 @@ class LedgerSource:
         return aside
 
 
+def rate_limited(
+    event: CommentEvent, comments: list[Comment], replies: list[Reply], limit: int
+) -> bool:
+    """Whether the commenter already had ``limit`` /bot comments on this PR answered (one of
+    ``replies`` names them) in the hour before this one (GitHub's timestamps; one reply and at
+    most one pipeline per comment). Bounds the replies, API calls and pipelines one person can
+    cause."""
+    from datetime import datetime, timedelta
+
+    def when(stamp: str) -> datetime | None:
+        try:
+            return datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+        except ValueError:
+            return None
+
+    now = when(event.created_at)
+    if now is None:
+        return False
+    theirs = {c.id: when(c.created_at) for c in comments if c.author == event.author}
+    answered = sum(
+        1
+        for reply in replies
+        if (at := theirs.get(reply.marker.comment_id)) is not None
+        and now - timedelta(hours=1) <= at <= now
+    )
+    return answered >= limit
+
+
 @dataclass
 class CommentHandler:
     env: ActionsEnv
@@ -188,7 +216,8 @@ class CommentHandler:
                 f"no-op: comment {self.event.comment_id} was already handled "
                 f"(reply {earlier.comment.id}, pipeline #{earlier.marker.pipeline})"
             )
-        if earlier is None and self._rate_limited(comments):  # a resumed one counted already
+        limited = rate_limited(self.event, comments, self.replies, self.config.rate_limit)
+        if earlier is None and limited:  # a resumed one counted already
             return Outcome(
                 f"no-op: @{self.event.author} reached the limit of {self.config.rate_limit} "
                 "answered /bot comments on this PR per hour"
@@ -452,30 +481,6 @@ class CommentHandler:
         if event.actor_id is not None and event.actor_id in self.config.approvers:
             return True
         return event.actor is not None and self.api.permission(event.actor).at_least("maintain")
-
-    def _rate_limited(self, comments: list[Comment]) -> bool:
-        """Whether the commenter already had ``rate_limit`` /bot comments on this PR answered in
-        the hour before this one (GitHub's timestamps; one reply and at most one pipeline per
-        comment). Bounds the replies, API calls and pipelines one person can cause."""
-        from datetime import datetime, timedelta
-
-        def when(stamp: str) -> datetime | None:
-            try:
-                return datetime.fromisoformat(stamp.replace("Z", "+00:00"))
-            except ValueError:
-                return None
-
-        now = when(self.event.created_at)
-        if now is None:
-            return False
-        theirs = {c.id: when(c.created_at) for c in comments if c.author == self.event.author}
-        answered = sum(
-            1
-            for reply in self.replies
-            if (at := theirs.get(reply.marker.comment_id)) is not None
-            and now - timedelta(hours=1) <= at <= now
-        )
-        return answered >= self.config.rate_limit
 
     def _stop_running(self, why: str) -> list[int]:
         """Cancel this PR's other running pipelines and mark them ABORTED (reply and ledger).

@@ -64,6 +64,7 @@ def handle(gh, tmp_path, monkeypatch, capsys):
         args: tuple[str, ...] = (),
         env: dict[str, str] | None = None,
         token: str | None = "ghs_test",
+        command: str = "handle-event",
     ) -> Result:
         payload = json.loads((EVENTS / fixture).read_text())
         if "comment" in payload:
@@ -101,7 +102,7 @@ def handle(gh, tmp_path, monkeypatch, capsys):
             monkeypatch.setenv(key, value)
         monkeypatch.chdir(tmp_path)  # no .github/stagebot.yml here: the defaults
         try:
-            main(["handle-event", *args])
+            main([command, *args])
             code = 0
         except SystemExit as done:
             code = done.code or 0

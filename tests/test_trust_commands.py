@@ -216,6 +216,31 @@ def test_one_commenter_gets_at_most_rate_limit_answers_per_hour(gh, handle, tmp_
     assert other.code == 0 and len(replies(gh)) == 4  # others are not limited
 
 
+def test_the_gate_refuses_a_rate_limited_commenter_with_one_read_and_no_app_token(
+    gh, handle, tmp_path
+) -> None:
+    """Issue 28, finding 8: before the plan job mints the App's token, `bot gate` refuses what
+    handle-event would: a comment not for the bot with no request, a commenter over the rate
+    limit with one read of the comments."""
+    config = tmp_path / "settings.yml"
+    config.write_text("rate_limit: 2\n")
+    args = ("--config", str(config))
+    for i in range(2):
+        handle("/bot run", author="reader", comment_id=100 + i, run_number=101 + i, args=args)
+    assert len(replies(gh)) == 2
+    before = len(gh.requests)
+    gated = handle("/bot run", author="reader", comment_id=102, args=args, command="gate")
+    assert gated.code == 0 and gated.outputs == {"proceed": "false"}
+    assert "reached the limit of 2" in gated.out
+    assert [r.route for r in gh.requests[before:]] == ["list_comments"]
+    assert gh.calls("create_token") == []
+    others = handle("/bot run", author="writer", comment_id=103, args=args, command="gate")
+    assert others.outputs == {"proceed": "true"}
+    quiet = len(gh.requests)
+    ignored = handle("no command here", author="writer", comment_id=104, command="gate")
+    assert ignored.outputs == {"proceed": "false"} and len(gh.requests) == quiet
+
+
 # ---------------------------------------------------------------- finding 6: commands shown as code
 
 

@@ -218,6 +218,7 @@ def test_bot_workflow_triggers_and_the_plan_jobs_steps() -> None:
     runs = [s["run"] for s in steps(plan) if "run" in s]
     assert runs == [
         "python -m pip install --quiet .",
+        "bot gate",
         "bot app-token --job plan",
         "bot fetch-ledger --out .stagebot/ledger.sqlite",
         "bot handle-event --ledger .stagebot/ledger.sqlite --out .stagebot/plan",
@@ -228,6 +229,19 @@ def test_bot_workflow_triggers_and_the_plan_jobs_steps() -> None:
         "stagebot-plan",
         "stagebot-ledger-${{ steps.handle.outputs.ledger_digest }}",
     }
+
+
+def test_the_plan_job_refuses_cheaply_before_it_mints_the_apps_token() -> None:
+    """Issue 28, finding 8: `bot gate` (the job's own GITHUB_TOKEN, at most one read) runs
+    first; no later step runs, and no App token is minted, unless it said proceed."""
+    plan = load("bot.yml")["jobs"]["plan"]
+    names = [s.get("run", "") for s in steps(plan)]
+    gate = names.index("bot gate")
+    assert gate < names.index("bot app-token --job plan")
+    assert steps(plan)[gate]["env"] == {"GITHUB_TOKEN": "${{ github.token }}"}
+    for step in steps(plan)[gate + 1 :]:
+        condition = step.get("if", "")
+        assert "steps.gate.outputs.proceed == 'true'" in condition or "steps.handle." in condition
 
 
 def test_report_runs_on_the_stage_workflow() -> None:

@@ -65,3 +65,10 @@ def test_it_says_what_a_personal_repository_can_and_cannot_get() -> None:
         "require approval for every outside contributor",
     ):
         assert fact in section, fact
+
+
+def test_it_claims_no_shard_isolation_within_a_stage_run() -> None:
+    """Issue 28, finding 10: every job of a stage run can upload any `stagebot-result-<stage>`
+    first, so SECURITY.md must not claim a job can never write another shard's result."""
+    assert "never write another pipeline's or another shard's result" not in SECURITY
+    assert "A stage job can write any shard's result of its own stage run" in SECURITY

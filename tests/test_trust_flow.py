@@ -607,3 +607,29 @@ def test_a_result_zip_with_a_corrupt_member_is_that_stages_error(gh, flow) -> No
     assert marker_of(reply).stages == {"CPU-Build_Check": "SUCCESS", "CPU-PyTorch-1": "ERROR"}
     assert "its result artifact could not be read" in reply["body"]
     assert status(gh)["state"] == "failure"
+
+
+def test_a_job_can_write_another_shards_result_of_its_own_stage_run_only(
+    gh, tmp_path, monkeypatch, capsys
+) -> None:
+    """What SECURITY.md says (issue 28, finding 10), shown: the CPU-Build_Check job uploads
+    `stagebot-result-CPU-PyTorch-1` first (the real job's upload then fails on GitHub: names are
+    unique within a run), and the report takes it; the same artifact in another stage run (a
+    later pipeline's) is never read for this one."""
+    failing = Flow(gh, tmp_path, monkeypatch, capsys, suite="check_fail.py")
+    outputs = failing.plan("/bot run", 101)
+    run_id = failing.stages(outputs)
+    real = next(a for a in gh.artifacts.values() if a["name"] == "stagebot-result-CPU-PyTorch-1")
+    gh.artifacts.pop(real["id"])  # the squatter's upload came first
+    forged_run = outputs["stage_run"] + 1
+    gh.add_run(1, run_id=forged_run, status="completed", conclusion="success", **STAGE)
+    results = next(tmp_path.glob("job-*-stage")) / "results"
+    passed = json.loads((results / "CPU-Build_Check" / "result.json").read_text())
+    claim = {**passed, "stage": "CPU-PyTorch-1", "state": "SUCCESS", "tests": []}
+    forged = {"CPU-PyTorch-1/result.json": json.dumps(claim).encode()}
+    gh.add_artifact(forged_run, "stagebot-result-CPU-PyTorch-1", forged)  # another run: unread
+    failing.report(run_id, 101)
+    assert marker_of(replies(gh)[0]).stages["CPU-PyTorch-1"] == "ERROR"  # none of its own
+    gh.add_artifact(run_id, "stagebot-result-CPU-PyTorch-1", forged)  # in its own run
+    failing.report(run_id, 101)
+    assert marker_of(replies(gh)[0]).stages["CPU-PyTorch-1"] == "SUCCESS"

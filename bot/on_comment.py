@@ -489,19 +489,37 @@ class CommentHandler:
         stopped = []
         for reply in running(self.replies, self.pipeline):
             number = reply.marker.pipeline
-            if reply.marker.stage_run is not None:  # only the run the bot's dispatch recorded
-                self.api.cancel_run(reply.marker.stage_run)
+            reason = why
+            run_id = reply.marker.stage_run  # only the run the bot's dispatch recorded
+            if run_id is not None and not self.api.cancel_run(run_id):
+                reason += " " + self._unreported(run_id)
             marker = replace(reply.marker, state="ABORTED")
             self.api.edit_comment(
                 reply.comment.id,
-                render_reply("aborted", marker, pipeline=number, sha7=marker.commit[:7], why=why),
+                render_reply(
+                    "aborted", marker, pipeline=number, sha7=marker.commit[:7], why=reason
+                ),
             )
             if self.ledger is not None:
                 record = self.ledger.pipeline(number, with_results=False)
                 if record is not None and record.state == "RUNNING":
-                    self.ledger.finish_pipeline(number, "ABORTED", meta={"aborted": why})
+                    self.ledger.finish_pipeline(number, "ABORTED", meta={"aborted": reason})
             stopped.append(number)
         return stopped
+
+    def _unreported(self, run_id: int) -> str:
+        """What to say of a pipeline whose stage run had already finished while its reply still
+        said RUNNING: no report run published it. Without the GitHub App the plan job dispatches
+        with GITHUB_TOKEN, and whether GitHub then starts report.yml (workflow_run) for the
+        finished run is not documented (README "The bot on GitHub")."""
+        run = self.api.workflow_run(run_id)
+        log.warning("stage run %s finished (%s) but no report published it", run_id, run.conclusion)
+        return (
+            f"Its stage run {run_id} had already finished ({run.conclusion or 'no conclusion'}), "
+            "but no report run had published it: report.yml did not run for it (GitHub may "
+            "start no `workflow_run` run for a stage run dispatched with the GITHUB_TOKEN; set "
+            "up the bot's GitHub App), or its report job failed."
+        )
 
     def _malformed(self, error: str, *, with_help: bool) -> Outcome:
         self.api.react(self.event.comment_id, "confused")

@@ -72,3 +72,11 @@ def test_it_claims_no_shard_isolation_within_a_stage_run() -> None:
     first, so SECURITY.md must not claim a job can never write another shard's result."""
     assert "never write another pipeline's or another shard's result" not in SECURITY
     assert "A stage job can write any shard's result of its own stage run" in SECURITY
+
+
+def test_it_lists_exactly_the_zizmor_ignores_the_workflows_carry() -> None:
+    from test_workflows import IGNORES
+
+    section = SECURITY.split("## zizmor ignores", 1)[1].split("\n## ", 1)[0]
+    listed = set(re.findall(r"^\| `([\w.]+\.yml)` \| `([\w-]+)` \|", section, re.M))
+    assert listed == set(IGNORES)

@@ -67,7 +67,7 @@ def zizmor(*args: str) -> subprocess.CompletedProcess:
     )
 
 
-@pytest.mark.parametrize("persona", ["regular", "auditor"])
+@pytest.mark.parametrize("persona", ["regular", "pedantic", "auditor"])
 def test_zizmor_finds_nothing(persona: str) -> None:
     done = zizmor(f"--persona={persona}")
     assert done.returncode == 0, done.stdout + done.stderr

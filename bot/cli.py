@@ -34,6 +34,7 @@ COMMANDS: dict[str, str] = {
     "fetch-ledger": "stagebot.bot.cmd_fetch_ledger:fetch_ledger",
     "dispatch": "stagebot.bot.cmd_dispatch:dispatch",
     "report-run": "stagebot.bot.cmd_report_run:report_run",
+    "gate": "stagebot.bot.cmd_gate:gate",
 }
 
 

@@ -5,9 +5,11 @@ The stage workflow is dispatched on the stage branch (``stage_branch``, not the 
 its runs get a cache scope of their own, which no privileged run restores from), with the
 plan run's id, the pipeline, the PR and the matrix as inputs. GitHub answers with the new run's
 id (``return_run_details``), written to ``DIR/dispatch.json``, which the plan job uploads with
-the plan: the report accepts results only from that run. Exits 0 (also when there is nothing to
-run), 2 for bad input, 3 when GitHub refuses or stays unreachable (a gating pipeline's status
-then turns from pending to error).
+the plan: the report accepts results only from that run. The id also goes into the pipeline's
+reply marker (``stage_run``): the only run /bot kill and a superseding /bot run cancel; a
+pipeline killed before or while it is dispatched gets no stage run (or has it cancelled).
+Exits 0 (also when there is nothing to run), 2 for bad input, 3 when GitHub refuses or stays
+unreachable (a gating pipeline's status then turns from pending to error).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ def dispatch(plan_dir: Path, config_path: Path | None) -> None:
     """Start the stage workflow for the planned pipeline; write dispatch.json."""
     from stagebot.bot.config import load_config
     from stagebot.bot.github import ActionsEnv, GitHubError, RetryPolicy, connect
-    from stagebot.bot.stage_runs import active_pipelines, stage_key, stage_title
+    from stagebot.bot.stage_runs import dispatched_run, stage_key, stage_title
 
     env = ActionsEnv.from_environ()
     config = load_config(config_path)
@@ -59,10 +61,12 @@ def dispatch(plan_dir: Path, config_path: Path | None) -> None:
         "matrix": matrix,
     }
 
+    if pr is not None and not _still_running(api, config, pr, pipeline):
+        click.echo(f"no-op: pipeline #{pipeline} was killed or superseded before its stage run")
+        return
+
     def landed() -> int | None:
-        run = active_pipelines(api, config).get(pipeline)
-        title = stage_title(pr, pipeline, env.run_id or 0)
-        return run.id if run is not None and run.display_title == title else None
+        return dispatched_run(api, config, stage_title(pr, pipeline, env.run_id or 0))
 
     try:
         run_id = api.dispatch_workflow(config.stage_workflow, config.stage_branch, inputs, landed)
@@ -75,6 +79,37 @@ def dispatch(plan_dir: Path, config_path: Path | None) -> None:
         f"pipeline #{pipeline}: dispatched {config.stage_workflow} on {config.stage_branch} "
         f"as run {run_id}"
     )
+    if pr is not None and not _record_stage_run(api, config, pr, pipeline, run_id):
+        api.cancel_run(run_id)
+        click.echo(
+            f"pipeline #{pipeline} was killed or superseded meanwhile: run {run_id} cancelled"
+        )
+
+
+def _still_running(api, config, pr: int, pipeline: int) -> bool:
+    """Whether the pipeline's reply still says RUNNING (a /bot kill or a newer /bot run may have
+    marked it ABORTED since handle-event)."""
+    from stagebot.bot.replies import our_replies, reply_for_pipeline
+
+    reply = reply_for_pipeline(our_replies(api.comments(pr), config.bot_login), pipeline)
+    return reply is not None and reply.marker.state == "RUNNING"
+
+
+def _record_stage_run(api, config, pr: int, pipeline: int, run_id: int) -> bool:
+    """Record ``run_id`` in the pipeline's reply marker: the one run /bot kill and a superseding
+    /bot run cancel (they never look runs up by title). False when the reply no longer says
+    RUNNING, before or right after the edit: the caller then cancels the run."""
+    from dataclasses import replace
+
+    from stagebot.bot.marker import with_marker
+    from stagebot.bot.replies import our_replies, reply_for_pipeline
+
+    reply = reply_for_pipeline(our_replies(api.comments(pr), config.bot_login), pipeline)
+    if reply is None or reply.marker.state != "RUNNING":
+        return False
+    marker = replace(reply.marker, stage_run=run_id)
+    api.edit_comment(reply.comment.id, with_marker(reply.comment.body, marker))
+    return _still_running(api, config, pr, pipeline)
 
 
 def _give_up(api, env, config, pipeline: int, commit: str) -> None:

@@ -59,6 +59,7 @@ from stagebot.bot.on_comment import CommentHandler, LedgerSource, Outcome
 )
 def handle_event(config_path, catalog, ledger, out) -> None:
     """Act on this workflow run's GitHub event; write run= and matrix= to GITHUB_OUTPUT."""
+    from stagebot.bot.cmd_fetch_ledger import notice_file
     from stagebot.bot.github import ActionsEnv, RetryPolicy, connect
 
     env = ActionsEnv.from_environ()
@@ -66,6 +67,8 @@ def handle_event(config_path, catalog, ledger, out) -> None:
     policy = RetryPolicy.from_environ()
     payload = load_payload(env.event_path)
     source = LedgerSource(ledger)  # opened only by a step that needs it
+    if ledger is not None and notice_file(ledger).is_file():  # fetch-ledger could not fetch it
+        source.notice = notice_file(ledger).read_text(encoding="utf-8").strip()
     if env.event_name == "issue_comment":
         outcome = CommentHandler(
             env,

@@ -104,8 +104,11 @@ def publish(
     config_path,
     artifact_digest,
     stage_run_id=None,
+    unreadable=None,
 ):
     """Record StageResults, render the report, edit the reply, set the status."""
+    # unreadable (from `bot report-run`, not an option): stage -> why its result artifact could
+    # not be downloaded or read; that shard is an ERROR with this evidence
     from stagebot.bot.base import select_base
     from stagebot.bot.config import load_config
     from stagebot.bot.github import ActionsEnv, RetryPolicy, connect
@@ -127,7 +130,7 @@ def publish(
     if record is None:
         record = _start_from_plan(book, number, plan_path)
     plan = record.plan or {}
-    ignored = _record_results(book, number, plan, Path(results), cancelled)
+    ignored = _record_results(book, number, plan, Path(results), cancelled, unreadable or {})
     base = select_base(
         book,
         base_book=base_book,
@@ -153,9 +156,9 @@ def publish(
     lines.insert(0, f"pipeline #{number}: {report.state}")
     book.close()  # final: the bytes the report job saves for the PR's next pipeline
     if record.pr is not None:
-        lines += _publish_to_pr(api, env, config, record, report, file_digest(ledger))
+        lines += _publish_to_pr(api, env, config, record, report, file_digest(ledger), cancelled)
     else:
-        lines += _record_main_ledger(api, ledger)
+        lines += _record_main_ledger(api, env, ledger)
     click.echo("\n".join(lines))
 
 
@@ -191,7 +194,7 @@ def _main_ledger(api, path: Path | None):
     return Ledger.open(path, readonly=True), []
 
 
-def _record_main_ledger(api, ledger: Path) -> list[str]:
+def _record_main_ledger(api, env, ledger: Path) -> list[str]:
     """Post-merge: record the saved ledger's digest as the stagebot/ledger status of the commit
     the next pipeline will look at (main_ledger.vouching_commit) before it uses the ledger."""
     from stagebot.bot.ledger_files import file_digest
@@ -201,7 +204,8 @@ def _record_main_ledger(api, ledger: Path) -> list[str]:
     if commit is None:
         return ["no pull request, and no commit to vouch for the ledger: its digest is unrecorded"]
     digest = file_digest(ledger)
-    api.set_status(commit, "success", LEDGER_STATUS, status_description(digest), None)
+    description = status_description(digest, env.run_id)
+    api.set_status(commit, "success", LEDGER_STATUS, description, None)
     return [
         "no pull request: nothing to reply to (post-merge history recorded; its sha256 is the "
         f"{LEDGER_STATUS} status of {commit[:7]})"
@@ -261,7 +265,7 @@ def _start_from_plan(book, number: int, plan_path: Path | None):
 
 
 def _record_results(
-    book, number: int, plan: dict[str, Any], folder: Path, cancelled: bool
+    book, number: int, plan: dict[str, Any], folder: Path, cancelled: bool, unreadable: dict
 ) -> list[str]:
     """Record each planned shard's result; return the result files that were ignored.
 
@@ -299,6 +303,8 @@ def _record_results(
                 # one damaged file (truncated, not UTF-8, not schema-valid) costs only its shard
                 why = f"result.json unreadable: {_one_line(error)} ({path.relative_to(folder)})"
                 result, logs = _placeholder(shard, "ERROR", why), {}
+        if result is None and stage in unreadable:
+            result = _placeholder(shard, "ERROR", unreadable[stage])
         if result is None:
             result = (
                 _placeholder(shard, "ABORTED", "cancelled before this stage finished")
@@ -357,7 +363,12 @@ def _placeholder(shard: dict[str, Any], state: str, evidence: str, source: int |
     )
 
 
-def _publish_to_pr(api, env, config, record, report, ledger_digest: str) -> list[str]:
+def _publish_to_pr(
+    api, env, config, record, report, ledger_digest: str, cancelled: bool
+) -> list[str]:
+    """Edit the pipeline's reply into the report and set the status; nothing when the reply
+    says ABORTED (a /bot kill or a newer /bot run) and this run was not cancelled: a stage run
+    that went on after its pipeline was stopped never turns the reply into a result."""
     from stagebot.bot.marker import ReplyMarker
     from stagebot.bot.replies import our_replies, reply_for_pipeline, with_ledger_digest
     from stagebot.harness.report import COMMENT_LIMIT, render_report, reply_completed
@@ -365,6 +376,11 @@ def _publish_to_pr(api, env, config, record, report, ledger_digest: str) -> list
     lines = []
     replies = our_replies(api.comments(record.pr), config.bot_login)
     existing = reply_for_pipeline(replies, record.number)
+    if existing is not None and existing.marker.state == "ABORTED" and not cancelled:
+        return [
+            f"reply {existing.comment.id} says pipeline #{record.number} was killed or "
+            "superseded while its stage run went on: nothing is published over it"
+        ]
     marker = ReplyMarker(
         pipeline=record.number,
         commit=record.commit or "unknown",
@@ -374,7 +390,7 @@ def _publish_to_pr(api, env, config, record, report, ledger_digest: str) -> list
     )
     head = reply_completed(report).rstrip() + "\n\n"
     # the ledger's digest: handle-event accepts the next restored ledger only if it matches
-    tail = "\n\n" + with_ledger_digest(marker.render(), ledger_digest) + "\n"
+    tail = "\n\n" + with_ledger_digest(marker.render(), ledger_digest, env.run_id) + "\n"
     body_md = render_report(report, "md", limit=COMMENT_LIMIT - len(head) - len(tail)).rstrip()
     body = head + body_md + tail
     if existing is not None:

@@ -87,7 +87,8 @@ def report_run(ctx: click.Context, run_id: int, work: Path, config_path: Path | 
         return
     plan = json.loads((plan_dir / "plan.json").read_text())
     results = work / "results"
-    for line in _results(api, run.id, plan, results):
+    lines, unreadable = _results(api, run.id, plan, results, work)
+    for line in lines:
         click.echo(line)
     base = work / "base.sqlite"
     if plan.get("pr"):
@@ -105,6 +106,7 @@ def report_run(ctx: click.Context, run_id: int, work: Path, config_path: Path | 
         config_path=config_path,
         artifact_digest=None,
         stage_run_id=run.id,
+        unreadable=unreadable,
     )
     name = ledger_artifact(file_digest(ledger)) if plan.get("pr") else MAIN_LEDGER
     outputs.update(published="true", ledger=str(ledger), ledger_artifact=name)
@@ -126,7 +128,7 @@ def _completed(api, run_id: int):
 def _plan_artifacts(api, plan_id: int, work: Path) -> tuple[Path, Path]:
     """(the folder of plan.json and dispatch.json, the ledger file) from the plan run."""
     from stagebot.bot.artifact_zip import unpack
-    from stagebot.bot.ledger_transport import LEDGER_PREFIX, MAX_ZIP, read_ledger
+    from stagebot.bot.ledger_transport import LEDGER_PREFIX, read_ledger
 
     artifacts = {a.name: a for a in api.run_artifacts(plan_id) if not a.expired}
     plan = artifacts.get(PLAN_ARTIFACT)
@@ -138,7 +140,7 @@ def _plan_artifacts(api, plan_id: int, work: Path) -> tuple[Path, Path]:
             "reported; comment /bot run again"
         )
     plan_dir = work / "plan"
-    unpack(api.download_artifact(plan.id, MAX_ZIP), plan_dir)
+    unpack(download(api, plan, work), plan_dir)
     for needed in ("plan.json", "dispatch.json"):
         if not (plan_dir / needed).is_file():
             raise PlanArtifactsMissing(
@@ -150,14 +152,32 @@ def _plan_artifacts(api, plan_id: int, work: Path) -> tuple[Path, Path]:
     return plan_dir, ledger
 
 
-def _results(api, run_id: int, plan: dict, folder: Path) -> list[str]:
-    """Unpack each planned shard's result artifact under ``folder/<stage>/``; what was left out."""
-    from stagebot.bot.artifact_zip import ArtifactError, unpack
+def download(api, artifact, work: Path) -> Path:
+    """Stream ``artifact``'s zip into a file under ``work`` (bounded, retried): its path."""
     from stagebot.bot.ledger_transport import MAX_ZIP
+
+    path = work / "zips" / f"{artifact.id}.zip"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    api.download_artifact(artifact.id, MAX_ZIP, path)
+    return path
+
+
+def _results(
+    api, run_id: int, plan: dict, folder: Path, work: Path
+) -> tuple[list[str], dict[str, str]]:
+    """Unpack each planned shard's result artifact under ``folder/<stage>/``: (what was left
+    out, stage -> why its artifact could not be read). A shard whose artifact GitHub would not
+    hand over, or that is not a readable zip, is that shard's recorded ERROR (`bot publish`),
+    and nothing half-unpacked of it is kept."""
+    import shutil
+
+    from stagebot.bot.artifact_zip import ArtifactError, unpack
+    from stagebot.bot.github import GitHubError
 
     planned = {s["stage"] for s in plan.get("shards", []) if s.get("action") == "run"}
     folder.mkdir(parents=True, exist_ok=True)
-    lines = []
+    lines: list[str] = []
+    unreadable: dict[str, str] = {}
     for artifact in api.run_artifacts(run_id):
         stage = artifact.name.removeprefix(RESULT_PREFIX)
         if not artifact.name.startswith(RESULT_PREFIX) or stage not in planned:
@@ -165,9 +185,14 @@ def _results(api, run_id: int, plan: dict, folder: Path) -> list[str]:
             continue
         planned.discard(stage)  # one artifact per shard (names are unique within a run)
         try:
-            done = unpack(api.download_artifact(artifact.id, MAX_ZIP), folder, prefix=stage)
+            done = unpack(download(api, artifact, work), folder, prefix=stage)
+        except GitHubError as error:
+            unreadable[stage] = f"its result artifact could not be downloaded ({error})"
         except ArtifactError as error:
-            lines.append(f"ignored artifact {artifact.name!r}: {error}")
+            unreadable[stage] = f"its result artifact could not be read ({error})"
+        else:
+            lines += [f"ignored {name} in artifact {artifact.name!r}" for name in done.ignored]
             continue
-        lines += [f"ignored {name} in artifact {artifact.name!r}" for name in done.ignored]
-    return lines
+        shutil.rmtree(folder / stage, ignore_errors=True)
+        lines.append(f"artifact {artifact.name!r}: {unreadable[stage]}")
+    return lines, unreadable

@@ -7,6 +7,8 @@ bot makes, returning plain dataclasses; tests give it an in-memory fake or run t
 Retries (``RetryPolicy``):
 - reads go through PyGithub's own ``GithubRetry`` (urllib3): 5xx, 429, 403 secondary rate limits
   (``Retry-After`` honoured), connection errors and read timeouts, with bounded exponential backoff;
+- artifact downloads (a redirect to storage, around PyGithub) go through this module's own
+  retry loop with the same policy, streamed to a file;
 - writes are never retried blindly by urllib3 (a POST that timed out may have happened): this
   module retries them itself and, after an ambiguous failure (5xx, timeout, dropped connection),
   first asks a ``recover`` callback whether the write landed (for a reply: our marker is on the
@@ -23,6 +25,7 @@ import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from stagebot.stages.errors import StagebotError
@@ -110,15 +113,6 @@ class TimelineEvent:
 
 
 @dataclass(frozen=True)
-class WorkflowRun:
-    id: int
-    run_number: int
-    status: str
-    html_url: str
-    display_title: str = ""
-
-
-@dataclass(frozen=True)
 class RunInfo:
     """One workflow run as the report checks it: which workflow file ran (``path``), on what
     event, branch and repository, and how it ended."""
@@ -173,7 +167,7 @@ class GitHubApi(Protocol):
         self, sha: str, state: str, context: str, description: str, target_url: str | None
     ) -> None: ...
 
-    def active_runs(self, workflow: str) -> list[WorkflowRun]: ...
+    def active_runs(self, workflow: str) -> list[RunInfo]: ...
 
     def compare_files(self, base: str, head: str) -> list[str]: ...
 
@@ -189,9 +183,9 @@ class GitHubApi(Protocol):
 
     def run_artifacts(self, run_id: int) -> list[Artifact]: ...
 
-    def artifacts_named(self, name: str) -> list[Artifact]: ...
+    def branch_commits(self, branch: str, count: int) -> list[str]: ...
 
-    def download_artifact(self, artifact_id: int, limit: int) -> bytes: ...
+    def download_artifact(self, artifact_id: int, limit: int, dest: Path) -> None: ...
 
     def dispatch_workflow(
         self, workflow: str, ref: str, inputs: dict[str, str], recover: Callable[[], int | None]
@@ -431,11 +425,14 @@ class PyGithubApi:
             lambda: [_comment(c) for c in self._repo.get_issue(number).get_comments()],
         )
 
-    def active_runs(self, workflow: str) -> list[WorkflowRun]:
-        def call() -> list[WorkflowRun]:
+    def active_runs(self, workflow: str) -> list[RunInfo]:
+        """The queued or running runs of ``workflow`` (any event, branch or repository: the
+        caller checks which are the bot's own)."""
+
+        def call() -> list[RunInfo]:
             import github
 
-            runs: list[WorkflowRun] = []
+            runs: list[RunInfo] = []
             for status in ("queued", "in_progress"):
                 listing = github.PaginatedList.PaginatedList(
                     github.WorkflowRun.WorkflowRun,
@@ -444,10 +441,7 @@ class PyGithubApi:
                     {"status": status},
                     list_item="workflow_runs",
                 )
-                runs += [
-                    WorkflowRun(r.id, r.run_number, r.status, r.html_url, r.display_title or "")
-                    for r in listing
-                ]
+                runs += [_run_info(r.raw_data) for r in listing]
             return runs
 
         return self._read(f"list the active runs of {workflow} in {self.repository}", call)
@@ -518,12 +512,13 @@ class PyGithubApi:
             {},
         )
 
-    def artifacts_named(self, name: str) -> list[Artifact]:
-        """The repository's artifacts called ``name``, newest first (GitHub's order)."""
-        return self._artifacts(
-            f"list the artifacts named {name}",
-            f"{self._repo.url}/actions/artifacts",
-            {"name": name},
+    def branch_commits(self, branch: str, count: int) -> list[str]:
+        """The SHAs of ``branch``'s newest ``count`` commits, newest first."""
+        import itertools
+
+        return self._read(
+            f"list the commits of {branch} in {self.repository}",
+            lambda: [c.sha for c in itertools.islice(self._repo.get_commits(sha=branch), count)],
         )
 
     def _artifacts(self, what: str, url: str, params: dict[str, str]) -> list[Artifact]:
@@ -550,11 +545,14 @@ class PyGithubApi:
 
         return self._read(f"{what} in {self.repository}", call)
 
-    def download_artifact(self, artifact_id: int, limit: int) -> bytes:
-        """The artifact's zip. GitHub answers with a redirect to a signed storage URL, which is
-        fetched without our token; more than ``limit`` bytes is refused."""
+    def download_artifact(self, artifact_id: int, limit: int, dest: Path) -> None:
+        """Stream the artifact's zip into the file ``dest``. GitHub answers with a redirect to a
+        signed storage URL, which is fetched without our token; more than ``limit`` bytes is
+        refused. Retried like every other read (5xx, 429 and secondary rate limits with
+        Retry-After, dropped connections, timeouts), with the same bounded waits."""
 
-        def call() -> bytes:
+        def call() -> None:
+            import github
             import requests
 
             url = f"{self._api_url}/repos/{self.repository}/actions/artifacts/{artifact_id}/zip"
@@ -570,33 +568,34 @@ class PyGithubApi:
                 )
             else:
                 answer = first
-            if answer.status_code != 200:
-                raise GitHubError(
-                    f"could not download artifact {artifact_id}: HTTP {answer.status_code}"
+            if answer.status_code != 200:  # classified (and retried) like PyGithub's errors
+                raise github.GithubException(
+                    answer.status_code, {"message": answer.reason}, dict(answer.headers)
                 )
-            data = b""
-            for chunk in answer.iter_content(1 << 16):
-                data += chunk
-                if len(data) > limit:
-                    raise GitHubError(
-                        f"artifact {artifact_id} is larger than the {limit} bytes the bot reads"
-                    )
-            return data
+            size = 0
+            with open(dest, "wb") as sink:
+                for chunk in answer.iter_content(1 << 16):
+                    size += len(chunk)
+                    if size > limit:
+                        raise GitHubError(
+                            f"artifact {artifact_id} is larger than the {limit} bytes the bot reads"
+                        )
+                    sink.write(chunk)
 
-        return self._read(f"download artifact {artifact_id} of {self.repository}", call)
+        self._retried(f"download artifact {artifact_id} of {self.repository}", call)
 
     # ---- writes (retried here, with recovery after ambiguous failures)
     def create_comment(
         self, number: int, body: str, recover: Callable[[], Comment | None] | None = None
     ) -> Comment:
-        return self._write(
+        return self._retried(
             f"post a comment on {self.repository}#{number}",
             lambda: _comment(self._repo.get_issue(number).create_comment(body)),
             recover,
         )
 
     def edit_comment(self, comment_id: int, body: str) -> None:
-        self._write(
+        self._retried(
             f"edit comment {comment_id} on {self.repository}",
             lambda: self._repo.get_issue(0).get_comment(comment_id).edit(body),
         )
@@ -604,7 +603,7 @@ class PyGithubApi:
     def react(self, comment_id: int, content: str) -> None:
         if content not in REACTIONS:
             raise ValueError(f"reaction {content!r} is not one of {REACTIONS}")
-        self._write(
+        self._retried(
             f"react {content} to comment {comment_id} on {self.repository}",
             lambda: self._repo.get_issue(0).get_comment(comment_id).create_reaction(content),
         )
@@ -622,7 +621,7 @@ class PyGithubApi:
                 state, description=description, context=context, **extra
             )
 
-        self._write(f"set the {context!r} status of {sha[:7]} to {state}", call)
+        self._retried(f"set the {context!r} status of {sha[:7]} to {state}", call)
 
     def cancel_run(self, run_id: int) -> bool:
         """Cancel a workflow run; False when it had already finished (GitHub answers 409)."""
@@ -640,7 +639,7 @@ class PyGithubApi:
                 raise
             return True
 
-        return self._write(f"cancel workflow run {run_id} in {self.repository}", call)
+        return self._retried(f"cancel workflow run {run_id} in {self.repository}", call)
 
     def dispatch_workflow(
         self, workflow: str, ref: str, inputs: dict[str, str], recover: Callable[[], int | None]
@@ -662,7 +661,7 @@ class PyGithubApi:
                 )
             return data["workflow_run_id"]
 
-        return self._write(f"dispatch {workflow} on {ref} in {self.repository}", call, recover)
+        return self._retried(f"dispatch {workflow} on {ref} in {self.repository}", call, recover)
 
     # ---- the retry loops
     def _read(self, what: str, call: Callable[[], T]) -> T:
@@ -674,9 +673,12 @@ class PyGithubApi:
                 raise
             raise GitHubError(f"could not {what}: {failure.text}") from None
 
-    def _write(
+    def _retried(
         self, what: str, call: Callable[[], T], recover: Callable[[], T | None] | None = None
     ) -> T:
+        """Writes, and reads that go around PyGithub (artifact downloads): transient failures
+        are retried with bounded waits (Retry-After honoured); after an ambiguous one,
+        ``recover`` is asked whether the write landed."""
         policy = self.policy
         for attempt in range(1, policy.attempts + 1):
             try:

@@ -49,7 +49,7 @@ WORD_PIECE = re.compile(
     re.DOTALL,
 )
 DOUBLE_QUOTED_ESCAPE = re.compile(r'\\(["\\])')
-SHA_MIN, SHA_MAX = 7, 40
+SHA_MIN, SHA_MAX = 12, 40  # 7 hex digits are 2^28 tries to grind a matching commit
 SHA_PREFIX = re.compile(r"^[0-9a-f]+$")
 
 
@@ -208,7 +208,7 @@ SUBCOMMANDS: dict[str, Subcommand] = {
             "write permission, --sha is required",
             (
                 "/bot run",
-                "/bot run --sha 1a2b3c4",
+                "/bot run --sha 1a2b3c4d5e6f",
                 "/bot run --disable-fail-fast",
                 '/bot run --stage-list "DGX_H200-4_GPUs-AutoDeploy-1"',
                 '/bot run --extra-stage "DGX_B200-4_GPUs-AutoDeploy-1"',
@@ -229,7 +229,7 @@ SUBCOMMANDS: dict[str, Subcommand] = {
             '/bot skip --sha PREFIX --comment "REASON"',
             "Mark the PR's head commit, which --sha names, as passing without testing it.",
             "maintainers and admins",
-            ('/bot skip --sha 1a2b3c4 --comment "docs-only change"',),
+            ('/bot skip --sha 1a2b3c4d5e6f --comment "docs-only change"',),
             _parse_skip,
             (SHA_FLAG,),
             dangerous=True,
@@ -240,7 +240,10 @@ SUBCOMMANDS: dict[str, Subcommand] = {
             "Validate the head commit, which --sha names, with the result of pipeline N "
             "(default: the latest), and stop running pipelines.",
             "maintainers and admins",
-            ("/bot reuse-pipeline --sha 1a2b3c4", "/bot reuse-pipeline --sha 1a2b3c4 #47634"),
+            (
+                "/bot reuse-pipeline --sha 1a2b3c4d5e6f",
+                "/bot reuse-pipeline --sha 1a2b3c4d5e6f #47634",
+            ),
             _parse_reuse_pipeline,
             (SHA_FLAG,),
             dangerous=True,
@@ -369,16 +372,16 @@ def _take_sha(args: list[str]) -> tuple[str | None, list[str]]:
     elif i + 1 < len(args) and not args[i + 1].startswith("--"):
         value, rest = args[i + 1], args[:i] + args[i + 2 :]
     else:
-        raise CommandError("--sha needs the head commit's SHA, e.g. --sha 1a2b3c4")
+        raise CommandError("--sha needs the head commit's SHA, e.g. --sha 1a2b3c4d5e6f")
     sha = value.lower()
     if not SHA_PREFIX.match(sha):
         raise CommandError(
-            f"--sha {value!r} is not hexadecimal; give the commit's SHA, e.g. 1a2b3c4"
+            f"--sha {value!r} is not hexadecimal; give the commit's SHA, e.g. 1a2b3c4d5e6f"
         )
     if not SHA_MIN <= len(sha) <= SHA_MAX:
         raise CommandError(
             f"--sha {value!r} has {len(sha)} digits; give {SHA_MIN} to {SHA_MAX} hex digits of "
-            "the commit's SHA (GitHub shows 7)"
+            "the commit's SHA (best the full SHA, which the bot's replies show)"
         )
     return sha, rest
 

@@ -6,8 +6,10 @@ saves as the description of a ``stagebot/ledger`` status (statuses need ``status
 which only the bot's own jobs hold; the stage jobs hold ``contents: read``). The status goes on
 the commit of the newest pipeline the ledger holds, and a fetched main ledger is used only when
 that commit carries a status with the file's digest (and no SQLite side file would replay
-changes into it). The commit is read from the untrusted file, so it must be a full hex SHA:
-anything else (a path, say) vouches for nothing.
+changes into it). The status also names the report run that uploaded the ledger: the plan job
+finds main's ledger by walking the default branch's newest commits to the first such status
+and reads that run's own artifacts (bot/ledger_transport.py). The commit is read from the
+untrusted file, so it must be a full hex SHA: anything else (a path, say) vouches for nothing.
 
 Not covered: replay. Any ledger the bot once saved for main stays vouched for, so a restored
 older one rolls the history back (less reuse and a staler failure-analysis base, never a
@@ -24,12 +26,24 @@ from stagebot.bot.github import GitHubApi
 
 LEDGER_STATUS = "stagebot/ledger"
 RECORDED_WHERE = f"the {LEDGER_STATUS} statuses of the commit it names"
-_PREFIX = "ledger sha256 "
 _SHA = re.compile(r"[0-9a-f]{40}")
+_DESCRIPTION = re.compile(
+    r"^ledger sha256 (?P<digest>[0-9a-f]{64})(?: run (?P<run>[1-9][0-9]{0,18}))?$"
+)
 
 
-def status_description(digest: str) -> str:
-    return _PREFIX + digest
+def status_description(digest: str, run_id: int | None) -> str:
+    """The ledger's sha256 and the report run whose artifact holds it (the fetch reads that
+    run's own artifact list, never a search by name)."""
+    return f"ledger sha256 {digest}" + (f" run {run_id}" if run_id is not None else "")
+
+
+def parse_description(description: str) -> tuple[str, int | None] | None:
+    """(digest, run id) of a ``stagebot/ledger`` status description; None for anything else."""
+    match = _DESCRIPTION.match(description)
+    if match is None:
+        return None
+    return match["digest"], int(match["run"]) if match["run"] else None
 
 
 def vouching_commit(path: Path) -> str | None:
@@ -53,8 +67,5 @@ def recorded_digests(connect: Callable[[], GitHubApi], path: Path) -> set[str]:
     commit = vouching_commit(path)
     if commit is None:
         return set()
-    return {
-        status.description.removeprefix(_PREFIX)
-        for status in connect().statuses(commit, LEDGER_STATUS)
-        if status.description.startswith(_PREFIX)
-    }
+    found = (parse_description(s.description) for s in connect().statuses(commit, LEDGER_STATUS))
+    return {record[0] for record in found if record is not None}

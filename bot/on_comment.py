@@ -40,7 +40,6 @@ from stagebot.bot.replies import (
     reply_to,
     running,
 )
-from stagebot.bot.stage_runs import active_pipelines
 from stagebot.stages.command import Command, render
 from stagebot.stages.errors import CommandError, StagebotError
 from stagebot.templates.markdown import Trusted, escape
@@ -49,6 +48,7 @@ if TYPE_CHECKING:
     from stagebot.harness.ledger import Ledger
 
 log = logging.getLogger("stagebot.bot")
+PULL_COMMITS_LISTED = 250  # GitHub lists at most this many commits of a pull request
 
 
 @dataclass
@@ -155,6 +155,34 @@ class LedgerSource:
         return aside
 
 
+def rate_limited(
+    event: CommentEvent, comments: list[Comment], replies: list[Reply], limit: int
+) -> bool:
+    """Whether the commenter already had ``limit`` /bot comments on this PR answered (one of
+    ``replies`` names them) in the hour before this one (GitHub's timestamps; one reply and at
+    most one pipeline per comment). Bounds the replies, API calls and pipelines one person can
+    cause."""
+    from datetime import datetime, timedelta
+
+    def when(stamp: str) -> datetime | None:
+        try:
+            return datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+        except ValueError:
+            return None
+
+    now = when(event.created_at)
+    if now is None:
+        return False
+    theirs = {c.id: when(c.created_at) for c in comments if c.author == event.author}
+    answered = sum(
+        1
+        for reply in replies
+        if (at := theirs.get(reply.marker.comment_id)) is not None
+        and now - timedelta(hours=1) <= at <= now
+    )
+    return answered >= limit
+
+
 @dataclass
 class CommentHandler:
     env: ActionsEnv
@@ -188,7 +216,8 @@ class CommentHandler:
                 f"no-op: comment {self.event.comment_id} was already handled "
                 f"(reply {earlier.comment.id}, pipeline #{earlier.marker.pipeline})"
             )
-        if earlier is None and self._rate_limited(comments):  # a resumed one counted already
+        limited = rate_limited(self.event, comments, self.replies, self.config.rate_limit)
+        if earlier is None and limited:  # a resumed one counted already
             return Outcome(
                 f"no-op: @{self.event.author} reached the limit of {self.config.rate_limit} "
                 "answered /bot comments on this PR per hour"
@@ -379,18 +408,20 @@ class CommentHandler:
 
     # ---- shared steps
     def _check_sha(self, command: Command, permission: Permission) -> Decision:
-        """The command applies only to the commit its author named (--sha): skip and
-        reuse-pipeline always need it, run on PRs whose author lacks write permission. The
-        prefix must begin the head's SHA and no other commit of the PR, and no force-push may
-        follow the comment on the timeline: a short prefix can be ground to match a second
-        commit, which then either sits beside the named one or replaced it by force."""
+        """The command applies only to the commit its author named (--sha, 12 to 40 hex
+        digits): skip and reuse-pipeline always need it, run on PRs whose author lacks write
+        permission. A prefix can be ground to match a second commit, so it must begin the head's
+        SHA and no other listed commit of the PR, the head must be among the listed commits and
+        the list complete (GitHub lists at most 250), and the timeline must show no push
+        (``committed``) and no force-push after the comment (GitHub's order, no timestamps)."""
         head, sha = self.pull.head_sha, command.sha
+        again = f"review it and comment again with `--sha {head}`"
         if sha is None:
             if command.name in ("skip", "reuse-pipeline"):
                 return Decision(
                     False,
                     f"`/bot {command.name}` needs --sha naming the commit you reviewed; the "
-                    f"PR's head is {head} (after reviewing it: --sha {head[:7]})",
+                    f"PR's head is {head} (after reviewing it: `--sha {head}`)",
                 )
             if command.name == "run":
                 author = (
@@ -403,32 +434,42 @@ class CommentHandler:
                         False,
                         f"the PR's author @{escape(self.pull.author)} lacks write permission, "
                         f"so `/bot run` needs --sha naming the commit you reviewed; the head "
-                        f"is {head} (after reviewing it: --sha {head[:7]})",
+                        f"is {head} (after reviewing it: `--sha {head}`)",
                     )
             return Decision(True, "no --sha needed")
         if not head.startswith(sha):
             return Decision(
                 False,
                 f"--sha {sha} is not the PR's head {head} (it moved since, or the SHA is "
-                f"mistyped); review {head[:7]} and comment again with --sha {head[:7]}",
+                f"mistyped); {again}",
             )
-        matching = [c for c in self.api.pull_commits(self.pull.number) if c.startswith(sha)]
+        commits = self.api.pull_commits(self.pull.number)
+        if len(commits) >= PULL_COMMITS_LISTED or head not in commits:
+            return Decision(
+                False,
+                f"the PR's commit list is incomplete ({len(commits)} listed; GitHub lists at "
+                f"most {PULL_COMMITS_LISTED}) or lacks the head {head}, so --sha {sha} cannot be "
+                "checked against a commit ground to match it; give the full SHA of a PR with "
+                "fewer commits (squash it)",
+            )
+        matching = [c for c in commits if c.startswith(sha)]
         if len(matching) > 1:
             return Decision(
                 False,
                 f"--sha {sha} is ambiguous: {len(matching)} commits of this PR begin with it "
-                f"({', '.join(matching)}); give the full SHA {head}",
+                f"({', '.join(matching)}); give the full SHA `--sha {head}`",
             )
         since: list[TimelineEvent] | None = None  # the timeline after the comment
         for index, event in enumerate(self._timeline):
             if event.kind == "commented" and event.comment_id == self.event.comment_id:
                 since = self._timeline[index + 1 :]
-        if since is None or any(e.kind == "head_ref_force_pushed" for e in since):
+        moved = [e for e in since or [] if e.kind in ("committed", "head_ref_force_pushed")]
+        if since is None or moved:
             return Decision(
                 False,
-                f"the PR was force-pushed after your comment (or the comment is not on its "
-                f"timeline), so --sha {sha} may name a commit made to match it; the head is "
-                f"{head}: review it and comment again with --sha {head}",
+                f"the PR's head moved after your comment (a push or a force-push; or the "
+                f"comment is not on its timeline), so --sha {sha} may name a commit made to "
+                f"match it; the head is {head}: {again}",
             )
         return Decision(True, f"--sha {sha} is the head {head}")
 
@@ -441,53 +482,44 @@ class CommentHandler:
             return True
         return event.actor is not None and self.api.permission(event.actor).at_least("maintain")
 
-    def _rate_limited(self, comments: list[Comment]) -> bool:
-        """Whether the commenter already had ``rate_limit`` /bot comments on this PR answered in
-        the hour before this one (GitHub's timestamps; one reply and at most one pipeline per
-        comment). Bounds the replies, API calls and pipelines one person can cause."""
-        from datetime import datetime, timedelta
-
-        def when(stamp: str) -> datetime | None:
-            try:
-                return datetime.fromisoformat(stamp.replace("Z", "+00:00"))
-            except ValueError:
-                return None
-
-        now = when(self.event.created_at)
-        if now is None:
-            return False
-        theirs = {c.id: when(c.created_at) for c in comments if c.author == self.event.author}
-        answered = sum(
-            1
-            for reply in self.replies
-            if (at := theirs.get(reply.marker.comment_id)) is not None
-            and now - timedelta(hours=1) <= at <= now
-        )
-        return answered >= self.config.rate_limit
-
     def _stop_running(self, why: str) -> list[int]:
-        """Cancel this PR's other running pipelines and mark them ABORTED (reply and ledger)."""
-        stale = running(self.replies, self.pipeline)
-        if not stale:
-            return []
-        active = active_pipelines(self.api, self.config)  # the stage runs, by pipeline
+        """Cancel this PR's other running pipelines and mark them ABORTED (reply and ledger).
+        The stage run cancelled is the one `bot dispatch` recorded in the reply's marker, never
+        one found by its title (anyone's workflow run can carry any title)."""
         stopped = []
-        for reply in stale:
+        for reply in running(self.replies, self.pipeline):
             number = reply.marker.pipeline
-            run = active.get(number)
-            if run is not None and run.id != self.env.run_id:
-                self.api.cancel_run(run.id)
+            reason = why
+            run_id = reply.marker.stage_run  # only the run the bot's dispatch recorded
+            if run_id is not None and not self.api.cancel_run(run_id):
+                reason += " " + self._unreported(run_id)
             marker = replace(reply.marker, state="ABORTED")
             self.api.edit_comment(
                 reply.comment.id,
-                render_reply("aborted", marker, pipeline=number, sha7=marker.commit[:7], why=why),
+                render_reply(
+                    "aborted", marker, pipeline=number, sha7=marker.commit[:7], why=reason
+                ),
             )
             if self.ledger is not None:
                 record = self.ledger.pipeline(number, with_results=False)
                 if record is not None and record.state == "RUNNING":
-                    self.ledger.finish_pipeline(number, "ABORTED", meta={"aborted": why})
+                    self.ledger.finish_pipeline(number, "ABORTED", meta={"aborted": reason})
             stopped.append(number)
         return stopped
+
+    def _unreported(self, run_id: int) -> str:
+        """What to say of a pipeline whose stage run had already finished while its reply still
+        said RUNNING: no report run published it. Without the GitHub App the plan job dispatches
+        with GITHUB_TOKEN, and whether GitHub then starts report.yml (workflow_run) for the
+        finished run is not documented (README "The bot on GitHub")."""
+        run = self.api.workflow_run(run_id)
+        log.warning("stage run %s finished (%s) but no report published it", run_id, run.conclusion)
+        return (
+            f"Its stage run {run_id} had already finished ({run.conclusion or 'no conclusion'}), "
+            "but no report run had published it: report.yml did not run for it (GitHub may "
+            "start no `workflow_run` run for a stage run dispatched with the GITHUB_TOKEN; set "
+            "up the bot's GitHub App), or its report job failed."
+        )
 
     def _malformed(self, error: str, *, with_help: bool) -> Outcome:
         self.api.react(self.event.comment_id, "confused")
@@ -534,6 +566,7 @@ class CommentHandler:
             status_context=self.config.status_context,
             notice=self.ledger_source.notice,
             ledger_digest=self.ledger_source.digest(),  # the ledger as this job saves it
+            ledger_run=self.env.run_id,  # this run uploads it (bot.yml's last step)
             **context,
         )
 

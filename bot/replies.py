@@ -75,6 +75,7 @@ def render_reply(
     *,
     notice: str | None = None,
     ledger_digest: str | None = None,
+    ledger_run: int | None = None,
     **context: object,
 ) -> str:
     """Render templates/reply_<kind>.md.j2 and append ``notice`` (escaped) and the marker. Pass
@@ -86,10 +87,10 @@ def render_reply(
     ).rstrip()
     if notice:
         body += f"\n\n⚠️ {escape(notice)}"
-    return f"{body}\n\n{with_ledger_digest(marker.render(), ledger_digest)}\n"
+    return f"{body}\n\n{with_ledger_digest(marker.render(), ledger_digest, ledger_run)}\n"
 
 
-def with_ledger_digest(marker: str, digest: str | None) -> str:
-    """The reply's hidden tail: the ledger digest line (when the bot saved a ledger), then the
-    marker, which is always last."""
-    return f"{render_ledger_digest(digest)}\n{marker}" if digest else marker
+def with_ledger_digest(marker: str, digest: str | None, run_id: int | None = None) -> str:
+    """The reply's hidden tail: the ledger digest line (when the bot saved a ledger, with the
+    run that uploads it), then the marker, which is always last."""
+    return f"{render_ledger_digest(digest, run_id)}\n{marker}" if digest else marker

@@ -4,7 +4,9 @@ The plan job (bot.yml, default-branch code) starts one run of the stage workflow
 with ``workflow_dispatch`` on the stage branch; the run's title (stage.yml's ``run-name``) names
 the PR, the pipeline and the plan run. The title is set by whoever dispatched, so it only tells
 the report where to look: a stage run counts only when the plan run it names is one of the
-bot's own runs and that run's dispatch record holds this stage run's id.
+bot's own runs and that run's dispatch record holds this stage run's id. /bot kill and a
+superseding /bot run never look runs up by title: they cancel the run id `bot dispatch`
+recorded in the pipeline's reply marker.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 import re
 
 from stagebot.bot.config import BotConfig
-from stagebot.bot.github import GitHubApi, RunInfo, WorkflowRun
+from stagebot.bot.github import GitHubApi, RunInfo
 
 TITLE = re.compile(
     r"^stagebot (?P<key>pr-(?P<pr>[1-9]\d{0,9})|main) pipeline (?P<pipeline>[1-9]\d{0,9}) "
@@ -22,7 +24,7 @@ PLAN_EVENTS = ("issue_comment", "push")
 
 
 def stage_key(pr: int | None) -> str:
-    """The title's and the report's concurrency key: ``pr-N``, or ``main`` for post-merge."""
+    """The title's key: ``pr-N``, or ``main`` for post-merge."""
     return f"pr-{pr}" if pr else "main"
 
 
@@ -74,12 +76,15 @@ def parse_title(title: str) -> tuple[str, int, int] | None:
     return match["key"], int(match["pipeline"]), int(match["plan_run"])
 
 
-def active_pipelines(api: GitHubApi, config: BotConfig) -> dict[int, WorkflowRun]:
-    """The queued or running stage runs, by the pipeline their title names (what /bot kill and
-    a superseding /bot run cancel)."""
-    found: dict[int, WorkflowRun] = {}
-    for run in api.active_runs(config.stage_workflow):
-        parsed = parse_title(run.display_title)
-        if parsed is not None:
-            found[parsed[1]] = run
-    return found
+def dispatched_run(api: GitHubApi, config: BotConfig, title: str) -> int | None:
+    """The id of the queued or running stage run titled ``title`` when exactly one run of the
+    stage workflow as the bot dispatches it (workflow_dispatch, stage branch, this repository)
+    has it: how `bot dispatch` recognises its own run after an ambiguous failure. The title
+    names this plan run, so no other pipeline's run matches; a `pull_request` run of a PR's copy
+    of stage.yml titled alike fails the check."""
+    found = [
+        run.id
+        for run in api.active_runs(config.stage_workflow)
+        if run.display_title == title and stage_run_problem(run, config, api.repository) is None
+    ]
+    return found[0] if len(found) == 1 else None

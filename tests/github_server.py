@@ -82,6 +82,7 @@ ROUTES: list[tuple[str, str, re.Pattern[str]]] = [
         ("GET", "get_pull", r"/repos/[^/]+/[^/]+/pulls/(?P<number>\d+)"),
         ("GET", "list_pull_files", r"/repos/[^/]+/[^/]+/pulls/(?P<number>\d+)/files"),
         ("GET", "list_pull_commits", r"/repos/[^/]+/[^/]+/pulls/(?P<number>\d+)/commits"),
+        ("GET", "list_commits", r"/repos/[^/]+/[^/]+/commits"),
         ("GET", "get_issue", r"/repos/[^/]+/[^/]+/issues/(?P<number>\d+)"),
         ("GET", "list_timeline", r"/repos/[^/]+/[^/]+/issues/(?P<number>\d+)/timeline"),
         ("GET", "list_comments", r"/repos/[^/]+/[^/]+/issues/(?P<number>\d+)/comments"),
@@ -129,7 +130,9 @@ class FakeGitHub:
         self.hold_s = 2.0  # how long a "timeout" fault holds its answer
         self.pulls: dict[int, dict[str, Any]] = {}
         self.files: dict[int, list[str]] = {}
-        self.commits: dict[int, list[str]] = {}  # PR -> its commits' SHAs (default: the head)
+        # PR -> its commits' SHAs, oldest first (default: the head); GitHub lists the first 250
+        self.commits: dict[int, list[str]] = {}
+        self.main_commits: list[str] = []  # the default branch's commits, newest first
         self.timeline: dict[int, list[dict[str, Any]]] = {}  # PR -> events, oldest first
         self._clock = itertools.count(1)
         self.comments: dict[int, dict[str, Any]] = {}
@@ -460,8 +463,12 @@ class FakeGitHub:
             number = int(params["number"])
             if number not in self.pulls:
                 return _not_found()
-            shas = self.commits.get(number) or [self.pulls[number]["head"]["sha"]]
+            shas = (self.commits.get(number) or [self.pulls[number]["head"]["sha"]])[:250]
             return 200, [{"sha": sha, "url": self.api(f"/commits/{sha}")} for sha in shas]
+        if route == "list_commits":
+            return 200, [
+                {"sha": sha, "url": self.api(f"/commits/{sha}")} for sha in self.main_commits
+            ]
         if route == "get_issue":
             number = int(params["number"])
             if number in self.pulls:

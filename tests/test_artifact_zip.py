@@ -58,3 +58,31 @@ def test_a_damaged_or_oversized_archive_is_one_error(tmp_path: Path, monkeypatch
     with pytest.raises(ArtifactError, match="2 members, more than the 1"):
         unpack(_zip(("a", b"", None), ("b", b"", None)), tmp_path)
     assert list(tmp_path.iterdir()) == []
+
+
+def corrupt(data: bytes, name: str) -> bytes:
+    """``data`` (a zip whose first member is ``name``) with that member's stored bytes damaged."""
+    start = 30 + len(name) + int.from_bytes(data[28:30], "little")  # after the local header
+    return data[:start] + bytes([data[start] ^ 0xFF]) + data[start + 1 :]
+
+
+def _deflated(name: str, payload: bytes) -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr(name, payload)
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        pytest.param(corrupt(_zip(("A/result.json", b"{}" * 50, None)), "A/result.json"), id="CRC"),
+        pytest.param(
+            corrupt(_deflated("A/result.json", b"x" * 5000), "A/result.json"), id="deflate"
+        ),
+    ],
+)
+def test_a_member_with_bad_data_is_an_artifact_error_not_a_crash(tmp_path: Path, data) -> None:
+    """Issue 28, finding 7: zipfile raises BadZipFile or zlib.error only when the member is read."""
+    with pytest.raises(ArtifactError, match="member A/result.json cannot be read"):
+        unpack(data, tmp_path, prefix="A")

@@ -110,7 +110,7 @@ def test_active_runs_and_cancel(gh) -> None:
     gh.add_run(4, status="queued")
     gh.add_run(2, status="completed")
     api = api_for(gh)
-    assert sorted(run.run_number for run in api.active_runs("bot.yml")) == [3, 4]
+    assert sorted(run.id for run in api.active_runs("bot.yml")) == [50003, 50004]
     assert api.cancel_run(50003) is True
     assert api.cancel_run(50003) is False  # already finished: GitHub answers 409
 

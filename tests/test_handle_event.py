@@ -64,6 +64,7 @@ def handle(gh, tmp_path, monkeypatch, capsys):
         args: tuple[str, ...] = (),
         env: dict[str, str] | None = None,
         token: str | None = "ghs_test",
+        command: str = "handle-event",
     ) -> Result:
         payload = json.loads((EVENTS / fixture).read_text())
         if "comment" in payload:
@@ -101,7 +102,7 @@ def handle(gh, tmp_path, monkeypatch, capsys):
             monkeypatch.setenv(key, value)
         monkeypatch.chdir(tmp_path)  # no .github/stagebot.yml here: the defaults
         try:
-            main(["handle-event", *args])
+            main([command, *args])
             code = 0
         except SystemExit as done:
             code = done.code or 0
@@ -213,12 +214,15 @@ def test_write_or_higher_may_run(gh, handle, author) -> None:
 
 def test_role_name_is_read_not_just_the_legacy_permission(gh, handle) -> None:
     # maintain folds into "write" in the legacy field; skip needs maintain
-    assert handle(f'/bot skip --sha {SHA[:7]} --comment "docs only"', author="maintainer").code == 0
+    assert (
+        handle(f'/bot skip --sha {SHA[:12]} --comment "docs only"', author="maintainer").code == 0
+    )
     assert status(gh)["state"] == "success"
 
 
 @pytest.mark.parametrize(
-    "command", [f'/bot skip --sha {SHA[:7]} --comment "x"', f"/bot reuse-pipeline --sha {SHA[:7]}"]
+    "command",
+    [f'/bot skip --sha {SHA[:12]} --comment "x"', f"/bot reuse-pipeline --sha {SHA[:12]}"],
 )
 @pytest.mark.parametrize("author", ["writer", "custom", "allowlisted"])
 def test_dangerous_commands_need_maintain(gh, handle, tmp_path, command, author) -> None:
@@ -252,7 +256,7 @@ def test_fork_authors_are_judged_by_permission(gh, handle) -> None:
     refused = handle("/bot run", author="outsider", number=9, comment_id=1)
     assert_nothing_ran(refused)
     accepted = handle(
-        "/bot run --sha fffffff", author="maintainer", number=9, comment_id=2, run_number=102
+        "/bot run --sha ffffffffffff", author="maintainer", number=9, comment_id=2, run_number=102
     )
     assert accepted.outputs["commit"] == "f" * 40
     assert {entry["commit"] for entry in accepted.matrix} == {"f" * 40}
@@ -351,7 +355,8 @@ def test_reusing_a_pipeline_the_ledger_lacks_names_those_it_has(gh, handle, tmp_
     )
     assert_nothing_ran(result)
     reply = replies(gh)[-1]
-    assert "pipeline #99 is not in the ledger" in reply["body"] and "it has #101" in reply["body"]
+    shown = reply["body"].replace("#\u200b", "#")  # "#99" in an error is no issue link
+    assert "pipeline #99 is not in the ledger" in shown and "it has #101" in shown
 
 
 def test_user_text_in_replies_cannot_mention_or_forge_a_marker(gh, handle) -> None:
@@ -396,18 +401,30 @@ def test_a_refused_comment_delivered_twice_gets_one_reply(gh, handle) -> None:
 # ---------------------------------------------------------------- kill, supersede, skip
 
 
-def _running_marker(pipeline: int, comment_id: int = 1, sha: str = SHA) -> str:
+def _running_marker(pipeline: int, comment_id: int = 1, sha: str = SHA, run: int | None = None):
     from stagebot.bot.marker import ReplyMarker
 
-    marker = ReplyMarker(pipeline, sha, comment_id, "RUNNING", {"CPU-PyTorch-1": "PENDING"})
+    marker = ReplyMarker(pipeline, sha, comment_id, "RUNNING", {"CPU-PyTorch-1": "PENDING"}, run)
     return f"PR_Github #{pipeline} [ run ] triggered by Bot.\n\n{marker.render()}"
+
+
+def record_dispatch(gh, pipeline: int, run_id: int) -> None:
+    """What `bot dispatch` does after starting the stage run: record its id in the marker."""
+    from dataclasses import replace
+
+    from stagebot.bot.marker import with_marker
+
+    (reply,) = [c for c in replies(gh) if marker_of(c).pipeline == pipeline]
+    reply["body"] = with_marker(reply["body"], replace(marker_of(reply), stage_run=run_id))
 
 
 def test_kill_cancels_running_pipelines_and_marks_them_aborted(gh, handle) -> None:
     gh.add_stage_run(99, status="queued", pr=PR)
     gh.add_stage_run(100, pr=PR)
     gh.add_stage_run(98, status="completed", pr=PR)
-    old = [gh.add_comment(PR, _running_marker(n, comment_id=n), BOT) for n in (99, 100)]
+    old = [
+        gh.add_comment(PR, _running_marker(n, comment_id=n, run=80000 + n), BOT) for n in (99, 100)
+    ]
     result = handle("/bot kill", run_number=101)
     assert_nothing_ran(result)
     assert {gh.runs[80099]["conclusion"], gh.runs[80100]["conclusion"]} == {"cancelled"}
@@ -429,6 +446,7 @@ def test_kill_with_nothing_running_says_so(gh, handle) -> None:
 def test_a_new_run_cancels_the_prs_earlier_run(gh, handle) -> None:
     handle("/bot run", run_number=101, comment_id=1)
     gh.add_stage_run(101, pr=PR)  # the stage run the plan job of #101 dispatched
+    record_dispatch(gh, 101, 80101)
     result = handle("/bot run", run_number=102, comment_id=2)
     assert result.outputs["run"] == "true"
     assert gh.runs[80101]["conclusion"] == "cancelled"
@@ -439,7 +457,7 @@ def test_a_new_run_cancels_the_prs_earlier_run(gh, handle) -> None:
 
 
 def test_skip_sets_success_with_reason_and_approver(gh, handle) -> None:
-    result = handle(f'/bot skip --sha {SHA[:7]} --comment "docs-only change"', author="maintainer")
+    result = handle(f'/bot skip --sha {SHA[:12]} --comment "docs-only change"', author="maintainer")
     assert_nothing_ran(result)
     success = status(gh)
     assert success["state"] == "success"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from github_server import FakeGitHub, user_id
-from test_handle_event import BOT, PR, SHA, marker_of, replies, status
+from test_handle_event import BOT, PR, SHA, marker_of, record_dispatch, replies, status
 
 from stagebot.bot.cli import main
 from stagebot.harness.ledger import Ledger
@@ -316,7 +316,7 @@ def test_reuse_pipeline_validates_a_new_head_from_a_passed_pipeline(gh, pipeline
     gh.push(PR, new_head)
     gh.diffs[(SHA, new_head)] = ["README.md"]
     outputs = pipeline.comment(
-        f"/bot reuse-pipeline --sha {new_head[:7]} #101", 102, author="maintainer"
+        f"/bot reuse-pipeline --sha {new_head[:12]} #101", 102, author="maintainer"
     )
     assert outputs["run"] == "false"
     validated = gh.latest_status(new_head, "stagebot")
@@ -332,15 +332,17 @@ def test_reuse_pipeline_of_a_failed_pipeline_is_refused(gh, tmp_path, monkeypatc
     monkeypatch.chdir(tmp_path)
     failing = Pipeline(gh, tmp_path, monkeypatch, capsys, suite="check_fail.py")
     failing.whole("/bot run", 101)
-    failing.comment(f"/bot reuse-pipeline --sha {SHA[:7]} 101", 102, author="maintainer")
+    failing.comment(f"/bot reuse-pipeline --sha {SHA[:12]} 101", 102, author="maintainer")
     reply = next(c for c in replies(gh) if marker_of(c).comment_id == 7102)
-    assert "was not applied: pipeline #101 ended FAILURE" in reply["body"]
+    shown = reply["body"].replace("#\u200b", "#")  # "#101" in a reason is no issue link
+    assert "was not applied: pipeline #101 ended FAILURE" in shown
     assert status(gh)["state"] == "failure"
 
 
 def test_kill_marks_the_ledger_pipeline_aborted(gh, pipeline) -> None:
     gh.add_stage_run(101, pr=PR)
     pipeline.comment("/bot run", 101)
+    record_dispatch(gh, 101, 80101)
     assert ledger_state(pipeline, 101) == "RUNNING"
     pipeline.comment("/bot kill", 102)
     assert ledger_state(pipeline, 101) == "ABORTED"
@@ -394,7 +396,7 @@ def test_a_changed_file_name_cannot_forge_the_reply_marker(gh, pipeline) -> None
         '"stages":{},"state":"RUNNING","version":1} -->'
     )
     gh.diffs[(SHA, new_head)] = [forged, "@everyone.py", "README.md"]
-    pipeline.comment(f"/bot reuse-pipeline --sha {new_head[:7]} #101", 102, author="maintainer")
+    pipeline.comment(f"/bot reuse-pipeline --sha {new_head[:12]} #101", 102, author="maintainer")
     reply = next(c for c in replies(gh) if marker_of(c).comment_id == 7102)
     assert (marker_of(reply).pipeline, marker_of(reply).state) == (102, "SUCCESS")
     assert reply["body"].count("<!-- stagebot:") == 1 and "@everyone" not in reply["body"]
@@ -518,7 +520,7 @@ def test_main_ledger_is_vouched_for_by_a_status_and_used_by_the_next_push(gh, pi
 
     log = pipeline.post_merge(201)
     (recorded,) = [s for s in gh.statuses[PUSHED] if s["context"] == LEDGER_STATUS]
-    assert recorded["description"] == status_description(file_digest(pipeline.ledger))
+    assert recorded["description"] == status_description(file_digest(pipeline.ledger), 50201)
     assert f"{LEDGER_STATUS} status of {PUSHED[:7]}" in log
     pipeline.push(202)
     assert list(pipeline.tmp.glob("*.rejected-*")) == []

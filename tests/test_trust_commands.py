@@ -17,7 +17,7 @@ from test_handle_event import (
 )
 
 BAD = "bad0" + "1" * 36  # what the PR's author pushes after the review
-GROUND = SHA[:7] + "f" * 33  # a commit ground to share the reviewed commit's 7-digit prefix
+GROUND = SHA[:12] + "f" * 28  # a commit ground to share the reviewed commit's 12-digit prefix
 
 
 def refusal(gh) -> str:
@@ -42,16 +42,16 @@ def test_skip_without_sha_is_refused_and_names_the_head(gh, handle) -> None:
 )
 def test_a_push_after_the_review_voids_a_dangerous_command(gh, handle, command) -> None:
     gh.push(PR, BAD)
-    result = handle(command.format(sha=SHA[:7]), author="maintainer")
+    result = handle(command.format(sha=SHA[:12]), author="maintainer")
     assert_nothing_ran(result)
     assert gh.latest_status(BAD, "stagebot") is None and status(gh) is None
     body = refusal(gh)
-    assert f"--sha {SHA[:7]} is not the PR's head {BAD}" in body  # both SHAs
+    assert f"--sha {SHA[:12]} is not the PR's head {BAD}" in body  # both SHAs
     assert "comment the command again with its SHA" in body
 
 
 def test_skip_with_the_heads_sha_applies_to_that_commit(gh, handle) -> None:
-    result = handle(f'/bot skip --sha {SHA[:10].upper()} --comment "docs"', author="maintainer")
+    result = handle(f'/bot skip --sha {SHA[:12].upper()} --comment "docs"', author="maintainer")
     assert result.code == 0 and status(gh)["state"] == "success"
 
 
@@ -61,10 +61,10 @@ def test_run_on_a_non_writers_pr_needs_the_sha(gh, handle) -> None:
     assert_nothing_ran(refused)
     assert "lacks write permission, so `/bot run` needs --sha" in gh.bot_comments(9)[0]["body"]
     gh.push(9, BAD)  # the fork's author pushes after the writer reviewed fffffff
-    moved = handle("/bot run --sha fffffff", author="writer", number=9, comment_id=2)
+    moved = handle("/bot run --sha ffffffffffff", author="writer", number=9, comment_id=2)
     assert_nothing_ran(moved)
     accepted = handle(
-        f"/bot run --sha {BAD[:7]}", author="writer", number=9, comment_id=3, run_number=102
+        f"/bot run --sha {BAD[:12]}", author="writer", number=9, comment_id=3, run_number=102
     )
     assert accepted.outputs["run"] == "true" and accepted.outputs["commit"] == BAD
     reply = gh.bot_comments(9)[-1]["body"]
@@ -73,28 +73,73 @@ def test_run_on_a_non_writers_pr_needs_the_sha(gh, handle) -> None:
 
 def test_a_prefix_ground_to_match_a_pushed_commit_is_ambiguous(gh, handle) -> None:
     gh.push(PR, GROUND)
-    result = handle(f'/bot skip --sha {SHA[:7]} --comment "docs"', author="maintainer")
+    result = handle(f'/bot skip --sha {SHA[:12]} --comment "docs"', author="maintainer")
     assert_nothing_ran(result)
     assert f"is ambiguous: 2 commits of this PR begin with it ({SHA}, {GROUND})" in refusal(gh)
     assert gh.latest_status(GROUND, "stagebot") is None
 
 
-def test_a_force_push_after_the_comment_voids_it(gh, handle) -> None:
-    """The ground commit replaces the reviewed one by force: only the timeline tells."""
-    gh.add_comment(PR, f'/bot skip --sha {SHA[:7]} --comment "docs"', "maintainer", 55)
-    gh.push(PR, GROUND, force=True)
+@pytest.mark.parametrize("digits", [7, 11])
+def test_a_grindable_sha_prefix_is_refused(gh, handle, digits) -> None:
+    """Issue 28, finding 1: 7 hex digits are 2^28 tries to grind; at least 12 are needed."""
+    result = handle(f'/bot skip --sha {SHA[:digits]} --comment "docs"', author="maintainer")
+    assert_nothing_ran(result)
+    assert status(gh) is None
+    (reply,) = replies(gh)
+    assert f"has {digits} digits; give 12 to 40 hex digits" in reply["body"]
+
+
+def test_a_ground_commit_beyond_the_250_listed_commits_is_refused(gh, handle) -> None:
+    """GitHub lists at most 250 commits of a PR: a ground commit pushed after the reviewed one
+    on a long PR is not in the list, so the list cannot prove the prefix unique."""
+    filler = [f"{i:040x}" for i in range(1, 260)]
+    gh.commits[PR] = [*filler, SHA]
+    gh.pulls[PR]["head"]["sha"] = SHA
+    gh.push(PR, GROUND)  # a plain push on top: the 261st commit
+    result = handle(f'/bot skip --sha {SHA[:12]} --comment "docs"', author="maintainer")
+    assert_nothing_ran(result)
+    assert gh.latest_status(GROUND, "stagebot") is None
+    assert "the PR's commit list is incomplete (250 listed" in refusal(gh)
+
+
+def test_a_plain_push_after_the_comment_voids_it(gh, handle) -> None:
+    """A push after the comment (the timeline's committed event) voids it even when the
+    head still matches: here the ground commit is alone in the list (the reviewed one
+    was dropped from it), so only the timeline tells."""
+    gh.add_comment(PR, f'/bot skip --sha {SHA[:12]} --comment "docs"', "maintainer", 56)
+    gh.push(PR, GROUND)
+    gh.commits[PR] = [GROUND]
     result = handle(
-        f'/bot skip --sha {SHA[:7]} --comment "docs"', author="maintainer", comment_id=55
+        f'/bot skip --sha {SHA[:12]} --comment "docs"', author="maintainer", comment_id=56
     )
     assert_nothing_ran(result)
-    assert "force-pushed after your comment" in refusal(gh)
+    assert "head moved after your comment (a push or a force-push" in refusal(gh)
+    assert gh.latest_status(GROUND, "stagebot") is None
+
+
+def test_a_refusal_suggests_the_full_sha(gh, handle) -> None:
+    gh.push(PR, BAD)
+    handle('/bot skip --comment "docs"', author="maintainer")
+    body = refusal(gh)
+    assert f"`--sha {BAD}`" in body and f"--sha {BAD[:7]})" not in body
+
+
+def test_a_force_push_after_the_comment_voids_it(gh, handle) -> None:
+    """The ground commit replaces the reviewed one by force: only the timeline tells."""
+    gh.add_comment(PR, f'/bot skip --sha {SHA[:12]} --comment "docs"', "maintainer", 55)
+    gh.push(PR, GROUND, force=True)
+    result = handle(
+        f'/bot skip --sha {SHA[:12]} --comment "docs"', author="maintainer", comment_id=55
+    )
+    assert_nothing_ran(result)
+    assert "head moved after your comment (a push or a force-push" in refusal(gh)
     assert gh.latest_status(GROUND, "stagebot") is None
 
 
 @pytest.mark.parametrize(
     ("body", "error"),
     [
-        ("/bot skip --sha c0ffe --comment x", "has 5 digits; give 7 to 40 hex digits"),
+        ("/bot skip --sha c0ffe --comment x", "has 5 digits; give 12 to 40 hex digits"),
         ("/bot skip --sha c0ffeeg --comment x", "is not hexadecimal"),
         ("/bot run --sha", "--sha needs the head commit's SHA"),
         ("/bot run --sha c0ffee0 --sha c0ffee0", "--sha is given twice"),
@@ -169,6 +214,31 @@ def test_one_commenter_gets_at_most_rate_limit_answers_per_hour(gh, handle, tmp_
     assert "reached the limit of 3" in result.out
     other = handle("/bot help", author="writer", comment_id=200, args=("--config", str(config)))
     assert other.code == 0 and len(replies(gh)) == 4  # others are not limited
+
+
+def test_the_gate_refuses_a_rate_limited_commenter_with_one_read_and_no_app_token(
+    gh, handle, tmp_path
+) -> None:
+    """Issue 28, finding 8: before the plan job mints the App's token, `bot gate` refuses what
+    handle-event would: a comment not for the bot with no request, a commenter over the rate
+    limit with one read of the comments."""
+    config = tmp_path / "settings.yml"
+    config.write_text("rate_limit: 2\n")
+    args = ("--config", str(config))
+    for i in range(2):
+        handle("/bot run", author="reader", comment_id=100 + i, run_number=101 + i, args=args)
+    assert len(replies(gh)) == 2
+    before = len(gh.requests)
+    gated = handle("/bot run", author="reader", comment_id=102, args=args, command="gate")
+    assert gated.code == 0 and gated.outputs == {"proceed": "false"}
+    assert "reached the limit of 2" in gated.out
+    assert [r.route for r in gh.requests[before:]] == ["list_comments"]
+    assert gh.calls("create_token") == []
+    others = handle("/bot run", author="writer", comment_id=103, args=args, command="gate")
+    assert others.outputs == {"proceed": "true"}
+    quiet = len(gh.requests)
+    ignored = handle("no command here", author="writer", comment_id=104, command="gate")
+    assert ignored.outputs == {"proceed": "false"} and len(gh.requests) == quiet
 
 
 # ---------------------------------------------------------------- finding 6: commands shown as code

@@ -104,6 +104,8 @@ class Flow:
         run_id = 50000 + number
         self.gh.add_run(number, run_id=run_id, event="push")
         payload = json.loads((ROOT / "tests/fixtures/events/push_main.json").read_text())
+        if payload["after"] not in self.gh.main_commits:
+            self.gh.main_commits.insert(0, payload["after"])
         self.env(run_id, "push", payload, number)
         return self._plan_job(run_id)
 
@@ -244,6 +246,22 @@ def test_a_cancelled_stage_run_is_reported_aborted(gh, flow) -> None:
     flow.report(outputs["stage_run"], 101)
     (reply,) = replies(gh)
     assert "completed with state ABORTED" in reply["body"] and status(gh)["state"] == "error"
+    assert "cancelled before this stage finished" in reply["body"]  # the reason, in the reply
+
+
+def test_a_report_job_that_died_mid_publish_is_finished_by_its_re_run(gh, flow) -> None:
+    """No concurrency group protects a report job: one that dies (or is cancelled) after some
+    writes leaves the reply RUNNING; re-running it reads everything again and finishes."""
+    outputs = flow.plan("/bot run", 101)
+    stage_run = flow.stages(outputs)
+    gh.fail("5xx", route="edit_comment", times=20)
+    with pytest.raises(AssertionError):  # exit 3: GitHub kept failing the reply's edit
+        flow.report(stage_run, 101)
+    assert marker_of(replies(gh)[0]).state == "RUNNING" and status(gh)["state"] == "pending"
+    gh.faults.clear()
+    flow.report(stage_run, 101)
+    (reply,) = replies(gh)
+    assert "completed with state SUCCESS" in reply["body"] and status(gh)["state"] == "success"
 
 
 def test_a_dispatch_that_landed_despite_an_error_is_not_repeated(gh, flow) -> None:
@@ -408,7 +426,7 @@ def test_a_ledger_artifact_from_a_stage_run_is_never_taken(gh, flow, tmp_path) -
     forged = _forged_copy(gh, genuine, tmp_path)
     gh.add_artifact(outputs["stage_run"], genuine["name"], {"ledger.sqlite": forged})
     again = flow.plan("/bot run", 102)
-    assert f"run {outputs['stage_run']} ran .github/workflows/stage.yml" in again["log"]
+    assert f"run {outputs['stage_run']}" not in again["log"]  # never even looked at
     assert json.loads(again["matrix"]) == []  # the genuine ledger: #101 passed, all reused
 
 
@@ -423,7 +441,7 @@ def test_a_ledger_named_in_someone_elses_comment_is_never_taken(gh, flow, tmp_pa
     forged = _forged_copy(gh, _reported_ledger(gh, 60101), tmp_path)
     digest = hashlib.sha256(forged).hexdigest()
     gh.add_artifact(outputs["stage_run"], f"stagebot-ledger-{digest}", {"ledger.sqlite": forged})
-    gh.add_comment(PR, "see " + render_ledger_digest(digest), "writer")
+    gh.add_comment(PR, "see " + render_ledger_digest(digest, outputs["stage_run"]), "writer")
     again = flow.plan("/bot run", 102)
     assert f"run {outputs['stage_run']}" not in again["log"]  # the comment was never read
     assert json.loads(again["matrix"]) == []
@@ -451,6 +469,184 @@ def test_mains_ledger_comes_from_the_bots_report_runs_only(gh, flow, tmp_path) -
     forged = _forged_copy(gh, genuine, tmp_path, pipeline=201)
     gh.add_artifact(outputs["stage_run"], "stagebot-ledger-main", {"ledger.sqlite": forged})
     again = flow.push(202)
-    assert f"run {outputs['stage_run']} ran .github/workflows/stage.yml" in again["log"]
-    assert "took main's ledger from run 60201" in again["log"]
+    assert f"run {outputs['stage_run']}" not in again["log"]  # never even looked at
+    assert "took main's ledger of 0d1a26e from run 60201" in again["log"]
     assert "rejected" not in again["log"]
+
+
+def _squat(gh: FakeGitHub, name: str, forged: bytes, runs: int = 11) -> None:
+    """What a fork PR can do: its `pull_request` runs of any workflow upload artifacts under
+    the bot's public ledger names, newer than the bot's own."""
+    for i in range(runs):
+        run = gh.add_run(900 + i, run_id=91000 + i, event="pull_request", head_branch="feature")
+        run.update(path=".github/workflows/ci.yml", status="completed", conclusion="success")
+        gh.add_artifact(91000 + i, name, {"ledger.sqlite": forged})
+
+
+def test_a_prs_ledger_cannot_be_hidden_by_artifacts_squatting_its_name(gh, flow, tmp_path):
+    """Issue 28, finding 2: the reply names the ledger's run; its own artifacts are read."""
+    flow.whole("/bot run", 101)
+    genuine = _reported_ledger(gh, 60101)
+    _squat(gh, genuine["name"], _forged_copy(gh, genuine, tmp_path))
+    again = flow.plan("/bot run", 102)
+    assert "took the ledger of reply" in again["log"] and "from run 60101" in again["log"]
+    assert json.loads(again["matrix"]) == []  # the genuine ledger: #101 passed, all reused
+
+
+def test_mains_ledger_cannot_be_hidden_by_artifacts_squatting_its_name(gh, flow, tmp_path):
+    outputs = flow.push(201)
+    flow.report(flow.stages(outputs), 201)
+    genuine = next(a for a in gh.artifacts.values() if a["name"] == "stagebot-ledger-main")
+    _squat(gh, "stagebot-ledger-main", _forged_copy(gh, genuine, tmp_path, pipeline=201))
+    again = flow.push(202)
+    assert "took main's ledger of 0d1a26e from run 60201" in again["log"]
+    assert "91000" not in again["log"]
+
+
+# ---------------------------------------------------------------- artifact downloads (issue 28, 4)
+
+
+def test_a_502_on_a_ledger_download_is_retried(gh, flow) -> None:
+    flow.whole("/bot run", 101)
+    gh.fail("5xx", route="download_artifact", times=2)
+    again = flow.plan("/bot run", 102)
+    assert "took the ledger of reply" in again["log"] and json.loads(again["matrix"]) == []
+    assert [r.status for r in gh.calls("download_artifact")][-3:] == [502, 502, 302]
+
+
+def test_a_ledger_download_that_keeps_failing_is_said_in_the_reply(gh, flow) -> None:
+    flow.whole("/bot run", 101)
+    gh.fail("429", route="download_artifact", times=50)
+    again = flow.plan("/bot run", 102)  # exit 0: the plan job goes on to handle the comment
+    assert again["run"] == "true" and json.loads(again["matrix"]) != []  # without history
+    reply = next(c for c in replies(gh) if marker_of(c).pipeline == 102)
+    assert "The pipeline ledger could not be fetched from GitHub" in reply["body"]
+    assert "HTTP 429" in reply["body"] and status(gh)["state"] == "pending"
+
+
+def test_a_result_download_that_keeps_failing_is_that_stages_error(gh, flow) -> None:
+    """The report's artifact reads are retried; when GitHub keeps failing one, that shard is a
+    recorded ERROR that says why, and the status is set: never left RUNNING and pending."""
+    outputs = flow.plan("/bot run", 101)
+    stage_run = flow.stages(outputs)
+
+    def fail_result_downloads() -> None:  # after the plan run's artifacts were read
+        gh.fail("5xx", route="download_artifact", times=100)
+
+    gh.after("list_run_artifacts", lambda: gh.after("list_run_artifacts", fail_result_downloads))
+    _, log = flow.report(stage_run, 101)
+    assert "could not be downloaded" in log
+    (reply,) = replies(gh)
+    assert "its result artifact could not be downloaded" in reply["body"]
+    assert marker_of(reply).state == "FAILURE" and status(gh)["state"] == "failure"
+
+
+# ---------------------------------------------------------------- kill and supersede (issue 28, 5)
+
+DECOY_TITLE = "stagebot pr-7 pipeline 101 plan-run 50101"
+
+
+def _decoy(gh: FakeGitHub, run_id: int) -> dict:
+    """A fork PR's own copy of stage.yml run by `pull_request`, titled like the bot's run."""
+    run = gh.add_run(1, run_id=run_id, **{**STAGE, "event": "pull_request"})
+    run.update(head_branch="feature", display_title=DECOY_TITLE)
+    return run
+
+
+def test_kill_cancels_only_the_run_the_bots_dispatch_recorded(gh, flow) -> None:
+    outputs = flow.plan("/bot run", 101)
+    _decoy(gh, 90010)
+    flow.plan("/bot kill", 102)
+    assert gh.runs[outputs["stage_run"]]["conclusion"] == "cancelled"
+    assert gh.runs[90010]["status"] == "in_progress"  # the decoy was never touched
+
+
+def test_a_stage_run_that_went_on_after_a_kill_publishes_nothing_over_it(gh, flow) -> None:
+    """The review's case: with a decoy about, /bot kill, then the real stage run finishes
+    anyway (here: its jobs complete as the cancel lands). Its report never turns the killed
+    pipeline's reply into a result nor sets the status from it."""
+    outputs = flow.plan("/bot run", 101)
+    _decoy(gh, 90012)
+    flow.plan("/bot kill", 102)
+    _, log = flow.report(flow.stages(outputs, conclusion="success"), 101)
+    assert "was killed or superseded while its stage run went on" in log
+    killed = next(c for c in replies(gh) if marker_of(c).pipeline == 101)
+    assert marker_of(killed).state == "ABORTED" and "state SUCCESS" not in killed["body"]
+    assert status(gh)["state"] == "pending"  # the killed pipeline's, never success
+
+
+def test_the_dispatch_recovery_never_takes_a_decoy_for_its_run(gh, flow) -> None:
+    """After an ambiguous dispatch failure the plan job looks for the run it started; a
+    `pull_request` run of a PR's stage.yml titled alike is not it."""
+    gh.fail("5xx-after-write", route="dispatch")
+    gh.after("dispatch", lambda: _decoy(gh, 90011))
+    outputs = flow.plan("/bot run", 101)
+    (dispatch,) = gh.dispatches
+    assert outputs["stage_run"] == dispatch["run_id"] != 90011
+
+
+def test_a_result_zip_with_a_corrupt_member_is_that_stages_error(gh, flow) -> None:
+    """Issue 28, finding 7: a bad CRC (or bad deflate data) shows only when the member is read;
+    the report records that stage as an ERROR saying so, and the others as they are."""
+    import io
+    import zipfile
+
+    from test_artifact_zip import corrupt
+
+    outputs = flow.plan("/bot run", 101)
+    stage_run = flow.stages(outputs)
+    artifact = next(
+        a for a in gh.artifacts.values() if a["name"] == "stagebot-result-CPU-PyTorch-1"
+    )
+    blob = gh.blobs[artifact["id"]]
+    first = zipfile.ZipFile(io.BytesIO(blob)).infolist()[0].filename
+    gh.blobs[artifact["id"]] = corrupt(blob, first)
+    _, log = flow.report(stage_run, 101)
+    assert f"member {first} cannot be read" in log
+    (reply,) = replies(gh)
+    assert marker_of(reply).stages == {"CPU-Build_Check": "SUCCESS", "CPU-PyTorch-1": "ERROR"}
+    assert "its result artifact could not be read" in reply["body"]
+    assert status(gh)["state"] == "failure"
+
+
+def test_a_job_can_write_another_shards_result_of_its_own_stage_run_only(
+    gh, tmp_path, monkeypatch, capsys
+) -> None:
+    """What SECURITY.md says (issue 28, finding 10), shown: the CPU-Build_Check job uploads
+    `stagebot-result-CPU-PyTorch-1` first (the real job's upload then fails on GitHub: names are
+    unique within a run), and the report takes it; the same artifact in another stage run (a
+    later pipeline's) is never read for this one."""
+    failing = Flow(gh, tmp_path, monkeypatch, capsys, suite="check_fail.py")
+    outputs = failing.plan("/bot run", 101)
+    run_id = failing.stages(outputs)
+    real = next(a for a in gh.artifacts.values() if a["name"] == "stagebot-result-CPU-PyTorch-1")
+    gh.artifacts.pop(real["id"])  # the squatter's upload came first
+    forged_run = outputs["stage_run"] + 1
+    gh.add_run(1, run_id=forged_run, status="completed", conclusion="success", **STAGE)
+    results = next(tmp_path.glob("job-*-stage")) / "results"
+    passed = json.loads((results / "CPU-Build_Check" / "result.json").read_text())
+    claim = {**passed, "stage": "CPU-PyTorch-1", "state": "SUCCESS", "tests": []}
+    forged = {"CPU-PyTorch-1/result.json": json.dumps(claim).encode()}
+    gh.add_artifact(forged_run, "stagebot-result-CPU-PyTorch-1", forged)  # another run: unread
+    failing.report(run_id, 101)
+    assert marker_of(replies(gh)[0]).stages["CPU-PyTorch-1"] == "ERROR"  # none of its own
+    gh.add_artifact(run_id, "stagebot-result-CPU-PyTorch-1", forged)  # in its own run
+    failing.report(run_id, 101)
+    assert marker_of(replies(gh)[0]).stages["CPU-PyTorch-1"] == "SUCCESS"
+
+
+# ---------------------------------------------------------------- a missing report (issue 28, 11)
+
+
+def test_a_finished_stage_run_no_report_published_is_detected_and_said(gh, flow) -> None:
+    """Whether workflow_run fires for a stage run dispatched with GITHUB_TOKEN is not documented:
+    when no report follows, the next plan job finds the pipeline's recorded stage run finished
+    while its reply still says RUNNING, and says so in that reply."""
+    outputs = flow.plan("/bot run", 101)
+    flow.stages(outputs)  # the run completes; no report.yml run follows
+    flow.plan("/bot run", 102)
+    old = next(c for c in replies(gh) if marker_of(c).pipeline == 101)
+    assert marker_of(old).state == "ABORTED"
+    run = outputs["stage_run"]
+    assert f"Its stage run {run} had already finished (success), but no report run" in old["body"]
+    assert "set up the bot's GitHub App" in old["body"]

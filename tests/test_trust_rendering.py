@@ -113,3 +113,69 @@ def test_every_report_field_is_escaped_even_when_it_bypasses_the_schema() -> Non
     assert_inert(render_report(report, "md"))
     html = render_report(report, "html")
     assert "<b>raw</b>" not in html and "&lt;b&gt;raw&lt;/b&gt;" in html
+
+
+# ---------------------------------------------------------------- issue 28, finding 6
+
+# each a way to end the escaped span or hide text: a line break other than \n, then markdown that
+# would start a heading, a list item and a code block; bidi and zero-width controls; issue
+# references and a closing keyword
+LINES = "\r# heading\r\n- item\u2028```\u2029    code\u0085> quote\x0b\x0c| cell"
+CONTROLS = "\u202egnp.exe\u202c \u2066x\u2069 a\u200bb\u200dc\u200fd\ufeff"
+REFERENCES = "see #12, octo-org/octo-repo#34 and GH-56; Fixes #12, closes #78"
+HOSTILE_TEXT = f"{LINES} {CONTROLS} {REFERENCES}"
+LIVE_TEXT = [
+    ("a line break other than \\n", re.compile("[\r\u2028\u2029\u0085\x0b\x0c]")),
+    ("a bidi or zero-width control", re.compile("[\u200c-\u200f\u202a-\u202e\u2066-\u2069\ufeff]")),
+    ("an issue reference", re.compile(r"(?i)#(12|34|78)\b|\bGH-56")),  # the hostile text's
+    ("a closing keyword", re.compile(r"(?i)\b(fixes|closes)\b")),
+]
+
+
+def assert_text_inert(text: str) -> None:
+    for what, pattern in LIVE_TEXT:
+        assert not pattern.search(text), (
+            f"{what} in: {text[max(0, pattern.search(text).start() - 40) :][:80]!r}"
+        )
+
+
+def _report_with(text: str) -> Report:
+    result = StageResult(
+        "CPU-PyTorch-1", 1, 1, "FAILURE", None, None, 1.0, text, [text],
+        tests=[Outcome(text, "failed", 1.0, text)], evidence=text,
+    )  # fmt: skip
+    return Report(
+        7, SHA, 7, "/bot run", "FAILURE", True, None, None, None, [result], analyse([result]),
+        host=text,
+    )  # fmt: skip
+
+
+def test_line_breaks_and_controls_in_result_text_leave_the_report_as_it_was() -> None:
+    """Rendered as GitHub renders markdown (CommonMark + tables), a report whose stage output
+    holds any line break, control or reference has exactly the structure of one whose output is
+    plain text: no heading, list item, code block or quote came out of the result text."""
+    from markdown_it import MarkdownIt
+
+    gfm = MarkdownIt("commonmark").enable("table")
+    hostile = render_report(_report_with(HOSTILE_TEXT), "md")
+    plain = render_report(_report_with("plain"), "md")
+    assert [t.type for t in gfm.parse(hostile)] == [t.type for t in gfm.parse(plain)]
+    assert_text_inert(hostile)
+    assert "&lt;U+202E&gt;gnp.exe" in hostile  # shown, not hidden
+
+
+@pytest.mark.slow
+def test_line_breaks_controls_and_references_in_stage_output_are_inert(gh, pipeline) -> None:
+    outputs = pipeline.comment("/bot run", 101)
+    results = pipeline.stages(outputs, 101)
+    path = results / "CPU-PyTorch-1" / "result.json"
+    data = json.loads(path.read_text())
+    data.update(state="FAILURE", gpu_type=HOSTILE_TEXT, evidence=HOSTILE_TEXT)
+    data["tests"] = [
+        {"test_id": HOSTILE_TEXT, "outcome": "failed", "duration_s": 1.0, "evidence": HOSTILE_TEXT}
+    ]
+    path.write_text(json.dumps(data))
+    pipeline.report(101, results)
+    (reply,) = replies(gh)
+    assert "completed with state FAILURE" in reply["body"]
+    assert_text_inert(reply["body"].rsplit("<!-- stagebot", 2)[0])

@@ -21,6 +21,12 @@ KILL_GRACE_S = 5.0
 POLL_S = 0.1
 
 
+def load_average() -> str:
+    """The host's 1-minute load average and CPU count, for the evidence of a limit that ran out:
+    on a busy machine a limit ends what a quiet one finishes."""
+    return f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs"
+
+
 @dataclass(frozen=True)
 class Finished:
     returncode: int | None  # negative: killed by that signal

@@ -24,12 +24,15 @@ import json
 import time
 from pathlib import Path
 
+from stagebot.harness.process import load_average
+
 SUITE_OPTIONS: dict[str, str] = {
     "sharding_ir": "stagebot.harness.suites.sharding_ir.options",
     "nvfp4_moe": "stagebot.harness.suites.nvfp4_moe.options",
 }
 WAIVE_PREFIX = "stagebot waive: "
 LOG_LIMIT = 32_000  # characters of a test's failure text kept in the stream
+LOAD_SECTION = "stagebot: load"  # the host's load when a test failed (a section of its log)
 
 
 def pytest_addoption(parser) -> None:
@@ -176,7 +179,9 @@ def _outcome(reports) -> tuple[str, str, str]:
     for report in reports:
         if report.failed:
             outcome = "failed" if report.when == "call" else "error"
-            return outcome, report.when, _text(report)
+            # a limit that ran out (a rank's deadline) is judged with the load it ran out at
+            load = f"\n----- {LOAD_SECTION} -----\n{load_average()}"
+            return outcome, report.when, _text(report)[: LOG_LIMIT - len(load)] + load
     for report in reports:
         if report.skipped:
             if hasattr(report, "wasxfail"):

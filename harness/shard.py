@@ -36,12 +36,14 @@ from stagebot.harness.causes import (
 )
 from stagebot.harness.evidence import log_error_line, test_evidence
 from stagebot.harness.junit import JunitError, read_junit, write_junit
-from stagebot.harness.process import Finished, run_process
+from stagebot.harness.process import Finished, load_average, run_process
 from stagebot.harness.results import SESSION_ID, StageResult, TestOutcome
 from stagebot.harness.streams import Stream, read_stream
 from stagebot.stages.plan import MatrixEntry
 
 EXECUTED = ("passed", "failed", "error", "flaky", "xfailed")
+# pytest-timeout's thread method: the banner around its stack dump, then os._exit(1).
+_THREAD_TIMEOUT = re.compile(r"^\++ Timeout \++$")
 PYTEST_EXIT = {2: "interrupted", 3: "an internal error", 4: "a usage error"}
 
 
@@ -282,7 +284,9 @@ def _problem(attempt: _Attempt, timeout_s: float) -> str | None:
     if finished.cancelled:
         return None
     if finished.timed_out:
-        return f"timeout: killed after {timeout_s:g} s{where or ' (no test had started)'}"
+        return f"timeout: killed after {timeout_s:g} s, {load_average()}" + (
+            where or " (no test had started)"
+        )
     if finished.signal_name:
         before = "" if stream.exists and stream.results else " before writing any result"
         return f"crashed: pytest killed by {finished.signal_name}{where}{before}"
@@ -324,21 +328,36 @@ def _outcomes(attempt: _Attempt, timeout_s: float) -> list[TestOutcome]:
     recovered = {t.test_id for t in tests}
     for test_id in (t for t in stream.unfinished if t not in recovered):
         if finished.timed_out:
-            why = f"timeout: still running when the shard was killed after {timeout_s:g} s"
+            why = (
+                f"timeout: still running when the shard was killed after {timeout_s:g} s, "
+                + load_average()
+            )
         elif finished.cancelled:
             continue
         elif finished.signal_name:
             why = f"crashed: the worker was killed by {finished.signal_name} during this test"
+        elif finished.returncode == 1 and _ended_by_thread_timeout(attempt):
+            why = "timeout: pytest-timeout (thread method) ended pytest during this test"
         else:
             why = f"crashed: pytest exited {finished.returncode} during this test"
         tests.append(TestOutcome(test_id, "error", 0.0, why))
     return tests
 
 
+def _ended_by_thread_timeout(attempt: _Attempt) -> bool:
+    """pytest's output ends with pytest-timeout's banner: its thread method dumped the stacks
+    and ended the process (exit 1) in the middle of the test."""
+    lines = [line.strip() for line in _log_tail(attempt).splitlines() if line.strip()]
+    return bool(lines) and _THREAD_TIMEOUT.match(lines[-1]) is not None
+
+
 def _outcome(record: dict) -> TestOutcome:
     outcome = record["outcome"]
     if outcome in ("failed", "error"):
-        evidence = test_evidence(record.get("log")) or f"{outcome} in {record.get('phase')}"
+        log = record.get("log") or ""
+        first = next((line.strip() for line in log.splitlines() if line.strip()), None)
+        # no error line: pytest's own words (such as "[XPASS(strict)] reason") say it
+        evidence = test_evidence(log) or first or f"{outcome} in {record.get('phase')}"
     elif outcome in ("skipped", "waived", "xfailed"):
         evidence = record.get("log") or None
     else:
@@ -447,7 +466,9 @@ def _run_command(entry, context, env, deadline, timeout_s):
     if finished.cancelled:
         return [], "ABORTED", "cancelled: another shard failed (fail-fast) or the run stopped"
     if finished.timed_out:
-        why = error_evidence(f"timeout: command killed after {timeout_s:g} s", log)
+        why = error_evidence(
+            f"timeout: command killed after {timeout_s:g} s, {load_average()}", log
+        )
         return [TestOutcome(test_id, "error", duration, why)], "ERROR", why
     if finished.signal_name:
         why = error_evidence(f"crashed: command killed by {finished.signal_name}", log)

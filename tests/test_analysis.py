@@ -136,8 +136,16 @@ def test_base_outcome_is_read_in_the_same_stage_family() -> None:
             "ERROR",
             "timeout: killed after 9 s while running a::b",
             False,
+            ("FAILURE", 3),
+            id="the shard's own time limit is the machine's (the README's exit table)",
+        ),
+        pytest.param(
+            [Outcome("a::b", "failed", 1, "Failed: Timeout (>30.0s) from pytest-timeout")],
+            "FAILURE",
+            None,
+            False,
             ("FAILURE", 1),
-            id="a hang is the code's until the base says otherwise",
+            id="a hang under the test's own pytest-timeout is the code's",
         ),
         pytest.param(
             [],

@@ -35,6 +35,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
+from stagebot.harness.decoding import clean, clean_json
 from stagebot.harness.results import StageResult, TestOutcome
 from stagebot.stages.errors import StagebotError
 from stagebot.stages.history import PriorShard
@@ -412,24 +413,26 @@ class Ledger:
         because they passed before; they count as passed on this commit for the next reuse.
         """
         logs = logs or {}
+        # SQLite refuses lone surrogates (bytes that were not UTF-8): store them as \xNN
+        record = clean_json(result.to_json())
         with self._write() as db:
             pid = self._id(pipeline)
             db.execute("DELETE FROM tests WHERE pipeline_id = ? AND stage = ?", (pid, result.stage))
             db.execute(
                 "INSERT OR REPLACE INTO shards VALUES (?, ?, ?, ?, ?)",
-                (pid, result.stage, result.state, result.duration_s, json.dumps(result.to_json())),
+                (pid, result.stage, result.state, result.duration_s, json.dumps(record)),
             )
             rows = [
                 (
                     pid,
                     result.stage,
-                    t.test_id,
+                    clean(t.test_id),
                     t.outcome,
                     t.duration_s,
-                    t.evidence,
+                    clean(t.evidence) if t.evidence is not None else None,
                     t.attempts,
                     result.reused_from if result.state == "REUSED" else None,
-                    logs.get(t.test_id),
+                    clean(logs[t.test_id]) if logs.get(t.test_id) else None,
                 )
                 for t in result.tests
             ]

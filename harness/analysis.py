@@ -24,6 +24,7 @@ SUCCESS, 0.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
@@ -41,6 +42,7 @@ BLOCKING = ("NEW", "PRE-EXISTING", "UNCLASSIFIED")
 FAILED = ("failed", "error")
 _TIMES = {1: "once", 2: "twice"}
 
+_LOAD = re.compile(r"load average [\d.]+ on \d+ CPUs?")
 BaseOutcomes = Mapping[tuple[str, str], TestOutcome]  # (stage family, test id) -> outcome
 
 
@@ -95,6 +97,7 @@ class _Context:
     base: BaseOutcomes | None
     base_pipeline: int | None
     flaky_history: Mapping[tuple[str, str], tuple[int, ...]]
+    flaky_evidence: Mapping[tuple[str, str], tuple[str, ...]]  # how it failed there
     changed_files: list[str] | None
     stage_paths: Mapping[str, list[str]]
     root: Path | None
@@ -131,13 +134,22 @@ def analyse(
     logs: Mapping[tuple[str, str], str] | None = None,
     cancelled: bool = False,
     flaky_history: Mapping[tuple[str, str], tuple[int, ...]] | None = None,
+    flaky_evidence: Mapping[tuple[str, str], tuple[str, ...]] | None = None,
     root: Path | None = None,
     log_links: Mapping[str, str] | None = None,
 ) -> Analysis:
-    """Classify every failed / flaky / waived test of ``results`` (see the module's docstring)."""
+    """Classify every failed / flaky / waived test of ``results`` (see the module's docstring).
+    ``flaky_evidence``: (family, test id) -> the evidence of its failures where main saw it flaky
+    (a failure unlike all of them is not main's flakiness)."""
     logs = logs or {}
     context = _Context(
-        base, base_pipeline, flaky_history or {}, changed_files, stage_paths or {}, root
+        base,
+        base_pipeline,
+        flaky_history or {},
+        flaky_evidence or {},
+        changed_files,
+        stage_paths or {},
+        root,
     )
     failures: list[Failure] = []
     for result in results:
@@ -156,7 +168,7 @@ def analyse(
                 later = tuple(collateral.get(case.test.test_id, ()))
                 failures.append(replace(failure, collateral=later))
         if result.state == "ERROR" and not any(c.test.outcome in FAILED for c in cases):
-            failures.append(_whole_shard(result, link))
+            failures.append(_whole_shard(result, link, context))
     order = {category: index for index, category in enumerate(CATEGORIES)}
     failures.sort(key=lambda f: (order[f.category], f.stage, f.test_id))
     categories = {failure.category for failure in failures}
@@ -177,7 +189,7 @@ def analyse(
 def _failure(case: _Case, context: _Context, wide: set[str], link: str | None) -> Failure:
     """One case's classified failure with its key lines, log link and (when NEW) suspects."""
     result, test = case.result, case.test
-    failure = _classify(case, context.base, context.base_pipeline, context.flaky_history, wide)
+    failure = _classify(case, context, wide)
     tail = _shard_log_tail(result) if not case.log else None
     lines = [] if test.outcome == "waived" else key_lines(failure.evidence, case.log, tail)
     failure = replace(failure, key_lines=tuple(lines), log_link=link)
@@ -225,8 +237,9 @@ def _shard_wide(cases: list[_Case]) -> set[str]:
     }
 
 
-def _classify(case: _Case, base, base_pipeline, flaky_history, wide: set[str]) -> Failure:
+def _classify(case: _Case, context: _Context, wide: set[str]) -> Failure:
     result, test, verdict = case.result, case.test, case.verdict
+    base, base_pipeline = context.base, context.base_pipeline
     evidence = test.evidence or f"{test.outcome} (no error text was captured)"
     common = {
         "attempts": test.attempts,
@@ -256,11 +269,16 @@ def _classify(case: _Case, base, base_pipeline, flaky_history, wide: set[str]) -
         failed = max(test.attempts - 1, 1)
         return failure("FLAKY", sig=f"flaky: {signature} {_TIMES.get(failed, f'{failed} times')}")
     family = stage_family(result.stage)
-    history = flaky_history.get((family, test.test_id))
+    history = context.flaky_history.get((family, test.test_id))
     if history:
-        return failure("FLAKY", note="flaky on main: " + ", ".join(f"#{n}" for n in history))
+        numbers = ", ".join(f"#{n}" for n in history)
+        seen = context.flaky_evidence.get((family, test.test_id), ())
+        if seen and error_kind(evidence) not in {error_kind(e) for e in seen}:
+            there = f"flaky there {numbers}: {signature_of(seen[-1])}"
+            return failure("NEW", f"fails differently than on main ({there})")
+        return failure("FLAKY", note="flaky on main: " + numbers)
     if verdict.machine is not None:
-        return failure("INFRA", note=f"{verdict.machine.means}: retry")
+        return failure("INFRA", note=_infra_note(verdict.machine.means, evidence, case.log))
     if verdict.shard_wide in wide:
         return failure("INFRA", note="the same error hit many unrelated tests of this shard: retry")
     if base is None:
@@ -271,9 +289,16 @@ def _classify(case: _Case, base, base_pipeline, flaky_history, wide: set[str]) -
     if before is None:
         return failure("UNCLASSIFIED", f"base #{base_pipeline} did not run this test in {family}")
     if before.outcome in FAILED:
+        if before.evidence and error_kind(before.evidence) != error_kind(evidence):
+            there = signature_of(before.evidence)
+            return failure("NEW", f"fails differently than on base #{base_pipeline}: there {there}")
         return failure("PRE-EXISTING", f"also failing on base #{base_pipeline}")
     if before.outcome in ("passed", "flaky"):
         return failure("NEW", f"passed on base #{base_pipeline} in {_seconds(before.duration_s)}")
+    if before.outcome in ("skipped", "waived"):
+        return failure(
+            "NEW", f"new coverage: did not run on base #{base_pipeline} ({before.outcome} there)"
+        )
     return failure("NEW", f"{before.outcome} on base #{base_pipeline}")
 
 
@@ -305,25 +330,70 @@ def _file_level(failure, base, base_pipeline, family: str, test_id: str) -> Fail
     return failure("UNCLASSIFIED", f"base #{base_pipeline} did not run this file in {family}")
 
 
-def _whole_shard(result: StageResult, link: str | None) -> Failure:
+def _whole_shard(result: StageResult, link: str | None, context: _Context) -> Failure:
+    """A shard that ended in ERROR with no failed test (pytest died starting up, a conftest that
+    fails to import, a crash before the first test): judged by its cause, then against the base
+    by stage family, with the changed files its traceback names as suspects."""
     evidence = result.evidence or "the shard ended in ERROR without evidence"
+    test_id = f"{result.stage} (whole shard)"
     verdict = judge(read_sources(evidence, None))
     signature = verdict.machine_signature or verdict.signature or _fallback(evidence, None)
-    category = "INFRA" if verdict.machine is not None else "UNCLASSIFIED"
-    note = f"{verdict.machine.means}: retry" if verdict.machine else "no test failed"
-    if is_environment(evidence):  # the shard's Python cannot run it: a retry fails the same way
-        category, signature, note = "INFRA", "environment", "fix the shard's environment"
     tail = _shard_log_tail(result)
+    category, note, suspects = "UNCLASSIFIED", "no test failed", ()
+    family = stage_family(result.stage)
+    passed = [
+        key for key, outcome in (context.base or {}).items()
+        if key[0] == family and outcome.outcome in ("passed", "flaky")
+    ]  # fmt: skip
+    if verdict.machine is not None:
+        category, note = "INFRA", _infra_note(verdict.machine.means, evidence, None)
+    elif is_environment(evidence):  # the shard's Python cannot run it: a retry fails the same way
+        category, signature, note = "INFRA", "environment", "fix the shard's environment"
+    elif passed:
+        category = "NEW"
+        note = f"no test ran here; {len(passed)} test(s) of {family} passed on base #"
+        note += f"{context.base_pipeline}"
+        suspects = rank_suspects(
+            test_id,
+            f"{evidence}\n{tail or ''}",
+            context.changed_files,
+            root=context.root,
+            stage_patterns=tuple(context.stage_paths.get(result.stage, ())),
+        )
+    elif context.base is None:
+        note = "no test failed; no base pipeline to compare with"
     return Failure(
         result.stage,
-        f"{result.stage} (whole shard)",
+        test_id,
         category,
         cause_line(evidence),
         signature=signature,
         note=note,
+        suspects=suspects,
         key_lines=tuple(key_lines(evidence, None, tail)),
         log_link=link,
     )
+
+
+def error_kind(evidence: str | None) -> str:
+    """What kind of error an evidence line is (the rule that names it, else its exception type),
+    comparable across pipelines: the numbers and paths in it may differ, the kind may not."""
+    verdict = judge(read_sources(evidence, None))
+    if verdict.machine is not None:
+        return verdict.machine.name
+    return verdict.kind or _fallback(evidence or "", None)
+
+
+def signature_of(evidence: str | None) -> str:
+    """The signature of an evidence line alone (another pipeline's failure: no log here)."""
+    verdict = judge(read_sources(evidence, None))
+    return verdict.machine_signature or verdict.signature or _fallback(evidence or "", None)
+
+
+def _infra_note(means: str, evidence: str, log: str | None) -> str:
+    """What a machine-level failure means, with the host's load when a limit ran out."""
+    found = _LOAD.search(f"{evidence}\n{log or ''}")
+    return f"{means} ({found[0]}): retry" if found else f"{means}: retry"
 
 
 def _seconds(value: float) -> str:

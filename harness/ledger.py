@@ -19,6 +19,7 @@ API (also used by the GitHub adapter)::
     ledger.base_pipeline(base_commit, "main")       # the pipeline failures are compared with
     ledger.test_outcomes(n)                         # (stage family, test id) -> outcome
     ledger.flaky_history("main")                    # (family, test id) -> pipelines it was flaky
+    ledger.flaky_evidence("main")                   # (family, test id) -> how it failed there
     ledger.record_validation(head_commit, n, pr=pr) # `/bot reuse-pipeline`
 """
 
@@ -759,6 +760,32 @@ class Ledger:
             if "passed" in kinds and "failed" in kinds:
                 flaky.setdefault((family, test_id), set()).update(kinds["failed"])
         return {key: tuple(sorted(numbers)) for key, numbers in flaky.items()}
+
+    def flaky_evidence(
+        self, branch: str, last: int = HISTORY_PIPELINES
+    ) -> dict[tuple[str, str], tuple[str, ...]]:
+        """(stage family, test id) -> how it failed in the pipelines where ``flaky_history``
+        saw it flaky (the evidence of the failed attempt), oldest first: a failure of another
+        kind is not that flakiness."""
+        flaky = self.flaky_history(branch, last)
+        rows = self._query(
+            "SELECT p.number, t.stage, t.test_id, t.outcome, t.evidence"
+            " FROM tests t JOIN pipelines p ON p.id = t.pipeline_id"
+            " WHERE p.id IN (SELECT id FROM pipelines WHERE repo = ? AND branch = ? AND state IN"
+            " ('SUCCESS', 'FAILURE') ORDER BY id DESC LIMIT ?)"
+            " AND t.outcome IN ('flaky', 'failed', 'error') AND t.evidence IS NOT NULL"
+            " ORDER BY p.id",
+            (self.repo, branch, last),
+        )
+        found: dict[tuple[str, str], list[str]] = {}
+        for row in rows:
+            key = (stage_family(row["stage"]), row["test_id"])
+            if row["number"] in flaky.get(key, ()):
+                evidence = row["evidence"]
+                if row["outcome"] == "flaky":
+                    evidence = evidence.split("after: ", 1)[-1]
+                found.setdefault(key, []).append(evidence)
+        return {key: tuple(evidences) for key, evidences in found.items()}
 
     # -- helpers ---------------------------------------------------------------------------
     def _id(self, number: int) -> int:

@@ -438,10 +438,11 @@ class Verdict:
     shard_wide: str | None
     signature: str | None
     sticky: bool
+    kind: str | None = None  # the name of the signature rule that matched
 
 
 def judge(sources: dict[str, str]) -> Verdict:
-    machine = machine_signature = shard_wide = signature = None
+    machine = machine_signature = shard_wide = signature = kind = None
     sticky = False
     # A test's assertion may quote any error text ("expected NCCL error …"): the machine-level
     # rules read how the process failed and ended, not the assertion's message.
@@ -462,5 +463,5 @@ def judge(sources: dict[str, str]) -> Verdict:
         elif rule.machine == "shard":
             shard_wide = found
         else:
-            signature, sticky = found, rule.sticky
-    return Verdict(machine, machine_signature, shard_wide, signature, sticky)
+            signature, sticky, kind = found, rule.sticky, rule.name
+    return Verdict(machine, machine_signature, shard_wide, signature, sticky, kind)

@@ -265,6 +265,54 @@ def test_flaky_history_on_main_makes_a_failure_flaky() -> None:
     other_family = {("A10-PyTorch", "t.py::x"): (41,)}
     again = analyse([shard(tests=tests)], base=base, base_pipeline=44, flaky_history=other_family)
     assert again.failures[0].category == "NEW"
+    # main's flaky failures were its assertion; here a TypeError on every attempt: not that
+    seen = {("S-PyTorch", "t.py::x"): ("AssertionError: x",)}
+    same = analyse([shard(tests=tests)], flaky_history=history, flaky_evidence=seen)
+    assert same.failures[0].category == "FLAKY"  # the control: the same kind of failure
+    moved = [Outcome("t.py::x", "failed", 1, "TypeError: load() got an unexpected keyword", 3)]
+    (failure,) = analyse([shard(tests=moved)], flaky_history=history, flaky_evidence=seen).failures
+    assert (failure.category, failure.note) == (
+        "NEW",
+        "fails differently than on main (flaky there #41, #44: assertion)",
+    )
+    assert failure.signature == "TypeError"
+
+
+def test_a_failure_that_moved_from_the_bases_assertion_is_not_pre_existing() -> None:
+    base = {("S-PyTorch", "t.py::x"): Outcome("t.py::x", "failed", 1, "assert 3 == 2")}
+    moved = [Outcome("t.py::x", "failed", 1, "KeyError: 'rounding'")]
+    (failure,) = analyse([shard(tests=moved)], base=base, base_pipeline=3).failures
+    assert failure.category == "NEW"
+    assert failure.note == "fails differently than on base #3: there assertion"
+    assert failure.signature == "KeyError"
+    same = [Outcome("t.py::x", "failed", 1, "assert 4 == 2")]  # the control: other numbers
+    assert analyse([shard(tests=same)], base=base, base_pipeline=3).failures[0].category == (
+        "PRE-EXISTING"
+    )
+
+
+def test_a_whole_shard_failure_is_compared_with_the_base_by_family(tmp_path) -> None:
+    log = tmp_path / "log.txt"
+    log.write_text(
+        "ImportError while loading conftest '/r/tests/boot/conftest.py'.\n"
+        "tests/boot/conftest.py:1: in <module>\n    from mathkit import registry\n"
+        "src/mathkit/registry.py:3: in <module>\n    raise ImportError('no backend')\n"
+        "E   ImportError: no backend\n"
+    )
+    broken = StageResult(
+        stage="S-PyTorch-1", shard=1, shards=1, state="ERROR", started_at=None,
+        finished_at=None, duration_s=1.0, gpu_type="CPU", gpus=[], tests=[],
+        log_path=str(log), evidence="pytest ended with a usage error (exit 4): ImportError: x",
+    )  # fmt: skip
+    base = {("S-PyTorch", "tests/boot/check_a.py::a"): Outcome("x", "passed", 1)}
+    changed = ["src/mathkit/registry.py", "README.md"]
+    (failure,) = analyse([broken], base=base, base_pipeline=4, changed_files=changed).failures
+    assert failure.category == "NEW", failure
+    assert failure.note == "no test ran here; 1 test(s) of S-PyTorch passed on base #4"
+    assert [str(s) for s in failure.suspects] == ["src/mathkit/registry.py (in traceback)"]
+    other = {("A10-PyTorch", "tests/boot/check_a.py::a"): Outcome("x", "passed", 1)}
+    (alone,) = analyse([broken], base=other, base_pipeline=4, changed_files=changed).failures
+    assert alone.category == "UNCLASSIFIED"  # the control: the base never ran this family
 
 
 @pytest.mark.parametrize(
@@ -319,7 +367,7 @@ def test_the_suites_own_verdict_is_a_blocking_failure() -> None:
         ("error", "error", "PRE-EXISTING", "also failing on base #3"),
         ("failed", "passed", "NEW", "passed on base #3 in 1.00 s"),
         ("error", "passed", "NEW", "passed on base #3 in 1.00 s"),
-        ("failed", "skipped", "NEW", "skipped on base #3"),
+        ("failed", "skipped", "NEW", "new coverage: did not run on base #3 (skipped there)"),
         ("failed", None, "UNCLASSIFIED", "base #3 did not run this test in S-PyTorch"),
     ],
 )

@@ -34,7 +34,7 @@ from stagebot.harness.evidence import Mismatch, error_line, mismatch
 from stagebot.harness.key_lines import key_lines
 from stagebot.harness.results import SESSION_ID, StageResult, TestOutcome
 from stagebot.harness.rules import SHARD_WIDE_TESTS, Verdict, judge, read_sources
-from stagebot.harness.suspects import Suspect, rank_suspects
+from stagebot.harness.suspects import MAX_SUSPECTS, Suspect, import_closure, rank_suspects
 from stagebot.stages.names import stage_family
 
 CATEGORIES = ("NEW", "PRE-EXISTING", "UNCLASSIFIED", "INFRA", "FLAKY", "WAIVED")
@@ -42,6 +42,9 @@ BLOCKING = ("NEW", "PRE-EXISTING", "UNCLASSIFIED")
 FAILED = ("failed", "error")
 _TIMES = {1: "once", 2: "twice"}
 
+_ORDER_SUSPECTS = re.compile(r"order-dependent: .*?\(nearest first: (?P<tests>.*?)\): ")
+_HOST = re.compile(r"host='([^']+)'|\w+://([^/:'\s]+)")
+_LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1", "[::1]"}
 _LOAD = re.compile(r"load average [\d.]+ on \d+ CPUs?")
 BaseOutcomes = Mapping[tuple[str, str], TestOutcome]  # (stage family, test id) -> outcome
 
@@ -202,7 +205,7 @@ def _failure(case: _Case, context: _Context, wide: set[str], link: str | None) -
         root=context.root,
         stage_patterns=tuple(context.stage_paths.get(result.stage, ())),
     )
-    return replace(failure, suspects=suspects)
+    return replace(failure, suspects=(*_earlier_tests(failure.evidence), *suspects)[:MAX_SUSPECTS])
 
 
 def _judge(result: StageResult, test: TestOutcome, logs) -> Verdict:
@@ -279,7 +282,7 @@ def _classify(case: _Case, context: _Context, wide: set[str]) -> Failure:
         return failure("FLAKY", note="flaky on main: " + numbers)
     if verdict.machine is not None:
         return failure("INFRA", note=_infra_note(verdict.machine.means, evidence, case.log))
-    if verdict.shard_wide in wide:
+    if verdict.shard_wide in wide and not _own_service(case, context):
         return failure("INFRA", note="the same error hit many unrelated tests of this shard: retry")
     if base is None:
         return failure("UNCLASSIFIED", "no base pipeline to compare with")
@@ -390,10 +393,35 @@ def signature_of(evidence: str | None) -> str:
     return verdict.machine_signature or verdict.signature or _fallback(evidence or "", None)
 
 
+def _own_service(case: _Case, context: _Context) -> bool:
+    """A refused connection that is the suite's own service, not the machine's: to no named
+    host but this one (127.0.0.1, localhost), failing on every attempt, in a test that passed on
+    the base and imports a changed file (the PR changed the service or its client)."""
+    test = case.test
+    before = (context.base or {}).get((stage_family(case.result.stage), test.test_id))
+    if before is None or before.outcome not in ("passed", "flaky"):
+        return False
+    final = read_sources(test.evidence, case.log)["final"]
+    hosts = {a or b for a, b in _HOST.findall(final)}
+    if hosts - _LOCAL_HOSTS or context.root is None or not context.changed_files:
+        return False
+    closure = import_closure(str(context.root.resolve()), test.test_id.split("::")[0])
+    return any(path in closure for path in context.changed_files)
+
+
 def _infra_note(means: str, evidence: str, log: str | None) -> str:
     """What a machine-level failure means, with the host's load when a limit ran out."""
     found = _LOAD.search(f"{evidence}\n{log or ''}")
     return f"{means} ({found[0]}): retry" if found else f"{means}: retry"
+
+
+def _earlier_tests(evidence: str) -> tuple[Suspect, ...]:
+    """An order-dependent failure's suspects: the tests that ran just before it (the executor's
+    ``order-dependent: …`` line names them, nearest first)."""
+    found = _ORDER_SUSPECTS.match(evidence)
+    if found is None:
+        return ()
+    return tuple(Suspect(t, "ran before it in its process") for t in found["tests"].split(", "))
 
 
 def _seconds(value: float) -> str:

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 SOURCES = ("final", "message", "stderr", "stdout", "exit", "ranks", "timeout")
 SHARD_WIDE_TESTS = 3
 # How the executor and the report job say a process or its output failed (the ``exit`` source).
-HARNESS_PREFIXES = ("crashed:", "corrupt output:", "result.json unreadable:")
+HARNESS_PREFIXES = ("crashed:", "corrupt output:", "result.json unreadable:", "order-dependent:")
 _SECTION = re.compile(r"^----- (?P<name>.+?) -----$", re.MULTILINE)
 _RANK_HEADER = re.compile(r"^--- (rank \d+: .*?) ---$", re.MULTILINE)
 _RANK_SUMMARY = re.compile(r"\d+ of \d+ ranks failed \([^)]*\): (rank \d+: .*)$", re.MULTILINE)
@@ -248,6 +248,15 @@ RULES: tuple[Rule, ...] = (
         "a connection was refused or reset (shard-wide: a service of the machine is down)",
     ),
     # -- signatures: what kind of failure it is; the base decides NEW / PRE-EXISTING ------------
+    Rule(
+        "order-dependent",
+        False,
+        ("exit",),
+        re.compile(r"^order-dependent: passes alone, fails after the (?P<n>\d+) test\(s\)"),
+        "order-dependent: passes alone, fails after {n} earlier test(s) of its process",
+        "it passed when re-run alone and failed again re-run after the tests before it: one of "
+        "them leaks state into it (not flaky)",
+    ),
     Rule(
         "nccl-watchdog",
         False,

@@ -42,6 +42,7 @@ from stagebot.harness.streams import Stream, read_stream
 from stagebot.stages.plan import MatrixEntry
 
 EXECUTED = ("passed", "failed", "error", "flaky", "xfailed")
+ORDER_SUSPECTS = 2  # earlier tests named as suspects of an order-dependent failure
 # pytest-timeout's thread method: the banner around its stack dump, then os._exit(1).
 _THREAD_TIMEOUT = re.compile(r"^\++ Timeout \++$")
 PYTEST_EXIT = {2: "interrupted", 3: "an internal error", 4: "a usage error"}
@@ -208,7 +209,7 @@ def _run_tests(entry, context, env, deadline, timeout_s):
     if first.finished.cancelled:
         return tests, "ABORTED", "cancelled: another shard failed (fail-fast) or the run stopped"
     if problem is None:
-        tests = _reruns(entry, context, env, deadline, tests)
+        tests = _reruns(entry, context, env, deadline, tests, first.stream.started)
     if problem is None and _silent_exit_1(tests, first):
         tests.append(_session_failure(first))
     state = _state(tests, problem)
@@ -365,7 +366,12 @@ def _outcome(record: dict) -> TestOutcome:
     return TestOutcome(record["test_id"], outcome, float(record.get("duration_s", 0.0)), evidence)
 
 
-def _reruns(entry, context, env, deadline, tests: list[TestOutcome]) -> list[TestOutcome]:
+def _reruns(
+    entry, context, env, deadline, tests: list[TestOutcome], order: list[str]
+) -> list[TestOutcome]:
+    """Re-run the failed tests alone; one that passes alone is re-run once more after the tests
+    that ran before it in its process (``order``: the first attempt's start order): failing
+    there, it is order-dependent (an earlier test leaks state into it), not flaky."""
     failed = [t.test_id for t in tests if t.outcome in ("failed", "error") and "::" in t.test_id]
     if not failed or len(failed) > entry.rerun_max_failures:
         return tests
@@ -376,11 +382,24 @@ def _reruns(entry, context, env, deadline, tests: list[TestOutcome]) -> list[Tes
             break
         path = context.out_dir / f"rerun-{number}.jsonl"
         attempt = _attempt(entry, context, env, deadline, path, f"rerun-{number}", remaining)
+        passed = [
+            test_id
+            for test_id in remaining
+            if (attempt.stream.results.get(test_id) or {}).get("outcome") == "passed"
+        ]
+        in_order = _order_check(entry, context, env, deadline, passed, order)
         still = []
         for test_id in remaining:
-            record = attempt.stream.results.get(test_id)
             first = by_id[test_id]
-            if record is not None and record["outcome"] == "passed":
+            if test_id in in_order:
+                by_id[test_id] = TestOutcome(
+                    test_id,
+                    first.outcome,
+                    first.duration_s,
+                    f"{in_order[test_id]}: {first.evidence}",
+                    attempts=number + 2,
+                )
+            elif test_id in passed:
                 by_id[test_id] = TestOutcome(
                     test_id,
                     "flaky",
@@ -395,6 +414,32 @@ def _reruns(entry, context, env, deadline, tests: list[TestOutcome]) -> list[Tes
                 still.append(test_id)
         remaining = still
     return [by_id[t.test_id] for t in tests]
+
+
+def _order_check(entry, context, env, deadline, passed: list[str], order: list[str]):
+    """Re-run ``passed`` (tests that passed alone) with the tests that ran before them in the
+    first attempt, in that order; test id -> its "order-dependent: …" line for each that fails
+    again there (the nearest earlier tests named first: the likeliest to leak state)."""
+    started = list(dict.fromkeys(order))
+    known = [test_id for test_id in passed if test_id in started[1:]]  # something ran before
+    if not known or time.monotonic() >= deadline or context.cancel.is_set():
+        return {}
+    last = max(started.index(test_id) for test_id in known)
+    select = started[: last + 1]
+    path = context.out_dir / "rerun-in-order.jsonl"
+    attempt = _attempt(entry, context, env, deadline, path, "rerun-in-order", select)
+    found = {}
+    for test_id in known:
+        record = attempt.stream.results.get(test_id)
+        if record is None or record["outcome"] not in ("failed", "error"):
+            continue
+        before = started[: started.index(test_id)]
+        nearest = ", ".join(reversed(before[-ORDER_SUSPECTS:]))
+        found[test_id] = (
+            f"order-dependent: passes alone, fails after the {len(before)} test(s) that ran "
+            f"before it in its process (nearest first: {nearest})"
+        )
+    return found
 
 
 def _state(tests: list[TestOutcome], problem: str | None) -> str:

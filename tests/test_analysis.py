@@ -426,3 +426,34 @@ def test_counts_not_run_and_which_failures_name_suspects() -> None:
         ("S-PyTorch-3", "needs 4 x H200 GPU(s)"),
         ("S-PyTorch-4", "not run"),
     ]
+
+
+def test_a_refused_local_service_the_pr_changed_is_new(tmp_path) -> None:
+    """Shard-wide "connection refused" is the machine's, unless the evidence says it is the
+    suite's own service: no host but this one, in tests that passed on the base and import a
+    changed file."""
+    (tmp_path / "svc.py").write_text("PORT = 1\n")
+    (tmp_path / "other.py").write_text("X = 1\n")
+    for name in ("check_a.py", "check_b.py"):
+        (tmp_path / name).write_text("import svc\n")
+    (tmp_path / "check_c.py").write_text("import other\n")
+    local = "ConnectionRefusedError: [Errno 111] Connection refused"
+    remote = (
+        "requests.exceptions.ConnectionError: HTTPConnectionPool(host='cache.ci.internal', "
+        "port=80): Max retries exceeded [Errno 111] Connection refused"
+    )
+    ids = ["check_a.py::t1", "check_a.py::t2", "check_b.py::t3"]
+    base = {("S-PyTorch", t): Outcome(t, "passed", 1) for t in [*ids, "check_c.py::t4"]}
+
+    def categories(evidence: str, changed: list[str], tests=ids) -> set[str]:
+        failing = [Outcome(t, "failed", 1, evidence) for t in tests]
+        analysis = analyse(
+            [shard(tests=failing)], base=base, base_pipeline=2, changed_files=changed, root=tmp_path
+        )
+        return {f.category for f in analysis.failures}
+
+    assert categories(local, ["svc.py"]) == {"NEW"}
+    # the controls: a named host elsewhere, or tests that import nothing the PR changed
+    assert categories(remote, ["svc.py"]) == {"INFRA"}
+    assert categories(local, ["other.py"]) == {"INFRA"}
+    assert categories(local, ["svc.py"], ["check_c.py::t4", *ids[:2]]) == {"NEW", "INFRA"}

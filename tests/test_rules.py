@@ -187,6 +187,12 @@ CASES = [
     ),
     ("process-exit", "crashed: pytest exited 134 during this test", "", "crash: pytest exited 134"),
     (
+        "order-dependent",
+        "order-dependent: passes alone, fails after the 4 test(s) that ran before it in its process (nearest first: t.py::test_c, t.py::test_b): assert 'fast' == 'default'",
+        log("E   AssertionError: assert 'fast' == 'default'"),
+        "order-dependent: passes alone, fails after 4 earlier test(s) of its process",
+    ),
+    (
         "shard-timeout",
         "timeout: still running when the shard was killed after 1800 s, load average 17.20 on 2 CPUs",
         "",

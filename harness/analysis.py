@@ -41,6 +41,9 @@ CATEGORIES = ("NEW", "PRE-EXISTING", "UNCLASSIFIED", "INFRA", "FLAKY", "WAIVED")
 BLOCKING = ("NEW", "PRE-EXISTING", "UNCLASSIFIED")
 FAILED = ("failed", "error")
 _TIMES = {1: "once", 2: "twice"}
+# How much of a crashed shard's log is read: all of a faulthandler dump (up to 100 frames a
+# thread, then the extension modules), whose head holds the crash and the innermost frames.
+CRASH_TAIL_BYTES = 64_000
 
 _ORDER_SUSPECTS = re.compile(r"order-dependent: .*?\(nearest first: (?P<tests>.*?)\): ")
 _HOST = re.compile(r"host='([^']+)'|\w+://([^/:'\s]+)")
@@ -437,5 +440,5 @@ def _fallback(evidence: str, log: str | None) -> str:
     return PurePosixPath(kind.split(".")[-1]).name[:60] or "error"
 
 
-def _shard_log_tail(result: StageResult, size: int = 4000) -> str | None:
+def _shard_log_tail(result: StageResult, size: int = CRASH_TAIL_BYTES) -> str | None:
     return (read_tail(Path(result.log_path), size) or None) if result.log_path else None

@@ -17,6 +17,7 @@ from stagebot.harness.rules import read_sources
 MAX_LINES = 14
 MAX_CHARS = 300
 STDERR_TAIL = 4
+CRASH_FRAMES = 4  # innermost frames of a faulthandler dump kept
 _E_LINE = re.compile(r"^E\s+\S")
 _LOCATION = re.compile(r"^[\w./\\-]+\.py:\d+: \w+")
 _RANK_HEADER = re.compile(r"^--- rank \d+: .* ---$")
@@ -55,13 +56,18 @@ def key_lines(
 
 
 def _shard_lines(tail: str) -> list[str]:
-    """A crash's lines of the shard's log: faulthandler's report (the error and the innermost
-    frames, most recent first), else the log's last lines."""
+    """A crash's lines of the shard's log: faulthandler's report (the error, then the crashing
+    thread's innermost frames, most recent first), else the log's last lines."""
     shard = [line for line in tail.splitlines() if line.strip()]
     fatal = max(
         (i for i, line in enumerate(shard) if line.startswith("Fatal Python")), default=None
     )
-    return shard[fatal : fatal + 5] if fatal is not None else shard[-6:]
+    if fatal is None:
+        return shard[-6:]
+    current = next(
+        (i for i in range(fatal, len(shard)) if shard[i].startswith("Current thread")), fatal
+    )
+    return [shard[fatal], *shard[current : current + CRASH_FRAMES + 1]]
 
 
 def _last_e_block(lines: list[str], limit: int = 8) -> list[str]:

@@ -306,10 +306,10 @@ def _problem(attempt: _Attempt, timeout_s: float) -> str | None:
         return "crashed: pytest wrote no test stream (tests.jsonl missing)"
     if stream.problem:
         return f"corrupt output: {stream.problem}"
+    if stream.session_end is None:  # then no JUnit file either: the crash is the cause
+        return f"crashed: the pytest session did not finish{where}"
     if attempt.junit_problem:
         return f"corrupt output: {attempt.junit_problem}"
-    if stream.session_end is None:
-        return f"crashed: the pytest session did not finish{where}"
     return None
 
 

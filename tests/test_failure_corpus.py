@@ -326,11 +326,12 @@ def corpus(tmp_path_factory):
             "json",
         ).stdout
     )
-    return {f["test_id"]: f for f in report["failures"]}, (tmp / "pr" / "report.md").read_text()
+    failures = {f["test_id"]: f for f in report["failures"]}
+    return failures, *((tmp / "pr" / name).read_text() for name in ("report.md", "report.html"))
 
 
 def test_every_failure_has_its_category_and_signature(corpus) -> None:
-    failures, _ = corpus
+    failures, _, _ = corpus
     assert len(EXPECTED) >= 20
     wrong = []  # every case that is off, not only the first
     for test_id, (category, signature, _, _) in EXPECTED.items():
@@ -345,7 +346,7 @@ def test_every_failure_has_its_category_and_signature(corpus) -> None:
 
 
 def test_collateral_and_duplicates_are_folded(corpus) -> None:
-    failures, report = corpus
+    failures, report, _ = corpus
     sticky = failures["tests/device/check_device.py::test_scatter_kernel"]
     assert sticky["collateral"] == [
         "tests/device/check_device.py::test_copy_back",
@@ -364,7 +365,7 @@ def test_collateral_and_duplicates_are_folded(corpus) -> None:
 
 
 def test_each_key_line_is_in_the_report(corpus) -> None:
-    _, report = corpus
+    _, report, _ = corpus
     missing = []
     for test_id, (_, _, line, _) in EXPECTED.items():
         wordings = line if isinstance(line, tuple) else (line,)
@@ -375,8 +376,24 @@ def test_each_key_line_is_in_the_report(corpus) -> None:
     assert len(report) <= 65_536
 
 
+def test_the_html_report_shows_signatures_and_key_lines(corpus) -> None:
+    """The HTML report says what the reply says: each failure's signature and its key lines."""
+    from markupsafe import escape as html  # as the template escapes
+
+    failures, _, page = corpus
+    missing = []
+    for test_id, (_, _, line, _) in EXPECTED.items():
+        signature = failures.get(test_id, {}).get("signature")
+        wordings = line if isinstance(line, tuple) else (line,)
+        if signature and f'<b class="signature">{html(signature)}</b>' not in page:
+            missing.append((test_id, signature))
+        if not any(html(w) in page for w in wordings):
+            missing.append((test_id, line))
+    assert not missing, missing
+
+
 def test_suspects_name_the_culprit_first(corpus) -> None:
-    failures, _ = corpus
+    failures, _, _ = corpus
     wrong = []
     for test_id, (_, _, _, culprit) in EXPECTED.items():
         if culprit is not None:

@@ -4,19 +4,26 @@ test, from all the evidence (``harness/rules.py`` holds the table, as data).
 Order (the first that applies decides; the README has the table):
 
 1. waived by the waives file -> WAIVED (not a failure);
-2. passed on a re-run -> FLAKY ("flaky: NCCL timeout once"); or failed and main's ledger records
-   the test as flaky in its recent pipelines -> FLAKY ("flaky on main: #41, #44"); not blocking;
-3. a machine-level signature (another process holds the GPU's memory, disk full, ECC / Xid /
-   unavailable / lost GPU, a failed download, the runner killed), or one shard-wide error hitting
-   many unrelated tests of a shard at once -> INFRA ("retry"); exit 3 when nothing else failed;
-4. also failed on the base, in the same stage family -> PRE-EXISTING;
-5. passed on the base -> NEW, with its signature (crash / hang / OOM / numerics …);
+2. passed on a re-run, alone and again after the tests that ran before it (the executor checks)
+   -> FLAKY ("flaky: NCCL timeout once"); or main's ledger records the test as flaky in its recent
+   pipelines and it fails here the same way -> FLAKY ("flaky on main: #41, #44"); not blocking;
+3. a machine-level rule matched the final exception or how the process ended (another process
+   holds the GPU's memory, disk full or quota, ECC / Xid / unavailable / lost GPU, a failed
+   download, the runner killed, a limit of the harness or a suite ran out), or one shard-wide
+   error hit many unrelated tests of a shard at once (but not the suite's own local service the
+   PR changed) -> INFRA ("retry"); exit 3 when nothing else failed;
+4. also failed on the base, in the same stage family, with the same kind of error (the rule
+   that names it, else its exception type) -> PRE-EXISTING;
+5. passed on the base, failed another way there or than main's flakiness ("fails differently"),
+   or did not run there ("new coverage") -> NEW, with its signature (crash / hang / OOM …);
 6. not on the base -> UNCLASSIFIED, with its signature.
 
 A file that fails to import is the failure of the tests it hides (NEW when they passed on the base,
 naming them). A sticky CUDA error (an illegal memory access poisons the process) is reported once,
 with the later tests of its shard that failed the same way as its collateral. A shard that ended in
-ERROR without any failed test is one "(whole shard)" entry. Pipeline state and exit code: any NEW
+ERROR without any failed test is one "(whole shard)" entry: NEW when its stage family passed on
+the base (the changed files its traceback names are the suspects). An order-dependent failure's
+first suspects are the tests that ran just before it. Pipeline state and exit code: any NEW
 / PRE-EXISTING / UNCLASSIFIED -> FAILURE, 1; only INFRA -> FAILURE, 3; cancelled -> ABORTED, 1;
 no shard ran (each one NOT_RUN or REUSED, at least one NOT_RUN) -> NOT_RUN, 4; otherwise
 SUCCESS, 0.
@@ -33,7 +40,7 @@ from stagebot.harness.causes import cause_line, is_environment, read_tail
 from stagebot.harness.evidence import Mismatch, error_line, mismatch
 from stagebot.harness.key_lines import key_lines
 from stagebot.harness.results import SESSION_ID, StageResult, TestOutcome
-from stagebot.harness.rules import SHARD_WIDE_TESTS, Verdict, judge, read_sources
+from stagebot.harness.rules import SHARD_WIDE_TESTS, Rule, Verdict, judge, read_sources
 from stagebot.harness.suspects import MAX_SUSPECTS, Suspect, import_closure, rank_suspects
 from stagebot.stages.names import stage_family
 
@@ -284,7 +291,7 @@ def _classify(case: _Case, context: _Context, wide: set[str]) -> Failure:
             return failure("NEW", f"fails differently than on main ({there})")
         return failure("FLAKY", note="flaky on main: " + numbers)
     if verdict.machine is not None:
-        return failure("INFRA", note=_infra_note(verdict.machine.means, evidence, case.log))
+        return failure("INFRA", note=_infra_note(verdict.machine, evidence, case.log))
     if verdict.shard_wide in wide and not _own_service(case, context):
         return failure("INFRA", note="the same error hit many unrelated tests of this shard: retry")
     if base is None:
@@ -352,13 +359,13 @@ def _whole_shard(result: StageResult, link: str | None, context: _Context) -> Fa
         if key[0] == family and outcome.outcome in ("passed", "flaky")
     ]  # fmt: skip
     if verdict.machine is not None:
-        category, note = "INFRA", _infra_note(verdict.machine.means, evidence, None)
+        category, note = "INFRA", _infra_note(verdict.machine, evidence, None)
     elif is_environment(evidence):  # the shard's Python cannot run it: a retry fails the same way
         category, signature, note = "INFRA", "environment", "fix the shard's environment"
     elif passed:
         category = "NEW"
-        note = f"no test ran here; {len(passed)} test(s) of {family} passed on base #"
-        note += f"{context.base_pipeline}"
+        note = f"no test ran here; {len(passed)} test(s) of {family} passed on base"
+        note += f" #{context.base_pipeline}"
         suspects = rank_suspects(
             test_id,
             f"{evidence}\n{tail or ''}",
@@ -412,10 +419,11 @@ def _own_service(case: _Case, context: _Context) -> bool:
     return any(path in closure for path in context.changed_files)
 
 
-def _infra_note(means: str, evidence: str, log: str | None) -> str:
-    """What a machine-level failure means, with the host's load when a limit ran out."""
-    found = _LOAD.search(f"{evidence}\n{log or ''}")
-    return f"{means} ({found[0]}): retry" if found else f"{means}: retry"
+def _infra_note(rule: Rule, evidence: str, log: str | None) -> str:
+    """What a machine-level failure means, with the host's load when a limit ran out (the
+    executor's timeout line or the test log's ``stagebot: load`` section records it)."""
+    found = _LOAD.search(f"{evidence}\n{log or ''}") if rule.limit else None
+    return f"{rule.means} ({found[0]}): retry" if found else f"{rule.means}: retry"
 
 
 def _earlier_tests(evidence: str) -> tuple[Suspect, ...]:

@@ -61,6 +61,7 @@ class Rule:
     sticky: bool = False  # poisons the process: later failures of the shard are its collateral
     check: Callable[[re.Match[str]], dict[str, str] | None] | None = None  # None: no match
     requires: re.Pattern[str] | None = None  # the final exception this rule's evidence needs
+    limit: bool = False  # a limit that ran out: the report gives the host's load with it
 
     def match(self, sources: dict[str, str]) -> str | None:
         """The signature when the rule matches ``sources``, else None."""
@@ -227,6 +228,7 @@ RULES: tuple[Rule, ...] = (
         "time limit: {s} s ran out ({load})",
         "a limit of the harness ran out (the shard's timeout_minutes or --shard-timeout)",
         check=_with_load,
+        limit=True,
     ),
     Rule(
         "rank-deadline",
@@ -238,6 +240,7 @@ RULES: tuple[Rule, ...] = (
         ),
         "time limit: rank {rank} {what} ({s} s)",
         "a spawned worker ran past the suite's deadline (to finish, or to exit after its result)",
+        limit=True,
     ),
     Rule(
         "connection-refused",

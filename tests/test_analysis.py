@@ -476,3 +476,9 @@ def test_a_rank_slow_to_exit_is_the_machines_with_the_load_and_the_limit() -> No
     assert (failure.category, analysis.exit_code) == ("INFRA", 3)
     assert failure.signature == ("time limit: rank 1 returned a result but did not exit (30.0 s)")
     assert "(load average 17.52 on 2 CPUs): retry" in failure.note
+    # the control: a full disk is not a limit that ran out; its note says nothing of the load
+    disk = "OSError: [Errno 28] No space left on device"
+    test = Outcome("t.py::test_save", "failed", 1, disk)
+    logs = {("S-PyTorch-1", "t.py::test_save"): f"E   {disk}" + log[log.index("\n\n-----") :]}
+    (full,) = analyse([shard(tests=[test])], logs=logs).failures
+    assert full.note == "the disk is full ([Errno 28] ENOSPC): retry"

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import re
 
+from stagebot.harness.evidence import last_e_block
 from stagebot.harness.rules import read_sources
 
 MAX_LINES = 14
 MAX_CHARS = 300
 STDERR_TAIL = 4
 CRASH_FRAMES = 4  # innermost frames of a faulthandler dump kept
-_E_LINE = re.compile(r"^E\s+\S")
 _LOCATION = re.compile(r"^[\w./\\-]+\.py:\d+: \w+")
 _RANK_HEADER = re.compile(r"^--- rank \d+: .* ---$")
 _NOTABLE = re.compile(
@@ -71,14 +71,8 @@ def _shard_lines(tail: str) -> list[str]:
 
 
 def _last_e_block(lines: list[str], limit: int = 8) -> list[str]:
-    """The last run of ``E`` lines (the final exception, after any re-raised ones)."""
-    end = max((i for i, line in enumerate(lines) if _E_LINE.match(line)), default=None)
-    if end is None:
-        return []
-    start = end
-    while start > 0 and lines[start - 1].startswith("E"):
-        start -= 1
-    block = lines[start : end + 1]
+    """The last run of ``E`` lines (the final exception, after any re-raised ones), shortened."""
+    block = last_e_block(lines)
     return block if len(block) <= limit else [*block[:2], "E   …", *block[-(limit - 3) :]]
 
 

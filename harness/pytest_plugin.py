@@ -15,6 +15,9 @@ when its option is given:
   with ``stagebot waive: <reason>`` and streamed with outcome ``waived``.
 - ``--stagebot-select FILE`` / ``--stagebot-deselect FILE``: newline-separated test ids to keep /
   drop (a shard's share of its family, and the tests reused from an earlier pipeline).
+
+A failed test's log ends with a ``stagebot: load`` section: the host's load average when it
+failed, so a limit that ran out (a rank's deadline) is judged with it.
 """
 
 from __future__ import annotations
@@ -179,7 +182,6 @@ def _outcome(reports) -> tuple[str, str, str]:
     for report in reports:
         if report.failed:
             outcome = "failed" if report.when == "call" else "error"
-            # a limit that ran out (a rank's deadline) is judged with the load it ran out at
             load = f"\n----- {LOAD_SECTION} -----\n{load_average()}"
             return outcome, report.when, _text(report)[: LOG_LIMIT - len(load)] + load
     for report in reports:

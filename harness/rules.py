@@ -34,6 +34,8 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from stagebot.harness.evidence import last_e_block
+
 SOURCES = ("final", "message", "stderr", "stdout", "exit", "ranks", "timeout")
 SHARD_WIDE_TESTS = 3
 # How the executor and the report job say a process or its output failed (the ``exit`` source).
@@ -43,7 +45,6 @@ _RANK_HEADER = re.compile(r"^--- (rank \d+: .*?) ---$", re.MULTILINE)
 _RANK_SUMMARY = re.compile(r"\d+ of \d+ ranks failed \([^)]*\): (rank \d+: .*)$", re.MULTILINE)
 _MP_EXIT = re.compile(r"(?:process|Process) \d+ terminated with (?:signal \w+|exit code -?\d+)")
 _PYTEST_TIMEOUT = re.compile(r"Timeout \(>[\d.]+s\) from pytest-timeout\.?")
-_E_LINE = re.compile(r"^E(?:\s|$)")
 # A failure the test asserted: its own words, never a machine-level signature.
 _ASSERTION = re.compile(r"\s*(?:E\s+)?(?:[\w.]*AssertionError\b|assert\b)")
 _SIZE = re.compile(r"(?P<n>[\d.]+) (?P<unit>[KMGT]i?B|B)")
@@ -430,14 +431,8 @@ def read_sources(evidence: str | None, log: str | None) -> dict[str, str]:
 def final_exception(message: str) -> str | None:
     """The last block of pytest's ``E`` lines (the final exception, after any it was raised
     from or while handling), without the ``E``; None when there are none."""
-    lines = message.splitlines()
-    end = max((i for i, line in enumerate(lines) if _E_LINE.match(line)), default=None)
-    if end is None:
-        return None
-    start = end
-    while start > 0 and _E_LINE.match(lines[start - 1]):
-        start -= 1
-    return "\n".join(line[1:].strip() for line in lines[start : end + 1]).strip() or None
+    block = last_e_block(message.splitlines())
+    return "\n".join(line[1:].strip() for line in block).strip() or None
 
 
 @dataclass(frozen=True)

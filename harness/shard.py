@@ -11,7 +11,10 @@ JUnit/JSONL -> ERROR with that evidence; a failed test -> FAILURE (a file that f
 a failed item named by its path; pytest exiting 1 with no failed test -> a failed item
 ``(pytest session)`` with the suite's own line: its verdict); 0 executed tests -> NOT_RUN; else
 SUCCESS. Failed tests are re-run (the entry's ``max_reruns`` times, only when at most
-``rerun_max_failures`` failed: the catalog family's policy); one that then passes is ``flaky``.
+``rerun_max_failures`` failed: the catalog family's policy); one that then passes alone is re-run
+once more after the tests that ran before it in its process: passing there too it is ``flaky``,
+failing there it stays failed, its evidence opening with ``order-dependent:`` and naming the
+nearest of those tests.
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ from stagebot.stages.plan import MatrixEntry
 EXECUTED = ("passed", "failed", "error", "flaky", "xfailed")
 ORDER_SUSPECTS = 2  # earlier tests named as suspects of an order-dependent failure
 # pytest-timeout's thread method: the banner around its stack dump, then os._exit(1).
-_THREAD_TIMEOUT = re.compile(r"^\++ Timeout \++$")
+_THREAD_TIMEOUT = re.compile(r"^\++ [Tt]imeout \++$")
 PYTEST_EXIT = {2: "interrupted", 3: "an internal error", 4: "a usage error"}
 
 
@@ -387,7 +390,7 @@ def _reruns(
             for test_id in remaining
             if (attempt.stream.results.get(test_id) or {}).get("outcome") == "passed"
         ]
-        in_order = _order_check(entry, context, env, deadline, passed, order)
+        in_order = _order_check(entry, context, env, deadline, passed, order, number)
         still = []
         for test_id in remaining:
             first = by_id[test_id]
@@ -416,7 +419,7 @@ def _reruns(
     return [by_id[t.test_id] for t in tests]
 
 
-def _order_check(entry, context, env, deadline, passed: list[str], order: list[str]):
+def _order_check(entry, context, env, deadline, passed: list[str], order: list[str], number: int):
     """Re-run ``passed`` (tests that passed alone) with the tests that ran before them in the
     first attempt, in that order; test id -> its "order-dependent: …" line for each that fails
     again there (the nearest earlier tests named first: the likeliest to leak state)."""
@@ -426,8 +429,8 @@ def _order_check(entry, context, env, deadline, passed: list[str], order: list[s
         return {}
     last = max(started.index(test_id) for test_id in known)
     select = started[: last + 1]
-    path = context.out_dir / "rerun-in-order.jsonl"
-    attempt = _attempt(entry, context, env, deadline, path, "rerun-in-order", select)
+    tag = f"rerun-{number}-in-order"
+    attempt = _attempt(entry, context, env, deadline, context.out_dir / f"{tag}.jsonl", tag, select)
     found = {}
     for test_id in known:
         record = attempt.stream.results.get(test_id)

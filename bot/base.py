@@ -18,6 +18,7 @@ class Base:
     pipeline: int | None = None
     outcomes: dict[tuple[str, str], TestOutcome] | None = None  # (stage family, test id)
     flaky: dict[tuple[str, str], tuple[int, ...]] = field(default_factory=dict)
+    flaky_evidence: dict[tuple[str, str], tuple[str, ...]] = field(default_factory=dict)
 
 
 def select_base(
@@ -39,4 +40,9 @@ def select_base(
         base_commit, default_branch, exclude=exclude if source is book else None
     )
     outcomes = source.test_outcomes(number) if number is not None else None
-    return Base(number, outcomes, source.flaky_history(default_branch))
+    return Base(
+        number,
+        outcomes,
+        source.flaky_history(default_branch),
+        source.flaky_evidence(default_branch),
+    )

@@ -4,19 +4,26 @@ test, from all the evidence (``harness/rules.py`` holds the table, as data).
 Order (the first that applies decides; the README has the table):
 
 1. waived by the waives file -> WAIVED (not a failure);
-2. passed on a re-run -> FLAKY ("flaky: NCCL timeout once"); or failed and main's ledger records
-   the test as flaky in its recent pipelines -> FLAKY ("flaky on main: #41, #44"); not blocking;
-3. a machine-level signature (another process holds the GPU's memory, disk full, ECC / Xid /
-   unavailable / lost GPU, a failed download, the runner killed), or one shard-wide error hitting
-   many unrelated tests of a shard at once -> INFRA ("retry"); exit 3 when nothing else failed;
-4. also failed on the base, in the same stage family -> PRE-EXISTING;
-5. passed on the base -> NEW, with its signature (crash / hang / OOM / numerics …);
+2. passed on a re-run, alone and again after the tests that ran before it (the executor checks)
+   -> FLAKY ("flaky: NCCL timeout once"); or main's ledger records the test as flaky in its recent
+   pipelines and it fails here the same way -> FLAKY ("flaky on main: #41, #44"); not blocking;
+3. a machine-level rule matched the final exception or how the process ended (another process
+   holds the GPU's memory, disk full or quota, ECC / Xid / unavailable / lost GPU, a failed
+   download, the runner killed, a limit of the harness or a suite ran out), or one shard-wide
+   error hit many unrelated tests of a shard at once (but not the suite's own local service the
+   PR changed) -> INFRA ("retry"); exit 3 when nothing else failed;
+4. also failed on the base, in the same stage family, with the same kind of error (the rule
+   that names it, else its exception type) -> PRE-EXISTING;
+5. passed on the base, failed another way there or than main's flakiness ("fails differently"),
+   or did not run there ("new coverage") -> NEW, with its signature (crash / hang / OOM …);
 6. not on the base -> UNCLASSIFIED, with its signature.
 
 A file that fails to import is the failure of the tests it hides (NEW when they passed on the base,
 naming them). A sticky CUDA error (an illegal memory access poisons the process) is reported once,
 with the later tests of its shard that failed the same way as its collateral. A shard that ended in
-ERROR without any failed test is one "(whole shard)" entry. Pipeline state and exit code: any NEW
+ERROR without any failed test is one "(whole shard)" entry: NEW when its stage family passed on
+the base (the changed files its traceback names are the suspects). An order-dependent failure's
+first suspects are the tests that ran just before it. Pipeline state and exit code: any NEW
 / PRE-EXISTING / UNCLASSIFIED -> FAILURE, 1; only INFRA -> FAILURE, 3; cancelled -> ABORTED, 1;
 no shard ran (each one NOT_RUN or REUSED, at least one NOT_RUN) -> NOT_RUN, 4; otherwise
 SUCCESS, 0.
@@ -24,6 +31,7 @@ SUCCESS, 0.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
@@ -32,15 +40,22 @@ from stagebot.harness.causes import cause_line, is_environment, read_tail
 from stagebot.harness.evidence import Mismatch, error_line, mismatch
 from stagebot.harness.key_lines import key_lines
 from stagebot.harness.results import SESSION_ID, StageResult, TestOutcome
-from stagebot.harness.rules import SHARD_WIDE_TESTS, Verdict, judge, read_sources
-from stagebot.harness.suspects import Suspect, rank_suspects
+from stagebot.harness.rules import SHARD_WIDE_TESTS, Rule, Verdict, judge, read_sources
+from stagebot.harness.suspects import MAX_SUSPECTS, Suspect, import_closure, rank_suspects
 from stagebot.stages.names import stage_family
 
 CATEGORIES = ("NEW", "PRE-EXISTING", "UNCLASSIFIED", "INFRA", "FLAKY", "WAIVED")
 BLOCKING = ("NEW", "PRE-EXISTING", "UNCLASSIFIED")
 FAILED = ("failed", "error")
 _TIMES = {1: "once", 2: "twice"}
+# How much of a crashed shard's log is read: all of a faulthandler dump (up to 100 frames a
+# thread, then the extension modules), whose head holds the crash and the innermost frames.
+CRASH_TAIL_BYTES = 64_000
 
+_ORDER_SUSPECTS = re.compile(r"order-dependent: .*?\(nearest first: (?P<tests>.*?)\): ")
+_HOST = re.compile(r"host='([^']+)'|\w+://([^/:'\s]+)")
+_LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1", "[::1]"}
+_LOAD = re.compile(r"load average [\d.]+ on \d+ CPUs?")
 BaseOutcomes = Mapping[tuple[str, str], TestOutcome]  # (stage family, test id) -> outcome
 
 
@@ -95,6 +110,7 @@ class _Context:
     base: BaseOutcomes | None
     base_pipeline: int | None
     flaky_history: Mapping[tuple[str, str], tuple[int, ...]]
+    flaky_evidence: Mapping[tuple[str, str], tuple[str, ...]]  # how it failed there
     changed_files: list[str] | None
     stage_paths: Mapping[str, list[str]]
     root: Path | None
@@ -131,13 +147,22 @@ def analyse(
     logs: Mapping[tuple[str, str], str] | None = None,
     cancelled: bool = False,
     flaky_history: Mapping[tuple[str, str], tuple[int, ...]] | None = None,
+    flaky_evidence: Mapping[tuple[str, str], tuple[str, ...]] | None = None,
     root: Path | None = None,
     log_links: Mapping[str, str] | None = None,
 ) -> Analysis:
-    """Classify every failed / flaky / waived test of ``results`` (see the module's docstring)."""
+    """Classify every failed / flaky / waived test of ``results`` (see the module's docstring).
+    ``flaky_evidence``: (family, test id) -> the evidence of its failures where main saw it flaky
+    (a failure unlike all of them is not main's flakiness)."""
     logs = logs or {}
     context = _Context(
-        base, base_pipeline, flaky_history or {}, changed_files, stage_paths or {}, root
+        base,
+        base_pipeline,
+        flaky_history or {},
+        flaky_evidence or {},
+        changed_files,
+        stage_paths or {},
+        root,
     )
     failures: list[Failure] = []
     for result in results:
@@ -156,7 +181,7 @@ def analyse(
                 later = tuple(collateral.get(case.test.test_id, ()))
                 failures.append(replace(failure, collateral=later))
         if result.state == "ERROR" and not any(c.test.outcome in FAILED for c in cases):
-            failures.append(_whole_shard(result, link))
+            failures.append(_whole_shard(result, link, context))
     order = {category: index for index, category in enumerate(CATEGORIES)}
     failures.sort(key=lambda f: (order[f.category], f.stage, f.test_id))
     categories = {failure.category for failure in failures}
@@ -177,7 +202,7 @@ def analyse(
 def _failure(case: _Case, context: _Context, wide: set[str], link: str | None) -> Failure:
     """One case's classified failure with its key lines, log link and (when NEW) suspects."""
     result, test = case.result, case.test
-    failure = _classify(case, context.base, context.base_pipeline, context.flaky_history, wide)
+    failure = _classify(case, context, wide)
     tail = _shard_log_tail(result) if not case.log else None
     lines = [] if test.outcome == "waived" else key_lines(failure.evidence, case.log, tail)
     failure = replace(failure, key_lines=tuple(lines), log_link=link)
@@ -190,7 +215,7 @@ def _failure(case: _Case, context: _Context, wide: set[str], link: str | None) -
         root=context.root,
         stage_patterns=tuple(context.stage_paths.get(result.stage, ())),
     )
-    return replace(failure, suspects=suspects)
+    return replace(failure, suspects=(*_earlier_tests(failure.evidence), *suspects)[:MAX_SUSPECTS])
 
 
 def _judge(result: StageResult, test: TestOutcome, logs) -> Verdict:
@@ -225,8 +250,9 @@ def _shard_wide(cases: list[_Case]) -> set[str]:
     }
 
 
-def _classify(case: _Case, base, base_pipeline, flaky_history, wide: set[str]) -> Failure:
+def _classify(case: _Case, context: _Context, wide: set[str]) -> Failure:
     result, test, verdict = case.result, case.test, case.verdict
+    base, base_pipeline = context.base, context.base_pipeline
     evidence = test.evidence or f"{test.outcome} (no error text was captured)"
     common = {
         "attempts": test.attempts,
@@ -256,12 +282,17 @@ def _classify(case: _Case, base, base_pipeline, flaky_history, wide: set[str]) -
         failed = max(test.attempts - 1, 1)
         return failure("FLAKY", sig=f"flaky: {signature} {_TIMES.get(failed, f'{failed} times')}")
     family = stage_family(result.stage)
-    history = flaky_history.get((family, test.test_id))
+    history = context.flaky_history.get((family, test.test_id))
     if history:
-        return failure("FLAKY", note="flaky on main: " + ", ".join(f"#{n}" for n in history))
+        numbers = ", ".join(f"#{n}" for n in history)
+        seen = context.flaky_evidence.get((family, test.test_id), ())
+        if seen and error_kind(evidence) not in {error_kind(e) for e in seen}:
+            there = f"flaky there {numbers}: {signature_of(seen[-1])}"
+            return failure("NEW", f"fails differently than on main ({there})")
+        return failure("FLAKY", note="flaky on main: " + numbers)
     if verdict.machine is not None:
-        return failure("INFRA", note=f"{verdict.machine.means}: retry")
-    if verdict.shard_wide in wide:
+        return failure("INFRA", note=_infra_note(verdict.machine, evidence, case.log))
+    if verdict.shard_wide in wide and not _own_service(case, context):
         return failure("INFRA", note="the same error hit many unrelated tests of this shard: retry")
     if base is None:
         return failure("UNCLASSIFIED", "no base pipeline to compare with")
@@ -271,9 +302,16 @@ def _classify(case: _Case, base, base_pipeline, flaky_history, wide: set[str]) -
     if before is None:
         return failure("UNCLASSIFIED", f"base #{base_pipeline} did not run this test in {family}")
     if before.outcome in FAILED:
+        if before.evidence and error_kind(before.evidence) != error_kind(evidence):
+            there = signature_of(before.evidence)
+            return failure("NEW", f"fails differently than on base #{base_pipeline}: there {there}")
         return failure("PRE-EXISTING", f"also failing on base #{base_pipeline}")
     if before.outcome in ("passed", "flaky"):
         return failure("NEW", f"passed on base #{base_pipeline} in {_seconds(before.duration_s)}")
+    if before.outcome in ("skipped", "waived"):
+        return failure(
+            "NEW", f"new coverage: did not run on base #{base_pipeline} ({before.outcome} there)"
+        )
     return failure("NEW", f"{before.outcome} on base #{base_pipeline}")
 
 
@@ -305,25 +343,96 @@ def _file_level(failure, base, base_pipeline, family: str, test_id: str) -> Fail
     return failure("UNCLASSIFIED", f"base #{base_pipeline} did not run this file in {family}")
 
 
-def _whole_shard(result: StageResult, link: str | None) -> Failure:
+def _whole_shard(result: StageResult, link: str | None, context: _Context) -> Failure:
+    """A shard that ended in ERROR with no failed test (pytest died starting up, a conftest that
+    fails to import, a crash before the first test): judged by its cause, then against the base
+    by stage family, with the changed files its traceback names as suspects."""
     evidence = result.evidence or "the shard ended in ERROR without evidence"
+    test_id = f"{result.stage} (whole shard)"
     verdict = judge(read_sources(evidence, None))
     signature = verdict.machine_signature or verdict.signature or _fallback(evidence, None)
-    category = "INFRA" if verdict.machine is not None else "UNCLASSIFIED"
-    note = f"{verdict.machine.means}: retry" if verdict.machine else "no test failed"
-    if is_environment(evidence):  # the shard's Python cannot run it: a retry fails the same way
-        category, signature, note = "INFRA", "environment", "fix the shard's environment"
     tail = _shard_log_tail(result)
+    category, note, suspects = "UNCLASSIFIED", "no test failed", ()
+    family = stage_family(result.stage)
+    passed = [
+        key for key, outcome in (context.base or {}).items()
+        if key[0] == family and outcome.outcome in ("passed", "flaky")
+    ]  # fmt: skip
+    if verdict.machine is not None:
+        category, note = "INFRA", _infra_note(verdict.machine, evidence, None)
+    elif is_environment(evidence):  # the shard's Python cannot run it: a retry fails the same way
+        category, signature, note = "INFRA", "environment", "fix the shard's environment"
+    elif passed:
+        category = "NEW"
+        note = f"no test ran here; {len(passed)} test(s) of {family} passed on base"
+        note += f" #{context.base_pipeline}"
+        suspects = rank_suspects(
+            test_id,
+            f"{evidence}\n{tail or ''}",
+            context.changed_files,
+            root=context.root,
+            stage_patterns=tuple(context.stage_paths.get(result.stage, ())),
+        )
+    elif context.base is None:
+        note = "no test failed; no base pipeline to compare with"
     return Failure(
         result.stage,
-        f"{result.stage} (whole shard)",
+        test_id,
         category,
         cause_line(evidence),
         signature=signature,
         note=note,
+        suspects=suspects,
         key_lines=tuple(key_lines(evidence, None, tail)),
         log_link=link,
     )
+
+
+def error_kind(evidence: str | None) -> str:
+    """What kind of error an evidence line is (the rule that names it, else its exception type),
+    comparable across pipelines: the numbers and paths in it may differ, the kind may not."""
+    verdict = judge(read_sources(evidence, None))
+    if verdict.machine is not None:
+        return verdict.machine.name
+    return verdict.kind or _fallback(evidence or "", None)
+
+
+def signature_of(evidence: str | None) -> str:
+    """The signature of an evidence line alone (another pipeline's failure: no log here)."""
+    verdict = judge(read_sources(evidence, None))
+    return verdict.machine_signature or verdict.signature or _fallback(evidence or "", None)
+
+
+def _own_service(case: _Case, context: _Context) -> bool:
+    """A refused connection that is the suite's own service, not the machine's: to no named
+    host but this one (127.0.0.1, localhost), failing on every attempt, in a test that passed on
+    the base and imports a changed file (the PR changed the service or its client)."""
+    test = case.test
+    before = (context.base or {}).get((stage_family(case.result.stage), test.test_id))
+    if before is None or before.outcome not in ("passed", "flaky"):
+        return False
+    final = read_sources(test.evidence, case.log)["final"]
+    hosts = {a or b for a, b in _HOST.findall(final)}
+    if hosts - _LOCAL_HOSTS or context.root is None or not context.changed_files:
+        return False
+    closure = import_closure(str(context.root.resolve()), test.test_id.split("::")[0])
+    return any(path in closure for path in context.changed_files)
+
+
+def _infra_note(rule: Rule, evidence: str, log: str | None) -> str:
+    """What a machine-level failure means, with the host's load when a limit ran out (the
+    executor's timeout line or the test log's ``stagebot: load`` section records it)."""
+    found = _LOAD.search(f"{evidence}\n{log or ''}") if rule.limit else None
+    return f"{rule.means} ({found[0]}): retry" if found else f"{rule.means}: retry"
+
+
+def _earlier_tests(evidence: str) -> tuple[Suspect, ...]:
+    """An order-dependent failure's suspects: the tests that ran just before it (the executor's
+    ``order-dependent: …`` line names them, nearest first)."""
+    found = _ORDER_SUSPECTS.match(evidence)
+    if found is None:
+        return ()
+    return tuple(Suspect(t, "ran before it in its process") for t in found["tests"].split(", "))
 
 
 def _seconds(value: float) -> str:
@@ -339,5 +448,5 @@ def _fallback(evidence: str, log: str | None) -> str:
     return PurePosixPath(kind.split(".")[-1]).name[:60] or "error"
 
 
-def _shard_log_tail(result: StageResult, size: int = 4000) -> str | None:
+def _shard_log_tail(result: StageResult, size: int = CRASH_TAIL_BYTES) -> str | None:
     return (read_tail(Path(result.log_path), size) or None) if result.log_path else None

@@ -14,6 +14,8 @@ import os
 import re
 from pathlib import Path
 
+from stagebot.harness.decoding import text_of
+
 ENVIRONMENT = "environment:"
 TAIL_BYTES = 16_000
 TAIL_LINES = 12
@@ -31,7 +33,7 @@ def read_tail(path: Path | None, size: int = TAIL_BYTES) -> str:
         with open(path, "rb") as file:
             file.seek(0, os.SEEK_END)
             file.seek(max(file.tell() - size, 0))
-            return file.read().decode("utf-8", "replace")
+            return text_of(file.read())
     except OSError:
         return ""
 

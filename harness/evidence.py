@@ -1,8 +1,9 @@
 """Evidence: the one line that says why a test failed, and the numbers of a numeric mismatch.
 
-Pure functions over failure text (a pytest longrepr, a log tail). The line is the real error —
-the last ``E   `` line that names an exception, else the last ``E`` line, else the last line that
-looks like ``SomeError: …`` — never a bare "exit code 1". Numeric mismatches are read from
+Pure functions over failure text (a pytest longrepr, a log tail). The line is the real error, read
+in the last block of ``E`` lines (the final exception of a chain): the line that names an
+exception, else its first ``E`` line, else the last line that looks like ``SomeError: …`` — never
+a bare "exit code 1". Numeric mismatches are read from
 ``torch.testing.assert_close`` and ``numpy.testing.assert_allclose`` messages.
 """
 
@@ -15,6 +16,7 @@ EXCEPTION_LINE = re.compile(
     r"^(?:[\w.]+\.)?(?:[A-Z]\w*(?:Error|Exception|Failure|Exit)|AssertionError|Failed|KeyboardInterrupt)\b:?"
 )  # noqa: E501
 E_LINE = re.compile(r"^E\s+(?P<text>\S.*)$")
+_E_MARK = re.compile(r"^E(?:\s|$)")  # pytest's mark of an exception line (or its blank line)
 PLAIN_ERROR = re.compile(r"^\s*(?:[\w.]+\.)?[A-Z]\w*(?:Error|Exception)\b(?::.*)?$")
 MISMATCHED = re.compile(r"Mismatched elements:\s*(?P<n>\d+)\s*/\s*(?P<total>\d+)")
 _DIFF = (
@@ -55,7 +57,7 @@ def error_line(text: str | None) -> str | None:
     if not text:
         return None
     lines = text.splitlines()
-    e_lines = [m["text"].strip() for m in map(E_LINE.match, lines) if m]
+    e_lines = [m["text"].strip() for m in map(E_LINE.match, last_e_block(lines)) if m]
     named = [line for line in e_lines if EXCEPTION_LINE.match(line)]
     if named:
         # Prefer the exception line; pytest puts the assertion's own text on the line after
@@ -75,6 +77,18 @@ def error_line(text: str | None) -> str | None:
             return None
         line = plain[-1]
     return _clip(line)
+
+
+def last_e_block(lines: list[str]) -> list[str]:
+    """The lines of the final exception: pytest prints a chained exception's tracebacks in
+    order, each ending in its ``E`` lines; the last run of them is what the test failed with."""
+    ends = [i for i, line in enumerate(lines) if _E_MARK.match(line)]
+    if not ends:
+        return []
+    start = ends[-1]
+    while start > 0 and _E_MARK.match(lines[start - 1]):
+        start -= 1
+    return lines[start : ends[-1] + 1]
 
 
 def mismatch(text: str | None) -> Mismatch | None:

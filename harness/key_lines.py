@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import re
 
+from stagebot.harness.evidence import last_e_block
 from stagebot.harness.rules import read_sources
 
 MAX_LINES = 14
 MAX_CHARS = 300
 STDERR_TAIL = 4
-_E_LINE = re.compile(r"^E\s+\S")
+CRASH_FRAMES = 4  # innermost frames of a faulthandler dump kept
 _LOCATION = re.compile(r"^[\w./\\-]+\.py:\d+: \w+")
 _RANK_HEADER = re.compile(r"^--- rank \d+: .* ---$")
 _NOTABLE = re.compile(
@@ -55,24 +56,23 @@ def key_lines(
 
 
 def _shard_lines(tail: str) -> list[str]:
-    """A crash's lines of the shard's log: faulthandler's report (the error and the innermost
-    frames, most recent first), else the log's last lines."""
+    """A crash's lines of the shard's log: faulthandler's report (the error, then the crashing
+    thread's innermost frames, most recent first), else the log's last lines."""
     shard = [line for line in tail.splitlines() if line.strip()]
     fatal = max(
         (i for i, line in enumerate(shard) if line.startswith("Fatal Python")), default=None
     )
-    return shard[fatal : fatal + 5] if fatal is not None else shard[-6:]
+    if fatal is None:
+        return shard[-6:]
+    current = next(
+        (i for i in range(fatal, len(shard)) if shard[i].startswith("Current thread")), fatal
+    )
+    return [shard[fatal], *shard[current : current + CRASH_FRAMES + 1]]
 
 
 def _last_e_block(lines: list[str], limit: int = 8) -> list[str]:
-    """The last run of ``E`` lines (the final exception, after any re-raised ones)."""
-    end = max((i for i, line in enumerate(lines) if _E_LINE.match(line)), default=None)
-    if end is None:
-        return []
-    start = end
-    while start > 0 and lines[start - 1].startswith("E"):
-        start -= 1
-    block = lines[start : end + 1]
+    """The last run of ``E`` lines (the final exception, after any re-raised ones), shortened."""
+    block = last_e_block(lines)
     return block if len(block) <= limit else [*block[:2], "E   …", *block[-(limit - 3) :]]
 
 

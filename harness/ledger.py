@@ -19,6 +19,7 @@ API (also used by the GitHub adapter)::
     ledger.base_pipeline(base_commit, "main")       # the pipeline failures are compared with
     ledger.test_outcomes(n)                         # (stage family, test id) -> outcome
     ledger.flaky_history("main")                    # (family, test id) -> pipelines it was flaky
+    ledger.flaky_evidence("main")                   # (family, test id) -> how it failed there
     ledger.record_validation(head_commit, n, pr=pr) # `/bot reuse-pipeline`
 """
 
@@ -35,6 +36,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
+from stagebot.harness.decoding import clean, clean_json
 from stagebot.harness.results import StageResult, TestOutcome
 from stagebot.stages.errors import StagebotError
 from stagebot.stages.history import PriorShard
@@ -412,24 +414,26 @@ class Ledger:
         because they passed before; they count as passed on this commit for the next reuse.
         """
         logs = logs or {}
+        # SQLite refuses lone surrogates (bytes that were not UTF-8): store them as \xNN
+        record = clean_json(result.to_json())
         with self._write() as db:
             pid = self._id(pipeline)
             db.execute("DELETE FROM tests WHERE pipeline_id = ? AND stage = ?", (pid, result.stage))
             db.execute(
                 "INSERT OR REPLACE INTO shards VALUES (?, ?, ?, ?, ?)",
-                (pid, result.stage, result.state, result.duration_s, json.dumps(result.to_json())),
+                (pid, result.stage, result.state, result.duration_s, json.dumps(record)),
             )
             rows = [
                 (
                     pid,
                     result.stage,
-                    t.test_id,
+                    clean(t.test_id),
                     t.outcome,
                     t.duration_s,
-                    t.evidence,
+                    clean(t.evidence) if t.evidence is not None else None,
                     t.attempts,
                     result.reused_from if result.state == "REUSED" else None,
-                    logs.get(t.test_id),
+                    clean(logs[t.test_id]) if logs.get(t.test_id) else None,
                 )
                 for t in result.tests
             ]
@@ -756,6 +760,32 @@ class Ledger:
             if "passed" in kinds and "failed" in kinds:
                 flaky.setdefault((family, test_id), set()).update(kinds["failed"])
         return {key: tuple(sorted(numbers)) for key, numbers in flaky.items()}
+
+    def flaky_evidence(
+        self, branch: str, last: int = HISTORY_PIPELINES
+    ) -> dict[tuple[str, str], tuple[str, ...]]:
+        """(stage family, test id) -> how it failed in the pipelines where ``flaky_history``
+        saw it flaky (the evidence of the failed attempt), oldest first: a failure of another
+        kind is not that flakiness."""
+        flaky = self.flaky_history(branch, last)
+        rows = self._query(
+            "SELECT p.number, t.stage, t.test_id, t.outcome, t.evidence"
+            " FROM tests t JOIN pipelines p ON p.id = t.pipeline_id"
+            " WHERE p.id IN (SELECT id FROM pipelines WHERE repo = ? AND branch = ? AND state IN"
+            " ('SUCCESS', 'FAILURE') ORDER BY id DESC LIMIT ?)"
+            " AND t.outcome IN ('flaky', 'failed', 'error') AND t.evidence IS NOT NULL"
+            " ORDER BY p.id",
+            (self.repo, branch, last),
+        )
+        found: dict[tuple[str, str], list[str]] = {}
+        for row in rows:
+            key = (stage_family(row["stage"]), row["test_id"])
+            if row["number"] in flaky.get(key, ()):
+                evidence = row["evidence"]
+                if row["outcome"] == "flaky":
+                    evidence = evidence.split("after: ", 1)[-1]
+                found.setdefault(key, []).append(evidence)
+        return {key: tuple(evidences) for key, evidences in found.items()}
 
     # -- helpers ---------------------------------------------------------------------------
     def _id(self, number: int) -> int:

@@ -17,8 +17,16 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from stagebot.harness.decoding import text_of
+
 KILL_GRACE_S = 5.0
 POLL_S = 0.1
+
+
+def load_average() -> str:
+    """The host's 1-minute load average and CPU count, for the evidence of a limit that ran out:
+    on a busy machine a limit ends what a quiet one finishes."""
+    return f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs"
 
 
 @dataclass(frozen=True)
@@ -52,7 +60,7 @@ def run_process(
     """Run ``argv`` until it exits, ``deadline`` (a ``time.monotonic()`` value) or ``cancel``."""
     start = time.monotonic()
     with open(log_path, "ab") as log:
-        log.write(f"$ {' '.join(argv)}\n".encode())
+        log.write(f"$ {' '.join(argv)}\n".encode("utf-8", "surrogateescape"))
         log.flush()
         proc = subprocess.Popen(
             argv,
@@ -86,7 +94,7 @@ def _pump(proc: subprocess.Popen, log, echo) -> None:
         log.write(line)
         log.flush()
         if echo is not None:
-            echo(line.decode("utf-8", "replace").rstrip("\n"))
+            echo(text_of(line).rstrip("\n"))
 
 
 def _kill_leftovers(proc: subprocess.Popen) -> None:

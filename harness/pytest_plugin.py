@@ -15,6 +15,9 @@ when its option is given:
   with ``stagebot waive: <reason>`` and streamed with outcome ``waived``.
 - ``--stagebot-select FILE`` / ``--stagebot-deselect FILE``: newline-separated test ids to keep /
   drop (a shard's share of its family, and the tests reused from an earlier pipeline).
+
+A failed test's log ends with a ``stagebot: load`` section: the host's load average when it
+failed, so a limit that ran out (a rank's deadline) is judged with it.
 """
 
 from __future__ import annotations
@@ -24,12 +27,15 @@ import json
 import time
 from pathlib import Path
 
+from stagebot.harness.process import load_average
+
 SUITE_OPTIONS: dict[str, str] = {
     "sharding_ir": "stagebot.harness.suites.sharding_ir.options",
     "nvfp4_moe": "stagebot.harness.suites.nvfp4_moe.options",
 }
 WAIVE_PREFIX = "stagebot waive: "
 LOG_LIMIT = 32_000  # characters of a test's failure text kept in the stream
+LOAD_SECTION = "stagebot: load"  # the host's load when a test failed (a section of its log)
 
 
 def pytest_addoption(parser) -> None:
@@ -176,7 +182,8 @@ def _outcome(reports) -> tuple[str, str, str]:
     for report in reports:
         if report.failed:
             outcome = "failed" if report.when == "call" else "error"
-            return outcome, report.when, _text(report)
+            load = f"\n----- {LOAD_SECTION} -----\n{load_average()}"
+            return outcome, report.when, _text(report)[: LOG_LIMIT - len(load)] + load
     for report in reports:
         if report.skipped:
             if hasattr(report, "wasxfail"):

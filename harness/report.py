@@ -283,7 +283,12 @@ def report_from_record(
 def _base_arguments(base) -> dict[str, Any]:
     if base is None:
         return {}
-    return {"base": base.outcomes, "base_pipeline": base.pipeline, "flaky_history": base.flaky}
+    return {
+        "base": base.outcomes,
+        "base_pipeline": base.pipeline,
+        "flaky_history": base.flaky,
+        "flaky_evidence": base.flaky_evidence,
+    }
 
 
 def report_from_results(folder: Path, *, pipeline: int | None = None, base=None) -> Report:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from stagebot.harness.decoding import clean_json
 from stagebot.stages.errors import StagebotError
 
 STAGE_RESULT_VERSION = 1
@@ -57,6 +58,7 @@ class StageResult:
         rules), because the file comes from a stage job, which runs the PR's code."""
         if not isinstance(data, dict) or data.get("version") != STAGE_RESULT_VERSION:
             raise ResultError(f"unsupported StageResult version; expected {STAGE_RESULT_VERSION}")
+        data = clean_json(data)  # a result.json read with surrogates (not UTF-8) in it
         where = (
             f"StageResult for {data.get('stage')!r}"
             if isinstance(data.get("stage"), str)

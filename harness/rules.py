@@ -3,6 +3,8 @@ and what it means.
 
 A failed test's evidence is split into *sources* (``read_sources``):
 
+- ``final``: the final exception alone (the last block of pytest's ``E`` lines, else the
+  evidence line): what the process itself failed with, not what it logged or caught on the way;
 - ``message``: the failure's message and traceback (pytest's longrepr, our evidence line);
 - ``stderr`` / ``stdout``: what the test printed (pytest's "Captured …" sections);
 - ``exit``: how the pytest process ended when it died during the test (the executor's
@@ -12,10 +14,16 @@ A failed test's evidence is split into *sources* (``read_sources``):
 - ``timeout``: the timeout that killed it (the executor's ``timeout: …``, pytest-timeout's line).
 
 Machine-level rules (``machine=True``) say the host or GPU itself is broken: the failure is INFRA
-("retry") whatever the base did. Shard-wide rules (``machine="shard"``) are INFRA only when the
-same error hits at least ``SHARD_WIDE_TESTS`` tests in at least two files of one shard at once;
-alone they describe the failure. Every other rule only names the failure (its *signature*: "crash:
-SIGSEGV in rank 1", "hang: killed after 300 s"); its category then comes from the re-runs and the
+("retry") whatever the base did. They read the final exception and how the process ended, never
+a line anywhere in a chained traceback or a captured log (a test may fake a full disk, then fail
+in the PR's code); a rule that must read the process's output (the driver's Xid line) names the
+final exception it needs (``requires``). A limit the harness or a suite enforces (the shard's
+timeout, a rank's deadline) ending on a busy machine is the machine's too.
+
+Shard-wide rules (``machine="shard"``) are INFRA only when the same error hits at least
+``SHARD_WIDE_TESTS`` tests in at least two files of one shard at once; alone they describe the
+failure. Every other rule only names the failure (its *signature*: "crash: SIGSEGV in rank 1",
+"hang: killed after 300 s"); its category then comes from the re-runs and the
 base pipeline (``harness/analysis.py``). The first matching rule of each kind wins; the table's
 order is its priority.
 """
@@ -26,10 +34,12 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-SOURCES = ("message", "stderr", "stdout", "exit", "ranks", "timeout")
+from stagebot.harness.evidence import last_e_block
+
+SOURCES = ("final", "message", "stderr", "stdout", "exit", "ranks", "timeout")
 SHARD_WIDE_TESTS = 3
 # How the executor and the report job say a process or its output failed (the ``exit`` source).
-HARNESS_PREFIXES = ("crashed:", "corrupt output:", "result.json unreadable:")
+HARNESS_PREFIXES = ("crashed:", "corrupt output:", "result.json unreadable:", "order-dependent:")
 _SECTION = re.compile(r"^----- (?P<name>.+?) -----$", re.MULTILINE)
 _RANK_HEADER = re.compile(r"^--- (rank \d+: .*?) ---$", re.MULTILINE)
 _RANK_SUMMARY = re.compile(r"\d+ of \d+ ranks failed \([^)]*\): (rank \d+: .*)$", re.MULTILINE)
@@ -51,9 +61,13 @@ class Rule:
     means: str  # one phrase for the README table and the report
     sticky: bool = False  # poisons the process: later failures of the shard are its collateral
     check: Callable[[re.Match[str]], dict[str, str] | None] | None = None  # None: no match
+    requires: re.Pattern[str] | None = None  # the final exception this rule's evidence needs
+    limit: bool = False  # a limit that ran out: the report gives the host's load with it
 
     def match(self, sources: dict[str, str]) -> str | None:
         """The signature when the rule matches ``sources``, else None."""
+        if self.requires is not None and not self.requires.search(sources.get("final", "")):
+            return None
         for where in self.where:
             for found in self.pattern.finditer(sources.get(where, "")):
                 extra = self.check(found) if self.check else {}
@@ -71,21 +85,34 @@ def _bytes(text: str) -> float:
 
 def _oom_holders(found: re.Match[str]) -> dict[str, str]:
     """Who holds the GPU's memory, from PyTorch's OOM message: other processes ("Process 123 has
-    40.00 GiB memory in use") and this one ("this process has 17.50 GiB memory in use")."""
+    40.00 GiB memory in use", each once) and this one ("this process has 17.50 GiB memory in
+    use"). It is the neighbours' fault only when they hold more than this process and the request
+    would have fit had they held nothing: a request larger than the device (or than what this
+    process leaves free) is the test's own, whoever else is there."""
     text = found.string[found.start() : found.start() + 2000]
-    others = re.findall(r"Process (\d+) has ([\d.]+ [KMGT]?i?B) memory in use", text)
+    others = dict(re.findall(r"Process (\d+) has ([\d.]+ [KMGT]?i?B) memory in use", text))
     mine = re.search(r"this process has ([\d.]+ [KMGT]?i?B) memory in use", text)
-    held_by_others = sum(_bytes(size) for _, size in others)
+    held_by_me = _bytes(mine[1]) if mine else 0.0
+    would_fit = _bytes(found["size"]) <= _bytes(found["total"]) - held_by_me
     return {
-        "others": ", ".join(f"process {pid} holds {size}" for pid, size in others),
+        "others": ", ".join(f"process {pid} holds {size}" for pid, size in others.items()),
         "mine": mine[1] if mine else "?",
-        "foreign": "yes" if held_by_others > (_bytes(mine[1]) if mine else 0.0) else "",
+        "foreign": "yes" if would_fit and sum(map(_bytes, others.values())) > held_by_me else "",
     }
 
 
 def _foreign_oom(found: re.Match[str]) -> dict[str, str] | None:
     holders = _oom_holders(found)
     return holders if holders["foreign"] else None
+
+
+# The final exception of a process whose GPU call failed (what a driver-logged fault needs).
+_CUDA_FAILED = re.compile(r"CUDA error|CUDA driver error|cudaError|NCCL error")
+_LOAD = r"(?:, (?P<load>load average [\d.]+ on \d+ CPUs?))?"
+
+
+def _with_load(found: re.Match[str]) -> dict[str, str]:
+    return {"load": found["load"] or "load average not recorded"}
 
 
 _OOM = re.compile(
@@ -98,7 +125,7 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "oom-foreign",
         True,
-        ("message", "stderr"),
+        ("final",),
         _OOM,
         "OOM: GPU {gpu} memory held by another process ({others})",
         "CUDA OOM while other processes hold most of the GPU's memory (PyTorch names them)",
@@ -107,15 +134,23 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "disk-full",
         True,
-        ("message", "stderr", "stdout"),
+        ("final", "exit"),
         re.compile(r"\[Errno 28\] No space left on device"),
         "disk full",
-        "the disk is full ([Errno 28])",
+        "the disk is full ([Errno 28] ENOSPC)",
+    ),
+    Rule(
+        "disk-quota",
+        True,
+        ("final", "exit"),
+        re.compile(r"\[Errno 122\] Disk quota exceeded"),
+        "disk full: quota exceeded",
+        "the user's disk quota is used up ([Errno 122] EDQUOT): the disk, for this user",
     ),
     Rule(
         "gpu-ecc",
         True,
-        ("message", "stderr", "ranks"),
+        ("final", "ranks"),
         re.compile(r"uncorrectable ECC error encountered"),
         "GPU ECC error",
         "an uncorrectable ECC error on the GPU",
@@ -123,23 +158,25 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "gpu-xid",
         True,
-        ("message", "stderr", "stdout"),
+        ("final", "stderr", "stdout"),
         re.compile(r"NVRM: Xid \((?P<pci>[^)]*)\): (?P<xid>\d+)"),
         "GPU Xid {xid} on {pci}",
-        "the driver logged an Xid error for the GPU",
+        "the driver logged an Xid error for the GPU while a CUDA call failed",
+        requires=_CUDA_FAILED,
     ),
     Rule(
         "gpu-lost",
         True,
-        ("message", "stderr", "stdout"),
+        ("final", "stderr", "stdout"),
         re.compile(r"GPU is lost|has fallen off the bus|Unable to determine the device handle"),
         "lost GPU",
-        "the GPU fell off the bus / is lost (reboot needed)",
+        "the GPU fell off the bus / is lost while a CUDA call failed (reboot needed)",
+        requires=_CUDA_FAILED,
     ),
     Rule(
         "gpu-unavailable",
         True,
-        ("message", "stderr", "ranks"),
+        ("final", "ranks"),
         re.compile(
             r"CUDA-capable device\(s\) (?:is|are|is/are) busy or unavailable"
             r"|cudaErrorDevicesUnavailable|No CUDA GPUs are available"
@@ -150,7 +187,7 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "download-failed",
         True,
-        ("message", "stderr"),
+        ("final",),
         re.compile(
             r"HTTPSConnectionPool\(host='(?P<host>[^']+)'.*?Max retries exceeded"
             r"|(?:We )?couldn't connect to '(?P<url>https?://[^']+)'"
@@ -171,7 +208,7 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "nccl-system-error",
         True,
-        ("message", "stderr", "ranks"),
+        ("final", "ranks"),
         re.compile(r"NCCL error in: [^,]+, unhandled system error"),
         "NCCL system error",
         "NCCL failed in a system call (network, shared memory): the machine, not the code",
@@ -185,14 +222,45 @@ RULES: tuple[Rule, ...] = (
         "the shard's result, JUnit or stream files could not be read",
     ),
     Rule(
+        "shard-timeout",
+        True,
+        ("timeout",),
+        re.compile(r"^timeout: (?!pytest-timeout).*?\b(?:after|over) (?P<s>[\d.]+) s" + _LOAD),
+        "time limit: {s} s ran out ({load})",
+        "a limit of the harness ran out (the shard's timeout_minutes or --shard-timeout)",
+        check=_with_load,
+        limit=True,
+    ),
+    Rule(
+        "rank-deadline",
+        True,
+        ("ranks",),
+        re.compile(
+            r"rank (?P<rank>\d+): (?P<what>still running at the deadline|returned a result but did "
+            r"not exit)(?: after| in) (?P<s>[\d.]+) s"
+        ),
+        "time limit: rank {rank} {what} ({s} s)",
+        "a spawned worker ran past the suite's deadline (to finish, or to exit after its result)",
+        limit=True,
+    ),
+    Rule(
         "connection-refused",
         "shard",
-        ("message", "stderr"),
+        ("final",),
         re.compile(r"Connection (?:refused|reset by peer)|\[Errno 111\]"),
         "connection refused",
         "a connection was refused or reset (shard-wide: a service of the machine is down)",
     ),
     # -- signatures: what kind of failure it is; the base decides NEW / PRE-EXISTING ------------
+    Rule(
+        "order-dependent",
+        False,
+        ("exit",),
+        re.compile(r"^order-dependent: passes alone, fails after the (?P<n>\d+) test\(s\)"),
+        "order-dependent: passes alone, fails after {n} earlier test(s) of its process",
+        "it passed when re-run alone and failed again re-run after the tests before it: one of "
+        "them leaks state into it (not flaky)",
+    ),
     Rule(
         "nccl-watchdog",
         False,
@@ -217,16 +285,6 @@ RULES: tuple[Rule, ...] = (
         check=lambda m: (
             {"signal": m["psig"], "rank": m["proc"]} if m["psig"] else {"rank": m["rank"]}
         ),
-    ),
-    Rule(
-        "rank-timeout",
-        False,
-        ("ranks",),
-        re.compile(
-            r"rank (?P<rank>\d+): (?:still running at the deadline|hung) .*?(?P<s>[\d.]+) s"
-        ),
-        "hang: rank {rank} still running after {s} s",
-        "a spawned worker did not finish before the deadline",
     ),
     Rule(
         "sticky-cuda",
@@ -278,10 +336,17 @@ RULES: tuple[Rule, ...] = (
         "timeout",
         False,
         ("timeout",),
-        re.compile(r"killed after (?P<s>[\d.]+) s|Timeout \(>(?P<t>[\d.]+)s\) from pytest-timeout"),
+        re.compile(r"Timeout \(>(?P<s>[\d.]+)s\) from pytest-timeout"),
         "hang: killed after {s} s",
-        "the test was still running when its timeout killed it",
-        check=lambda m: {"s": m["s"] or m["t"]},
+        "the test's own timeout (pytest-timeout, signal method) stopped it",
+    ),
+    Rule(
+        "thread-timeout",
+        False,
+        ("timeout",),
+        re.compile(r"pytest-timeout \(thread method\)"),
+        "hang: pytest-timeout (thread method) ended pytest",
+        "the test's own timeout (pytest-timeout, thread method) dumped the stacks and ended pytest",
     ),
     Rule(
         "numerics",
@@ -306,6 +371,15 @@ RULES: tuple[Rule, ...] = (
         re.compile(r"rank (?P<rank>\d+): (?:exception )?(?P<exc>[\w.]*(?:Error|Exception)\b[^;]*)"),
         "{exc} in rank {rank}",
         "a spawned worker raised",
+    ),
+    Rule(
+        "xpass-strict",
+        False,
+        ("message",),
+        re.compile(r"^\[XPASS\(strict\)\] ?(?P<reason>.*)$", re.MULTILINE),
+        "XPASS(strict): passed though marked xfail ({reason})",
+        "a test marked xfail(strict=True) passed: the mark, or the fix it waits for, is stale",
+        check=lambda m: {"reason": m["reason"].strip() or "no reason given"},
     ),
     Rule(
         "import",
@@ -335,6 +409,7 @@ def read_sources(evidence: str | None, log: str | None) -> dict[str, str]:
     executor = evidence.removeprefix("passed on re-run ").split("after: ", 1)[-1]
     whole = f"{evidence}\n{message}"
     return {
+        "final": final_exception(message) or executor.split("\n", 1)[0],
         "message": whole,
         "stderr": "\n".join(stderr),
         "stdout": "\n".join(stdout),
@@ -353,6 +428,13 @@ def read_sources(evidence: str | None, log: str | None) -> dict[str, str]:
     }
 
 
+def final_exception(message: str) -> str | None:
+    """The last block of pytest's ``E`` lines (the final exception, after any it was raised
+    from or while handling), without the ``E``; None when there are none."""
+    block = last_e_block(message.splitlines())
+    return "\n".join(line[1:].strip() for line in block).strip() or None
+
+
 @dataclass(frozen=True)
 class Verdict:
     """What the table says of one failure: a machine-level INFRA rule, a shard-wide candidate,
@@ -363,15 +445,16 @@ class Verdict:
     shard_wide: str | None
     signature: str | None
     sticky: bool
+    kind: str | None = None  # the name of the signature rule that matched
 
 
 def judge(sources: dict[str, str]) -> Verdict:
-    machine = machine_signature = shard_wide = signature = None
+    machine = machine_signature = shard_wide = signature = kind = None
     sticky = False
     # A test's assertion may quote any error text ("expected NCCL error …"): the machine-level
-    # rules read what the process printed and how it ended, not the assertion's message.
-    asserted = _ASSERTION.match(sources.get("message", "")) is not None
-    machine_sources = {**sources, "message": ""} if asserted else sources
+    # rules read how the process failed and ended, not the assertion's message.
+    asserted = _ASSERTION.match(sources.get("final", "")) is not None
+    machine_sources = {**sources, "final": ""} if asserted else sources
     for rule in RULES:
         if rule.machine is True and machine is not None:
             continue
@@ -387,5 +470,5 @@ def judge(sources: dict[str, str]) -> Verdict:
         elif rule.machine == "shard":
             shard_wide = found
         else:
-            signature, sticky = found, rule.sticky
-    return Verdict(machine, machine_signature, shard_wide, signature, sticky)
+            signature, sticky, kind = found, rule.sticky, rule.name
+    return Verdict(machine, machine_signature, shard_wide, signature, sticky, kind)

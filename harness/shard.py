@@ -11,7 +11,10 @@ JUnit/JSONL -> ERROR with that evidence; a failed test -> FAILURE (a file that f
 a failed item named by its path; pytest exiting 1 with no failed test -> a failed item
 ``(pytest session)`` with the suite's own line: its verdict); 0 executed tests -> NOT_RUN; else
 SUCCESS. Failed tests are re-run (the entry's ``max_reruns`` times, only when at most
-``rerun_max_failures`` failed: the catalog family's policy); one that then passes is ``flaky``.
+``rerun_max_failures`` failed: the catalog family's policy); one that then passes alone is re-run
+once more after the tests that ran before it in its process: passing there too it is ``flaky``,
+failing there it stays failed, its evidence opening with ``order-dependent:`` and naming the
+nearest of those tests.
 """
 
 from __future__ import annotations
@@ -36,12 +39,15 @@ from stagebot.harness.causes import (
 )
 from stagebot.harness.evidence import log_error_line, test_evidence
 from stagebot.harness.junit import JunitError, read_junit, write_junit
-from stagebot.harness.process import Finished, run_process
+from stagebot.harness.process import Finished, load_average, run_process
 from stagebot.harness.results import SESSION_ID, StageResult, TestOutcome
 from stagebot.harness.streams import Stream, read_stream
 from stagebot.stages.plan import MatrixEntry
 
 EXECUTED = ("passed", "failed", "error", "flaky", "xfailed")
+ORDER_SUSPECTS = 2  # earlier tests named as suspects of an order-dependent failure
+# pytest-timeout's thread method: the banner around its stack dump, then os._exit(1).
+_THREAD_TIMEOUT = re.compile(r"^\++ [Tt]imeout \++$")
 PYTEST_EXIT = {2: "interrupted", 3: "an internal error", 4: "a usage error"}
 
 
@@ -206,7 +212,7 @@ def _run_tests(entry, context, env, deadline, timeout_s):
     if first.finished.cancelled:
         return tests, "ABORTED", "cancelled: another shard failed (fail-fast) or the run stopped"
     if problem is None:
-        tests = _reruns(entry, context, env, deadline, tests)
+        tests = _reruns(entry, context, env, deadline, tests, first.stream.started)
     if problem is None and _silent_exit_1(tests, first):
         tests.append(_session_failure(first))
     state = _state(tests, problem)
@@ -282,7 +288,9 @@ def _problem(attempt: _Attempt, timeout_s: float) -> str | None:
     if finished.cancelled:
         return None
     if finished.timed_out:
-        return f"timeout: killed after {timeout_s:g} s{where or ' (no test had started)'}"
+        return f"timeout: killed after {timeout_s:g} s, {load_average()}" + (
+            where or " (no test had started)"
+        )
     if finished.signal_name:
         before = "" if stream.exists and stream.results else " before writing any result"
         return f"crashed: pytest killed by {finished.signal_name}{where}{before}"
@@ -301,10 +309,10 @@ def _problem(attempt: _Attempt, timeout_s: float) -> str | None:
         return "crashed: pytest wrote no test stream (tests.jsonl missing)"
     if stream.problem:
         return f"corrupt output: {stream.problem}"
+    if stream.session_end is None:  # then no JUnit file either: the crash is the cause
+        return f"crashed: the pytest session did not finish{where}"
     if attempt.junit_problem:
         return f"corrupt output: {attempt.junit_problem}"
-    if stream.session_end is None:
-        return f"crashed: the pytest session did not finish{where}"
     return None
 
 
@@ -324,21 +332,36 @@ def _outcomes(attempt: _Attempt, timeout_s: float) -> list[TestOutcome]:
     recovered = {t.test_id for t in tests}
     for test_id in (t for t in stream.unfinished if t not in recovered):
         if finished.timed_out:
-            why = f"timeout: still running when the shard was killed after {timeout_s:g} s"
+            why = (
+                f"timeout: still running when the shard was killed after {timeout_s:g} s, "
+                + load_average()
+            )
         elif finished.cancelled:
             continue
         elif finished.signal_name:
             why = f"crashed: the worker was killed by {finished.signal_name} during this test"
+        elif finished.returncode == 1 and _ended_by_thread_timeout(attempt):
+            why = "timeout: pytest-timeout (thread method) ended pytest during this test"
         else:
             why = f"crashed: pytest exited {finished.returncode} during this test"
         tests.append(TestOutcome(test_id, "error", 0.0, why))
     return tests
 
 
+def _ended_by_thread_timeout(attempt: _Attempt) -> bool:
+    """pytest's output ends with pytest-timeout's banner: its thread method dumped the stacks
+    and ended the process (exit 1) in the middle of the test."""
+    lines = [line.strip() for line in _log_tail(attempt).splitlines() if line.strip()]
+    return bool(lines) and _THREAD_TIMEOUT.match(lines[-1]) is not None
+
+
 def _outcome(record: dict) -> TestOutcome:
     outcome = record["outcome"]
     if outcome in ("failed", "error"):
-        evidence = test_evidence(record.get("log")) or f"{outcome} in {record.get('phase')}"
+        log = record.get("log") or ""
+        first = next((line.strip() for line in log.splitlines() if line.strip()), None)
+        # no error line: pytest's own words (such as "[XPASS(strict)] reason") say it
+        evidence = test_evidence(log) or first or f"{outcome} in {record.get('phase')}"
     elif outcome in ("skipped", "waived", "xfailed"):
         evidence = record.get("log") or None
     else:
@@ -346,7 +369,12 @@ def _outcome(record: dict) -> TestOutcome:
     return TestOutcome(record["test_id"], outcome, float(record.get("duration_s", 0.0)), evidence)
 
 
-def _reruns(entry, context, env, deadline, tests: list[TestOutcome]) -> list[TestOutcome]:
+def _reruns(
+    entry, context, env, deadline, tests: list[TestOutcome], order: list[str]
+) -> list[TestOutcome]:
+    """Re-run the failed tests alone; one that passes alone is re-run once more after the tests
+    that ran before it in its process (``order``: the first attempt's start order): failing
+    there, it is order-dependent (an earlier test leaks state into it), not flaky."""
     failed = [t.test_id for t in tests if t.outcome in ("failed", "error") and "::" in t.test_id]
     if not failed or len(failed) > entry.rerun_max_failures:
         return tests
@@ -357,11 +385,24 @@ def _reruns(entry, context, env, deadline, tests: list[TestOutcome]) -> list[Tes
             break
         path = context.out_dir / f"rerun-{number}.jsonl"
         attempt = _attempt(entry, context, env, deadline, path, f"rerun-{number}", remaining)
+        passed = [
+            test_id
+            for test_id in remaining
+            if (attempt.stream.results.get(test_id) or {}).get("outcome") == "passed"
+        ]
+        in_order = _order_check(entry, context, env, deadline, passed, order, number)
         still = []
         for test_id in remaining:
-            record = attempt.stream.results.get(test_id)
             first = by_id[test_id]
-            if record is not None and record["outcome"] == "passed":
+            if test_id in in_order:
+                by_id[test_id] = TestOutcome(
+                    test_id,
+                    first.outcome,
+                    first.duration_s,
+                    f"{in_order[test_id]}: {first.evidence}",
+                    attempts=number + 2,
+                )
+            elif test_id in passed:
                 by_id[test_id] = TestOutcome(
                     test_id,
                     "flaky",
@@ -376,6 +417,32 @@ def _reruns(entry, context, env, deadline, tests: list[TestOutcome]) -> list[Tes
                 still.append(test_id)
         remaining = still
     return [by_id[t.test_id] for t in tests]
+
+
+def _order_check(entry, context, env, deadline, passed: list[str], order: list[str], number: int):
+    """Re-run ``passed`` (tests that passed alone) with the tests that ran before them in the
+    first attempt, in that order; test id -> its "order-dependent: …" line for each that fails
+    again there (the nearest earlier tests named first: the likeliest to leak state)."""
+    started = list(dict.fromkeys(order))
+    known = [test_id for test_id in passed if test_id in started[1:]]  # something ran before
+    if not known or time.monotonic() >= deadline or context.cancel.is_set():
+        return {}
+    last = max(started.index(test_id) for test_id in known)
+    select = started[: last + 1]
+    tag = f"rerun-{number}-in-order"
+    attempt = _attempt(entry, context, env, deadline, context.out_dir / f"{tag}.jsonl", tag, select)
+    found = {}
+    for test_id in known:
+        record = attempt.stream.results.get(test_id)
+        if record is None or record["outcome"] not in ("failed", "error"):
+            continue
+        before = started[: started.index(test_id)]
+        nearest = ", ".join(reversed(before[-ORDER_SUSPECTS:]))
+        found[test_id] = (
+            f"order-dependent: passes alone, fails after the {len(before)} test(s) that ran "
+            f"before it in its process (nearest first: {nearest})"
+        )
+    return found
 
 
 def _state(tests: list[TestOutcome], problem: str | None) -> str:
@@ -447,7 +514,9 @@ def _run_command(entry, context, env, deadline, timeout_s):
     if finished.cancelled:
         return [], "ABORTED", "cancelled: another shard failed (fail-fast) or the run stopped"
     if finished.timed_out:
-        why = error_evidence(f"timeout: command killed after {timeout_s:g} s", log)
+        why = error_evidence(
+            f"timeout: command killed after {timeout_s:g} s, {load_average()}", log
+        )
         return [TestOutcome(test_id, "error", duration, why)], "ERROR", why
     if finished.signal_name:
         why = error_evidence(f"crashed: command killed by {finished.signal_name}", log)

@@ -10,6 +10,8 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from stagebot.harness.decoding import clean_json
+
 
 @dataclass
 class Stream:
@@ -35,7 +37,7 @@ def read_stream(path: Path) -> Stream:
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
+            record = clean_json(json.loads(line))
             if not isinstance(record, dict) or "event" not in record:
                 raise ValueError("not a stream record")
         except ValueError:

@@ -136,8 +136,16 @@ def test_base_outcome_is_read_in_the_same_stage_family() -> None:
             "ERROR",
             "timeout: killed after 9 s while running a::b",
             False,
+            ("FAILURE", 3),
+            id="the shard's own time limit is the machine's (the README's exit table)",
+        ),
+        pytest.param(
+            [Outcome("a::b", "failed", 1, "Failed: Timeout (>30.0s) from pytest-timeout")],
+            "FAILURE",
+            None,
+            False,
             ("FAILURE", 1),
-            id="a hang is the code's until the base says otherwise",
+            id="a hang under the test's own pytest-timeout is the code's",
         ),
         pytest.param(
             [],
@@ -257,6 +265,54 @@ def test_flaky_history_on_main_makes_a_failure_flaky() -> None:
     other_family = {("A10-PyTorch", "t.py::x"): (41,)}
     again = analyse([shard(tests=tests)], base=base, base_pipeline=44, flaky_history=other_family)
     assert again.failures[0].category == "NEW"
+    # main's flaky failures were its assertion; here a TypeError on every attempt: not that
+    seen = {("S-PyTorch", "t.py::x"): ("AssertionError: x",)}
+    same = analyse([shard(tests=tests)], flaky_history=history, flaky_evidence=seen)
+    assert same.failures[0].category == "FLAKY"  # the control: the same kind of failure
+    moved = [Outcome("t.py::x", "failed", 1, "TypeError: load() got an unexpected keyword", 3)]
+    (failure,) = analyse([shard(tests=moved)], flaky_history=history, flaky_evidence=seen).failures
+    assert (failure.category, failure.note) == (
+        "NEW",
+        "fails differently than on main (flaky there #41, #44: assertion)",
+    )
+    assert failure.signature == "TypeError"
+
+
+def test_a_failure_that_moved_from_the_bases_assertion_is_not_pre_existing() -> None:
+    base = {("S-PyTorch", "t.py::x"): Outcome("t.py::x", "failed", 1, "assert 3 == 2")}
+    moved = [Outcome("t.py::x", "failed", 1, "KeyError: 'rounding'")]
+    (failure,) = analyse([shard(tests=moved)], base=base, base_pipeline=3).failures
+    assert failure.category == "NEW"
+    assert failure.note == "fails differently than on base #3: there assertion"
+    assert failure.signature == "KeyError"
+    same = [Outcome("t.py::x", "failed", 1, "assert 4 == 2")]  # the control: other numbers
+    assert analyse([shard(tests=same)], base=base, base_pipeline=3).failures[0].category == (
+        "PRE-EXISTING"
+    )
+
+
+def test_a_whole_shard_failure_is_compared_with_the_base_by_family(tmp_path) -> None:
+    log = tmp_path / "log.txt"
+    log.write_text(
+        "ImportError while loading conftest '/r/tests/boot/conftest.py'.\n"
+        "tests/boot/conftest.py:1: in <module>\n    from mathkit import registry\n"
+        "src/mathkit/registry.py:3: in <module>\n    raise ImportError('no backend')\n"
+        "E   ImportError: no backend\n"
+    )
+    broken = StageResult(
+        stage="S-PyTorch-1", shard=1, shards=1, state="ERROR", started_at=None,
+        finished_at=None, duration_s=1.0, gpu_type="CPU", gpus=[], tests=[],
+        log_path=str(log), evidence="pytest ended with a usage error (exit 4): ImportError: x",
+    )  # fmt: skip
+    base = {("S-PyTorch", "tests/boot/check_a.py::a"): Outcome("x", "passed", 1)}
+    changed = ["src/mathkit/registry.py", "README.md"]
+    (failure,) = analyse([broken], base=base, base_pipeline=4, changed_files=changed).failures
+    assert failure.category == "NEW", failure
+    assert failure.note == "no test ran here; 1 test(s) of S-PyTorch passed on base #4"
+    assert [str(s) for s in failure.suspects] == ["src/mathkit/registry.py (in traceback)"]
+    other = {("A10-PyTorch", "tests/boot/check_a.py::a"): Outcome("x", "passed", 1)}
+    (alone,) = analyse([broken], base=other, base_pipeline=4, changed_files=changed).failures
+    assert alone.category == "UNCLASSIFIED"  # the control: the base never ran this family
 
 
 @pytest.mark.parametrize(
@@ -311,7 +367,7 @@ def test_the_suites_own_verdict_is_a_blocking_failure() -> None:
         ("error", "error", "PRE-EXISTING", "also failing on base #3"),
         ("failed", "passed", "NEW", "passed on base #3 in 1.00 s"),
         ("error", "passed", "NEW", "passed on base #3 in 1.00 s"),
-        ("failed", "skipped", "NEW", "skipped on base #3"),
+        ("failed", "skipped", "NEW", "new coverage: did not run on base #3 (skipped there)"),
         ("failed", None, "UNCLASSIFIED", "base #3 did not run this test in S-PyTorch"),
     ],
 )
@@ -370,3 +426,59 @@ def test_counts_not_run_and_which_failures_name_suspects() -> None:
         ("S-PyTorch-3", "needs 4 x H200 GPU(s)"),
         ("S-PyTorch-4", "not run"),
     ]
+
+
+def test_a_refused_local_service_the_pr_changed_is_new(tmp_path) -> None:
+    """Shard-wide "connection refused" is the machine's, unless the evidence says it is the
+    suite's own service: no host but this one, in tests that passed on the base and import a
+    changed file."""
+    (tmp_path / "svc.py").write_text("PORT = 1\n")
+    (tmp_path / "other.py").write_text("X = 1\n")
+    for name in ("check_a.py", "check_b.py"):
+        (tmp_path / name).write_text("import svc\n")
+    (tmp_path / "check_c.py").write_text("import other\n")
+    local = "ConnectionRefusedError: [Errno 111] Connection refused"
+    remote = (
+        "requests.exceptions.ConnectionError: HTTPConnectionPool(host='cache.ci.internal', "
+        "port=80): Max retries exceeded [Errno 111] Connection refused"
+    )
+    ids = ["check_a.py::t1", "check_a.py::t2", "check_b.py::t3"]
+    base = {("S-PyTorch", t): Outcome(t, "passed", 1) for t in [*ids, "check_c.py::t4"]}
+
+    def categories(evidence: str, changed: list[str], tests=ids) -> set[str]:
+        failing = [Outcome(t, "failed", 1, evidence) for t in tests]
+        analysis = analyse(
+            [shard(tests=failing)], base=base, base_pipeline=2, changed_files=changed, root=tmp_path
+        )
+        return {f.category for f in analysis.failures}
+
+    assert categories(local, ["svc.py"]) == {"NEW"}
+    # the controls: a named host elsewhere, or tests that import nothing the PR changed
+    assert categories(remote, ["svc.py"]) == {"INFRA"}
+    assert categories(local, ["other.py"]) == {"INFRA"}
+    assert categories(local, ["svc.py"], ["check_c.py::t4", *ids[:2]]) == {"NEW", "INFRA"}
+
+
+def test_a_rank_slow_to_exit_is_the_machines_with_the_load_and_the_limit() -> None:
+    """What harness/suites/sharding_ir/spawn.py raises for a rank that returned its result but
+    did not exit in time: INFRA (exit 3), its limit in the signature, the load the test's log
+    recorded (the plugin's section) in the note."""
+    why = "rank 1: returned a result but did not exit in 30.0 s"
+    evidence = (
+        f"stagebot.harness.suites.sharding_ir.spawn.RankFailure: 1 of 2 ranks failed (gloo): {why}"
+    )
+    log = (
+        f"E   {evidence}\n--- {why} ---\n\n----- stagebot: load -----\nload average 17.52 on 2 CPUs"
+    )
+    test = Outcome("t.py::test_shard", "failed", 31, evidence)
+    analysis = analyse([shard(tests=[test])], logs={("S-PyTorch-1", "t.py::test_shard"): log})
+    (failure,) = analysis.failures
+    assert (failure.category, analysis.exit_code) == ("INFRA", 3)
+    assert failure.signature == ("time limit: rank 1 returned a result but did not exit (30.0 s)")
+    assert "(load average 17.52 on 2 CPUs): retry" in failure.note
+    # the control: a full disk is not a limit that ran out; its note says nothing of the load
+    disk = "OSError: [Errno 28] No space left on device"
+    test = Outcome("t.py::test_save", "failed", 1, disk)
+    logs = {("S-PyTorch-1", "t.py::test_save"): f"E   {disk}" + log[log.index("\n\n-----") :]}
+    (full,) = analyse([shard(tests=[test])], logs=logs).failures
+    assert full.note == "the disk is full ([Errno 28] ENOSPC): retry"

@@ -227,7 +227,7 @@ def test_base_comparison_new_pre_existing_and_suspects(tmp_path, ledger) -> None
     assert pr.returncode == 1
     report = (tmp_path / "pr" / "report.md").read_text()
     assert report.startswith("### ❌ 1 new failure(s)")
-    assert "#### NEW failures (1) — fail here, passed on base #1" in report
+    assert "#### NEW failures (1) — fail here, not this way on base #1" in report
     new_section = report.split("#### NEW failures")[1].split("<details>")[0]
     assert "check_toggle.py::test_toggle" in new_section
     assert "<code>src/toggle/core.py</code>" in new_section and "README" not in new_section

@@ -374,7 +374,8 @@ def test_test_outcomes_are_keyed_by_stage_family(book: Ledger) -> None:
 
 def test_flaky_history_on_main_has_both_signs(book: Ledger) -> None:
     """Failed then passed on a re-run (outcome flaky); or failed and passed at the same commit."""
-    rerun = shard("CPU-PyTorch-1", tests=[Outcome("t.py::a", "flaky", 1.0, "passed on re-run 1")])
+    again = "passed on re-run 1 after: TimeoutError: cache"
+    rerun = shard("CPU-PyTorch-1", tests=[Outcome("t.py::a", "flaky", 1.0, again)])
     first = main_pipeline(book, "m1", [rerun])
     failed = shard("CPU-PyTorch-1", tests=[Outcome("t.py::b", "failed", 1.0, "AssertionError")])
     second = main_pipeline(book, "m2", [failed])
@@ -388,6 +389,10 @@ def test_flaky_history_on_main_has_both_signs(book: Ledger) -> None:
     assert book.flaky_history("main") == {
         ("CPU-PyTorch", "t.py::a"): (first,),
         ("CPU-PyTorch", "t.py::b"): (second,),
+    }
+    assert book.flaky_evidence("main") == {  # how it failed there; t.py::c was never flaky
+        ("CPU-PyTorch", "t.py::a"): ("TimeoutError: cache",),
+        ("CPU-PyTorch", "t.py::b"): ("AssertionError",),
     }
 
 

@@ -142,7 +142,7 @@ class Counter(HTMLParser):
 def test_markdown_report_sections_and_escaping() -> None:
     text = render_report(fixture_report(), "md")
     assert text.startswith("### ❌ 1 new failure(s)")
-    assert "#### NEW failures (1) — fail here, passed on base #11" in text
+    assert "#### NEW failures (1) — fail here, not this way on base #11" in text
     assert "PRE-EXISTING</b> (1)" in text and "INFRA</b> (1)" in text
     assert "FLAKY</b> (1)" in text and "WAIVED</b> (1)" in text
     assert "@\u200boctocat" in text and "@octocat" not in text  # no pings from test output

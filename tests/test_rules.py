@@ -45,6 +45,18 @@ CASES = [
         "OOM: GPU 0 memory held by another process (process 31337 holds 60.40 GiB)",
     ),
     ("disk-full", "OSError: [Errno 28] No space left on device: '/ckpt/model.pt'", "", "disk full"),
+    (  # the runner's own disk: pytest itself cannot write
+        "disk-full",
+        "pytest ended with an internal error (exit 3): INTERNALERROR> OSError: [Errno 28] No space left on device\nINTERNALERROR> ...",
+        None,
+        "disk full",
+    ),
+    (
+        "disk-quota",
+        None,
+        log("E   OSError: [Errno 122] Disk quota exceeded: '/home/ci/.cache/torch/kernels/k.so'"),
+        "disk full: quota exceeded",
+    ),
     (
         "gpu-ecc",
         None,
@@ -55,14 +67,18 @@ CASES = [
         "gpu-xid",
         None,
         log(
-            stderr="NVRM: Xid (PCI:0000:3b:00): 79, pid=4242, name=python, GPU has fallen off the bus."
+            "E   RuntimeError: CUDA error: unspecified launch failure",
+            stderr="NVRM: Xid (PCI:0000:3b:00): 79, pid=4242, name=python, GPU has fallen off the bus.",
         ),
         "GPU Xid 79 on PCI:0000:3b:00",
     ),
     (
         "gpu-lost",
         None,
-        log(stdout="Unable to determine the device handle for GPU0000:3B:00.0: Unknown Error"),
+        log(
+            "E   RuntimeError: CUDA driver error: unknown error",
+            stdout="Unable to determine the device handle for GPU0000:3B:00.0: Unknown Error",
+        ),
         "lost GPU",
     ),
     (
@@ -126,10 +142,16 @@ CASES = [
         "crash: SIGSEGV in rank 1",
     ),
     (
-        "rank-timeout",
+        "rank-deadline",
         None,
         log("--- rank 0: still running at the deadline after 30 s ---"),
-        "hang: rank 0 still running after 30 s",
+        "time limit: rank 0 still running at the deadline (30 s)",
+    ),
+    (  # what harness/suites/sharding_ir/spawn.py raises for a rank slow to exit
+        "rank-deadline",
+        "stagebot.harness.suites.sharding_ir.spawn.RankFailure: 1 of 2 ranks failed (gloo): rank 1: returned a result but did not exit in 30.0 s",
+        "",
+        "time limit: rank 1 returned a result but did not exit (30.0 s)",
     ),
     (
         "nccl-watchdog",
@@ -165,10 +187,34 @@ CASES = [
     ),
     ("process-exit", "crashed: pytest exited 134 during this test", "", "crash: pytest exited 134"),
     (
-        "timeout",
-        "timeout: still running when the shard was killed after 300 s",
+        "order-dependent",
+        "order-dependent: passes alone, fails after the 4 test(s) that ran before it in its process (nearest first: t.py::test_c, t.py::test_b): assert 'fast' == 'default'",
+        log("E   AssertionError: assert 'fast' == 'default'"),
+        "order-dependent: passes alone, fails after 4 earlier test(s) of its process",
+    ),
+    (
+        "shard-timeout",
+        "timeout: still running when the shard was killed after 1800 s, load average 17.20 on 2 CPUs",
         "",
-        "hang: killed after 300 s",
+        "time limit: 1800 s ran out (load average 17.20 on 2 CPUs)",
+    ),
+    (
+        "shard-timeout",
+        "timeout: killed after 300 s while running t.py::test_x",
+        "",
+        "time limit: 300 s ran out (load average not recorded)",
+    ),
+    (
+        "thread-timeout",
+        "timeout: pytest-timeout (thread method) ended pytest during this test",
+        "",
+        "hang: pytest-timeout (thread method) ended pytest",
+    ),
+    (
+        "xpass-strict",
+        "[XPASS(strict)] waits for the fused kernel (#12)",
+        "[XPASS(strict)] waits for the fused kernel (#12)",
+        "XPASS(strict): passed though marked xfail (waits for the fused kernel (#12))",
     ),
     (
         "timeout",
@@ -213,6 +259,17 @@ NEAR_MISSES = [
     (None, log("E   assert 'killed by SIGKILL' in text")),  # exit status is not the message
     (None, log("E   AssertionError: x", stdout="retrying after Temporary failure")),
     (None, log("E   assert 1 == 2", stdout="Process 12 has 3.00 GiB memory in use")),
+    # a test fakes a full disk (caught, logged), then fails in the PR's code
+    (
+        "TypeError: write_shard() got an unexpected keyword argument 'retries'",
+        log(
+            "E   OSError: [Errno 28] No space left on device\n\nDuring handling of the above exception, another exception occurred:\n\n    def test_x():\nE   TypeError: write_shard() got an unexpected keyword argument 'retries'",
+            stderr="[Errno 28] No space left on device: falling back to /tmp",
+        ),
+    ),
+    # the driver's words printed by a test whose own error is not a CUDA failure
+    (None, log("E   ValueError: bad shape", stderr="NVRM: Xid (PCI:0000:3b:00): 79, pid=1")),
+    (None, log("E   assert 'Disk quota exceeded' in str(err)")),
 ]
 
 
@@ -238,6 +295,31 @@ def test_every_rule_has_a_case() -> None:
 @pytest.mark.parametrize(("evidence", "text"), NEAR_MISSES)
 def test_near_misses_are_not_machine_level(evidence, text) -> None:
     assert judge(read_sources(evidence, text)).machine is None
+
+
+def test_an_oom_the_gpu_could_never_satisfy_is_the_tests() -> None:
+    """More than the device holds (or than this process leaves free) is the test's own request,
+    whoever else holds memory; each neighbour counts once (evidence line and log name it both)."""
+    too_big = OOM.replace("Tried to allocate 2.00 GiB", "Tried to allocate 120.00 GiB")
+    assert judge(read_sources(too_big, log("E   " + too_big))).machine is None
+    # fits in total, not in what this process leaves free (79.10 - 17.50 = 61.60 GiB)
+    beyond_mine = OOM.replace("Tried to allocate 2.00 GiB", "Tried to allocate 62.00 GiB")
+    assert judge(read_sources(beyond_mine, log("E   " + beyond_mine))).machine is None
+    verdict = judge(read_sources(OOM, log("E   " + OOM)))  # the control: a neighbour's fault
+    assert verdict.machine_signature == (
+        "OOM: GPU 0 memory held by another process (process 31337 holds 60.40 GiB)"
+    )
+
+
+def test_the_final_exception_is_the_last_e_block() -> None:
+    from stagebot.harness.rules import final_exception
+
+    chained = "E   OSError: [Errno 28] x\n\nDuring handling ...\n\nE   TypeError: y\nE     more"
+    assert final_exception(chained) == "TypeError: y\nmore"
+    assert final_exception("no E lines here") is None
+    assert read_sources("crashed: pytest exited 1 during this test", None)["final"] == (
+        "crashed: pytest exited 1 during this test"
+    )
 
 
 def test_sources_split_the_log() -> None:

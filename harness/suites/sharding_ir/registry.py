@@ -16,10 +16,12 @@ from stagebot.harness.suites.sharding_ir.errors import ShardingIRError, did_you_
 from stagebot.harness.suites.sharding_ir.family import NUM_KV_HEADS, ArchSpec, Attr, MoESpec
 
 DEFAULT = "default"  # the variant name of the tiny settings as they are
-# A 4-layer decoder: hidden 64, 4 heads of 16, vocab 64, 256 positions.
+# A 2-layer decoder (the Qwen MoE families keep layer 0 dense: a dense and a sparse layer; every
+# export, forward and control costs in proportion to the layers): hidden 64, 4 heads of 16,
+# vocab 64, 256 positions.
 TINY = MappingProxyType(
     {
-        "num_hidden_layers": 4,
+        "num_hidden_layers": 2,
         "hidden_size": 64,
         "intermediate_size": 64,
         "num_attention_heads": 4,

@@ -44,6 +44,8 @@ from stagebot.harness.suites.sharding_ir.limits import SpawnLimits, machine_load
 STARTED, RESULT, ERROR = "started", "result", "error"  # what a rank puts on the queue
 PRELOAD = "stagebot.harness.suites.sharding_ir._rank_preload"
 _slowest_startup_s = 0.0  # in this process: the limits never shrink below what was measured
+_STILL_RUNNING = "still running when the limit ran out"
+_STOPPED = "stopped after another rank failed"  # listed, not counted: it did not fail itself
 
 
 class RankFailure(RuntimeError):
@@ -179,10 +181,6 @@ def _secs(seconds: float) -> str:
 def _body(text: str) -> str:
     """A rank's details below its header: the traceback; a one-line reason is in the header."""
     return text if "\n" in text.strip() else ""
-
-
-_STILL_RUNNING = "still running when the limit ran out"
-_STOPPED = "stopped after another rank failed"  # listed, not counted: it did not fail itself
 
 
 def _why(text: str, exitcode: int | None) -> str:

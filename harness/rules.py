@@ -234,13 +234,13 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "rank-deadline",
         True,
-        ("ranks",),
-        re.compile(
-            r"rank (?P<rank>\d+): (?P<what>still running at the deadline|returned a result but did "
-            r"not exit)(?: after| in) (?P<s>[\d.]+) s"
+        ("final", "message"),
+        re.compile(  # what harness/suites/sharding_ir/spawn.py's SpawnTimeout says first
+            r"SpawnTimeout: (?P<n>\d+) ranks \(\w+\) timed out after (?P<s>[\d.]+) s of "
+            r"(?P<phase>start-up|run) \(limit (?P<limit>[\d.]+) s: (?P<how>.*?)\); load average"
         ),
-        "time limit: rank {rank} {what} ({s} s)",
-        "a spawned worker ran past the suite's deadline (to finish, or to exit after its result)",
+        "time limit: {n} ranks timed out after {s} s of {phase} (limit {limit} s: {how})",
+        "spawned workers ran past the suite's limit (to start, or to finish)",
         limit=True,
     ),
     Rule(

@@ -459,13 +459,15 @@ def test_a_refused_local_service_the_pr_changed_is_new(tmp_path) -> None:
     assert categories(local, ["svc.py"], ["check_c.py::t4", *ids[:2]]) == {"NEW", "INFRA"}
 
 
-def test_a_rank_slow_to_exit_is_the_machines_with_the_load_and_the_limit() -> None:
-    """What harness/suites/sharding_ir/spawn.py raises for a rank that returned its result but
-    did not exit in time: INFRA (exit 3), its limit in the signature, the load the test's log
-    recorded (the plugin's section) in the note."""
-    why = "rank 1: returned a result but did not exit in 30.0 s"
+def test_ranks_past_the_suites_limit_are_the_machines_with_the_load_and_the_limit() -> None:
+    """What harness/suites/sharding_ir/spawn.py raises for ranks past its limit: INFRA (exit 3),
+    its limit in the signature, the load the test's log recorded (the plugin's section) in the
+    note."""
+    why = "rank 1: still running when the limit ran out"
     evidence = (
-        f"stagebot.harness.suites.sharding_ir.spawn.RankFailure: 1 of 2 ranks failed (gloo): {why}"
+        "stagebot.harness.suites.sharding_ir.spawn.SpawnTimeout: 2 ranks (gloo) timed out after "
+        "31.2 s of run (limit 30 s: set by --sharding-ir-rank-timeout); load average 17.5 16.0 "
+        f"12.1 on 2 cores: {why}"
     )
     log = (
         f"E   {evidence}\n--- {why} ---\n\n----- stagebot: load -----\nload average 17.52 on 2 CPUs"
@@ -474,7 +476,10 @@ def test_a_rank_slow_to_exit_is_the_machines_with_the_load_and_the_limit() -> No
     analysis = analyse([shard(tests=[test])], logs={("S-PyTorch-1", "t.py::test_shard"): log})
     (failure,) = analysis.failures
     assert (failure.category, analysis.exit_code) == ("INFRA", 3)
-    assert failure.signature == ("time limit: rank 1 returned a result but did not exit (30.0 s)")
+    assert failure.signature == (
+        "time limit: 2 ranks timed out after 31.2 s of run (limit 30 s: set by "
+        "--sharding-ir-rank-timeout)"
+    )
     assert "(load average 17.52 on 2 CPUs): retry" in failure.note
     # the control: a full disk is not a limit that ran out; its note says nothing of the load
     disk = "OSError: [Errno 28] No space left on device"

@@ -9,6 +9,7 @@ import textwrap
 
 import pytest
 
+from stagebot.harness.rules import judge, read_sources
 from stagebot.harness.suites.sharding_ir._spawn_probes import (
     never_returns,
     result_then_exit_3,
@@ -102,6 +103,9 @@ def test_a_run_past_its_limit_says_how_long_which_limit_and_the_load():
         "rank 0: still running when the limit ran out; rank 1: still running when the limit ran out"
     ), first
     assert isinstance(info.value, RankFailure)
+    # the failure analysis reads this message as the machine's limit, not the test's failure
+    verdict = judge(read_sources(f"{type(info.value).__module__}.SpawnTimeout: {first}", ""))
+    assert verdict.machine is not None and verdict.machine.name == "rank-deadline", verdict
 
 
 def test_the_run_limit_scales_with_the_measured_start_up():

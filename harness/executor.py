@@ -53,7 +53,7 @@ class Settings:
     fail_fast: bool = True
     detailed_log: bool = False
     debug: bool = False
-    shard_timeout_s: float | None = None  # caps every shard's timeout
+    shard_timeout_s: float | None = None  # every shard's timeout instead of the catalog's
     devices: list[Device] | None = None  # None: detect this host's GPUs
 
 

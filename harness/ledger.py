@@ -611,6 +611,16 @@ class Ledger:
                 return row["number"]
         return None
 
+    def commits_starting_with(self, prefix: str) -> list[str]:
+        """The commits of this ledger's pipelines that start with ``prefix`` (a dirty tree's
+        identity, ``<sha>+dirty.<digest>``, counts as its ``<sha>``)."""
+        rows = self._query(
+            "SELECT DISTINCT commit_id FROM pipelines"
+            " WHERE repo = ? AND substr(commit_id, 1, ?) = ?",
+            (self.repo, len(prefix), prefix),
+        )
+        return sorted({row["commit_id"].partition("+")[0] for row in rows})
+
     def unknown_pipeline(self, number: int) -> str:
         """Why pipeline ``number`` cannot be used: the ledger lacks it; names the ones it has."""
         rows = self._query(

@@ -114,9 +114,9 @@ def plan_run(
         steps=selection.steps,
         shards=shards,
         gating=not narrowing,
-        partly_tested_reason=(
-            f"{', '.join(narrowing)} narrow(s) the default selection, so this run cannot set "
-            "the PR's status; run plain `/bot run` for that"
+        partly_tested_reason=(  # the cause only: each report says what follows from it once
+            f"{', '.join(narrowing)} narrow{'s' if len(narrowing) == 1 else ''} the default "
+            "selection"
             if narrowing
             else None
         ),

@@ -32,7 +32,7 @@ def test_run_splits_records_and_the_second_run_reuses_everything(tmp_path, ledge
     first = run_stages(ledger, tmp_path / "out1", "CPU-PyTorch-1, CPU-PyTorch-2")
     assert first.returncode == 0, first.stdout + first.stderr
     user = getpass.getuser()  # a local run says who started it
-    assert f"PR_Github #1 [ run ] triggered by {user}. Commit: `c0ffee`" in first.stdout
+    assert f"pipeline #1 [ run ] triggered by {user}. Commit: `c0ffee`" in first.stdout
     assert "completed with state SUCCESS (Partly Tested)" in first.stdout
     done = results(tmp_path / "out1")
     assert set(done) == {"CPU-PyTorch-1", "CPU-PyTorch-2"}
@@ -58,7 +58,7 @@ def test_run_splits_records_and_the_second_run_reuses_everything(tmp_path, ledge
 
     second = run_stages(ledger, tmp_path / "out2", "CPU-PyTorch-1, CPU-PyTorch-2")
     assert second.returncode == 0, second.stdout + second.stderr
-    assert "PR_Github #2" in second.stdout
+    assert "pipeline #2 [ run ]" in second.stdout
     assert results(tmp_path / "out2") == {}  # no shard ran: nothing executed a test
     assert second.stdout.count("| REUSED |") == 2 and "3 reused" in second.stdout
     with sqlite3.connect(ledger) as db:
@@ -368,7 +368,7 @@ def test_reuse_pipeline_validates_only_successful_gating_runs(tmp_path, ledger) 
     )
     book.finish_pipeline(gating, "SUCCESS")
     ok = bot("run", "--ledger", str(ledger), "--commit", _head(), f"/bot reuse-pipeline {gating}")
-    assert ok.returncode == 0 and f"Reusing PR_Github #{gating}" in ok.stdout
+    assert ok.returncode == 0 and f"reuses pipeline #{gating}" in ok.stdout
     moved = bot("run", "--ledger", str(ledger), "--commit", _head() + "~0", "/bot reuse-pipeline")
     assert moved.returncode == 0 and "files changed between them" in moved.stdout
 

@@ -567,13 +567,16 @@ class Ledger:
         return PriorShard(source, row["state"], tuple(passed), row["catalog_digest"] or "")
 
     def durations(self, family: str) -> dict[str, float]:
-        """The latest executed duration of each test of a stage family's shards."""
+        """The latest executed duration of each test of a stage family's shards, from shards that
+        ran to the end (SUCCESS or FAILURE: an aborted or crashed shard ran only some tests)."""
         # "<family>" <= stage < "<family>." ('.' follows '-'): one range of the stage index
         # (tests drive the join); the exact family or "<family>-<n>" is picked below.
         rows = self._query(
             "SELECT t.stage, t.test_id, t.duration_s FROM tests t"
             " CROSS JOIN pipelines p ON p.id = t.pipeline_id"
+            " JOIN shards s ON s.pipeline_id = t.pipeline_id AND s.stage = t.stage"
             " WHERE t.stage >= ? AND t.stage < ? AND p.repo = ?"
+            " AND s.state IN ('SUCCESS', 'FAILURE')"
             " AND t.reused_from IS NULL AND t.outcome IN ('passed', 'failed', 'flaky')"
             " ORDER BY p.id",
             (family, family + ".", self.repo),

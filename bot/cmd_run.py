@@ -88,11 +88,15 @@ def run(
 ) -> None:
     """Plan COMMENT (or '-' for stdin) and run it here; print the report (with --json: the
     report as JSON on stdout, the rest on stderr)."""
-    from stagebot.bot.grammar import parse_comment
+    from stagebot.bot.grammar import near_miss, parse_comment
     from stagebot.bot.worktree import make_output_folder, repository_root, tree_identity
     from stagebot.harness.ledger import Ledger
+    from stagebot.stages.errors import CommandError
 
-    command = parse_comment(read_comment(comment))
+    text = read_comment(comment)
+    command = parse_comment(text)
+    if command.name is None and (hint := near_miss(text)):
+        raise CommandError(hint)
     if command.name not in ("run", "reuse-pipeline"):
         what = "no /bot command" if command.name is None else f"`/bot {command.name}`"
         click.echo(
@@ -204,6 +208,9 @@ def _run(command, book, request: RunRequest) -> int:
     plan = plan_run(
         command, catalog, changed_files=changed, commit=commit, pr=request.pr, history=book
     )
+    if not plan.shards:  # said plainly before an empty pipeline is recorded
+        for note in plan.notes:
+            click.echo(f"plan: {note}", err=True)
     if request.dirty:
         plan = replace(
             plan,

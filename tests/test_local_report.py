@@ -9,7 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from fixtures.botrun import results, run_stages
+from fixtures.botrun import bot, results, run_stages
 
 from stagebot.harness.analysis import analyse
 from stagebot.harness.ledger import Ledger
@@ -37,6 +37,9 @@ def test_a_local_run_speaks_local_and_prints_plain_text(tmp_path) -> None:
     assert "sum of [1, 2, 3] should be 7" in done.stdout
     markdown = (tmp_path / "out" / "report.md").read_text()  # the file stays GitHub's markdown
     assert "<details" in markdown and "&#91;1, 2, 3&#93;" in markdown
+    again = bot("report", "--ledger", str(ledger), "--format", "text")
+    assert again.returncode == 0 and "<details" not in again.stdout
+    assert f"with the same ledger ({ledger})" in again.stdout
 
 
 def report(gating: bool = False, local: bool = False, reason: str | None = None) -> Report:

@@ -89,7 +89,8 @@ class Progress:
         pending = len(self.expected) - len(self.done)
         eta = left_s / max(min(self.parallel, pending), 1)
         shards = f"{len(self.done)}/{len(self.expected)} shards"
-        total_text = f"{max(total, done)}{'+' if unknown else ''}"
+        # a shard with no recorded count: "10+" while the known ones exceed what is done, else "?"
+        total_text = str(max(total, done)) if not unknown else f"{total}+" if total > done else "?"
         left = _left(eta, pending, no_history, overdue)
         return f"{shards}, {done}/{total_text} tests, {_eta(now - self.start)} elapsed{left}"
 

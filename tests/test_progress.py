@@ -123,7 +123,11 @@ def test_the_estimate_says_when_there_is_no_history_and_when_it_is_past(tmp_path
     now = [0.0]
     progress = Progress(io.StringIO(), live=False, clock=lambda: now[0])
     progress.plan({"A-1": Expected(None, None)}, parallel=1)
-    assert progress.overall() == "0/1 shards, 0/0+ tests, 0s elapsed, no history yet"
+    assert progress.overall() == "0/1 shards, 0/? tests, 0s elapsed, no history yet"
+    stream = tmp_path / "first.jsonl"
+    stream.write_bytes(_record("t::1", "passed") + _record("t::2", "skipped"))
+    progress.started("A-1", ("cpu:0",), stream)
+    assert progress.overall().startswith("0/1 shards, 2/? tests")  # not "2/2+": no total known
     progress.plan({"A-1": Expected(3, 60.0), "B-1": Expected(None, None)}, parallel=1)
     assert progress.overall().endswith("~1m00s left + 1 shard(s) with no history")
     progress.plan({"A-1": Expected(3, 60.0)}, parallel=1)

@@ -40,6 +40,7 @@ from stagebot.bot.run_options import (
 from stagebot.stages.errors import StagebotError
 
 DEFAULT_BRANCH = "main"
+NOTHING_RAN_EXIT = 4  # as a NOT_RUN pipeline's
 
 
 @click.command("run")
@@ -208,9 +209,10 @@ def _run(command, book, request: RunRequest) -> int:
     plan = plan_run(
         command, catalog, changed_files=changed, commit=commit, pr=request.pr, history=book
     )
-    if not plan.shards:  # said plainly before an empty pipeline is recorded
-        for note in plan.notes:
-            click.echo(f"plan: {note}", err=True)
+    if not plan.shards:  # said plainly, and nothing is recorded: there is no pipeline to report
+        emptied = next(note for note in plan.notes if note.startswith("no stage is selected"))
+        click.echo(f"nothing ran: {emptied}", err=True)
+        return NOTHING_RAN_EXIT
     if request.dirty:
         plan = replace(
             plan,

@@ -42,6 +42,19 @@ def test_a_local_run_speaks_local_and_prints_plain_text(tmp_path) -> None:
     assert f"with the same ledger ({ledger})" in again.stdout
 
 
+def test_a_comment_that_selects_nothing_says_so_and_records_nothing(tmp_path) -> None:
+    ledger = tmp_path / "ledger.sqlite"
+    done = run_stages(ledger, tmp_path / "out", "CPU-PyTorch-1", "--gpu-type H200")
+    assert done.returncode == 4, done.stdout + done.stderr
+    assert done.stderr == (
+        "nothing ran: no stage is selected: nothing will run; the gpu-type step removed the "
+        "last (--gpu-type keeps stages on H200)\n"
+    )
+    assert "passed" not in done.stdout  # never "Everything that ran passed"
+    with Ledger.open(ledger, readonly=True) as book:
+        assert book.latest_number() is None
+
+
 def report(gating: bool = False, local: bool = False, reason: str | None = None) -> Report:
     ran = StageResult(
         stage="CPU-PyTorch-1", shard=1, shards=1, state="SUCCESS", started_at=None,

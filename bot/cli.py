@@ -37,6 +37,36 @@ COMMANDS: dict[str, str] = {
     "gate": "stagebot.bot.cmd_gate:gate",
 }
 
+# `bot --help`: every command in one section, with its whole one-line description (written here,
+# so the root help imports none of them). tests/test_cli_help.py checks it against COMMANDS.
+SECTIONS: tuple[tuple[str, dict[str, str]], ...] = (
+    (
+        "Commands for this machine",
+        {
+            "run": "Plan a /bot comment with the ledger as history, run its stages here, print "
+            "the report.",
+            "dry-run": "Show the plan of a /bot comment: every shard, its action and why.",
+            "parse": "Show the /bot command a PR comment holds.",
+            "stages": "Show the stage catalog, one stage, or which stages run a test.",
+            "report": "Render a recorded pipeline's report (markdown, HTML or JSON).",
+            "run-stage": "Run one shard from a matrix entry, without a ledger (a CI fan-out job).",
+            "kernels": "Compile the CuTe DSL kernels ahead of time (needs the [kernels] extra).",
+            "help": "Show the /bot command language; `bot help COMMAND`: that command's help.",
+        },
+    ),
+    (
+        "Commands the bot's GitHub workflows run",
+        {
+            "handle-event": "Answer a /bot comment: authorize, plan, reply, set a pending status.",
+            "fetch-ledger": "Download the ledger the bot's newest reply vouches for.",
+            "dispatch": "Start the stage workflow for a planned pipeline.",
+            "report-run": "Check a finished stage run, then publish its report.",
+            "publish": "Record StageResults, post the report into the reply, set the status.",
+            "app-token": "Mint the bot's GitHub App token for a job.",
+        },
+    ),
+)
+
 
 class LazyGroup(click.Group):
     """A click group that imports a subcommand's module only when that subcommand is used."""
@@ -57,6 +87,12 @@ class LazyGroup(click.Group):
             )
         return super().resolve_command(ctx, args)
 
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The commands by section, each with its whole description (SECTIONS)."""
+        for title, described in SECTIONS:
+            with formatter.section(title):
+                formatter.write_dl(list(described.items()))
+
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name not in self.lazy_commands:
             return super().get_command(ctx, cmd_name)
@@ -70,9 +106,46 @@ class LazyGroup(click.Group):
 @click.group(
     cls=LazyGroup, lazy_commands=COMMANDS, context_settings={"help_option_names": ["-h", "--help"]}
 )
-@click.version_option(package_name="stagebot")
+@click.option(
+    "--version",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=lambda ctx, _, value: _print_version(ctx) if value else None,
+    help="Show the version (and the commit, when run from a checkout) and exit.",
+)
 def cli() -> None:
     """stagebot: turn `/bot` PR comments into stage plans, run them, report back."""
+
+
+def _print_version(ctx: click.Context) -> None:
+    click.echo(version_text())
+    ctx.exit()
+
+
+def version_text() -> str:
+    """``bot, version 0.1.0``, plus ``(commit b300820 of the checkout /src/stagebot)`` when
+    stagebot runs from a git checkout (an editable install), ``-dirty`` for local changes."""
+    import subprocess
+    from importlib.metadata import version
+    from pathlib import Path
+
+    text = f"bot, version {version('stagebot')}"
+    checkout = Path(__file__).resolve().parents[1]
+    if not (checkout / ".git").exists():
+        return text
+    try:
+        described = subprocess.run(
+            ["git", "describe", "--always", "--dirty", "--abbrev=7"],
+            cwd=checkout,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=30,
+        ).stdout.strip()
+    except (subprocess.SubprocessError, OSError):
+        return text
+    return f"{text} (commit {described} of the checkout {checkout})"
 
 
 def main(argv: list[str] | None = None) -> None:

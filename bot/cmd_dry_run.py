@@ -17,10 +17,11 @@ from stagebot.bot.cli_options import (
     read_changed_files,
     read_comment,
 )
-from stagebot.bot.grammar import parse_comment
+from stagebot.bot.grammar import near_miss, parse_comment
 from stagebot.bot.run_options import default_ledger, ledger_option
 from stagebot.bot.worktree import repository_root, tree_identity
 from stagebot.stages.catalog import load_catalog
+from stagebot.stages.errors import CommandError
 from stagebot.stages.plan import Plan
 from stagebot.stages.planner import plan_run
 
@@ -40,7 +41,10 @@ def dry_run(as_json, catalog, changed_files, commit, pr, ledger, comment) -> Non
     earlier pipelines count as `bot run` would count them (reuse included); the commit defaults
     to this work tree's identity then, as in `bot run`.
     """
-    command = parse_comment(read_comment(comment))
+    text = read_comment(comment)
+    command = parse_comment(text)
+    if command.name is None and (hint := near_miss(text)):
+        raise CommandError(hint)
     if command.name != "run":
         what = "no /bot command" if command.name is None else f"`/bot {command.name}`"
         click.echo(f"{what}: nothing to plan (only `/bot run` runs stages)")

@@ -13,6 +13,7 @@ import time
 import click
 
 from stagebot.kernels.cute.tactics import TACTICS, Tactic
+from stagebot.stages.errors import StagebotError
 
 ARCHES = ("sm_90a",)
 # The dispatcher's kernels and the compile-time constants each is built with: the MoE shapes'
@@ -35,6 +36,12 @@ WGMMA, MMA_SYNC = "wgmma.mma_async", "mma.sync.aligned.m16n8k16"
 # once the ring wraps. Every wait of a working kernel takes its phase from a register.
 CONSTANT_PHASE_WAIT = re.compile(r"mbarrier\.try_wait\.parity\S*\s+\S+\s+\[[^\]]+\],\s*\d+\s*,")
 _TACTIC_RE = re.compile(r"^(\d+)x(\d+):(\d+)x(\d+):(\d+)$")
+
+
+class MissingKernelTools(StagebotError):
+    """This environment cannot compile kernels: nothing is wrong with them (exit 3)."""
+
+    exit_code = 3
 
 
 def parse_tactic(text: str) -> Tactic:
@@ -112,9 +119,11 @@ def build(arch: str, all_tactics: bool, tactics: tuple[str, ...]) -> None:
     try:
         import cutlass  # noqa: F401
     except ImportError as error:
-        raise click.ClickException(
-            f"nvidia-cutlass-dsl is not importable ({error}); install stagebot[kernels]"
-        ) from error
+        raise MissingKernelTools(
+            f"environment: CuTe DSL (nvidia-cutlass-dsl) is not importable ({error}); install "
+            "the [kernels] extra: pip install 'stagebot[kernels]' (from a checkout: "
+            "pip install -e '.[kernels]')"
+        ) from None
     chosen = [parse_tactic(t) for t in tactics] or list(TACTICS if all_tactics else TACTICS[:1])
     failures = 0
     built = 0

@@ -28,7 +28,12 @@ from stagebot.stages.errors import StagebotError
     help="A folder of shard folders holding result.json files.",
 )
 @click.option(
-    "--format", "fmt", type=click.Choice(["md", "html", "json"]), default="md", show_default=True
+    "--format",
+    "fmt",
+    type=click.Choice(["md", "text", "html", "json"]),
+    default="md",
+    show_default=True,
+    help="md: GitHub's markdown; text: the same for a terminal (no HTML); html; json.",
 )
 @base_ledger_option
 @click.option(
@@ -74,4 +79,5 @@ def report(ledger, number, results, fmt, base_ledger, base_commit, root) -> None
                 pinned=record.meta.get("base_pipeline"),
             )
             rendered = report_from_record(record, base=base, root=root)
+            rendered.ledger = str(ledger)  # a local pipeline's re-run names it
     click.echo(render_report(rendered, fmt), nl=False)

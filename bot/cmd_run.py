@@ -40,6 +40,7 @@ from stagebot.bot.run_options import (
 from stagebot.stages.errors import StagebotError
 
 DEFAULT_BRANCH = "main"
+NOTHING_RAN_EXIT = 4  # as a NOT_RUN pipeline's
 
 
 @click.command("run")
@@ -88,11 +89,15 @@ def run(
 ) -> None:
     """Plan COMMENT (or '-' for stdin) and run it here; print the report (with --json: the
     report as JSON on stdout, the rest on stderr)."""
-    from stagebot.bot.grammar import parse_comment
+    from stagebot.bot.grammar import near_miss, parse_comment
     from stagebot.bot.worktree import make_output_folder, repository_root, tree_identity
     from stagebot.harness.ledger import Ledger
+    from stagebot.stages.errors import CommandError
 
-    command = parse_comment(read_comment(comment))
+    text = read_comment(comment)
+    command = parse_comment(text)
+    if command.name is None and (hint := near_miss(text)):
+        raise CommandError(hint)
     if command.name not in ("run", "reuse-pipeline"):
         what = "no /bot command" if command.name is None else f"`/bot {command.name}`"
         click.echo(
@@ -116,6 +121,7 @@ def run(
         if command.name == "reuse-pipeline":
             code = _reuse_pipeline(book, command, commit, pr, root)
         else:
+            base_commit, base_how = _base_target(book, base_ledger, base_commit, commit, root)
             request = RunRequest(
                 catalog_path=catalog,
                 changed_files=changed_files,
@@ -125,6 +131,7 @@ def run(
                 out_dir=out_dir,
                 cpu_slots=cpu_slots,
                 base_commit=base_commit,
+                base_how=base_how,
                 branch=branch,
                 base_ledger=base_ledger,
                 number=number,
@@ -135,6 +142,18 @@ def run(
             )
             code = _run(command, book, request)
     sys.exit(code)
+
+
+def _base_target(book, base_ledger, base_commit, commit, root):
+    """The commit this run compares with, found before anything runs (a --base-commit that
+    names no commit, or more than one, is an error): bot.base.base_target."""
+    from stagebot.bot.base import base_target
+    from stagebot.harness.ledger import Ledger
+
+    if base_ledger is None:
+        return base_target(book, base_commit, commit, root, DEFAULT_BRANCH)
+    with Ledger.open(base_ledger, readonly=True) as base_book:
+        return base_target(base_book, base_commit, commit, root, DEFAULT_BRANCH)
 
 
 class OutputError(StagebotError):
@@ -169,7 +188,8 @@ class RunRequest:
     pr: int | None
     out_dir: Path | None
     cpu_slots: int
-    base_commit: str | None
+    base_commit: str | None  # resolved: a full SHA (or a commit the ledger records)
+    base_how: str  # how base_commit was found (the report names it)
     branch: str | None
     base_ledger: Path | None
     number: int | None
@@ -189,6 +209,10 @@ def _run(command, book, request: RunRequest) -> int:
     plan = plan_run(
         command, catalog, changed_files=changed, commit=commit, pr=request.pr, history=book
     )
+    if not plan.shards:  # said plainly, and nothing is recorded: there is no pipeline to report
+        emptied = next(note for note in plan.notes if note.startswith("no stage is selected"))
+        click.echo(f"nothing ran: {emptied}", err=True)
+        return NOTHING_RAN_EXIT
     if request.dirty:
         plan = replace(
             plan,
@@ -210,6 +234,7 @@ def _run(command, book, request: RunRequest) -> int:
         meta={
             "stage_paths": catalog.suspect_patterns([s.stage for s in plan.shards]),
             "triggered_by": _os_user(),
+            "local": True,  # the reports speak of this machine, not of a PR
         },
     )
     try:
@@ -249,7 +274,7 @@ def _abort(book, number: int, error: BaseException) -> None:
 
 
 def _execute(book, number: int, plan, catalog, command, request: RunRequest) -> int:
-    from stagebot.bot.base import select_base
+    from stagebot.bot.base import local_base
     from stagebot.bot.worktree import make_output_folder
     from stagebot.harness.executor import Settings, execute
     from stagebot.harness.ledger import Ledger, retry_busy
@@ -282,16 +307,18 @@ def _execute(book, number: int, plan, catalog, command, request: RunRequest) -> 
             if request.base_ledger
             else book
         )
-        base = select_base(
+        base, base_note = local_base(
             book,
             base_book=base_book if base_book is not book else None,
-            base_commit=request.base_commit,
+            wanted=request.base_commit,
+            how=request.base_how,
             default_branch=DEFAULT_BRANCH,
             exclude=number,
         )
     record = book.pipeline(number)
     report = report_from_record(record, base=base, cancelled=execution.cancelled, root=request.root)
     report.slots, report.host = execution.slots, execution.host
+    report.ledger, report.base_note = str(book.path), base_note
     retry_busy(
         lambda: book.finish_pipeline(
             number,
@@ -308,7 +335,7 @@ def _execute(book, number: int, plan, catalog, command, request: RunRequest) -> 
     markdown = render_report(report, "md")
     (out / "report.md").write_text(markdown, encoding="utf-8")
     (out / "report.html").write_text(render_report(report, "html"), encoding="utf-8")
-    say(markdown)
+    say(render_report(report, "text"))  # the terminal's: the markdown file stays GitHub's
     say(reply_completed(report), nl=False)
     say(f"reports: {out / 'report.md'}, {out / 'report.html'}; ledger: {book.path}")
     if request.as_json:
@@ -326,7 +353,7 @@ def _reuse_pipeline(book, command, commit, pr, root) -> int:
         click.echo(f"reuse-pipeline refused: {validation.reason}")
         return 1
     click.echo(
-        f"PR_Github #{validation.pipeline} [ reuse-pipeline ] Reusing PR_Github "
+        f"pipeline #{validation.pipeline} [ reuse-pipeline ] reuses pipeline "
         f"#{validation.source}. Commit: `{commit[:7]}`"
     )
     if validation.source_commit and validation.source_commit != commit:

@@ -77,6 +77,7 @@ CONTRADICTIONS = (
     ("--reuse-test", "--disable-reuse-test"),
     ("--only-multi-gpu-test", "--disable-multi-gpu-test"),
     ("--only-multi-gpu-test", "--add-multi-gpu-test"),
+    ("--add-multi-gpu-test", "--disable-multi-gpu-test"),
     ("--stage-list", "--extra-stage"),
 )
 
@@ -396,3 +397,32 @@ def help_text() -> str:
 
 def _usage_hint(name: str) -> str:
     return f"\nusage: {SUBCOMMANDS[name].usage}; see /bot help"
+
+
+NEAR_MISS = re.compile(r"^[ \t]*(?P<word>/?[A-Za-z]{2,6})(?:[ \t](?P<rest>.*))?$")
+
+
+def near_miss(comment: str) -> str | None:
+    """The did-you-mean for a line that was meant as a command but is not one (`/Bot run`,
+    `/bto run`, `bot run` without the slash: a near `/bot` followed by a subcommand); None
+    when no line is."""
+    import difflib
+
+    for number, line in enumerate(LINE_BREAK.split(comment), start=1):
+        match = NEAR_MISS.match(line)
+        if match is None or match["word"] == "/bot":
+            continue
+        word, rest = match["word"], (match["rest"] or "").strip(" \t")
+        if not rest or rest.split()[0] not in SUBCOMMANDS:
+            continue
+        typed = word.lower()  # /Bot; /bto (swapped); /bo, /bott (a letter dropped or doubled)
+        near = sorted(typed) == sorted("/bot") or (
+            difflib.SequenceMatcher(None, typed, "/bot").ratio() >= 0.85
+        )
+        if typed == "bot" or (word.startswith("/") and near):
+            written = line.strip(" \t")
+            return (
+                f"line {number}: {excerpt(written)} is not a command (only a line "
+                f"whose first word is exactly /bot is); did you mean {excerpt('/bot ' + rest)}?"
+            )
+    return None

@@ -54,7 +54,8 @@ shard_timeout_option = click.option(
     type=click.FloatRange(min=1),
     default=None,
     metavar="SECONDS",
-    help="Cap every shard's timeout (the catalog's timeout_minutes) at SECONDS.",
+    help="Every shard's timeout in SECONDS instead of the catalog's timeout_minutes: higher "
+    "(a loaded machine) or lower.",
 )
 root_option = click.option(
     "--root",

@@ -85,3 +85,23 @@ def changed_between(root: Path, old: str, new: str) -> list[str] | None:
     except (subprocess.SubprocessError, OSError):
         return None
     return [line for line in out.decode().splitlines() if line]
+
+
+def merge_base(root: Path, commit: str, branch: str) -> str | None:
+    """The merge-base of ``commit`` (a dirty identity counts as its commit) with ``branch``, or
+    with ``origin/<branch>`` where there is no local one; None when git cannot tell."""
+    for ref in (branch, f"origin/{branch}"):
+        try:
+            return _git(root, "merge-base", commit.split("+")[0], ref).decode().strip()
+        except (subprocess.SubprocessError, OSError):
+            continue
+    return None
+
+
+def resolve_commit(root: Path, prefix: str) -> str | None:
+    """The full SHA git knows for ``prefix``; None when git knows none, or more than one."""
+    try:
+        found = _git(root, "rev-parse", "--verify", "--quiet", f"{prefix}^{{commit}}")
+    except (subprocess.SubprocessError, OSError):
+        return None
+    return found.decode().strip()

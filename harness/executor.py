@@ -53,7 +53,7 @@ class Settings:
     fail_fast: bool = True
     detailed_log: bool = False
     debug: bool = False
-    shard_timeout_s: float | None = None  # caps every shard's timeout
+    shard_timeout_s: float | None = None  # every shard's timeout instead of the catalog's
     devices: list[Device] | None = None  # None: detect this host's GPUs
 
 
@@ -115,6 +115,7 @@ def execute(
         else:
             runnable.append(entry)
     jobs: dict[str, tuple[Job, MatrixEntry]] = {}
+    recorded: dict[str, float | None] = {}  # stage -> seconds its complete runs took
     shares = _split(
         runnable, reuse, plan, pipeline, settings, ledger, durations, record, partly_reused
     )
@@ -126,14 +127,15 @@ def execute(
             continue
         if entry.stage not in partly_reused:
             partly_reused[entry.stage] = _reused_tests(ledger, entry)
-        expected = _expected_s(entry, ledger, durations)
+        recorded[entry.stage] = _recorded_s(entry, ledger, durations)
+        expected = recorded[entry.stage] or DEFAULT_EXPECTED_S  # the scheduler needs a guess
         jobs[entry.stage] = (
             Job(entry.stage, entry.gpu_type, max(entry.gpu_count, 1), expected),
             entry,
         )
     progress.plan(
         {
-            stage: Expected(_expected_tests(entry, durations), job.expected_s)
+            stage: Expected(_expected_tests(entry, durations), recorded[stage])
             for stage, (job, entry) in jobs.items()
         },
         parallel=len(scheduler.devices),
@@ -356,15 +358,16 @@ def _missing_hardware(entry: MatrixEntry, scheduler: Scheduler, catalog, devices
     )
 
 
-def _expected_s(entry: MatrixEntry, ledger, durations) -> float:
+def _recorded_s(entry: MatrixEntry, ledger, durations) -> float | None:
+    """What the ledger's complete runs say the shard takes; None: no history."""
     if ledger is None:
-        return DEFAULT_EXPECTED_S
+        return None
     if entry.tests:
         recorded = durations(entry.stage.rsplit("-", 1)[0])
         known = [recorded[t] for t in entry.tests if t in recorded]
         if known:
             return sum(known) * len(entry.tests) / len(known)
-    return ledger.shard_duration(entry.stage) or DEFAULT_EXPECTED_S
+    return ledger.shard_duration(entry.stage)
 
 
 def _expected_tests(entry: MatrixEntry, durations) -> int | None:

@@ -571,13 +571,16 @@ class Ledger:
         return PriorShard(source, row["state"], tuple(passed), row["catalog_digest"] or "")
 
     def durations(self, family: str) -> dict[str, float]:
-        """The latest executed duration of each test of a stage family's shards."""
+        """The latest executed duration of each test of a stage family's shards, from shards that
+        ran to the end (SUCCESS or FAILURE: an aborted or crashed shard ran only some tests)."""
         # "<family>" <= stage < "<family>." ('.' follows '-'): one range of the stage index
         # (tests drive the join); the exact family or "<family>-<n>" is picked below.
         rows = self._query(
             "SELECT t.stage, t.test_id, t.duration_s FROM tests t"
             " CROSS JOIN pipelines p ON p.id = t.pipeline_id"
+            " JOIN shards s ON s.pipeline_id = t.pipeline_id AND s.stage = t.stage"
             " WHERE t.stage >= ? AND t.stage < ? AND p.repo = ?"
+            " AND s.state IN ('SUCCESS', 'FAILURE')"
             " AND t.reused_from IS NULL AND t.outcome IN ('passed', 'failed', 'flaky')"
             " ORDER BY p.id",
             (family, family + ".", self.repo),
@@ -614,6 +617,16 @@ class Ledger:
             if row is not None:
                 return row["number"]
         return None
+
+    def commits_starting_with(self, prefix: str) -> list[str]:
+        """The commits of this ledger's pipelines that start with ``prefix`` (a dirty tree's
+        identity, ``<sha>+dirty.<digest>``, counts as its ``<sha>``)."""
+        rows = self._query(
+            "SELECT DISTINCT commit_id FROM pipelines"
+            " WHERE repo = ? AND substr(commit_id, 1, ?) = ?",
+            (self.repo, len(prefix), prefix),
+        )
+        return sorted({row["commit_id"].partition("+")[0] for row in rows})
 
     def unknown_pipeline(self, number: int) -> str:
         """Why pipeline ``number`` cannot be used: the ledger lacks it; names the ones it has."""

@@ -16,8 +16,10 @@ reply marker).
 
 from __future__ import annotations
 
+import html
 import json
 import re
+import shlex
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -36,10 +38,8 @@ COMMENT_LIMIT = 65_536
 HEADLINE_MARKS = re.compile("(?:✅|❌|⚠️|⏹️|🛠️) ?")
 INLINE_CODE = re.compile(r"`([^`]+)`")
 TICK_STEPS_S = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 14_400, 28_800)
-PARTLY_TESTED = (
-    "This run did not cover the whole default selection, so it does not set the PR's status; "
-    "comment plain `/bot run` for that."
-)
+BLANK_LINES = re.compile(r"\n[ \t]*\n(?:[ \t]*\n)+")
+TEMPLATE_TAGS = re.compile(r"</?(?:details|summary|pre|b)(?: open)?>|<code>|</code>")
 
 
 @dataclass(frozen=True)
@@ -70,6 +70,10 @@ class Report:
     host: str = ""
     triggered_by: str = ""  # who started a local run (the OS user); the bot's replies say it
     ignored_results: list[str] = field(default_factory=list)  # result files not accepted
+    local: bool = False  # a `bot run` on this machine: no PR, no status, no comments
+    ledger: str = ""  # where a local run is recorded (its re-run must use the same ledger)
+    base_note: str = ""  # which pipeline failures were compared with, and how it was found
+    root: Path | None = None  # the checkout the tests ran from (the HTML links its files)
 
     @property
     def exit_code(self) -> int:
@@ -113,12 +117,37 @@ class Report:
             f"for {sha[:7]} itself was reused. Commit or stash the changes to reuse results."
         )
 
+    @property
+    def label(self) -> str:
+        """How the replies name this pipeline: on GitHub its PR_Github number, locally its
+        ledger's."""
+        return f"pipeline #{self.pipeline}" if self.local else f"PR_Github #{self.pipeline}"
+
+    def local_command(self) -> str:
+        """The `bot run` that runs this pipeline's command on this machine."""
+        return f"bot run {_shell_word(self.command)}"
+
+    def again(self) -> str:
+        """How to run this pipeline's command again: a `/bot run` comment on GitHub, the same
+        `bot run` (the same ledger) on this machine."""
+        return f"run `{self.local_command()}` again" if self.local else "comment `/bot run`"
+
+    def partly_tested(self) -> str:
+        """The one sentence that explains "(Partly Tested)": the cause and what follows."""
+        why = self.partly_tested_reason or "this run did not cover the whole default selection"
+        if self.local:
+            return (
+                f"{why}: a run like this does not set a PR's status; "
+                "`bot run '/bot run'` runs all of it."
+            )
+        return f"{why}, so this run does not set the PR's status; comment plain `/bot run` for it."
+
     def headline(self) -> str:
         counts = self.analysis.counts()
         blocking = sum(counts[c] for c in BLOCKING)
         not_run = len(self.analysis.not_run)
         if self.state == "ABORTED":
-            return "⏹️ Cancelled before it finished — comment `/bot run` to start again."
+            return f"⏹️ Cancelled before it finished — {self.again()} to start again."
         if self.state == "NOT_RUN":
             return (
                 f'⚠️ Nothing ran: {not_run} shard(s) could not run on this host (see "Not run") '
@@ -126,8 +155,8 @@ class Report:
             )
         if counts["NEW"]:
             return (
-                f"❌ {counts['NEW']} new failure(s) this PR likely caused — fix them, then "
-                "comment `/bot run` (it re-runs only what failed)."
+                f"❌ {counts['NEW']} new failure(s) {'these changes' if self.local else 'this PR'} "
+                f"likely caused — fix them, then {self.again()} (it re-runs only what failed)."
             )
         if blocking:
             what = []
@@ -144,7 +173,7 @@ class Report:
         if counts["INFRA"]:
             return (
                 f"🛠️ {counts['INFRA']} infrastructure failure(s) only (timeouts, crashes, "
-                "runtime errors) — comment `/bot run` to retry; reuse re-runs only what failed."
+                f"runtime errors) — {self.again()} to retry; reuse re-runs only what failed."
             )
         flaky = f" ({counts['FLAKY']} flaky test(s) listed below)" if counts["FLAKY"] else ""
         if not_run:
@@ -180,6 +209,19 @@ class Report:
     def environment_errors(self) -> list[StageResult]:
         """ERROR shards whose environment cannot run them: re-running does not help."""
         return [r for r in self.results if r.state == "ERROR" and is_environment(r.evidence)]
+
+    def infra_advice(self) -> str:
+        """What the INFRA section's header says to do: the same as its entries (an environment
+        that cannot run a shard is fixed first, a re-run as it is fails the same way)."""
+        environment = {result.stage for result in self.environment_errors()}
+        if not environment:
+            return "the machine's fault (GPU, disk, network, runner): retry"
+        if all(failure.stage in environment for failure in self.analysis.of("INFRA")):
+            return "the environment's fault: fix it first, a re-run as it is fails the same way"
+        return (
+            f"fix the environment of {', '.join(sorted(environment))} first (a re-run as it is "
+            "fails the same way); the rest are the machine's fault: retry"
+        )
 
     def timeline(self, width: int = 900, lane_height: int = 26) -> dict[str, Any]:
         """Gantt bars by slot: one bar per slot each shard that ran held (x/width in px)."""
@@ -277,6 +319,8 @@ def report_from_record(
         host=meta.get("host", ""),
         triggered_by=meta.get("triggered_by", ""),
         ignored_results=list(meta.get("ignored_results") or []),
+        local=bool(meta.get("local")),
+        root=root,
     )
 
 
@@ -327,15 +371,17 @@ def report_from_results(folder: Path, *, pipeline: int | None = None, base=None)
 
 def render_report(report: Report, fmt: str = "md", *, limit: int = COMMENT_LIMIT) -> str:
     """The report as md (at most ``limit`` characters: sections compacted, then cut with a pointer
-    to the HTML report), html or json."""
+    to the HTML report), text (the markdown without its HTML, for a terminal), html or json."""
     if fmt == "json":
         return json.dumps(_json(report), indent=2) + "\n"
     from stagebot.templates import render_template
 
     if fmt == "html":
-        return render_template("report.html.j2", r=report, partly=PARTLY_TESTED, inline=html_inline)
+        return render_template("report.html.j2", r=report, inline=html_inline, href=local_href)
+    if fmt == "text":
+        return plain_text(render_report(report, "md", limit=limit))
     if fmt != "md":
-        raise ValueError(f"unknown report format {fmt!r}; expected md, html or json")
+        raise ValueError(f"unknown report format {fmt!r}; expected md, text, html or json")
     for compact in (0, 1, 2):
         text = render_template(
             "report.md.j2",
@@ -344,7 +390,6 @@ def render_report(report: Report, fmt: str = "md", *, limit: int = COMMENT_LIMIT
             md=escape,
             code=md_code,
             url=url,
-            partly=PARTLY_TESTED,
         )
         if len(text) <= limit:
             return text
@@ -353,6 +398,37 @@ def render_report(report: Report, fmt: str = "md", *, limit: int = COMMENT_LIMIT
         "(`bot report --format html`)."
     )
     return text[: limit - len(pointer)] + pointer
+
+
+def plain_text(markdown: str) -> str:
+    """The markdown report as a terminal shows it best: without the HTML tags the templates
+    write (the escaped text cannot hold a tag: "<" is always an entity there), with the
+    entities and the zero-width spaces the escaping added turned back into the text."""
+    text = TEMPLATE_TAGS.sub(lambda tag: "`" if "code" in tag.group() else "", markdown)
+    text = BLANK_LINES.sub("\n\n", text)  # a tag's own line leaves a blank one
+    return html.unescape(text).replace("\u200b", "")
+
+
+def local_href(path: str, root: Path | None = None) -> str:
+    """A link to a file of this machine (the HTML report is opened here): a file: URI of
+    ``path`` (a relative one read from ``root``; without a root, a relative link); an http(s)
+    address as it is."""
+    from urllib.parse import quote
+
+    if path.startswith(("https://", "http://")):
+        return path
+    if Path(path).is_absolute():
+        return Path(path).as_uri()
+    return (root / path).absolute().as_uri() if root is not None else quote(path)
+
+
+def _shell_word(text: str) -> str:
+    """``text`` as one shell word, in single quotes unless it holds one."""
+    if "'" not in text:
+        return f"'{text}'"
+    if not any(c in text for c in '"$`\\!'):
+        return f'"{text}"'
+    return shlex.quote(text)
 
 
 def html_inline(text: object) -> Markup:

@@ -68,6 +68,7 @@ def plan_run(
     if command.name != "run" or command.run is None:
         raise PlanError(f"only `/bot run` is planned, not {command.name!r}")
     options = command.run
+    _refuse_missing_backends(options, catalog)
     selection = _Selection(catalog)
     notes: list[str] = []
     if changed_files is None:
@@ -78,6 +79,12 @@ def plan_run(
     skipped = _path_rules(selection, changed_files)
     if options.skip_test:
         test_stages = [n for n in selection.why if catalog.stage(n).kind == "test"]
+        if selection.why and len(test_stages) == len(selection.why) and selection.explicit:
+            raise PlanError(
+                "--skip-test keeps only build and sanity stages, and the stages selected "
+                f"({_names(test_stages)}) are all tests: nothing would run; drop --skip-test, "
+                "or name a build or sanity stage"
+            )
         skipped.update(
             {name: "--skip-test: only build and sanity stages run" for name in test_stages}
         )
@@ -85,7 +92,11 @@ def plan_run(
             Step("skip-test", "--skip-test keeps only build/sanity stages", removed=test_stages)
         )
     if not selection.why:
-        notes.append("no stage is selected: nothing will run")
+        emptied = next((step for step in reversed(selection.steps) if step.removed), None)
+        notes.append(
+            "no stage is selected: nothing will run"
+            + (f"; the {emptied.step} step removed the last ({emptied.reason})" if emptied else "")
+        )
     shards = [
         _shard(
             catalog.stage(name),
@@ -114,9 +125,9 @@ def plan_run(
         steps=selection.steps,
         shards=shards,
         gating=not narrowing,
-        partly_tested_reason=(
-            f"{', '.join(narrowing)} narrow(s) the default selection, so this run cannot set "
-            "the PR's status; run plain `/bot run` for that"
+        partly_tested_reason=(  # the cause only: each report says what follows from it once
+            f"{', '.join(narrowing)} narrow{'s' if len(narrowing) == 1 else ''} the default "
+            "selection"
             if narrowing
             else None
         ),
@@ -171,6 +182,23 @@ def _additions(selection: _Selection, options: RunOptions) -> None:
                 picks,
                 forced=True,
             )
+
+
+def _refuse_missing_backends(options: RunOptions, catalog: Catalog) -> None:
+    """A --test-backend no test stage has would keep none of them: not what anyone asked for
+    (flags that undo each other are the grammar's CONTRADICTIONS)."""
+    have = sorted({s.backend for s in catalog.stages if s.kind == "test" and s.backend})
+    for backend in options.test_backend or ():
+        if backend not in have:
+            raise PlanError(
+                f"--test-backend {backend}: no test stage of the catalog has that backend, so "
+                f"none would run (the catalog's test backends: {', '.join(have) or 'none'})"
+            )
+
+
+def _names(names: list[str], limit: int = 5) -> str:
+    shown = ", ".join(names[:limit])
+    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
 
 
 def _filters(selection: _Selection, options: RunOptions, catalog: Catalog) -> None:

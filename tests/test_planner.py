@@ -349,3 +349,54 @@ def test_shipped_catalog_extra_stage_example() -> None:
 def test_plan_round_trips_through_json(catalog) -> None:
     result = plan(catalog, "/bot run --post-merge", changed_files=["a"], commit=SHA, pr=7)
     assert Plan.from_json(result.to_json()) == result
+
+
+def test_flags_that_undo_each_other_are_a_command_error() -> None:
+    from stagebot.stages.errors import CommandError
+
+    with pytest.raises(CommandError, match="--add-multi-gpu-test and --disable-multi-gpu-test"):
+        parse_comment("/bot run --add-multi-gpu-test --disable-multi-gpu-test")
+
+
+@pytest.mark.parametrize(
+    ("comment", "error"),
+    [
+        (
+            '/bot run --skip-test --stage-list "A10-PyTorch-1, CPU-PyTorch-1"',
+            "--skip-test keeps only build and sanity stages, and the stages selected "
+            "(A10-PyTorch-1, CPU-PyTorch-1) are all tests: nothing would run",
+        ),
+        (
+            "/bot run --test-backend tensorrt",
+            "--test-backend tensorrt: no test stage of the catalog has that backend, so none "
+            "would run (the catalog's test backends: autodeploy, cpp, pytorch)",
+        ),
+    ],
+)
+def test_contradictory_or_empty_plans_are_errors(catalog, comment: str, error: str) -> None:
+    with pytest.raises(PlanError) as raised:
+        plan_run(parse_comment(comment), catalog, changed_files=[])
+    assert str(raised.value).startswith(error), raised.value
+
+
+def test_the_flags_alone_still_plan(catalog) -> None:
+    """Negative controls: each flag of the refused pairs is a plan on its own, and --skip-test
+    with a build stage named keeps it."""
+    for comment in (
+        "/bot run --add-multi-gpu-test",
+        '/bot run --skip-test --stage-list "A10-PyTorch-1, A10-Build_Docs"',
+    ):
+        assert plan_run(parse_comment(comment), catalog, changed_files=[]).shards_to("run")
+
+
+def test_a_filter_that_leaves_nothing_says_which_step_emptied_the_plan(catalog) -> None:
+    plan = plan_run(
+        parse_comment("/bot run --gpu-type CPU --test-backend autodeploy"),
+        catalog,
+        changed_files=[],
+    )
+    assert not plan.shards
+    assert (
+        "no stage is selected: nothing will run; the test-backend step removed the last "
+        "(--test-backend keeps test stages of autodeploy (build/sanity stages stay))"
+    ) in plan.notes

@@ -350,8 +350,9 @@ def test_html_report_in_headless_chromium(tmp_path: Path) -> None:
     assert key_lines[0] == "AssertionError: @octocat &lt;!-- stagebot:{} --&gt; broke\n"
 
 
-def test_html_report_links_a_full_log_only_over_http() -> None:
-    """The stage job's URL is a link; a local file or any other scheme is shown as text."""
+def test_html_report_links_a_full_log_over_http_or_as_a_local_file() -> None:
+    """The stage job's URL is a link; a local file is a link to that file (relative: no root
+    is known here); any other scheme is only ever part of a file name."""
     report = fixture_report()
     links = ["https://github.com/o/r/actions/runs/7/job/9", "results/A-PyTorch-3/pytest.log"]
     links.append("javascript:alert(1)")
@@ -361,8 +362,11 @@ def test_html_report_links_a_full_log_only_over_http() -> None:
     report.analysis = replace(report.analysis, failures=failures)
     page = render_report(report, "html")
     assert '<a href="https://github.com/o/r/actions/runs/7/job/9">full log</a>' in page
-    assert "full log: <code>results/A-PyTorch-3/pytest.log</code>" in page
-    assert "full log: <code>javascript:alert(1)</code>" in page and 'href="javascript' not in page
+    local = '<a href="results/A-PyTorch-3/pytest.log">full log</a>: <code>results/A-PyTorch-3/'
+    assert local in page
+    hostile = '<a href="javascript%3Aalert%281%29">full log</a>: <code>javascript:alert(1)</code>'
+    assert hostile in page
+    assert 'href="javascript:' not in page  # a relative link to a file of that name
 
 
 EMOJI = re.compile("[\u2600-\u27bf\U0001f300-\U0001faff\ufe0f]")

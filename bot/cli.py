@@ -58,6 +58,8 @@ SECTIONS: tuple[tuple[str, dict[str, str]], ...] = (
         "Commands the bot's GitHub workflows run",
         {
             "handle-event": "Answer a /bot comment: authorize, plan, reply, set a pending status.",
+            "gate": "Refuse a comment not for the bot, or over its commenter's rate limit, "
+            "before any App token is minted.",
             "fetch-ledger": "Download the ledger the bot's newest reply vouches for.",
             "dispatch": "Start the stage workflow for a planned pipeline.",
             "report-run": "Check a finished stage run, then publish its report.",

@@ -279,6 +279,7 @@ def _execute(book, number: int, plan, catalog, command, request: RunRequest) -> 
     from stagebot.harness.executor import Settings, execute
     from stagebot.harness.ledger import Ledger, retry_busy
     from stagebot.harness.report import (
+        plain_text,
         render_report,
         reply_completed,
         reply_triggered,
@@ -289,7 +290,7 @@ def _execute(book, number: int, plan, catalog, command, request: RunRequest) -> 
     make_output_folder(out)
     record = book.pipeline(number)
     say = partial(click.echo, err=request.as_json)  # with --json, stdout is the JSON alone
-    say(reply_triggered(report_from_record(record)), nl=False)
+    say(plain_text(reply_triggered(report_from_record(record))), nl=False)
     options = command.run
     settings = Settings(
         out_dir=out,
@@ -336,7 +337,7 @@ def _execute(book, number: int, plan, catalog, command, request: RunRequest) -> 
     (out / "report.md").write_text(markdown, encoding="utf-8")
     (out / "report.html").write_text(render_report(report, "html"), encoding="utf-8")
     say(render_report(report, "text"))  # the terminal's: the markdown file stays GitHub's
-    say(reply_completed(report), nl=False)
+    say(plain_text(reply_completed(report)), nl=False)
     say(f"reports: {out / 'report.md'}, {out / 'report.html'}; ledger: {book.path}")
     if request.as_json:
         click.echo(render_report(report, "json"), nl=False)

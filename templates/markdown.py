@@ -13,9 +13,11 @@ LINE_BREAK = re.compile(r"\r\n?|[\u2028\u2029\u0085\v\f]")
 # bidi overrides and isolates, zero-width characters and marks: shown as <U+XXXX>, never hidden
 INVISIBLE = re.compile(r"[\u200b-\u200f\u202a-\u202e\u2066-\u2069\ufeff]")
 # GitHub links #12, GH-12, owner/repo#12 (and a closing keyword before one closes the issue when
-# it reaches a PR body or commit): a zero-width space after "#" / "GH-" and inside the keyword
+# it reaches a PR body or commit): a zero-width space after "#" / "GH-" and inside such a keyword
 REFERENCE = re.compile(r"(?i)(#|(?<![\w-])GH-)(?=\d)")
-CLOSING_KEYWORD = re.compile(r"(?i)\b(?=(?:close[sd]?|fix(?:e[sd])?|resolve[sd]?)\b)(\w)")
+CLOSING_KEYWORD = re.compile(
+    r"(?i)\b(?=(?:close[sd]?|fix(?:e[sd])?|resolve[sd]?):?\s+(?:[\w.-]+/[\w.-]+)?(?:#|GH-)\d)(\w)"
+)
 MENTION = re.compile(r"@(?=[A-Za-z0-9_-])")
 BACKTICKS = re.compile(r"`+")
 # GitHub links bare URLs and www. names (GFM autolinks): a zero-width space breaks the pattern
@@ -46,7 +48,7 @@ def escape(text: object, *, inline: bool = True) -> Trusted:
 def _escape_markup(text: object) -> str:
     plain = LINE_BREAK.sub("\n", str(text))
     plain = INVISIBLE.sub(lambda m: f"<U+{ord(m[0]):04X}>", plain)
-    plain = CLOSING_KEYWORD.sub("\\1\u200b", REFERENCE.sub("\\1\u200b", plain))
+    plain = REFERENCE.sub("\\1\u200b", CLOSING_KEYWORD.sub("\\1\u200b", plain))
     escaped = html.escape(plain, quote=False).replace("|", "&#124;")
     return MENTION.sub("@\u200b", escaped)
 

@@ -46,21 +46,25 @@ def assert_inert(text: str) -> None:
         assert not pattern.search(text), f"{what} in: {pattern.search(text)}"
 
 
-@pytest.mark.slow
-def test_stage_output_in_the_reply_is_inert(gh, pipeline) -> None:
+def reply_to_stage_output(gh, pipeline, text: str) -> str:
+    """The visible part of the reply (everything but the hidden tail) to a stage whose result
+    holds ``text`` as its GPU type, its evidence and its failed test's id and evidence."""
     outputs = pipeline.comment("/bot run", 101)
     results = pipeline.stages(outputs, 101)
     path = results / "CPU-PyTorch-1" / "result.json"
     data = json.loads(path.read_text())
-    data.update(state="FAILURE", gpu_type=HOSTILE, evidence=HOSTILE)
-    data["tests"] = [
-        {"test_id": HOSTILE, "outcome": "failed", "duration_s": 1.0, "evidence": HOSTILE}
-    ]
+    data.update(state="FAILURE", gpu_type=text, evidence=text)
+    data["tests"] = [{"test_id": text, "outcome": "failed", "duration_s": 1.0, "evidence": text}]
     path.write_text(json.dumps(data))
     pipeline.report(101, results)
     (reply,) = replies(gh)
     assert "completed with state FAILURE" in reply["body"]
-    assert_inert(reply["body"].rsplit("<!-- stagebot", 2)[0])  # everything but the hidden tail
+    return reply["body"].rsplit("<!-- stagebot", 2)[0]
+
+
+@pytest.mark.slow
+def test_stage_output_in_the_reply_is_inert(gh, pipeline) -> None:
+    assert_inert(reply_to_stage_output(gh, pipeline, HOSTILE))
 
 
 @pytest.mark.slow
@@ -166,16 +170,4 @@ def test_line_breaks_and_controls_in_result_text_leave_the_report_as_it_was() ->
 
 @pytest.mark.slow
 def test_line_breaks_controls_and_references_in_stage_output_are_inert(gh, pipeline) -> None:
-    outputs = pipeline.comment("/bot run", 101)
-    results = pipeline.stages(outputs, 101)
-    path = results / "CPU-PyTorch-1" / "result.json"
-    data = json.loads(path.read_text())
-    data.update(state="FAILURE", gpu_type=HOSTILE_TEXT, evidence=HOSTILE_TEXT)
-    data["tests"] = [
-        {"test_id": HOSTILE_TEXT, "outcome": "failed", "duration_s": 1.0, "evidence": HOSTILE_TEXT}
-    ]
-    path.write_text(json.dumps(data))
-    pipeline.report(101, results)
-    (reply,) = replies(gh)
-    assert "completed with state FAILURE" in reply["body"]
-    assert_text_inert(reply["body"].rsplit("<!-- stagebot", 2)[0])
+    assert_text_inert(reply_to_stage_output(gh, pipeline, HOSTILE_TEXT))

@@ -171,3 +171,13 @@ def test_line_breaks_and_controls_in_result_text_leave_the_report_as_it_was() ->
 @pytest.mark.slow
 def test_line_breaks_controls_and_references_in_stage_output_are_inert(gh, pipeline) -> None:
     assert_text_inert(reply_to_stage_output(gh, pipeline, HOSTILE_TEXT))
+
+
+@pytest.mark.slow
+def test_bytes_that_are_not_utf8_in_stage_output_reach_the_reply_shown_as_escapes(
+    gh, pipeline
+) -> None:
+    """A file name from os.listdir in a test id and its evidence (a lone surrogate after
+    surrogateescape, as json carries it): the reply is posted, with the byte shown as \\xff."""
+    visible = reply_to_stage_output(gh, pipeline, "check_files.py::test_open[caf\udcff.txt]")
+    assert "caf\\xff.txt" in visible and "\udcff" not in visible

@@ -118,10 +118,12 @@ class Report:
         )
 
     @property
-    def label(self) -> str:
+    def label(self) -> Trusted:
         """How the replies name this pipeline: on GitHub its PR_Github number, locally its
-        ledger's."""
-        return f"pipeline #{self.pipeline}" if self.local else f"PR_Github #{self.pipeline}"
+        ledger's (the bot's own words around a number: not escaped, so "#12" stays as written)."""
+        return Trusted(
+            f"pipeline #{self.pipeline}" if self.local else f"PR_Github #{self.pipeline}"
+        )
 
     def local_command(self) -> str:
         """The `bot run` that runs this pipeline's command on this machine."""

@@ -226,7 +226,8 @@ def test_base_comparison_new_pre_existing_and_suspects(tmp_path, ledger) -> None
         env={"STAGEBOT_FIXTURE_BROKEN": "1"},
     )
     assert pr.returncode == 1
-    report = (tmp_path / "pr" / "report.md").read_text()
+    # as GitHub shows it: "#1" in escaped text carries a zero-width space (no link to issue 1)
+    report = (tmp_path / "pr" / "report.md").read_text().replace("\u200b", "")
     assert report.startswith("### ❌ 1 new failure(s)")
     assert "#### NEW failures (1) — fail here, not this way on base #1" in report
     new_section = report.split("#### NEW failures")[1].split("<details>")[0]

@@ -62,7 +62,7 @@ def test_faulty_shards_end_in_error_with_their_evidence(faulty_run) -> None:
         assert out[stage]["state"] == "ERROR", (stage, out[stage])
         assert out[stage]["evidence"].startswith(evidence), (stage, out[stage]["evidence"])
     report = (tmp / "out" / "report.md").read_text()
-    assert "INFRA</b> (5)" in report and "UNCLASSIFIED" not in report
+    assert "INFRA</b> (5)" in report and "UNCLASSIFIED</b>" not in report
     entry = "- <code>tests/fixtures/suites/check_hang.py::test_hangs_forever</code>"
     (hang,) = [line for line in report.splitlines() if line.startswith(entry)]
     assert re.search(r"time limit: 60 s ran out \(load average [\d.]+ on \d+ CPUs\)", hang)

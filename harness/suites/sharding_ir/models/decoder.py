@@ -22,13 +22,16 @@ class DecoderLayer(nn.Module):
         super().__init__()
         self.self_attn = Attention(a)
         sparse = a.moe is not None and layer_idx in a.moe.sparse_layers
-        self.mlp = SparseMoeBlock(a, fixed_routing) if sparse else MLP.dense(a)
+        self.mlp_name = a.moe.block if sparse else "mlp"  # the family's name for the MoE block
+        self.add_module(self.mlp_name, SparseMoeBlock(a, fixed_routing) if sparse else MLP.dense(a))
         self.input_layernorm = RMSNorm(a.hidden_size, a.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(a.hidden_size, a.rms_norm_eps)
+        self.residual_multiplier = a.residual_multiplier
 
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin)
-        return x + self.mlp(self.post_attention_layernorm(x))
+        r, mlp = self.residual_multiplier, self.get_submodule(self.mlp_name)
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin) * r
+        return x + mlp(self.post_attention_layernorm(x)) * r
 
 
 class DecoderModel(nn.Module):
@@ -38,9 +41,10 @@ class DecoderModel(nn.Module):
         self.layers = nn.ModuleList(DecoderLayer(a, i, fixed_routing) for i in range(a.num_layers))
         self.norm = RMSNorm(a.hidden_size, a.rms_norm_eps)
         self.rotary_emb = RotaryEmbedding(a)
+        self.embedding_multiplier = a.embedding_multiplier
 
     def forward(self, input_ids: Tensor, position_ids: Tensor) -> Tensor:
-        x = self.embed_tokens(input_ids)
+        x = self.embed_tokens(input_ids) * self.embedding_multiplier
         cos, sin = self.rotary_emb(x, position_ids)
         for layer in self.layers:
             x = layer(x, cos, sin)
@@ -62,7 +66,7 @@ class IRForCausalLM(nn.Module):
         self.lm_head = nn.Linear(a.hidden_size, a.vocab_size, bias=False)
 
     def forward(self, input_ids: Tensor, position_ids: Tensor) -> Tensor:
-        return self.lm_head(self.model(input_ids, position_ids))
+        return self.lm_head(self.model(input_ids, position_ids)) * self.arch.logits_multiplier
 
     def _reduced_blocks(self):
         """The blocks that end in an all-reduce: each states its own plan (and its parts')."""

@@ -77,6 +77,19 @@ def _value(feature: Value, config):
     return feature.read(config) if isinstance(feature, Attr | Formula) else feature
 
 
+# Norm placement -> the layer's norms (module names as HF's classes call them) before and after
+# attention, before and after the MLP; None where there is none.
+NORM_PLACEMENTS = {
+    "pre": ("input_layernorm", None, "post_attention_layernorm", None),
+    "sandwich": (
+        "input_layernorm",
+        "post_attention_layernorm",
+        "pre_feedforward_layernorm",
+        "post_feedforward_layernorm",
+    ),
+}
+
+
 @dataclass(frozen=True)
 class MoESpec:
     """A sparse MoE block: softmax top-k router, routed gated-MLP experts (``experts.<e>``), and
@@ -102,7 +115,8 @@ class ArchSpec:
     the gate's in every gated MLP (dense, routed and shared experts), a ``hints.ACTIVATIONS``
     name. The multipliers scale the embeddings, each residual branch (attention and MLP outputs
     before they are added) and the logits; ``attention_scale`` is the softmax scale (None:
-    ``head_dim ** -0.5``). Each is a number or a value read or computed from the config."""
+    ``head_dim ** -0.5``); every RMS norm scales by ``norm_weight_offset + weight``. Each is a
+    number or a value read or computed from the config. ``norms``: a ``NORM_PLACEMENTS`` name."""
 
     qk_norm: bool = False
     qkv_bias: bool | Attr = False
@@ -116,9 +130,16 @@ class ArchSpec:
     attention_scale: Value | None = None
     residual_multiplier: Value = 1.0
     logits_multiplier: Value = 1.0
+    norm_weight_offset: Value = 0.0
+    norms: str = "pre"
 
     def resolve(self, config) -> Arch:
         """The numbers and flags the IR blocks are built from, for ``config``."""
+        if self.norms not in NORM_PLACEMENTS:
+            raise ShardingIRError(
+                f"unknown norm placement {self.norms!r}: the family's spec names one of "
+                f"{', '.join(NORM_PLACEMENTS)}."
+            )
         head_dim = getattr(config, "head_dim", None)
         moe = None
         if self.moe is not None:
@@ -166,6 +187,8 @@ class ArchSpec:
             attention_scale=head_dim**-0.5 if scale is None else float(_value(scale, config)),
             residual_multiplier=float(_value(self.residual_multiplier, config)),
             logits_multiplier=float(_value(self.logits_multiplier, config)),
+            norm_weight_offset=float(_value(self.norm_weight_offset, config)),
+            norms=NORM_PLACEMENTS[self.norms],
         )
 
 
@@ -205,3 +228,5 @@ class Arch:
     attention_scale: float
     residual_multiplier: float
     logits_multiplier: float
+    norm_weight_offset: float
+    norms: tuple[str | None, ...]

@@ -22,16 +22,18 @@ Shapes = dict[str, tuple[int, ...] | None]  # parameter name -> local shape (Non
 
 
 class RMSNorm(nn.Module):
-    def __init__(self, size: int, eps: float) -> None:
+    """RMS norm scaled by ``norm_weight_offset + weight`` (Gemma's norms keep ``weight - 1``)."""
+
+    def __init__(self, size: int, a: Arch) -> None:
         super().__init__()
         self.weight = nn.Parameter(torch.ones(size))
-        self.eps = eps
+        self.eps, self.offset = a.rms_norm_eps, a.norm_weight_offset
 
     def forward(self, x: Tensor) -> Tensor:
         dtype = x.dtype
         x = x.to(torch.float32)
         x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x.to(dtype)
+        return (self.offset + self.weight) * x.to(dtype)
 
 
 class RotaryEmbedding(nn.Module):
@@ -89,8 +91,7 @@ class Attention(nn.Module):
         self.o_proj = nn.Linear(q, hidden, bias=a.o_bias)
         self.qk_norm, self.scale = a.qk_norm, a.attention_scale
         if self.qk_norm:
-            self.q_norm = RMSNorm(a.head_dim, a.rms_norm_eps)
-            self.k_norm = RMSNorm(a.head_dim, a.rms_norm_eps)
+            self.q_norm, self.k_norm = RMSNorm(a.head_dim, a), RMSNorm(a.head_dim, a)
 
     def _qkv(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         hd, kinds = self.head_dim, (self.num_heads, self.num_kv_heads, self.num_kv_heads)

@@ -9,11 +9,12 @@ single nodes by ``torch.export`` so ``apply_sharding_hints`` can find and rewrit
   sharded (-1: no scaled dim).
 - ``split_with_sizes(x, sizes, dim, enable_sharding)``: ``sizes`` divided by TP once sharded.
 - ``all_reduce(x)``: identity until sharded, then a real sum over the ranks.
-- ``moe(x, topk_ids, topk_weights, w1, w2, w3)``: per-expert SwiGLU weights (w1 gate, w3 up,
-  w2 down), token ``t`` summing ``topk_weights[t, k] * expert[topk_ids[t, k]](x[t])``. Ids are
-  clamped into ``range(len(w1))``, as gather-based kernels index, so an id outside the range (a
-  token routed to another EP rank's expert) contributes unless its weight is zero: the sharder's
-  routing mask is what makes it contribute nothing.
+- ``moe(x, topk_ids, topk_weights, w1, w2, w3, activation)``: per-expert gated-MLP weights (w1
+  gate, w3 up, w2 down; ``activation`` the gate's, an ``ACTIVATIONS`` name), token ``t`` summing
+  ``topk_weights[t, k] * expert[topk_ids[t, k]](x[t])``. Ids are clamped into
+  ``range(len(w1))``, as gather-based kernels index, so an id outside the range (a token routed to
+  another EP rank's expert) contributes unless its weight is zero: the sharder's routing mask is
+  what makes it contribute nothing.
 
 Custom ops may not return views of their inputs, so view/split/all_reduce return copies.
 ``torch_moe`` is the same MoE computation without hint meaning: what a leftover ``moe`` lowers to.
@@ -21,12 +22,31 @@ Custom ops may not return views of their inputs, so view/split/all_reduce return
 
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from stagebot.harness.suites.sharding_ir.errors import ShardingIRError
+
 NAMESPACE = "stagebot_ir"
 TP_MODES = ("none", "colwise", "rowwise")
+# A gated MLP's activation by the name HF configs give it (``hidden_act``).
+ACTIVATIONS = {
+    "silu": F.silu,
+    "gelu": F.gelu,
+    "gelu_pytorch_tanh": partial(F.gelu, approximate="tanh"),
+    "relu": F.relu,
+}
+
+
+def activation(name: str):
+    if name not in ACTIVATIONS:
+        raise ShardingIRError(
+            f"unknown activation {name!r}: the family's spec names one of {', '.join(ACTIVATIONS)}."
+        )
+    return ACTIVATIONS[name]
 
 
 @torch.library.custom_op(f"{NAMESPACE}::linear", mutates_args=())
@@ -87,13 +107,13 @@ def _(x):
     return torch.empty_like(x)
 
 
-def _moe_forward(x, topk_ids, topk_weights, w1, w2, w3) -> Tensor:
-    out = torch.zeros_like(x)
+def _moe_forward(x, topk_ids, topk_weights, w1, w2, w3, act: str) -> Tensor:
+    out, act_fn = torch.zeros_like(x), activation(act)
     topk_ids = topk_ids.clamp(0, len(w1) - 1)
     for expert, (gate_w, down_w, up_w) in enumerate(zip(w1, w2, w3, strict=True)):
         token_idx, k_pos = torch.where(topk_ids == expert)
         tokens = x[token_idx]
-        hidden = F.silu(F.linear(tokens, gate_w)) * F.linear(tokens, up_w)
+        hidden = act_fn(F.linear(tokens, gate_w)) * F.linear(tokens, up_w)
         expert_out = F.linear(hidden, down_w) * topk_weights[token_idx, k_pos, None]
         out.index_add_(0, token_idx, expert_out.to(out.dtype))
     return out
@@ -109,13 +129,14 @@ def _define_moe_op(name: str):
         w1: list[Tensor],
         w2: list[Tensor],
         w3: list[Tensor],
+        activation: str = "silu",
     ) -> Tensor:
-        return _moe_forward(x, topk_ids, topk_weights, w1, w2, w3)
+        return _moe_forward(x, topk_ids, topk_weights, w1, w2, w3, activation)
 
     op = torch.library.custom_op(f"{NAMESPACE}::{name}", compute, mutates_args=())
 
     @op.register_fake
-    def _(x, topk_ids, topk_weights, w1, w2, w3):
+    def _(x, topk_ids, topk_weights, w1, w2, w3, activation="silu"):
         return torch.empty_like(x)
 
     return op

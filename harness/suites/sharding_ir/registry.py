@@ -98,6 +98,15 @@ _QWEN_MOE = MoESpec(
 )
 _MOE_TINY = {"num_experts_per_tok": 2, "moe_intermediate_size": 32, "mlp_only_layers": [0]}
 
+# The multipliers of granite-3.1-3b-a800m (the config class defaults every one to 1.0 but the
+# attention scale, which a wrong entry could then not be told from).
+_GRANITE_MULTIPLIERS = {
+    "embedding_multiplier": 12.0,
+    "attention_multiplier": 0.015625,
+    "residual_multiplier": 0.22,
+    "logits_scaling": 6.0,
+}
+
 FAMILIES = (
     ModelSpec(
         model_id="Qwen/Qwen3-8B",
@@ -154,6 +163,28 @@ FAMILIES = (
             ),
         ),
         tiny={**TINY, **_MOE_TINY, "num_experts": 8, "shared_expert_intermediate_size": 48},
+    ),
+    ModelSpec(
+        model_id="ibm-granite/granite-3.1-3b-a800m-instruct",
+        config_class="GraniteMoeConfig",
+        hf_class="GraniteMoeForCausalLM",
+        arch=ArchSpec(
+            activation=Attr("hidden_act"),
+            embedding_multiplier=Attr("embedding_multiplier"),
+            attention_scale=Attr("attention_multiplier"),
+            residual_multiplier=Attr("residual_multiplier"),
+            logits_multiplier=1 / Attr("logits_scaling"),
+            moe=MoESpec(
+                num_experts=Attr("num_local_experts"),
+                top_k=Attr("num_experts_per_tok"),
+                expert_intermediate_size=Attr("intermediate_size"),
+                norm_topk_prob=True,  # softmax over the top-k logits
+                block="block_sparse_moe",
+                router="router",
+            ),
+        ),
+        tiny={**TINY, "num_local_experts": 8, "num_experts_per_tok": 2, "intermediate_size": 32}
+        | _GRANITE_MULTIPLIERS,
     ),
 )
 

@@ -65,7 +65,7 @@ def strip_sharding_hints(gm: fx.GraphModule) -> fx.GraphModule:
         ),
         ops["moe"]: lambda a: (
             torch.ops.stagebot_ir.torch_moe.default,
-            tuple(a[k] for k in ("x", "topk_ids", "topk_weights", "w1", "w2", "w3")),
+            tuple(a[k] for k in ("x", "topk_ids", "topk_weights", "w1", "w2", "w3", "activation")),
         ),
     }
     for node in list(gm.graph.nodes):

@@ -11,6 +11,7 @@ import torch
 
 from stagebot.harness.suites.sharding_ir.build import build_ir_model, prefill_inputs
 from stagebot.harness.suites.sharding_ir.dist_config import DistConfig
+from stagebot.harness.suites.sharding_ir.errors import ShardingIRError
 from stagebot.harness.suites.sharding_ir.hf_reference import build_hf_model, matches_hf_check
 from stagebot.harness.suites.sharding_ir.registry import REGISTRY
 
@@ -20,6 +21,15 @@ CASES = [
     for name, overrides in spec.cases(DistConfig.named("tep"))
 ]
 LLAMA, QWEN3, QWEN2_MOE = "meta-llama/Llama-3.1-8B", "Qwen/Qwen3-8B", "Qwen/Qwen1.5-MoE-A2.7B"
+GRANITE_MOE = "ibm-granite/granite-3.1-3b-a800m-instruct"
+
+
+def _with(model_id: str, moe: dict | None = None, **arch):
+    """The registered entry of ``model_id`` with some of its spec's fields (its MoE's) replaced."""
+    spec = REGISTRY[model_id]
+    if moe:
+        arch["moe"] = dataclasses.replace(spec.arch.moe, **moe)
+    return dataclasses.replace(spec, arch=dataclasses.replace(spec.arch, **arch))
 
 
 @pytest.mark.parametrize(("model_id", "variant", "overrides"), CASES)
@@ -74,3 +84,40 @@ def test_a_changed_weight_is_seen():
             rtol=1e-5,
             atol=1e-5,
         )
+
+
+@pytest.mark.parametrize(
+    "wrong",
+    [
+        {"embedding_multiplier": 1.0},
+        {"attention_scale": None},  # the default, head_dim ** -0.5
+        {"residual_multiplier": 1.0},
+        {"logits_multiplier": 1.0},
+        {"activation": "gelu"},
+    ],
+    ids=lambda wrong: next(iter(wrong)),
+)
+def test_a_wrong_declared_value_fails(wrong):
+    """Each value GraniteMoE's entry declares is load-bearing: left at the decoder's default (or
+    another activation), the IR has HF's parameter names and other numbers."""
+    result = matches_hf_check(_with(GRANITE_MOE, **wrong), {})
+    assert not result.ok and "max |IR - HF|" in result.detail, result.detail
+
+
+@pytest.mark.parametrize(
+    ("moe", "declared"),
+    [({"router": "gate"}, "block_sparse_moe.gate"), ({"block": "mlp"}, "mlp.router")],
+    ids=["router", "block"],
+)
+def test_a_wrong_moe_module_name_fails_naming_the_expected_one(moe, declared):
+    """The check names the parameter HF expects and the one the wrong entry built instead."""
+    result = matches_hf_check(_with(GRANITE_MOE, moe=moe), {})
+    assert not result.ok, result.detail
+    expected = "missing from the IR (e.g. ['model.layers.0.block_sparse_moe.router.weight'"
+    assert expected in result.detail, result.detail
+    assert f"unknown to HF (e.g. ['model.layers.0.{declared}.weight'" in result.detail
+
+
+def test_an_unknown_activation_is_named_with_the_known_ones():
+    with pytest.raises(ShardingIRError, match=r"unknown activation 'swiglu'.*one of silu, gelu"):
+        build_ir_model(_with(GRANITE_MOE, activation="swiglu"))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import pickle
 import subprocess
 import sys
 from pathlib import Path
@@ -12,7 +13,7 @@ import pytest
 
 from stagebot.harness.suites.sharding_ir.dist_config import NAMED_CONFIGS, DistConfig
 from stagebot.harness.suites.sharding_ir.errors import ShardingIRError
-from stagebot.harness.suites.sharding_ir.family import Attr
+from stagebot.harness.suites.sharding_ir.family import ArchSpec, Attr
 from stagebot.harness.suites.sharding_ir.registry import REGISTRY, Registry
 
 
@@ -49,6 +50,25 @@ def test_a_spec_naming_an_attribute_the_config_lacks_says_which():
     arch = dataclasses.replace(spec.arch, moe=wrong)
     with pytest.raises(ShardingIRError, match=r"MixtralConfig has no attribute 'n_routed_experts'"):
         arch.resolve(spec.config())
+
+
+def test_a_value_computed_from_the_config_resolves_and_travels_to_the_ranks():
+    """``sqrt(hidden)``-style values: arithmetic on ``Attr`` is data (a spec is pickled to each
+    rank and compared by value), read from the config when the spec is resolved."""
+    spec = ArchSpec(
+        embedding_multiplier=Attr("hidden_size") ** 0.5,
+        logits_multiplier=1 / Attr("logits_scaling"),
+        attention_scale=2 * Attr("attention_multiplier") / Attr("num_attention_heads"),
+    )
+    assert pickle.loads(pickle.dumps(spec)) == spec
+    config = REGISTRY["ibm-granite/granite-3.1-3b-a800m-instruct"].config()
+    arch = spec.resolve(config)
+    assert arch.embedding_multiplier == 8.0  # hidden 64
+    assert arch.logits_multiplier == 1 / 6.0
+    assert arch.attention_scale == 2 * 0.015625 / 4
+    assert ArchSpec().resolve(config).attention_scale == 16**-0.5  # the default: head_dim ** -0.5
+    with pytest.raises(ShardingIRError, match=r"GraniteMoeConfig has no attribute 'hidden'"):
+        ArchSpec(residual_multiplier=Attr("hidden") ** -0.5).resolve(config)
 
 
 def test_a_registry_refuses_an_id_twice():

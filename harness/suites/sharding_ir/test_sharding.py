@@ -38,15 +38,16 @@ class FusedMLP(nn.Module):
 
 
 class MoE(nn.Module):
-    def __init__(self, num_experts: int) -> None:
+    def __init__(self, num_experts: int, activation: str = "silu") -> None:
         super().__init__()
+        self.activation = activation
         self.w1 = nn.ParameterList(torch.randn(INTER, HIDDEN) for _ in range(num_experts))
         self.w2 = nn.ParameterList(torch.randn(HIDDEN, INTER) for _ in range(num_experts))
         self.w3 = nn.ParameterList(torch.randn(INTER, HIDDEN) for _ in range(num_experts))
 
     def forward(self, x, ids, weights):
         return hints.all_reduce(
-            hints.moe(x, ids, weights, list(self.w1), list(self.w2), list(self.w3))
+            hints.moe(x, ids, weights, list(self.w1), list(self.w2), list(self.w3), self.activation)
         )
 
 
@@ -108,6 +109,19 @@ def test_moe_expert_and_tensor_parallel(config, num_experts):
     torch.testing.assert_close(
         _summed_over_ranks(module, args, config), module(*args), rtol=1e-5, atol=1e-5
     )
+
+
+def test_moe_keeps_its_activation_through_sharding_and_lowering():
+    """A sharder or lowering that dropped the hint's activation would compute SiLU on the ranks."""
+    torch.manual_seed(0)
+    module, tokens = MoE(4, activation="relu"), 16
+    ids = torch.stack([torch.randperm(4)[:2] for _ in range(tokens)])
+    args = (torch.randn(tokens, HIDDEN), ids, torch.rand(tokens, 2))
+    expected = module(*args)
+    module.activation = "silu"
+    assert not torch.allclose(module(*args), expected)  # the activation is load-bearing here
+    module.activation = "relu"
+    torch.testing.assert_close(_summed_over_ranks(module, args, "tep"), expected)
 
 
 def test_moe_drops_other_ranks_experts():

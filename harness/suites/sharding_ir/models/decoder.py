@@ -22,13 +22,21 @@ class DecoderLayer(nn.Module):
         super().__init__()
         self.self_attn = Attention(a)
         sparse = a.moe is not None and layer_idx in a.moe.sparse_layers
-        self.mlp = SparseMoeBlock(a, fixed_routing) if sparse else MLP.dense(a)
-        self.input_layernorm = RMSNorm(a.hidden_size, a.rms_norm_eps)
-        self.post_attention_layernorm = RMSNorm(a.hidden_size, a.rms_norm_eps)
+        self.mlp_name = a.moe.block if sparse else "mlp"  # the family's name for the MoE block
+        self.add_module(self.mlp_name, SparseMoeBlock(a, fixed_routing) if sparse else MLP.dense(a))
+        self.norms = a.norms  # module names, None where the placement has no norm
+        for name in filter(None, a.norms):
+            self.add_module(name, RMSNorm(a.hidden_size, a))
+        self.residual_multiplier = a.residual_multiplier
+
+    def _norm(self, name: str | None, x: Tensor) -> Tensor:
+        return x if name is None else self.get_submodule(name)(x)
 
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin)
-        return x + self.mlp(self.post_attention_layernorm(x))
+        r, mlp = self.residual_multiplier, self.get_submodule(self.mlp_name)
+        before_attn, after_attn, before_mlp, after_mlp = self.norms
+        x = x + self._norm(after_attn, self.self_attn(self._norm(before_attn, x), cos, sin)) * r
+        return x + self._norm(after_mlp, mlp(self._norm(before_mlp, x))) * r
 
 
 class DecoderModel(nn.Module):
@@ -36,11 +44,12 @@ class DecoderModel(nn.Module):
         super().__init__()
         self.embed_tokens = nn.Embedding(a.vocab_size, a.hidden_size)
         self.layers = nn.ModuleList(DecoderLayer(a, i, fixed_routing) for i in range(a.num_layers))
-        self.norm = RMSNorm(a.hidden_size, a.rms_norm_eps)
+        self.norm = RMSNorm(a.hidden_size, a)
         self.rotary_emb = RotaryEmbedding(a)
+        self.embedding_multiplier = a.embedding_multiplier
 
     def forward(self, input_ids: Tensor, position_ids: Tensor) -> Tensor:
-        x = self.embed_tokens(input_ids)
+        x = self.embed_tokens(input_ids) * self.embedding_multiplier
         cos, sin = self.rotary_emb(x, position_ids)
         for layer in self.layers:
             x = layer(x, cos, sin)
@@ -62,7 +71,7 @@ class IRForCausalLM(nn.Module):
         self.lm_head = nn.Linear(a.hidden_size, a.vocab_size, bias=False)
 
     def forward(self, input_ids: Tensor, position_ids: Tensor) -> Tensor:
-        return self.lm_head(self.model(input_ids, position_ids))
+        return self.lm_head(self.model(input_ids, position_ids)) * self.arch.logits_multiplier
 
     def _reduced_blocks(self):
         """The blocks that end in an all-reduce: each states its own plan (and its parts')."""

@@ -1,6 +1,7 @@
 """Building blocks of the IR decoders, each built from a resolved ``Arch`` (what the family has):
-norms, RoPE, hinted attention (q/k norm or not, biases, q/k/v separate or fused) and the hinted
-SwiGLU MLP (bias or not, gate/up separate or fused).
+norms, RoPE, hinted attention (q/k norm or not, biases, q/k/v separate or fused, the family's
+softmax scale) and the hinted gated MLP (the family's activation, bias or not, gate/up separate or
+fused).
 
 Each hinted block also states, in closed form, the local shapes it expects after sharding and how
 many collectives its forward issues: the structural checks compare the sharded graph against
@@ -21,16 +22,18 @@ Shapes = dict[str, tuple[int, ...] | None]  # parameter name -> local shape (Non
 
 
 class RMSNorm(nn.Module):
-    def __init__(self, size: int, eps: float) -> None:
+    """RMS norm scaled by ``norm_weight_offset + weight`` (Gemma's norms keep ``weight - 1``)."""
+
+    def __init__(self, size: int, a: Arch) -> None:
         super().__init__()
         self.weight = nn.Parameter(torch.ones(size))
-        self.eps = eps
+        self.eps, self.offset = a.rms_norm_eps, a.norm_weight_offset
 
     def forward(self, x: Tensor) -> Tensor:
         dtype = x.dtype
         x = x.to(torch.float32)
         x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x.to(dtype)
+        return (self.offset + self.weight) * x.to(dtype)
 
 
 class RotaryEmbedding(nn.Module):
@@ -86,10 +89,9 @@ class Attention(nn.Module):
             self.k_proj = nn.Linear(hidden, kv, bias=a.qkv_bias)
             self.v_proj = nn.Linear(hidden, kv, bias=a.qkv_bias)
         self.o_proj = nn.Linear(q, hidden, bias=a.o_bias)
-        self.qk_norm = a.qk_norm
+        self.qk_norm, self.scale = a.qk_norm, a.attention_scale
         if self.qk_norm:
-            self.q_norm = RMSNorm(a.head_dim, a.rms_norm_eps)
-            self.k_norm = RMSNorm(a.head_dim, a.rms_norm_eps)
+            self.q_norm, self.k_norm = RMSNorm(a.head_dim, a), RMSNorm(a.head_dim, a)
 
     def _qkv(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         hd, kinds = self.head_dim, (self.num_heads, self.num_kv_heads, self.num_kv_heads)
@@ -110,7 +112,7 @@ class Attention(nn.Module):
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         out = F.scaled_dot_product_attention(
-            q, k, v, is_causal=True, scale=self.head_dim**-0.5, enable_gqa=True
+            q, k, v, is_causal=True, scale=self.scale, enable_gqa=True
         )
         out = hints.view(out.transpose(1, 2), [b, s, self.num_heads * self.head_dim], 2)
         o = self.o_proj
@@ -134,14 +136,23 @@ class Attention(nn.Module):
 
 
 class MLP(nn.Module):
-    """SwiGLU MLP: gate/up colwise (one fused weight or two), down rowwise, then one all-reduce
-    unless ``reduce=False`` (a shared expert, reduced together with the routed experts)."""
+    """Gated MLP (SwiGLU with ``activation="silu"``): gate/up colwise (one fused weight or two),
+    down rowwise, then one all-reduce unless ``reduce=False`` (a shared expert, reduced together
+    with the routed experts)."""
 
     def __init__(
-        self, hidden: int, intermediate: int, *, bias=False, fused=False, reduce=True
+        self,
+        hidden: int,
+        intermediate: int,
+        *,
+        activation: str,
+        bias=False,
+        fused=False,
+        reduce=True,
     ) -> None:
         super().__init__()
         self.fused, self.intermediate = fused, intermediate
+        self.act_fn = hints.activation(activation)
         if fused:
             self.gate_up_proj = nn.Linear(hidden, 2 * intermediate, bias=bias)
         else:
@@ -152,7 +163,13 @@ class MLP(nn.Module):
 
     @classmethod
     def dense(cls, a: Arch) -> MLP:
-        return cls(a.hidden_size, a.intermediate_size, bias=a.mlp_bias, fused=a.fused_gate_up)
+        return cls(
+            a.hidden_size,
+            a.intermediate_size,
+            activation=a.activation,
+            bias=a.mlp_bias,
+            fused=a.fused_gate_up,
+        )
 
     def forward(self, x: Tensor) -> Tensor:
         if self.fused:
@@ -160,7 +177,7 @@ class MLP(nn.Module):
         else:
             gate, up = _colwise(x, self.gate_proj, None), _colwise(x, self.up_proj, None)
         d = self.down_proj
-        down = hints.linear(F.silu(gate) * up, d.weight, d.bias, "rowwise")
+        down = hints.linear(self.act_fn(gate) * up, d.weight, d.bias, "rowwise")
         return hints.all_reduce(down) if self.collectives else down
 
     def local_shapes(self, dc: DistConfig) -> Shapes:

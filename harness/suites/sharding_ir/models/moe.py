@@ -1,5 +1,6 @@
-"""The sparse MoE block: a softmax top-k router, routed SwiGLU experts through the ``moe`` hint,
-optionally a shared expert (sigmoid-gated, as Qwen2-MoE), and one all-reduce for both.
+"""The sparse MoE block: a softmax top-k router (under the family's module name), routed gated-MLP
+experts through the ``moe`` hint (the family's activation), optionally a shared expert
+(sigmoid-gated, as Qwen2-MoE), and one all-reduce for both.
 
 Parameters carry the checkpoint names (``mlp.experts.<e>.gate_proj.weight`` ...). transformers
 5.x keeps each layer's experts fused in memory (``mlp.experts.gate_up_proj`` [E, 2I, H], gate
@@ -38,18 +39,21 @@ class SparseMoeBlock(nn.Module):
         super().__init__()
         m = a.moe
         self.num_experts, self.top_k, self.norm_topk_prob = m.num_experts, m.top_k, m.norm_topk_prob
-        self.fixed_routing = fixed_routing
-        self.gate = nn.Linear(a.hidden_size, self.num_experts, bias=False)
+        self.fixed_routing, self.activation = fixed_routing, a.activation
+        self.router_name = m.router
+        self.add_module(m.router, nn.Linear(a.hidden_size, self.num_experts, bias=False))
+        expert = dict(activation=a.activation, reduce=False)
         self.experts = nn.ModuleList(
-            MLP(a.hidden_size, m.intermediate_size, reduce=False) for _ in range(self.num_experts)
+            MLP(a.hidden_size, m.intermediate_size, **expert) for _ in range(self.num_experts)
         )
         self.has_shared_expert = m.shared_intermediate_size is not None
         if self.has_shared_expert:
-            self.shared_expert = MLP(a.hidden_size, m.shared_intermediate_size, reduce=False)
+            self.shared_expert = MLP(a.hidden_size, m.shared_intermediate_size, **expert)
             self.shared_expert_gate = nn.Linear(a.hidden_size, 1, bias=False)
 
     def route(self, x: Tensor) -> tuple[Tensor, Tensor]:
-        probs = torch.softmax(self.gate(x), dim=-1, dtype=torch.float)
+        router = self.get_submodule(self.router_name)
+        probs = torch.softmax(router(x), dim=-1, dtype=torch.float)
         if self.fixed_routing:
             tokens = torch.arange(x.shape[0], device=x.device)[:, None]
             ids = (
@@ -73,6 +77,7 @@ class SparseMoeBlock(nn.Module):
             [e.gate_proj.weight for e in self.experts],
             [e.down_proj.weight for e in self.experts],
             [e.up_proj.weight for e in self.experts],
+            self.activation,
         )
         if self.has_shared_expert:
             out = out + torch.sigmoid(self.shared_expert_gate(flat)) * self.shared_expert(flat)

@@ -466,8 +466,8 @@ def test_ranks_past_the_suites_limit_are_the_machines_with_the_load_and_the_limi
     why = "rank 1: still running when the limit ran out"
     evidence = (
         "stagebot.harness.suites.sharding_ir.spawn.SpawnTimeout: 2 ranks (gloo) timed out after "
-        "31.2 s of run (limit 30 s: set by --sharding-ir-rank-timeout); load average 17.5 16.0 "
-        f"12.1 on 2 cores: {why}"
+        "31.2 s of run (limit 30 s: set by --sharding-ir-rank-timeout); load average 17.52 on "
+        f"2 CPUs: {why}"
     )
     log = (
         f"E   {evidence}\n--- {why} ---\n\n----- stagebot: load -----\nload average 17.52 on 2 CPUs"

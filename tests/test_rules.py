@@ -143,7 +143,7 @@ CASES = [
     ),
     (  # what harness/suites/sharding_ir/spawn.py raises when a limit runs out
         "rank-deadline",
-        "stagebot.harness.suites.sharding_ir.spawn.SpawnTimeout: 2 ranks (gloo) timed out after 301.2 s of run (limit 300 s: 20 x start-up 9.1 s (the slowest measured), at least 300 s); load average 17.5 16.0 12.1 on 2 cores: rank 0: still running when the limit ran out; rank 1: still running when the limit ran out",
+        "stagebot.harness.suites.sharding_ir.spawn.SpawnTimeout: 2 ranks (gloo) timed out after 301.2 s of run (limit 300 s: 20 x start-up 9.1 s (the slowest measured), at least 300 s); load average 17.52 on 2 CPUs: rank 0: still running when the limit ran out; rank 1: still running when the limit ran out",
         "",
         "time limit: 2 ranks timed out after 301.2 s of run (limit 300 s: 20 x start-up 9.1 s (the slowest measured), at least 300 s)",
     ),
@@ -151,7 +151,7 @@ CASES = [
         "rank-deadline",
         None,
         log(
-            "E   stagebot.harness.suites.sharding_ir.spawn.SpawnTimeout: 4 ranks (nccl) timed out after 600.4 s of start-up (limit 600 s: the start-up limit); load average 3.0 2.0 1.0 on 16 cores: rank 3: still running when the limit ran out"
+            "E   stagebot.harness.suites.sharding_ir.spawn.SpawnTimeout: 4 ranks (nccl) timed out after 600.4 s of start-up (limit 600 s: the start-up limit); load average 3.00 on 16 CPUs: rank 3: still running when the limit ran out"
         ),
         "time limit: 4 ranks timed out after 600.4 s of start-up (limit 600 s: the start-up limit)",
     ),

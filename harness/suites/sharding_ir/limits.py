@@ -11,7 +11,6 @@ against yet, so its own limit is a generous constant. Kept light: no torch.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 
@@ -47,10 +46,3 @@ class SpawnLimits:
         """The process group's timeout: no shorter than one rank may lag another on a loaded
         machine (the parent's limits end a real hang, and a dead rank ends the spawn at once)."""
         return self.start_s + (self.run_s or self.run_floor_s)
-
-
-def machine_load() -> str:
-    """``load average 12.3 10.1 8.0 on 2 cores``: what a limit's message says of the machine."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    one, five, fifteen = os.getloadavg()
-    return f"load average {one:.1f} {five:.1f} {fifteen:.1f} on {cores} cores"

@@ -98,6 +98,14 @@ _QWEN_MOE = MoESpec(
 )
 _MOE_TINY = {"num_experts_per_tok": 2, "moe_intermediate_size": 32, "mlp_only_layers": [0]}
 
+_MIXTRAL_MOE = MoESpec(
+    num_experts=Attr("num_local_experts"),
+    top_k=Attr("num_experts_per_tok"),
+    expert_intermediate_size=Attr("intermediate_size"),
+    norm_topk_prob=True,
+)
+_MIXTRAL_TINY = {**TINY, "num_local_experts": 8, "num_experts_per_tok": 2, "intermediate_size": 32}
+
 # The multipliers of granite-3.1-3b-a800m (the config class defaults every one to 1.0 but the
 # attention scale, which a wrong entry could then not be told from).
 _GRANITE_MULTIPLIERS = {
@@ -142,15 +150,8 @@ FAMILIES = (
         model_id="mistralai/Mixtral-8x7B-v0.1",
         config_class="MixtralConfig",
         hf_class="MixtralForCausalLM",
-        arch=ArchSpec(
-            moe=MoESpec(
-                num_experts=Attr("num_local_experts"),
-                top_k=Attr("num_experts_per_tok"),
-                expert_intermediate_size=Attr("intermediate_size"),
-                norm_topk_prob=True,
-            )
-        ),
-        tiny={**TINY, "num_local_experts": 8, "num_experts_per_tok": 2, "intermediate_size": 32},
+        arch=ArchSpec(moe=_MIXTRAL_MOE),
+        tiny=_MIXTRAL_TINY,
     ),
     ModelSpec(
         model_id="Qwen/Qwen1.5-MoE-A2.7B",
@@ -174,17 +175,10 @@ FAMILIES = (
             attention_scale=Attr("attention_multiplier"),
             residual_multiplier=Attr("residual_multiplier"),
             logits_multiplier=1 / Attr("logits_scaling"),
-            moe=MoESpec(
-                num_experts=Attr("num_local_experts"),
-                top_k=Attr("num_experts_per_tok"),
-                expert_intermediate_size=Attr("intermediate_size"),
-                norm_topk_prob=True,  # softmax over the top-k logits
-                block="block_sparse_moe",
-                router="router",
-            ),
+            # softmax over the top-k logits: the same routing as Mixtral's, its own names
+            moe=replace(_MIXTRAL_MOE, block="block_sparse_moe", router="router"),
         ),
-        tiny={**TINY, "num_local_experts": 8, "num_experts_per_tok": 2, "intermediate_size": 32}
-        | _GRANITE_MULTIPLIERS,
+        tiny=_MIXTRAL_TINY | _GRANITE_MULTIPLIERS,
     ),
 )
 

@@ -39,7 +39,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from stagebot.harness.suites.sharding_ir.limits import SpawnLimits, machine_load
+from stagebot.harness.process import load_average
+from stagebot.harness.suites.sharding_ir.limits import SpawnLimits
 
 STARTED, RESULT, ERROR = "started", "result", "error"  # what a rank puts on the queue
 PRELOAD = "stagebot.harness.suites.sharding_ir._rank_preload"
@@ -141,7 +142,7 @@ def run_on_ranks(
                 SlowExitWarning(
                     f"rank(s) {', '.join(map(str, slow_exits))} returned a result but did not exit "
                     f"within the exit limit of {_secs(exit_s)} s ({how}); stopped, results kept; "
-                    f"{machine_load()}"
+                    f"{load_average()}"
                 ),
                 stacklevel=2,
             )
@@ -167,7 +168,7 @@ def run_on_ranks(
             raise SpawnTimeout(
                 f"{world_size} ranks ({backend}) timed out after {_secs(ran_s)} s "
                 f"of {deadline.phase} (limit {_secs(deadline.limit_s)} s: {deadline.how}); "
-                f"{machine_load()}: {whys}\n" + details
+                f"{load_average()}: {whys}\n" + details
             )
         failed = sum(why != _STOPPED for why, _ in failures.values())
         raise RankFailure(f"{failed} of {world_size} ranks failed ({backend}): {whys}\n" + details)

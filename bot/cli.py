@@ -35,6 +35,7 @@ COMMANDS: dict[str, str] = {
     "dispatch": "stagebot.bot.cmd_dispatch:dispatch",
     "report-run": "stagebot.bot.cmd_report_run:report_run",
     "gate": "stagebot.bot.cmd_gate:gate",
+    "docs": "stagebot.bot.cmd_docs:docs",
 }
 
 # `bot --help`: every command in one section, with its whole one-line description (written here,
@@ -52,6 +53,7 @@ SECTIONS: tuple[tuple[str, dict[str, str]], ...] = (
             "run-stage": "Run one shard from a matrix entry, without a ledger (a CI fan-out job).",
             "kernels": "Compile the CuTe DSL kernels ahead of time (needs the [kernels] extra).",
             "help": "Show the /bot command language; `bot help COMMAND`: that command's help.",
+            "docs": "Write stagebot's command reference (docs/reference.md) from the commands.",
         },
     ),
     (

@@ -58,8 +58,8 @@ def app_token(job: str) -> None:
     if not app_id or not key:
         missing = "STAGEBOT_APP_ID" if not app_id else "STAGEBOT_APP_PRIVATE_KEY"
         raise SetupError(
-            f"{missing} is empty while the other App setting is set: set both (README: the "
-            "bot's GitHub App) or neither"
+            f"{missing} is empty while the other App setting is set: set both (docs/github.md: "
+            "the bot's GitHub App) or neither"
         )
     if not app_id.isdigit():
         raise SetupError(f"STAGEBOT_APP_ID={app_id!r} is not the App's numeric id")

@@ -511,7 +511,7 @@ class CommentHandler:
         """What to say of a pipeline whose stage run had already finished while its reply still
         said RUNNING: no report run published it. Without the GitHub App the plan job dispatches
         with GITHUB_TOKEN, and whether GitHub then starts report.yml (workflow_run) for the
-        finished run is not documented (README "The bot on GitHub")."""
+        finished run is not documented (docs/github.md "The bot's GitHub App")."""
         run = self.api.workflow_run(run_id)
         log.warning("stage run %s finished (%s) but no report published it", run_id, run.conclusion)
         return (

@@ -1,7 +1,7 @@
 """Failure analysis: a category, a signature and the key lines of every failed, flaky or waived
 test, from all the evidence (``harness/rules.py`` holds the table, as data).
 
-Order (the first that applies decides; the README has the table):
+Order (the first that applies decides; docs/failure-analysis.md has the table):
 
 1. waived by the waives file -> WAIVED (not a failure);
 2. passed on a re-run, alone and again after the tests that ran before it (the executor checks)

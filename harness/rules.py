@@ -58,7 +58,7 @@ class Rule:
     where: tuple[str, ...]  # which SOURCES it reads
     pattern: re.Pattern[str]
     signature: str  # str.format over the match's named groups (and a check's extras)
-    means: str  # one phrase for the README table and the report
+    means: str  # one phrase for docs/failure-analysis.md's table and the report
     sticky: bool = False  # poisons the process: later failures of the shard are its collateral
     check: Callable[[re.Match[str]], dict[str, str] | None] | None = None  # None: no match
     requires: re.Pattern[str] | None = None  # the final exception this rule's evidence needs

@@ -1,6 +1,6 @@
 """The kernels layer's one error type for arguments a caller can get wrong.
 
-The kernels are a leaf library (README: Layout): they import nothing of stagebot, so their errors
+The kernels are a leaf library (docs/architecture.md: Layout): they import nothing of stagebot, so their errors
 are plain ``ValueError`` subclasses, not ``StagebotError`` (no CLI command calls an op).
 """
 

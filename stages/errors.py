@@ -3,7 +3,7 @@
 Every layer raises a subclass of ``StagebotError`` (a bad comment, a bad catalog, a bad suite
 input) with a message that says what was wrong and what would be right; the CLI edge (bot/cli.py)
 prints the message without a traceback and exits with ``exit_code``. The base lives here, in the
-lowest layer that raises it, so that no lower layer imports the edge (README: Layout).
+lowest layer that raises it, so that no lower layer imports the edge (docs/architecture.md: Layout).
 """
 
 

@@ -137,7 +137,7 @@ def test_base_outcome_is_read_in_the_same_stage_family() -> None:
             "timeout: killed after 9 s while running a::b",
             False,
             ("FAILURE", 3),
-            id="the shard's own time limit is the machine's (the README's exit table)",
+            id="the shard's own time limit is the machine's (docs/running.md's exit table)",
         ),
         pytest.param(
             [Outcome("a::b", "failed", 1, "Failed: Timeout (>30.0s) from pytest-timeout")],

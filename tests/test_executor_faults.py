@@ -53,7 +53,7 @@ def faulty_run(tmp_path_factory):
 
 def test_faulty_shards_end_in_error_with_their_evidence(faulty_run) -> None:
     """SIGKILL (the runner or the host killed pytest), unreadable results and the shard's own
-    timeout are the machine's: INFRA (the README's exit table), so the run exits 3. (A test's
+    timeout are the machine's: INFRA (docs/running.md's exit table), so the run exits 3. (A test's
     own hang, under pytest-timeout, is the code's: see the failure corpus.)"""
     tmp, done = faulty_run
     assert done.returncode == 3, done.stdout + done.stderr

@@ -140,7 +140,7 @@ EXPECTED = {
         "collateral: 2 later test(s)",
         "src/mathkit/device.py",
     ),
-    # the shard's own time limit is the machine's (the README's exit table), with the load
+    # the shard's own time limit is the machine's (docs/running.md's exit table), with the load
     "tests/sched/check_scheduler.py::test_drain_queue": (
         "INFRA",
         r"time limit: 90 s ran out \(load average [\d.]+ on \d+ CPUs\)$",

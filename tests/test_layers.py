@@ -1,5 +1,5 @@
 """The folders' layers: `lint-imports` keeps the contracts in pyproject.toml, a module importing
-upward breaks them, and the README's picture shows the same layers."""
+upward breaks them, and docs/architecture.md's picture shows the same layers."""
 
 from __future__ import annotations
 
@@ -75,10 +75,10 @@ def test_an_import_against_the_layers_breaks_a_contract(tmp_path, module, source
     assert re.search(rf"{re.escape(broken)}.* BROKEN", result.stdout), result.stdout
 
 
-def readme_layers() -> list[list[str]]:
-    """The layers of the README's Layout picture, top first: each line that starts with a
+def pictured_layers() -> list[list[str]]:
+    """The layers of docs/architecture.md's Layout picture, top first: each line that starts with a
     folder ("bot/", "kernels/ | templates/")."""
-    layout = (ROOT / "README.md").read_text().split("## Layout", 1)[1]
+    layout = (ROOT / "docs" / "architecture.md").read_text().split("## Layout", 1)[1]
     picture = layout.split("```text\n", 1)[1].split("```", 1)[0]
     layers = []
     for line in picture.splitlines():
@@ -88,12 +88,12 @@ def readme_layers() -> list[list[str]]:
     return layers
 
 
-def test_the_readme_picture_shows_the_contracts_layers() -> None:
+def test_the_architecture_picture_shows_the_contracts_layers() -> None:
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
     (contract,) = [c for c in config["contracts"] if c["type"] == "layers"]
     layers = [
         [name.strip().removeprefix("stagebot.") for name in layer.split("|")]
         for layer in contract["layers"]
     ]
-    assert readme_layers() == layers
+    assert pictured_layers() == layers
     assert sorted(name for layer in layers for name in layer) == sorted(CODE_FOLDERS)

@@ -1,7 +1,8 @@
 """The kernels layer's one error type for arguments a caller can get wrong.
 
-The kernels are a leaf library (docs/architecture.md: Layout): they import nothing of stagebot, so their errors
-are plain ``ValueError`` subclasses, not ``StagebotError`` (no CLI command calls an op).
+The kernels are a leaf library (docs/architecture.md: Layout): they import nothing of stagebot, so
+their errors are plain ``ValueError`` subclasses, not ``StagebotError`` (no CLI command calls an
+op).
 """
 
 

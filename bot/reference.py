@@ -14,7 +14,7 @@ import re
 
 import click
 
-from stagebot.bot.cli import COMMANDS, SECTIONS, cli
+from stagebot.bot.cli import SECTIONS, cli
 
 HEADER = """\
 # stagebot reference
@@ -33,7 +33,7 @@ def render() -> str:
     """The whole reference, as Markdown."""
     root = click.Context(cli, info_name="bot")
     parts = [HEADER, "## `bot` commands\n", _index()]
-    for name in _ordered_names():
+    for name in (name for _, described in SECTIONS for name in described):  # `bot --help`'s order
         parts += _command_sections(root, name)
     parts += ["## The `/bot` command language\n", _bot_language()]
     return "\n".join(parts).rstrip("\n") + "\n"
@@ -52,12 +52,6 @@ def stale(committed: str, current: str) -> str | None:
         f"line {line + 1} is {was!r}, the declarations give {now!r}; "
         "run `bot docs reference` to regenerate it"
     )
-
-
-def _ordered_names() -> list[str]:
-    """The commands in `bot --help`'s order (SECTIONS), then any that no section lists."""
-    listed = [name for _, described in SECTIONS for name in described]
-    return listed + sorted(set(COMMANDS) - set(listed))
 
 
 def _index() -> str:

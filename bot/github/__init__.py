@@ -21,10 +21,6 @@ from stagebot.bot.github.api import GitHubApi
 from stagebot.bot.github.app_token import AppIdentity, mint_installation_token
 from stagebot.bot.github.client import PyGithubApi, connect
 from stagebot.bot.github.data import (
-    PERMISSION_LEVELS,
-    REACTIONS,
-    STATUS_DESCRIPTION_MAX,
-    STATUS_STATES,
     Artifact,
     Comment,
     GitHubError,
@@ -38,10 +34,6 @@ from stagebot.bot.github.data import (
 from stagebot.bot.github.retry import RetryPolicy
 
 __all__ = [
-    "PERMISSION_LEVELS",
-    "REACTIONS",
-    "STATUS_DESCRIPTION_MAX",
-    "STATUS_STATES",
     "ActionsEnv",
     "AppIdentity",
     "Artifact",

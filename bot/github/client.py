@@ -14,7 +14,6 @@ from typing import Any
 from stagebot.bot.github.actions_env import ActionsEnv
 from stagebot.bot.github.data import (
     REACTIONS,
-    STATUS_DESCRIPTION_MAX,
     STATUS_STATES,
     Artifact,
     Comment,
@@ -25,6 +24,7 @@ from stagebot.bot.github.data import (
     SetupError,
     Status,
     TimelineEvent,
+    fit_status_description,
 )
 from stagebot.bot.github.download import stream_artifact
 from stagebot.bot.github.retry import RetryPolicy, http_timeout, read, read_retry, retried
@@ -303,7 +303,7 @@ class PyGithubApi:
     ) -> None:
         if state not in STATUS_STATES:
             raise ValueError(f"status state {state!r} is not one of {STATUS_STATES}")
-        description = _truncate(description, STATUS_DESCRIPTION_MAX)
+        description = fit_status_description(description)
 
         def call() -> None:
             extra = {"target_url": target_url} if target_url else {}
@@ -354,10 +354,6 @@ class PyGithubApi:
         return retried(
             self.policy, f"dispatch {workflow} on {ref} in {self.repository}", call, recover
         )
-
-
-def _truncate(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _run_info(data: dict[str, Any]) -> RunInfo:

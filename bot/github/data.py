@@ -12,6 +12,13 @@ STATUS_STATES = ("error", "failure", "pending", "success")
 STATUS_DESCRIPTION_MAX = 140  # GitHub rejects longer commit-status descriptions
 
 
+def fit_status_description(text: str) -> str:
+    """``text`` as a commit status's description: cut to what GitHub accepts, with an ellipsis."""
+    if len(text) <= STATUS_DESCRIPTION_MAX:
+        return text
+    return text[: STATUS_DESCRIPTION_MAX - 1] + "…"
+
+
 class GitHubError(StagebotError):
     """GitHub could not be reached, or refused a call, after the bounded retries."""
 

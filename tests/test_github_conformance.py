@@ -94,6 +94,9 @@ def pulls_and_commits(side: Side) -> list:
     w.label(PR, "ci-approved", "maint", remove=True)
     w.label(PR, "large", "maint")
     report += [api.pull(PR).labels]
+    w.commits[PR] = [f"{i:040x}" for i in range(1, 261)]  # GitHub lists the first 250
+    listed = api.pull_commits(PR)
+    report += [len(listed), listed[0], listed[-1]]
     return report
 
 

@@ -14,27 +14,26 @@ from pathlib import Path
 
 import pytest
 from github_server import FakeGitHub, user_id
-from helpers.comment_rules import deliver_comment
+from helpers.comment_rules import (
+    BOT,
+    COMMENT_ID,
+    PR,
+    ROLES,
+    SHA,
+    assert_ran_nothing,
+    deliver_comment,
+    our_replies,
+    pr_status,
+    pull_request_world,
+    reply_to_comment,
+)
 from helpers.memory_github import MemoryGitHub
 
 from stagebot.bot.cli import main
 from stagebot.bot.config import BotConfig
 from stagebot.bot.marker import find_marker, with_marker
-from stagebot.bot.on_comment import Outcome
 
 EVENTS = Path(__file__).parent / "fixtures" / "events"
-SHA = "c0ffee" + "0" * 34
-PR = 7
-COMMENT_ID = 1234567
-BOT = "github-actions[bot]"
-ROLES = (
-    ("writer", "write"),
-    ("maintainer", "maintain"),
-    ("boss", "admin"),
-    ("triager", "triage"),
-    ("reader", "read"),
-    ("contributor", "write"),  # the PR's author: a collaborator (run needs no --sha)
-)
 
 
 @dataclass
@@ -148,30 +147,7 @@ def assert_nothing_ran(result: Result) -> None:
 
 @pytest.fixture
 def github() -> MemoryGitHub:
-    """The PR and the people of the ``gh`` fixture, in memory."""
-    world = MemoryGitHub()
-    world.add_pull(PR, head_sha=SHA, files=("bot/grammar.py",))
-    for login, role in ROLES:
-        world.grant(login, role)
-    world.permissions["custom"] = ("write", "release-manager")
-    return world
-
-
-def our_replies(github: MemoryGitHub) -> list:
-    return github.bot_comments(PR, BOT)
-
-
-def reply_to_comment(github: MemoryGitHub, comment_id: int = COMMENT_ID):
-    (reply,) = [c for c in our_replies(github) if find_marker(c.body).comment_id == comment_id]
-    return reply
-
-
-def pr_status(github: MemoryGitHub):
-    return github.latest_status(SHA, "stagebot")
-
-
-def assert_ran_nothing(outcome: Outcome) -> None:
-    assert not outcome.run and outcome.matrix == []
+    return pull_request_world()
 
 
 # ---------------------------------------------------------------- comments that are not for us

@@ -1,5 +1,6 @@
 """Drive the comment handler directly, over the in-memory GitHub: the one place rule tests build a
-``CommentHandler``, so a change to how it is made is adapted here only."""
+``CommentHandler`` (``deliver_comment``), so a change to how it is made is adapted here only; and
+the pull request the rule tests comment on (``pull_request_world``), with what they look at."""
 
 from __future__ import annotations
 
@@ -12,11 +13,49 @@ from github_server import user_id
 from helpers.memory_github import MemoryGitHub
 from stagebot.bot.config import BotConfig
 from stagebot.bot.events import CommentEvent
-from stagebot.bot.github import ActionsEnv
+from stagebot.bot.github import ActionsEnv, Comment, Status
+from stagebot.bot.marker import find_marker
 from stagebot.bot.on_comment import CommentHandler, LedgerSource, Outcome
 
-COMMENT_ID = 1234567
+SHA = "c0ffee" + "0" * 34  # the PR's head
 PR = 7
+COMMENT_ID = 1234567  # the comment delivered
+BOT = "github-actions[bot]"
+ROLES = (
+    ("writer", "write"),
+    ("maintainer", "maintain"),
+    ("boss", "admin"),
+    ("triager", "triage"),
+    ("reader", "read"),
+    ("contributor", "write"),  # the PR's author: a collaborator (run needs no --sha)
+)
+
+
+def pull_request_world() -> MemoryGitHub:
+    """PR #7 at ``SHA`` and the people of ``ROLES``, plus one with a custom role."""
+    world = MemoryGitHub()
+    world.add_pull(PR, head_sha=SHA, files=("bot/grammar.py",))
+    for login, role in ROLES:
+        world.grant(login, role)
+    world.permissions["custom"] = ("write", "release-manager")
+    return world
+
+
+def our_replies(github: MemoryGitHub, number: int = PR) -> list[Comment]:
+    return github.bot_comments(number, BOT)
+
+
+def reply_to_comment(github: MemoryGitHub, comment_id: int = COMMENT_ID) -> Comment:
+    (reply,) = [c for c in our_replies(github) if find_marker(c.body).comment_id == comment_id]
+    return reply
+
+
+def pr_status(github: MemoryGitHub) -> Status | None:
+    return github.latest_status(SHA, "stagebot")
+
+
+def assert_ran_nothing(outcome: Outcome) -> None:
+    assert not outcome.run and outcome.matrix == []
 
 
 def deliver_comment(

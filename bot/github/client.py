@@ -13,8 +13,6 @@ from typing import Any
 
 from stagebot.bot.github.actions_env import ActionsEnv
 from stagebot.bot.github.data import (
-    REACTIONS,
-    STATUS_STATES,
     Artifact,
     Comment,
     GitHubError,
@@ -24,6 +22,8 @@ from stagebot.bot.github.data import (
     SetupError,
     Status,
     TimelineEvent,
+    check_reaction,
+    check_status_state,
     fit_status_description,
 )
 from stagebot.bot.github.download import stream_artifact
@@ -290,8 +290,7 @@ class PyGithubApi:
         )
 
     def react(self, comment_id: int, content: str) -> None:
-        if content not in REACTIONS:
-            raise ValueError(f"reaction {content!r} is not one of {REACTIONS}")
+        check_reaction(content)
         retried(
             self.policy,
             f"react {content} to comment {comment_id} on {self.repository}",
@@ -301,8 +300,7 @@ class PyGithubApi:
     def set_status(
         self, sha: str, state: str, context: str, description: str, target_url: str | None
     ) -> None:
-        if state not in STATUS_STATES:
-            raise ValueError(f"status state {state!r} is not one of {STATUS_STATES}")
+        check_status_state(state)
         description = fit_status_description(description)
 
         def call() -> None:

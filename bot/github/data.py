@@ -12,6 +12,18 @@ STATUS_STATES = ("error", "failure", "pending", "success")
 STATUS_DESCRIPTION_MAX = 140  # GitHub rejects longer commit-status descriptions
 
 
+def check_reaction(content: str) -> None:
+    """Refuse, before any request, a reaction GitHub does not have."""
+    if content not in REACTIONS:
+        raise ValueError(f"reaction {content!r} is not one of {REACTIONS}")
+
+
+def check_status_state(state: str) -> None:
+    """Refuse, before any request, a commit-status state GitHub does not have."""
+    if state not in STATUS_STATES:
+        raise ValueError(f"status state {state!r} is not one of {STATUS_STATES}")
+
+
 def fit_status_description(text: str) -> str:
     """``text`` as a commit status's description: cut to what GitHub accepts, with an ellipsis."""
     if len(text) <= STATUS_DESCRIPTION_MAX:

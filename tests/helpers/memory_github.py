@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import io
 import itertools
-import re
 import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -22,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from github_server import WORKFLOWS, user_id
+from github_server import INPUT, WORKFLOWS, user_id
 
 from stagebot.bot.github import (
     Artifact,
@@ -34,7 +33,11 @@ from stagebot.bot.github import (
     Status,
     TimelineEvent,
 )
-from stagebot.bot.github.data import REACTIONS, STATUS_STATES, fit_status_description
+from stagebot.bot.github.data import (
+    check_reaction,
+    check_status_state,
+    fit_status_description,
+)
 
 BOT = "github-actions[bot]"
 COMMENT_MAX = 65536  # GitHub refuses longer comment bodies
@@ -47,7 +50,6 @@ WRITES = (
     "cancel_run",
     "dispatch_workflow",
 )
-INPUT = re.compile(r"\$\{\{\s*inputs\.([\w-]+)\s*\}\}")
 
 
 def _missing(what: str) -> GitHubError:
@@ -85,7 +87,6 @@ class MemoryGitHub:
         self.runs: dict[int, _Run] = {}
         self.diffs: dict[tuple[str, str], list[str]] = {}  # (base, head) -> changed files
         self.artifacts: dict[int, tuple[Artifact, bytes]] = {}
-        self.dispatches: list[dict[str, Any]] = []
         self.calls: list[str] = []  # every GitHubApi call, by method name
         self._ids = itertools.count(1001)
 
@@ -327,8 +328,7 @@ class MemoryGitHub:
 
     def react(self, comment_id: int, content: str) -> None:
         self.calls.append("react")
-        if content not in REACTIONS:
-            raise ValueError(f"reaction {content!r} is not one of {REACTIONS}")
+        check_reaction(content)
         if comment_id not in self.issue_comments:
             raise _missing(f"react {content} to comment {comment_id} on {self.repo}")
         if (comment_id, content) not in self.reactions:  # GitHub keeps one of each
@@ -338,8 +338,7 @@ class MemoryGitHub:
         self, sha: str, state: str, context: str, description: str, target_url: str | None
     ) -> None:
         self.calls.append("set_status")
-        if state not in STATUS_STATES:
-            raise ValueError(f"status state {state!r} is not one of {STATUS_STATES}")
+        check_status_state(state)
         status = Status(state, fit_status_description(description), context, target_url or None)
         self.commit_statuses.setdefault(sha, []).append(status)
 
@@ -380,7 +379,6 @@ class MemoryGitHub:
             head_branch=ref,
             display_title=title,
         )
-        self.dispatches.append({"workflow": workflow, "run_id": run_id, "ref": ref, **inputs})
         return run_id
 
     # ---------------------------------------------------------------- internals

@@ -31,6 +31,7 @@ from helpers.memory_github import MemoryGitHub
 
 from stagebot.bot.cli import main
 from stagebot.bot.config import BotConfig
+from stagebot.bot.events import comment_event
 from stagebot.bot.marker import find_marker, with_marker
 
 EVENTS = Path(__file__).parent / "fixtures" / "events"
@@ -178,6 +179,26 @@ def test_comments_not_for_the_bot_cause_no_call_at_all(github, body, author, eve
     assert_ran_nothing(outcome)
     assert reason in outcome.reason and outcome.reason.startswith("no-op: ")
     assert github.calls == []  # not even a read
+
+
+@pytest.mark.parametrize(
+    ("fixture", "fields"),
+    [
+        (
+            "pr_comment_created.json",
+            {"action": "created", "is_pull_request": True, "author_type": "User"},
+        ),
+        ("pr_comment_edited.json", {"action": "edited"}),
+        ("pr_comment_deleted.json", {"action": "deleted"}),
+        ("issue_comment_created.json", {"is_pull_request": False}),
+        ("pr_comment_by_bot.json", {"author_type": "Bot"}),
+    ],
+)
+def test_github_payloads_read_as_the_events_the_rules_get(fixture, fields) -> None:
+    """The event fields the rule tests set (deliver_comment's defaults and overrides) are what
+    GitHub's payloads of those kinds read as."""
+    event = comment_event(json.loads((EVENTS / fixture).read_text()))
+    assert {name: getattr(event, name) for name in fields} == fields
 
 
 def test_a_comment_not_for_the_bot_needs_no_token_and_no_request(gh, handle) -> None:

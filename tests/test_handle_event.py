@@ -326,6 +326,33 @@ def test_accepted_run_reacts_replies_sets_pending_and_writes_the_matrix(gh, hand
     assert pending["state"] == "pending" and pending["target_url"].endswith("/runs/50101")
 
 
+@pytest.mark.parametrize(
+    ("body", "author"),
+    [
+        ("/bot run", "writer"),
+        ("/bot run --fast", "writer"),
+        ("/bot run", "reader"),
+        ("/bot help", "reader"),
+        ("/bot kill", "writer"),
+    ],
+)
+def test_the_rule_tests_handler_answers_as_handle_event_does(gh, handle, github, body, author):
+    """deliver_comment builds the handler as `bot handle-event` does: the same comment through
+    the CLI over HTTP and directly over the memory fake gives the same outcome and reply."""
+    result = handle(body, author=author)
+    outcome = deliver_comment(github, body, author=author)
+    assert result.out.splitlines()[-1] == outcome.reason
+    assert {**result.outputs, "reply_id": ""} == {**outcome.outputs(), "reply_id": ""}
+
+    def shown(text: str) -> str:
+        for base in (gh.base, github.base, "https://github.com"):
+            text = text.replace(base, "<base>")
+        return text
+
+    assert [shown(c["body"]) for c in replies(gh)] == [shown(c.body) for c in our_replies(github)]
+    assert reactions(gh) == github.reactions_to(COMMENT_ID)
+
+
 def test_partly_tested_run_leaves_the_status_alone_and_says_so(github) -> None:
     outcome = deliver_comment(github, '/bot run --stage-list "CPU-PyTorch-1"')
     assert [e["stage"] for e in outcome.matrix] == ["CPU-PyTorch-1"]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from stagebot.bot.github.data import GitHubError, SetupError
-from stagebot.bot.github.retry import RetryPolicy, classify, http_timeout, read_retry
+from stagebot.bot.github.data import SetupError
+from stagebot.bot.github.retry import RetryPolicy, http_timeout, read, read_retry
 
 
 @dataclass(frozen=True)
@@ -53,17 +53,12 @@ def mint_installation_token(
         token = integration.get_access_token(installation.id, permissions).token
         return AppIdentity(token, f"{integration.get_app().slug}[bot]")
 
-    try:
-        return call()
-    except Exception as error:  # classified: GitHubError or re-raised as-is
-        failure = classify(error)
-        if failure is None:
-            raise
-        raise GitHubError(
-            f"could not mint the GitHub App's installation token for {repository}: "
-            f"{failure.text} (is the App installed on the repository, with these permissions: "
-            f"{', '.join(f'{k}: {v}' for k, v in sorted(permissions.items()))}?)"
-        ) from None
+    granted = ", ".join(f"{k}: {v}" for k, v in sorted(permissions.items()))
+    return read(
+        f"mint the GitHub App's installation token for {repository}",
+        call,
+        hint=f" (is the App installed on the repository, with these permissions: {granted}?)",
+    )
 
 
 def _one_line(error: Exception) -> str:

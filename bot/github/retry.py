@@ -90,15 +90,16 @@ class Failure:
     text: str
 
 
-def read(what: str, call: Callable[[], T]) -> T:
-    """A read (PyGithub retried it already): a GitHub failure becomes ``GitHubError``."""
+def read(what: str, call: Callable[[], T], hint: str = "") -> T:
+    """A read (PyGithub retried it already): a GitHub failure becomes ``GitHubError``, saying
+    what could not be done, GitHub's answer, and ``hint``."""
     try:
         return call()
     except Exception as error:  # classified: GitHubError or re-raised as-is
         failure = classify(error)
         if failure is None:
             raise
-        raise GitHubError(f"could not {what}: {failure.text}") from None
+        raise GitHubError(f"could not {what}: {failure.text}{hint}") from None
 
 
 def retried(

@@ -126,7 +126,7 @@ def _retry(
     """``call()``, again every ``pause_s`` while it fails ``busy``, until ``patience_s`` passed.
 
     The ledger's one retry loop (tenacity would do it too, but costs every ``Ledger.open``
-    its import; GitHub calls have their own policy in bot/github.py)."""
+    its import; GitHub calls have their own policy in bot/github/retry.py)."""
     deadline = time.monotonic() + patience_s
     while True:
         try:

@@ -109,7 +109,14 @@ def test_without_an_app_the_job_keeps_its_github_token(gh, run_bot) -> None:
         ("4242", "", 2, "STAGEBOT_APP_PRIVATE_KEY is empty"),
         ("my-app", "x", 2, "is not the App's numeric id"),
         ("4242", "not a key", 2, "cannot sign a token"),
-        ("99", "KEY", 3, "could not mint"),  # the JWT names another App
+        (  # the JWT names another App
+            "99",
+            "KEY",
+            3,
+            "could not mint the GitHub App's installation token for octo-org/octo-repo: HTTP 401"
+            ": A JSON web token could not be decoded (is the App installed on the repository, "
+            "with these permissions: ",
+        ),
         ("4242", "OTHER", 3, "HTTP 401"),  # signed with another key
     ],
 )

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import pkgutil
+import subprocess
+import sys
+
 import pytest
 from github_server import FakeGitHub
 
+import stagebot.bot.github as package
 from stagebot.bot.github import (
     ActionsEnv,
     GitHubError,
@@ -305,3 +310,17 @@ def test_retry_policy_from_environ() -> None:
     assert RetryPolicy.from_environ({}) == RetryPolicy()
     with pytest.raises(SetupError, match="is not a number"):
         RetryPolicy.from_environ({"STAGEBOT_GITHUB_ATTEMPTS": "many"})
+
+
+def test_importing_the_adapter_package_loads_no_pygithub() -> None:
+    """Every module of stagebot.bot.github imports PyGithub (``github``), requests and urllib3
+    only inside the functions that call them: `bot parse` and `bot dry-run` start fast."""
+    modules = [f"stagebot.bot.github.{m.name}" for m in pkgutil.iter_modules(package.__path__)]
+    code = (
+        "import importlib, sys\n"
+        f"for name in {modules!r}: importlib.import_module(name)\n"
+        "print(sorted(m for m in ('github', 'requests', 'urllib3', 'jwt') if m in sys.modules))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert len(modules) >= 7 and result.stdout.strip() == "[]"

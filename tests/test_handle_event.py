@@ -1,23 +1,40 @@
-"""`bot handle-event`: every rule of the comment handler, through the CLI, with real PyGithub
-against the local fake GitHub server. Named cases include the near-misses (Prow's style)."""
+"""`bot handle-event`: every rule of the comment handler. Named cases include the near-misses
+(Prow's style).
+
+The rules run the handler directly over the in-memory GitHub (tests/helpers/comment_rules.py,
+tests/helpers/memory_github.py, which tests/test_github_conformance.py holds to the adapter); the
+CLI path (Actions variables, GITHUB_OUTPUT, real PyGithub against the local fake GitHub server)
+keeps the tests of what only it does: outputs, faults and retries, push events, the ledger file."""
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
 from github_server import FakeGitHub, user_id
+from helpers.comment_rules import (
+    BOT,
+    COMMENT_ID,
+    PR,
+    ROLES,
+    SHA,
+    assert_ran_nothing,
+    deliver_comment,
+    our_replies,
+    pr_status,
+    pull_request_world,
+    reply_to_comment,
+)
+from helpers.memory_github import MemoryGitHub
 
 from stagebot.bot.cli import main
-from stagebot.bot.marker import find_marker
+from stagebot.bot.config import BotConfig
+from stagebot.bot.events import comment_event
+from stagebot.bot.marker import find_marker, with_marker
 
 EVENTS = Path(__file__).parent / "fixtures" / "events"
-SHA = "c0ffee" + "0" * 34
-PR = 7
-COMMENT_ID = 1234567
-BOT = "github-actions[bot]"
 
 
 @dataclass
@@ -36,14 +53,7 @@ class Result:
 def gh():
     with FakeGitHub() as server:
         server.add_pull(PR, head_sha=SHA, files=("bot/grammar.py",))
-        for login, role in (
-            ("writer", "write"),
-            ("maintainer", "maintain"),
-            ("boss", "admin"),
-            ("triager", "triage"),
-            ("reader", "read"),
-            ("contributor", "write"),  # the PR's author: a collaborator (run needs no --sha)
-        ):
+        for login, role in ROLES:
             server.grant(login, role)
         server.permissions["custom"] = ("write", "release-manager")
         yield server
@@ -136,52 +146,65 @@ def assert_nothing_ran(result: Result) -> None:
     assert result.outputs["run"] == "false" and result.matrix == []
 
 
+@pytest.fixture
+def github() -> MemoryGitHub:
+    return pull_request_world()
+
+
 # ---------------------------------------------------------------- comments that are not for us
 
 
 @pytest.mark.parametrize(
-    ("fixture", "body", "author", "reason"),
+    ("body", "author", "event", "reason"),
     [
-        pytest.param("pr_comment_created.json", "LGTM", "writer", "no /bot line", id="plain"),
+        pytest.param("LGTM", "writer", {}, "no /bot line", id="plain"),
+        pytest.param("> /bot run\nagreed", "writer", {}, "no /bot line", id="quoted command"),
         pytest.param(
-            "pr_comment_created.json",
-            "> /bot run\nagreed",
-            "writer",
-            "no /bot line",
-            id="quoted command in a reply",
+            "try:\n```\n/bot run\n```", "writer", {}, "no /bot line", id="command in a code block"
         ),
+        pytest.param("please /bot run", "writer", {}, "no /bot line", id="not at line start"),
+        pytest.param("/bot run", "writer", {"action": "edited"}, "was edited", id="edited"),
+        pytest.param("/bot run", "writer", {"action": "deleted"}, "was deleted", id="deleted"),
         pytest.param(
-            "pr_comment_created.json",
-            "try:\n```\n/bot run\n```",
-            "writer",
-            "no /bot line",
-            id="command in a code block",
+            "/bot run", "writer", {"is_pull_request": False}, "is an issue", id="issue not PR"
         ),
+        pytest.param("/bot run", BOT, {"author_type": "Bot"}, "by a bot", id="our own reply"),
         pytest.param(
-            "pr_comment_created.json",
-            "please /bot run",
-            "writer",
-            "no /bot line",
-            id="not at line start",
-        ),
-        pytest.param("pr_comment_edited.json", "/bot run", "writer", "was edited", id="edited"),
-        pytest.param("pr_comment_deleted.json", "/bot run", "writer", "was deleted", id="deleted"),
-        pytest.param(
-            "issue_comment_created.json", "/bot run", "writer", "is an issue", id="issue not PR"
-        ),
-        pytest.param("pr_comment_by_bot.json", "/bot run", BOT, "by a bot", id="our own reply"),
-        pytest.param(
-            "pr_comment_by_bot.json", "/bot run", "dependabot[bot]", "by a bot", id="other bot"
+            "/bot run", "dependabot[bot]", {"author_type": "Bot"}, "by a bot", id="other bot"
         ),
     ],
 )
-def test_comments_not_for_the_bot_cause_no_request_at_all(
-    gh, handle, fixture, body, author, reason
-) -> None:
-    result = handle(body, author=author, fixture=fixture, token=None)
+def test_comments_not_for_the_bot_cause_no_call_at_all(github, body, author, event, reason) -> None:
+    outcome = deliver_comment(github, body, author=author, **event)
+    assert_ran_nothing(outcome)
+    assert reason in outcome.reason and outcome.reason.startswith("no-op: ")
+    assert github.calls == []  # not even a read
+
+
+@pytest.mark.parametrize(
+    ("fixture", "fields"),
+    [
+        (
+            "pr_comment_created.json",
+            {"action": "created", "is_pull_request": True, "author_type": "User"},
+        ),
+        ("pr_comment_edited.json", {"action": "edited"}),
+        ("pr_comment_deleted.json", {"action": "deleted"}),
+        ("issue_comment_created.json", {"is_pull_request": False}),
+        ("pr_comment_by_bot.json", {"author_type": "Bot"}),
+    ],
+)
+def test_github_payloads_read_as_the_events_the_rules_get(fixture, fields) -> None:
+    """The event fields the rule tests set (deliver_comment's defaults and overrides) are what
+    GitHub's payloads of those kinds read as."""
+    event = comment_event(json.loads((EVENTS / fixture).read_text()))
+    assert {name: getattr(event, name) for name in fields} == fields
+
+
+def test_a_comment_not_for_the_bot_needs_no_token_and_no_request(gh, handle) -> None:
+    result = handle("> /bot run\nagreed", token=None)
     assert_nothing_ran(result)
-    assert reason in result.out and result.out.startswith("no-op: ")
-    assert gh.requests == []  # not even a read: no token needed, nothing written
+    assert result.out.startswith("no-op: ") and gh.requests == []
 
 
 def test_unhandled_event_kinds_are_no_ops(handle, gh) -> None:
@@ -194,30 +217,29 @@ def test_unhandled_event_kinds_are_no_ops(handle, gh) -> None:
 
 
 @pytest.mark.parametrize("author", ["reader", "triager", "stranger"])
-def test_unauthorized_run_gets_one_reply_and_nothing_runs(gh, handle, author) -> None:
-    gh.add_stage_run(100, pr=PR)  # a live pipeline that an unauthorized comment must not cancel
-    gh.add_comment(PR, _running_marker(100), BOT)
-    result = handle("/bot run", author=author)
-    assert_nothing_ran(result)
-    (reply,) = [c for c in replies(gh) if marker_of(c).comment_id == COMMENT_ID]
-    assert "needs write permission" in reply["body"] and f"@{author} has" in reply["body"]
-    assert status(gh) is None and reactions(gh) == []
-    assert gh.calls("cancel_run") == [] and gh.runs[80100]["status"] == "in_progress"
-    assert [w.route for w in gh.writes()] == ["create_comment"]
+def test_unauthorized_run_gets_one_reply_and_nothing_runs(github, author) -> None:
+    github.add_stage_run(100, pr=PR)  # a live pipeline that an unauthorized comment must not cancel
+    github.add_comment(PR, _running_marker(100), BOT)
+    assert_ran_nothing(deliver_comment(github, "/bot run", author=author))
+    reply = reply_to_comment(github)
+    assert "needs write permission" in reply.body and f"@{author} has" in reply.body
+    assert pr_status(github) is None and github.reactions == []
+    assert github.runs[80100].info.status == "in_progress"
+    assert github.writes == ["create_comment"]
 
 
 @pytest.mark.parametrize("author", ["writer", "maintainer", "boss", "custom"])
-def test_write_or_higher_may_run(gh, handle, author) -> None:
-    result = handle("/bot run", author=author)
-    assert result.outputs["run"] == "true" and result.matrix
+def test_write_or_higher_may_run(github, author) -> None:
+    outcome = deliver_comment(github, "/bot run", author=author)
+    assert outcome.run and outcome.matrix
 
 
-def test_role_name_is_read_not_just_the_legacy_permission(gh, handle) -> None:
+def test_role_name_is_read_not_just_the_legacy_permission(github) -> None:
     # maintain folds into "write" in the legacy field; skip needs maintain
-    assert (
-        handle(f'/bot skip --sha {SHA[:12]} --comment "docs only"', author="maintainer").code == 0
+    deliver_comment(
+        github, f'/bot skip --sha {SHA[:12]} --comment "docs only"', author="maintainer"
     )
-    assert status(gh)["state"] == "success"
+    assert pr_status(github).state == "success"
 
 
 @pytest.mark.parametrize(
@@ -225,40 +247,39 @@ def test_role_name_is_read_not_just_the_legacy_permission(gh, handle) -> None:
     [f'/bot skip --sha {SHA[:12]} --comment "x"', f"/bot reuse-pipeline --sha {SHA[:12]}"],
 )
 @pytest.mark.parametrize("author", ["writer", "custom", "allowlisted"])
-def test_dangerous_commands_need_maintain(gh, handle, tmp_path, command, author) -> None:
-    config = tmp_path / "settings.yml"
-    config.write_text(f"allowlist: [{{login: allowlisted, id: {user_id('allowlisted')}}}]\n")
-    result = handle(command, author=author, args=("--config", str(config)))
-    assert_nothing_ran(result)
-    (reply,) = replies(gh)
-    assert "needs maintain or admin permission" in reply["body"]
-    assert status(gh) is None
+def test_dangerous_commands_need_maintain(github, command, author) -> None:
+    config = BotConfig(allowlist=(user_id("allowlisted"),))
+    assert_ran_nothing(deliver_comment(github, command, author=author, config=config))
+    (reply,) = our_replies(github)
+    assert "needs maintain or admin permission" in reply.body
+    assert pr_status(github) is None
 
 
-def test_the_allowlist_stands_in_for_write(gh, handle, tmp_path) -> None:
-    config = tmp_path / "settings.yml"
-    config.write_text(f"allowlist: [{user_id('reader')}]\n")
-    result = handle("/bot run", author="reader", args=("--config", str(config)))
-    assert result.outputs["run"] == "true"
+def test_the_allowlist_stands_in_for_write(github) -> None:
+    config = BotConfig(allowlist=(user_id("reader"),))
+    assert deliver_comment(github, "/bot run", author="reader", config=config).run
 
 
-def test_the_allowlist_matches_the_user_id_not_the_login(gh, handle, tmp_path) -> None:
+def test_the_allowlist_matches_the_user_id_not_the_login(github) -> None:
     """A login can be renamed and re-registered: the allowlist's id is the person."""
-    config = tmp_path / "settings.yml"
-    config.write_text(f"allowlist: [{{login: reader, id: {user_id('reader') + 1}}}]\n")
-    result = handle("/bot run", author="reader", args=("--config", str(config)))
-    assert_nothing_ran(result)
-    assert "needs write permission" in replies(gh)[0]["body"]
+    config = BotConfig(allowlist=(user_id("reader") + 1,))
+    assert_ran_nothing(deliver_comment(github, "/bot run", author="reader", config=config))
+    assert "needs write permission" in our_replies(github)[0].body
 
 
-def test_fork_authors_are_judged_by_permission(gh, handle) -> None:
-    gh.add_pull(9, head_sha="f" * 40, author="outsider", fork=True)
-    refused = handle("/bot run", author="outsider", number=9, comment_id=1)
-    assert_nothing_ran(refused)
-    accepted = handle(
-        "/bot run --sha ffffffffffff", author="maintainer", number=9, comment_id=2, run_number=102
+def test_fork_authors_are_judged_by_permission(github) -> None:
+    github.add_pull(9, head_sha="f" * 40, author="outsider", fork=True)
+    refused = deliver_comment(github, "/bot run", author="outsider", number=9, comment_id=1)
+    assert_ran_nothing(refused)
+    accepted = deliver_comment(
+        github,
+        "/bot run --sha ffffffffffff",
+        author="maintainer",
+        number=9,
+        comment_id=2,
+        run_number=102,
     )
-    assert accepted.outputs["commit"] == "f" * 40
+    assert accepted.commit == "f" * 40
     assert {entry["commit"] for entry in accepted.matrix} == {"f" * 40}
 
 
@@ -266,20 +287,22 @@ def test_fork_authors_are_judged_by_permission(gh, handle) -> None:
     "command",
     ["/bot run --post-merge", "/bot run --add-multi-gpu-test", '/bot run --extra-stage "*"'],
 )
-def test_plans_needing_approval_need_the_label(gh, handle, command) -> None:
-    refused = handle(command, author="boss")
-    assert_nothing_ran(refused)
-    (reply,) = replies(gh)
-    assert "needs the 'ci-approved' label" in reply["body"] and reactions(gh) == []
-    gh.label(PR, "ci-approved", "maintainer")
-    accepted = handle(command, author="writer", comment_id=COMMENT_ID + 1, run_number=102)
-    assert accepted.outputs["run"] == "true"
+def test_plans_needing_approval_need_the_label(github, command) -> None:
+    assert_ran_nothing(deliver_comment(github, command, author="boss"))
+    (reply,) = our_replies(github)
+    assert "needs the 'ci-approved' label" in reply.body and github.reactions == []
+    github.label(PR, "ci-approved", "maintainer")
+    accepted = deliver_comment(
+        github, command, author="writer", comment_id=COMMENT_ID + 1, run_number=102
+    )
+    assert accepted.run
 
 
 # ---------------------------------------------------------------- accepted and malformed
 
 
 def test_accepted_run_reacts_replies_sets_pending_and_writes_the_matrix(gh, handle) -> None:
+    """The whole CLI path once: the event file, GITHUB_OUTPUT, PyGithub over HTTP."""
     result = handle("/bot run")
     assert result.code == 0 and result.outputs["run"] == "true"
     assert result.outputs["pipeline"] == "101" and result.outputs["commit"] == SHA
@@ -303,18 +326,45 @@ def test_accepted_run_reacts_replies_sets_pending_and_writes_the_matrix(gh, hand
     assert pending["state"] == "pending" and pending["target_url"].endswith("/runs/50101")
 
 
-def test_partly_tested_run_leaves_the_status_alone_and_says_so(gh, handle) -> None:
-    result = handle('/bot run --stage-list "CPU-PyTorch-1"')
-    assert [e["stage"] for e in result.matrix] == ["CPU-PyTorch-1"]
-    (reply,) = replies(gh)
-    assert "(Partly Tested)" in reply["body"] and "--stage-list" in reply["body"]
-    assert status(gh) is None
+@pytest.mark.parametrize(
+    ("body", "author"),
+    [
+        ("/bot run", "writer"),
+        ("/bot run --fast", "writer"),
+        ("/bot run", "reader"),
+        ("/bot help", "reader"),
+        ("/bot kill", "writer"),
+    ],
+)
+def test_the_rule_tests_handler_answers_as_handle_event_does(gh, handle, github, body, author):
+    """deliver_comment builds the handler as `bot handle-event` does: the same comment through
+    the CLI over HTTP and directly over the memory fake gives the same outcome and reply."""
+    result = handle(body, author=author)
+    outcome = deliver_comment(github, body, author=author)
+    assert result.out.splitlines()[-1] == outcome.reason
+    assert {**result.outputs, "reply_id": ""} == {**outcome.outputs(), "reply_id": ""}
+
+    def shown(text: str) -> str:
+        for base in (gh.base, github.base, "https://github.com"):
+            text = text.replace(base, "<base>")
+        return text
+
+    assert [shown(c["body"]) for c in replies(gh)] == [shown(c.body) for c in our_replies(github)]
+    assert reactions(gh) == github.reactions_to(COMMENT_ID)
 
 
-def test_the_pinned_sha_is_the_head_at_trigger_time(gh, handle) -> None:
-    result = handle("/bot run")
-    gh.pulls[PR]["head"]["sha"] = "d" * 40  # a push after the trigger
-    assert result.outputs["commit"] == SHA and status(gh)["state"] == "pending"
+def test_partly_tested_run_leaves_the_status_alone_and_says_so(github) -> None:
+    outcome = deliver_comment(github, '/bot run --stage-list "CPU-PyTorch-1"')
+    assert [e["stage"] for e in outcome.matrix] == ["CPU-PyTorch-1"]
+    (reply,) = our_replies(github)
+    assert "(Partly Tested)" in reply.body and "--stage-list" in reply.body
+    assert pr_status(github) is None
+
+
+def test_the_pinned_sha_is_the_head_at_trigger_time(github) -> None:
+    outcome = deliver_comment(github, "/bot run")
+    github.push(PR, "d" * 40)  # a push after the trigger
+    assert outcome.commit == SHA and pr_status(github).state == "pending"
 
 
 @pytest.mark.parametrize(
@@ -326,76 +376,67 @@ def test_the_pinned_sha_is_the_head_at_trigger_time(gh, handle) -> None:
         pytest.param("/bot skip", "skip needs a reason", id="skip without reason"),
     ],
 )
-def test_malformed_commands_get_the_error_the_help_and_confused(gh, handle, body, error) -> None:
-    result = handle(body, author="reader")
-    assert_nothing_ran(result)
-    (reply,) = replies(gh)
-    assert "Bot args parsing error!" in reply["body"] and error in reply["body"]
-    assert "## stagebot help" in reply["body"]
-    assert marker_of(reply).comment_id == COMMENT_ID
-    assert reactions(gh) == ["confused"] and status(gh) is None
+def test_malformed_commands_get_the_error_the_help_and_confused(github, body, error) -> None:
+    assert_ran_nothing(deliver_comment(github, body, author="reader"))
+    (reply,) = our_replies(github)
+    assert "Bot args parsing error!" in reply.body and error in reply.body
+    assert "## stagebot help" in reply.body
+    assert find_marker(reply.body).comment_id == COMMENT_ID
+    assert github.reactions_to(COMMENT_ID) == ["confused"] and pr_status(github) is None
 
 
-def test_unknown_stage_is_answered_like_a_parse_error(gh, handle) -> None:
-    result = handle('/bot run --stage-list "A10-PyTorh-1"')
-    assert_nothing_ran(result)
-    (reply,) = replies(gh)
-    assert "did you mean 'A10-PyTorch-1'" in reply["body"]
-    assert reactions(gh) == ["confused"]
+def test_unknown_stage_is_answered_like_a_parse_error(github) -> None:
+    assert_ran_nothing(deliver_comment(github, '/bot run --stage-list "A10-PyTorh-1"'))
+    (reply,) = our_replies(github)
+    assert "did you mean 'A10-PyTorch-1'" in reply.body
+    assert github.reactions_to(COMMENT_ID) == ["confused"]
 
 
-def test_reusing_a_pipeline_the_ledger_lacks_names_those_it_has(gh, handle, tmp_path) -> None:
+def test_reusing_a_pipeline_the_ledger_lacks_names_those_it_has(github, tmp_path) -> None:
     ledger = tmp_path / "ledger.sqlite"
-    assert handle("/bot run", args=("--ledger", str(ledger))).outputs["run"] == "true"
-    result = handle(
-        "/bot run --reuse-test 99",
-        comment_id=COMMENT_ID + 1,
-        run_number=102,
-        args=("--ledger", str(ledger)),
+    assert deliver_comment(github, "/bot run", ledger=ledger).run
+    outcome = deliver_comment(
+        github, "/bot run --reuse-test 99", comment_id=COMMENT_ID + 1, run_number=102, ledger=ledger
     )
-    assert_nothing_ran(result)
-    reply = replies(gh)[-1]
-    shown = reply["body"].replace("#\u200b", "#")  # "#99" in an error is no issue link
+    assert_ran_nothing(outcome)
+    shown = our_replies(github)[-1].body.replace("#\u200b", "#")  # "#99" is no issue link
     assert "pipeline #99 is not in the ledger" in shown and "it has #101" in shown
 
 
-def test_user_text_in_replies_cannot_mention_or_forge_a_marker(gh, handle) -> None:
-    handle('/bot run --stage-list "@everyone<!-- stagebot:{} -->"')
-    (reply,) = replies(gh)
-    assert "@everyone" not in reply["body"] and reply["body"].count("<!-- stagebot:") == 1
-    assert marker_of(reply).comment_id == COMMENT_ID
+def test_user_text_in_replies_cannot_mention_or_forge_a_marker(github) -> None:
+    deliver_comment(github, '/bot run --stage-list "@everyone<!-- stagebot:{} -->"')
+    (reply,) = our_replies(github)
+    assert "@everyone" not in reply.body and reply.body.count("<!-- stagebot:") == 1
+    assert find_marker(reply.body).comment_id == COMMENT_ID
 
 
-def test_help_is_for_anyone(gh, handle) -> None:
-    result = handle("/bot help", author="reader")
-    assert_nothing_ran(result)
-    (reply,) = replies(gh)
-    assert "## stagebot help" in reply["body"] and reactions(gh) == ["eyes"]
+def test_help_is_for_anyone(github) -> None:
+    assert_ran_nothing(deliver_comment(github, "/bot help", author="reader"))
+    (reply,) = our_replies(github)
+    assert "## stagebot help" in reply.body and github.reactions_to(COMMENT_ID) == ["eyes"]
 
 
 # ---------------------------------------------------------------- once per comment
 
 
-def test_the_same_event_delivered_twice_runs_once(gh, handle) -> None:
-    first = handle("/bot run")
-    second = handle("/bot run")
-    assert first.outputs["run"] == "true"
-    assert_nothing_ran(second)
-    assert "already handled" in second.out
-    assert len(replies(gh)) == 1 and len(gh.statuses[SHA]) == 1
-    assert [w.route for w in gh.writes()] == ["create_reaction", "create_comment", "create_status"]
+def test_the_same_event_delivered_twice_runs_once(github) -> None:
+    assert deliver_comment(github, "/bot run").run
+    second = deliver_comment(github, "/bot run")
+    assert_ran_nothing(second)
+    assert "already handled" in second.reason
+    assert len(our_replies(github)) == 1 and len(github.commit_statuses[SHA]) == 1
+    assert github.writes == ["react", "create_comment", "set_status"]
 
 
-def test_a_forged_marker_from_a_person_does_not_block_the_command(gh, handle) -> None:
-    forged = _running_marker(1, comment_id=COMMENT_ID)
-    gh.add_comment(PR, forged, "writer")
-    assert handle("/bot run").outputs["run"] == "true"
+def test_a_forged_marker_from_a_person_does_not_block_the_command(github) -> None:
+    github.add_comment(PR, _running_marker(1, comment_id=COMMENT_ID), "writer")
+    assert deliver_comment(github, "/bot run").run
 
 
-def test_a_refused_comment_delivered_twice_gets_one_reply(gh, handle) -> None:
-    handle("/bot run", author="reader")
-    handle("/bot run", author="reader")
-    assert len(replies(gh)) == 1
+def test_a_refused_comment_delivered_twice_gets_one_reply(github) -> None:
+    deliver_comment(github, "/bot run", author="reader")
+    deliver_comment(github, "/bot run", author="reader")
+    assert len(our_replies(github)) == 1
 
 
 # ---------------------------------------------------------------- kill, supersede, skip
@@ -410,69 +451,67 @@ def _running_marker(pipeline: int, comment_id: int = 1, sha: str = SHA, run: int
 
 def record_dispatch(gh, pipeline: int, run_id: int) -> None:
     """What `bot dispatch` does after starting the stage run: record its id in the marker."""
-    from dataclasses import replace
-
-    from stagebot.bot.marker import with_marker
-
     (reply,) = [c for c in replies(gh) if marker_of(c).pipeline == pipeline]
     reply["body"] = with_marker(reply["body"], replace(marker_of(reply), stage_run=run_id))
 
 
-def test_kill_cancels_running_pipelines_and_marks_them_aborted(gh, handle) -> None:
-    gh.add_stage_run(99, status="queued", pr=PR)
-    gh.add_stage_run(100, pr=PR)
-    gh.add_stage_run(98, status="completed", pr=PR)
+def test_kill_cancels_running_pipelines_and_marks_them_aborted(github) -> None:
+    github.add_stage_run(99, status="queued", pr=PR)
+    github.add_stage_run(100, pr=PR)
+    github.add_stage_run(98, status="completed", pr=PR)
     old = [
-        gh.add_comment(PR, _running_marker(n, comment_id=n, run=80000 + n), BOT) for n in (99, 100)
+        github.add_comment(PR, _running_marker(n, comment_id=n, run=80000 + n), BOT)
+        for n in (99, 100)
     ]
-    result = handle("/bot kill", run_number=101)
-    assert_nothing_ran(result)
-    assert {gh.runs[80099]["conclusion"], gh.runs[80100]["conclusion"]} == {"cancelled"}
+    assert_ran_nothing(deliver_comment(github, "/bot kill", run_number=101))
+    assert {github.runs[80099].info.conclusion, github.runs[80100].info.conclusion} == {"cancelled"}
     for comment in old:
-        assert marker_of(gh.comments[comment["id"]]).state == "ABORTED"
-        assert "completed with state ABORTED" in gh.comments[comment["id"]]["body"]
-    (reply,) = [c for c in replies(gh) if marker_of(c).comment_id == COMMENT_ID]
-    assert "Successfully killed previous jobs" in reply["body"]
-    assert "#99" in reply["body"] and "#100" in reply["body"]
-    assert reactions(gh) == ["eyes"]
+        body = github.issue_comments[comment.id].body
+        assert find_marker(body).state == "ABORTED" and "completed with state ABORTED" in body
+    reply = reply_to_comment(github)
+    assert "Successfully killed previous jobs" in reply.body
+    assert "#99" in reply.body and "#100" in reply.body
+    assert github.reactions_to(COMMENT_ID) == ["eyes"]
 
 
-def test_kill_with_nothing_running_says_so(gh, handle) -> None:
-    handle("/bot kill")
-    (reply,) = replies(gh)
-    assert "No running pipeline" in reply["body"] and gh.calls("cancel_run") == []
+def test_kill_with_nothing_running_says_so(github) -> None:
+    deliver_comment(github, "/bot kill")
+    (reply,) = our_replies(github)
+    assert "No running pipeline" in reply.body and "cancel_run" not in github.calls
 
 
-def test_a_new_run_cancels_the_prs_earlier_run(gh, handle) -> None:
-    handle("/bot run", run_number=101, comment_id=1)
-    gh.add_stage_run(101, pr=PR)  # the stage run the plan job of #101 dispatched
-    record_dispatch(gh, 101, 80101)
-    result = handle("/bot run", run_number=102, comment_id=2)
-    assert result.outputs["run"] == "true"
-    assert gh.runs[80101]["conclusion"] == "cancelled"
-    states = {marker_of(c).pipeline: marker_of(c).state for c in replies(gh)}
+def test_a_new_run_cancels_the_prs_earlier_run(github) -> None:
+    deliver_comment(github, "/bot run", run_number=101, comment_id=1)
+    github.add_stage_run(101, pr=PR)  # the stage run the plan job of #101 dispatched
+    (first,) = our_replies(github)  # what `bot dispatch` does: record the run in the marker
+    marker = replace(find_marker(first.body), stage_run=80101)
+    github.issue_comments[first.id] = replace(first, body=with_marker(first.body, marker))
+    assert deliver_comment(github, "/bot run", run_number=102, comment_id=2).run
+    assert github.runs[80101].info.conclusion == "cancelled"
+    states = {find_marker(c.body).pipeline: find_marker(c.body).state for c in our_replies(github)}
     assert states == {101: "ABORTED", 102: "RUNNING"}
-    (reply,) = [c for c in replies(gh) if marker_of(c).pipeline == 102]
-    assert "Stopped the PR's earlier running pipeline(s): #101" in reply["body"]
+    (reply,) = [c for c in our_replies(github) if find_marker(c.body).pipeline == 102]
+    assert "Stopped the PR's earlier running pipeline(s): #101" in reply.body
 
 
-def test_skip_sets_success_with_reason_and_approver(gh, handle) -> None:
-    result = handle(f'/bot skip --sha {SHA[:12]} --comment "docs-only change"', author="maintainer")
-    assert_nothing_ran(result)
-    success = status(gh)
-    assert success["state"] == "success"
-    assert success["description"] == "Skipped by @maintainer: docs-only change"
-    (reply,) = replies(gh)
-    assert "Skipping testing for commit" in reply["body"] and "docs-only change" in reply["body"]
+def test_skip_sets_success_with_reason_and_approver(github) -> None:
+    outcome = deliver_comment(
+        github, f'/bot skip --sha {SHA[:12]} --comment "docs-only change"', author="maintainer"
+    )
+    assert_ran_nothing(outcome)
+    success = pr_status(github)
+    assert success.state == "success"
+    assert success.description == "Skipped by @maintainer: docs-only change"
+    (reply,) = our_replies(github)
+    assert "Skipping testing for commit" in reply.body and "docs-only change" in reply.body
 
 
 # ---------------------------------------------------------------- pipeline numbers, push, faults
 
 
-def test_without_run_number_the_pipeline_follows_the_bots_replies(gh, handle) -> None:
-    gh.add_comment(PR, _running_marker(41, comment_id=5), BOT)
-    result = handle("/bot run", run_number=None)
-    assert result.outputs["pipeline"] == "42"
+def test_without_run_number_the_pipeline_follows_the_bots_replies(github) -> None:
+    github.add_comment(PR, _running_marker(41, comment_id=5), BOT)
+    assert deliver_comment(github, "/bot run", run_number=None).pipeline == 42
 
 
 def test_push_to_the_default_branch_plans_post_merge(gh, handle, tmp_path) -> None:

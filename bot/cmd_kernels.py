@@ -36,6 +36,12 @@ WGMMA, MMA_SYNC = "wgmma.mma_async", "mma.sync.aligned.m16n8k16"
 # once the ring wraps. Every wait of a working kernel takes its phase from a register.
 CONSTANT_PHASE_WAIT = re.compile(r"mbarrier\.try_wait\.parity\S*\s+\S+\s+\[[^\]]+\],\s*\d+\s*,")
 _TACTIC_RE = re.compile(r"^(\d+)x(\d+):(\d+)x(\d+):(\d+)$")
+# ptxas's warnings that a kernel compiled but runs far below its design: setmaxnreg ignored
+# (C7508), WGMMAs serialised for lack of registers (C7512: the 256-token RS kernel in a 288-
+# thread CTA) or around register writes in their wait window (C7513).
+PTXAS_SLOW = re.compile(r"\((C7508|C7512|C7513)\)")
+_PTXAS_USED = re.compile(r"Used (\d+) registers")
+_PTXAS_SPILLS = re.compile(r"(\d+) bytes spill stores")
 
 
 class MissingKernelTools(StagebotError):
@@ -96,7 +102,58 @@ def build_one(kernel: str, tactic: Tactic, arch: str) -> tuple[bool, str]:
             "an mbarrier wait has a constant phase: the pipeline state is not advanced in the "
             "loop body, so the kernel would hang once its ring wraps"
         )
-    return True, f"{required} x{count}, {time.monotonic() - started:.1f} s"
+    ok, resources = ptxas_report(ptx, arch)
+    if not ok:
+        return False, resources
+    return True, f"{required} x{count}, {resources}, {time.monotonic() - started:.1f} s"
+
+
+def ptxas_path() -> str | None:
+    """ptxas on the PATH, else the one Triton (of the [kernels] extra) ships."""
+    import importlib.util
+    import shutil
+    from pathlib import Path
+
+    found = shutil.which("ptxas")
+    spec = None if found else importlib.util.find_spec("triton")
+    if spec and spec.submodule_search_locations:
+        bundled = Path(spec.submodule_search_locations[0], "backends", "nvidia", "bin", "ptxas")
+        found = str(bundled) if bundled.exists() else None
+    return found
+
+
+def ptxas_report(ptx: str, arch: str) -> tuple[bool, str]:
+    """(ok, registers and spills) from assembling ``ptx`` with ``ptxas -v``; not ok with the
+    warning when ptxas says the kernel will run serialised (PTXAS_SLOW) or refuses the PTX."""
+    import subprocess
+    import tempfile
+    from pathlib import Path
+
+    ptxas = ptxas_path()
+    if ptxas is None:
+        return True, "no ptxas: registers not checked"
+    with tempfile.TemporaryDirectory(prefix="stagebot-ptxas-") as scratch:
+        source = Path(scratch, "kernel.ptx")
+        source.write_text(ptx.replace("\0", ""), encoding="utf-8")
+        done = subprocess.run(
+            [ptxas, f"-arch={arch}", "-v", str(source), "-o", str(Path(scratch, "kernel.cubin"))],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    slow = PTXAS_SLOW.search(done.stderr)
+    if done.returncode or slow:
+        line = next(
+            (x for x in done.stderr.splitlines() if slow and slow.group(1) in x),
+            done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "no output",
+        )
+        return False, f"ptxas: {line.split(' for the function')[0].strip()}"
+    used = _PTXAS_USED.search(done.stderr)
+    spills = _PTXAS_SPILLS.search(done.stderr)
+    return True, (
+        f"{used.group(1) if used else '?'} registers, "
+        f"{spills.group(1) if spills else '?'} B spilled"
+    )
 
 
 @click.group("kernels")

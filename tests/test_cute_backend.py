@@ -263,7 +263,7 @@ def test_swap_ab_tactics_with_the_tokens_in_fp16_run_on_the_rs_kernel_only():
     refusals = {
         TACTICS[0]: "runs swap_ab tactics with the tokens in fp16 (fp16_operand 'a')",
         replace(rs[0], fp16_operand="b"): "fp16_operand 'a'",
-        replace(rs[0], tile_mn=(64, 128)): "tile 64x128 must be 128 tokens x 128 weight rows",
+        replace(rs[0], tile_mn=(64, 128)): "tile 64x128 must be 128 | 256 tokens x 128 weight",
         replace(rs[0], stages=8): "needs 237568 B of shared memory; sm_90 allows 232448 B",
         replace(rs[0], ctas_per_sm=2): "are other kernels' knobs",
     }
@@ -273,7 +273,31 @@ def test_swap_ab_tactics_with_the_tokens_in_fp16_run_on_the_rs_kernel_only():
     ok, why = R.can_implement(rs[0], 4096, 7168 + 64, 128)
     assert not ok and why.endswith("K=7232 must be a multiple of 128 (K steps of 64 go in pairs)")
     ok, why = R.can_implement(rs[0], 4096, 7168, 64)
-    assert not ok and "tile_size=64 must be a multiple of 128 tokens" in why, why
+    assert not ok and "tile_size=64 must be a multiple of 128 and of 128 tokens" in why, why
+
+
+def test_the_256_token_rs_tactic_takes_table_tiles_in_pairs():
+    """256 tokens per work item: over tiles of 128 an item is two tiles (the grid counts pair
+    items), over tiles of 256 one; tiles of 384 split no item evenly and are refused. Its
+    ring fits only 4 stages beside the 128-token epilogue stage."""
+    pytest.importorskip("cutlass")
+    from stagebot.kernels.cute.launch import grid_ctas
+    from stagebot.kernels.cute.rs_gemm import Nvfp4RsGemmSm90 as R
+    from stagebot.kernels.cute.tactics import TACTICS
+
+    wide = next(t for t in TACTICS if t.swap_ab and t.fp16_operand and t.tile_mn[0] == 256)
+    for tile_size in (128, 256, 512):
+        assert R.can_implement(wide, 4096, 7168, tile_size) == (True, ""), tile_size
+    ok, why = R.can_implement(wide, 4096, 7168, 384)
+    assert not ok and "tile_size=384 must be a multiple of 128 and of 256 tokens, or half" in why
+    ok, why = R.can_implement(replace(wide, stages=5), 4096, 7168, 128)
+    assert not ok and "B of shared memory; sm_90 allows 232448 B" in why, why
+    narrow = replace(wide, tile_mn=(128, 128))
+    # 16 tiles of 128 x 56 weight-row blocks: 896 items of one tile, 448 of two.
+    assert grid_ctas(narrow, 16 * 128, 7168, 128, 1000) == 896
+    assert grid_ctas(wide, 16 * 128, 7168, 128, 1000) == 448
+    assert grid_ctas(wide, 15 * 128, 7168, 128, 1000) == 448  # the last tile has no partner
+    assert grid_ctas(wide, 8 * 256, 7168, 256, 1000) == 448
 
 
 def test_fp16_operand_tactics_need_triton(on_an_h200, monkeypatch):

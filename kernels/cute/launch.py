@@ -36,9 +36,11 @@ def _sm_count(device_index: int) -> int:
 
 def grid_ctas(tactic: Tactic, m: int, n: int, tile_size: int, sms: int) -> int:
     """The persistent grid: the tactic's CTAs per SM on every SM, at most one per work item
-    (the WGMMA kernel's CTA tiles; the decode kernel's (tile, weight-row block) pairs)."""
+    (the WGMMA kernel's CTA tiles; the weight-rows kernels' (table tiles, weight-row block)
+    pairs, two tiles per item where the item's tokens span two)."""
     bm, bn = tactic.tile_mn
-    items = (m // (tile_size if tactic.swap_ab else bm)) * (n // bn)
+    items = -(-m // (max(tile_size, bm) if tactic.swap_ab else bm)) * (n // bn)
+
     return max(1, min(sms * tactic.ctas_per_sm, items))
 
 

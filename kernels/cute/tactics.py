@@ -67,6 +67,9 @@ TACTICS: tuple[Tactic, ...] = (
     # Weights from registers (the RS kernel): most 8192-token GEMMs, 9-19% faster than a16 on
     # the first layer's GEMM2 (NOTES.md, ninth session).
     Tactic((128, 128), (1, 1), 6, swap_ab=True, fp16_operand="a"),
+    # The RS kernel with 256 tokens per work item (two table tiles of one expert): half the
+    # weights' dequantisation per MAC; 4 stages fit beside the epilogue's 128-token stage.
+    Tactic((256, 128), (1, 1), 4, swap_ab=True, fp16_operand="a"),
     Tactic((128, 256), (1, 1), 4, sparse_rows=True),  # decode: one expert's few rows per tile
     Tactic((8, 128), (1, 1), 4, swap_ab=True, ctas_per_sm=2),  # decode: <= 8 tokens per expert
     Tactic((32, 128), (1, 1), 2, swap_ab=True, ctas_per_sm=2),  # decode: <= 32 tokens per expert

@@ -319,3 +319,42 @@ def test_fp16_operand_tactics_need_triton(on_an_h200, monkeypatch):
     with autotune.fixed_tactic(b16):
         tactics, why = on_an_h200._fitting("grouped_gemm", TACTICS, fits)
     assert not tactics and "triton is not importable" in why and str(b16) in why, why
+
+
+def test_the_sm100_backend_is_never_auto_and_says_it_never_ran():
+    """The Blackwell kernels are compiled, not run on hardware: "auto" never reaches their
+    backend (below the reference), naming it is refused with that sentence on any machine
+    (what a B200 stage forced onto it reports for each case), and its tactics stay out of the
+    Hopper list, the autotuner's candidates."""
+    from stagebot.kernels import backends
+    from stagebot.kernels.cute import backend_sm100
+    from stagebot.kernels.cute.tactics import SM100_TACTICS, TACTICS
+    from stagebot.kernels.errors import BackendUnavailableError
+
+    by_name = {b.name: b for b in backends.registered()}
+    assert by_name["cute-sm100"].priority < by_name["reference"].priority
+    assert SM100_TACTICS and not any(t.blockscaled for t in TACTICS)
+    assert all(t.blockscaled for t in SM100_TACTICS)
+    assert backend_sm100.GPU_VERIFIED is False
+    for op in backends.DISPATCHED_OPS:
+        with pytest.raises(
+            BackendUnavailableError, match="compiled for sm_100a, not run on hardware"
+        ):
+            backends.resolve(op, "cute-sm100", {"a": None, "x": None})
+    assert backends.resolve("grouped_gemm", "auto", {"a": None}).name != "cute-sm100"
+
+
+def test_the_sm100_kernel_takes_blockscaled_tactics_only():
+    pytest.importorskip("cutlass")
+    from stagebot.kernels.cute.compile import kernel_class
+    from stagebot.kernels.cute.sm100_gemm import Nvfp4BlockScaledGemmSm100 as B
+    from stagebot.kernels.cute.tactics import SM100_TACTICS, TACTICS
+
+    sm100 = SM100_TACTICS[0]
+    assert kernel_class(sm100) is B and str(sm100).endswith("_sm100")
+    assert B.can_implement(sm100, 4096, 7168, 128) == (True, "")
+    assert "blockscaled tactics only" in B.can_implement(TACTICS[0], 4096, 7168, 128)[1]
+    ok, why = B.can_implement(sm100, 4096, 7168 + 64, 128)
+    assert not ok and "K=7232 must be a multiple of 256" in why, why
+    ok, why = B.can_implement(replace(sm100, tile_mn=(128, 256)), 4096, 7168, 128)
+    assert not ok and "must be 128 tokens x 128 weight rows" in why, why

@@ -25,6 +25,7 @@ from stagebot.kernels.cute.tactics import DEFAULT_TACTIC, Tactic, effective
 from stagebot.kernels.errors import KernelArgumentError
 
 ARCH = "sm_90a"
+SM100_ARCH = "sm_100a"  # blockscaled tactics (compiled, not run on hardware)
 TMA_ALIGN = 16
 OUTPUTS = ("c", "c_sf")
 
@@ -113,7 +114,7 @@ def _run(
         2 * half_k,
         experts,
         tile_size,
-        ARCH,
+        SM100_ARCH if tactic.blockscaled else ARCH,
         mn_limit=limit is not None,
         top_k=top_k,
         variant=variant,

@@ -326,6 +326,16 @@ def test_the_sm100_backend_is_never_auto_and_says_it_never_ran():
     backend (below the reference), naming it is refused with that sentence on any machine
     (what a B200 stage forced onto it reports for each case), and its tactics stay out of the
     Hopper list, the autotuner's candidates."""
+    import subprocess
+    import sys
+
+    # A fresh process's registry has it (the suite's --moe-backend takes registered names).
+    names = subprocess.run(
+        [sys.executable, "-c", "from stagebot.kernels import backends as b; "
+         "print(*sorted(x.name for x in b.registered()))"],
+        capture_output=True, text=True, check=True,
+    ).stdout.split()  # fmt: skip
+    assert "cute-sm100" in names, names
     from stagebot.kernels import backends
     from stagebot.kernels.cute import backend_sm100
     from stagebot.kernels.cute.tactics import SM100_TACTICS, TACTICS

@@ -27,7 +27,6 @@ stage; the accumulators leave through the 128-token epilogue stage in two turns.
 accumulators and two fragment sets need ~190 registers a thread, more than a 288-thread CTA
 gets, so the producer warp has a warpgroup of its own that hands its registers over.
 
-
 K order: e2m1x8_to_f16x8 turns a packed word into the pairs (n_s, n_s+4), s = 0..3; pair s of
 thread q's word h is the A fragment's column pair 2 q + 8 h of k16 step s. The tokens carry the
 same permutation ("registers" order), so the dot products are unchanged; the products and the

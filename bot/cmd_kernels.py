@@ -1,21 +1,27 @@
 """`bot kernels build`: compile every CuTe kernel of the dispatcher's list ahead of time.
 
 Compiles with placeholder pointers and a fake stream (no GPU needed, nothing queries the
-device), checks that each kernel's PTX holds `wgmma.mma_async`, prints one line per kernel and
-tactic and a count, and exits 1 if anything failed. cutlass is imported only inside the command.
+device), checks that each kernel's PTX holds its MMA (`wgmma.mma_async` or `mma.sync` on sm_90a,
+tcgen05's block-scaled `kind::mxf4nvf4` MMA on sm_100a) and, where ptxas is found, that ptxas does
+not serialise it; prints one line per kernel and tactic and a count, and exits 1 if anything
+failed. cutlass is imported only inside the command.
 """
 
 from __future__ import annotations
 
 import re
 import time
+from dataclasses import replace
 
 import click
 
-from stagebot.kernels.cute.tactics import TACTICS, Tactic
+from stagebot.kernels.cute.tactics import SM100_TACTICS, TACTICS, Tactic
 from stagebot.stages.errors import StagebotError
 
-ARCHES = ("sm_90a",)
+# The tactic list built for each arch: Hopper's dispatcher list; Blackwell's block-scaled one
+# (compiled, not run on hardware: no B200 here).
+ARCH_TACTICS = {"sm_90a": TACTICS, "sm_100a": SM100_TACTICS}
+ARCHES = tuple(ARCH_TACTICS)
 # The dispatcher's kernels and the compile-time constants each is built with: the MoE shapes'
 # GEMM1 (N = 2 x 2048, K = 7168) for the plain and SwiGLU kernels, GEMM2 (N = 7168, K = 2048,
 # top-8) for finalize and the fp32 rows of the deterministic finalize. All but the plain one are
@@ -29,13 +35,21 @@ BUILD_CONSTANTS = {
 KERNELS = tuple(BUILD_CONSTANTS)
 NUM_EXPERTS, TILE_SIZE = 8, 128
 # The MMA instruction each kernel's PTX must hold: WGMMA, or mma.sync for the decode kernel
-# (the swap_ab tactics without an fp16 operand).
+# (the swap_ab tactics without an fp16 operand), or on sm_100a tcgen05's block-scaled MMA on
+# the packed NVFP4 operands (e2m1 with e4m3 scales per 16 values: kind::mxf4nvf4, 4X).
 WGMMA, MMA_SYNC = "wgmma.mma_async", "mma.sync.aligned.m16n8k16"
+BLOCK_SCALED_MMA = "tcgen05.mma.cta_group::1.kind::mxf4nvf4.block_scale.scale_vec::4X"
 # A ring-buffer wait whose phase is a literal: the pipeline state was not carried across loop
 # turns (CuTe DSL carries only what the loop body itself visibly updates), so the kernel hangs
 # once the ring wraps. Every wait of a working kernel takes its phase from a register.
 CONSTANT_PHASE_WAIT = re.compile(r"mbarrier\.try_wait\.parity\S*\s+\S+\s+\[[^\]]+\],\s*\d+\s*,")
 _TACTIC_RE = re.compile(r"^(\d+)x(\d+):(\d+)x(\d+):(\d+)$")
+# ptxas's warnings that a kernel compiled but runs far below its design: setmaxnreg ignored
+# (C7508), WGMMAs serialised for lack of registers (C7512: the 256-token RS kernel in a 288-
+# thread CTA) or around register writes in their wait window (C7513).
+PTXAS_SLOW = re.compile(r"\((C7508|C7512|C7513)\)")
+_PTXAS_USED = re.compile(r"Used (\d+) registers")
+_PTXAS_SPILLS = re.compile(r"(\d+) bytes spill stores")
 
 
 class MissingKernelTools(StagebotError):
@@ -88,6 +102,8 @@ def build_one(kernel: str, tactic: Tactic, arch: str) -> tuple[bool, str]:
         return False, f"compile failed: {type(error).__name__}: {str(error).splitlines()[0]}"
     ptx = compiled.__ptx__ or ""
     required = MMA_SYNC if tactic.swap_ab and not tactic.fp16_operand else WGMMA
+    if tactic.blockscaled:
+        required = BLOCK_SCALED_MMA
     count = ptx.count(required)
     if not count:
         return False, f"PTX has no {required}"
@@ -96,7 +112,58 @@ def build_one(kernel: str, tactic: Tactic, arch: str) -> tuple[bool, str]:
             "an mbarrier wait has a constant phase: the pipeline state is not advanced in the "
             "loop body, so the kernel would hang once its ring wraps"
         )
-    return True, f"{required} x{count}, {time.monotonic() - started:.1f} s"
+    ok, resources = ptxas_report(ptx, arch)
+    if not ok:
+        return False, resources
+    return True, f"{required} x{count}, {resources}, {time.monotonic() - started:.1f} s"
+
+
+def ptxas_path() -> str | None:
+    """ptxas on the PATH, else the one Triton (of the [kernels] extra) ships."""
+    import importlib.util
+    import shutil
+    from pathlib import Path
+
+    found = shutil.which("ptxas")
+    spec = None if found else importlib.util.find_spec("triton")
+    if spec and spec.submodule_search_locations:
+        bundled = Path(spec.submodule_search_locations[0], "backends", "nvidia", "bin", "ptxas")
+        found = str(bundled) if bundled.exists() else None
+    return found
+
+
+def ptxas_report(ptx: str, arch: str) -> tuple[bool, str]:
+    """(ok, registers and spills) from assembling ``ptx`` with ``ptxas -v``; not ok with the
+    warning when ptxas says the kernel will run serialised (PTXAS_SLOW) or refuses the PTX."""
+    import subprocess
+    import tempfile
+    from pathlib import Path
+
+    ptxas = ptxas_path()
+    if ptxas is None:
+        return True, "no ptxas: registers not checked"
+    with tempfile.TemporaryDirectory(prefix="stagebot-ptxas-") as scratch:
+        source = Path(scratch, "kernel.ptx")
+        source.write_text(ptx.replace("\0", ""), encoding="utf-8")
+        done = subprocess.run(
+            [ptxas, f"-arch={arch}", "-v", str(source), "-o", str(Path(scratch, "kernel.cubin"))],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    slow = PTXAS_SLOW.search(done.stderr)
+    if done.returncode or slow:
+        line = next(
+            (x for x in done.stderr.splitlines() if slow and slow.group(1) in x),
+            done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "no output",
+        )
+        return False, f"ptxas: {line.split(' for the function')[0].strip()}"
+    used = _PTXAS_USED.search(done.stderr)
+    spills = _PTXAS_SPILLS.search(done.stderr)
+    return True, (
+        f"{used.group(1) if used else '?'} registers, "
+        f"{spills.group(1) if spills else '?'} B spilled"
+    )
 
 
 @click.group("kernels")
@@ -115,7 +182,8 @@ def kernels() -> None:
     help="Build these tactics instead of the dispatcher's list (repeatable).",
 )
 def build(arch: str, all_tactics: bool, tactics: tuple[str, ...]) -> None:
-    """Compile every kernel in the dispatcher's list for ARCH with fake tensors."""
+    """Compile every kernel in ARCH's tactic list with fake tensors (sm_100a: the
+    block-scaled list, compiled here and not run on hardware)."""
     try:
         import cutlass  # noqa: F401
     except ImportError as error:
@@ -124,7 +192,11 @@ def build(arch: str, all_tactics: bool, tactics: tuple[str, ...]) -> None:
             "the [kernels] extra: pip install 'stagebot[kernels]' (from a checkout: "
             "pip install -e '.[kernels]')"
         ) from None
-    chosen = [parse_tactic(t) for t in tactics] or list(TACTICS if all_tactics else TACTICS[:1])
+    listed = ARCH_TACTICS[arch]
+    blockscaled = arch == "sm_100a"
+    chosen = [replace(parse_tactic(t), blockscaled=blockscaled) for t in tactics] or list(
+        listed if all_tactics else listed[:1]
+    )
     failures = 0
     built = 0
     for kernel in KERNELS:

@@ -19,7 +19,11 @@ from stagebot.kernels.errors import BackendUnavailableError, KernelArgumentError
 AUTO = "auto"
 DISPATCHED_OPS = ("grouped_gemm", "grouped_gemm_swiglu", "grouped_gemm_finalize", "fused_moe")
 # Modules that register a backend on import, loaded before the first lookup.
-BUILTIN_BACKEND_MODULES = ("stagebot.kernels.reference", "stagebot.kernels.cute.backend")
+BUILTIN_BACKEND_MODULES = (
+    "stagebot.kernels.reference",
+    "stagebot.kernels.cute.backend",
+    "stagebot.kernels.cute.backend_sm100",
+)
 
 
 @dataclass(frozen=True)

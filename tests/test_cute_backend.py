@@ -263,7 +263,7 @@ def test_swap_ab_tactics_with_the_tokens_in_fp16_run_on_the_rs_kernel_only():
     refusals = {
         TACTICS[0]: "runs swap_ab tactics with the tokens in fp16 (fp16_operand 'a')",
         replace(rs[0], fp16_operand="b"): "fp16_operand 'a'",
-        replace(rs[0], tile_mn=(64, 128)): "tile 64x128 must be 128 tokens x 128 weight rows",
+        replace(rs[0], tile_mn=(64, 128)): "tile 64x128 must be 128 | 256 tokens x 128 weight",
         replace(rs[0], stages=8): "needs 237568 B of shared memory; sm_90 allows 232448 B",
         replace(rs[0], ctas_per_sm=2): "are other kernels' knobs",
     }
@@ -273,7 +273,31 @@ def test_swap_ab_tactics_with_the_tokens_in_fp16_run_on_the_rs_kernel_only():
     ok, why = R.can_implement(rs[0], 4096, 7168 + 64, 128)
     assert not ok and why.endswith("K=7232 must be a multiple of 128 (K steps of 64 go in pairs)")
     ok, why = R.can_implement(rs[0], 4096, 7168, 64)
-    assert not ok and "tile_size=64 must be a multiple of 128 tokens" in why, why
+    assert not ok and "tile_size=64 must be a multiple of 128 and of 128 tokens" in why, why
+
+
+def test_the_256_token_rs_tactic_takes_table_tiles_in_pairs():
+    """256 tokens per work item: over tiles of 128 an item is two tiles (the grid counts pair
+    items), over tiles of 256 one; tiles of 384 split no item evenly and are refused. Its
+    ring fits only 4 stages beside the 128-token epilogue stage."""
+    pytest.importorskip("cutlass")
+    from stagebot.kernels.cute.launch import grid_ctas
+    from stagebot.kernels.cute.rs_gemm import Nvfp4RsGemmSm90 as R
+    from stagebot.kernels.cute.tactics import TACTICS
+
+    wide = next(t for t in TACTICS if t.swap_ab and t.fp16_operand and t.tile_mn[0] == 256)
+    for tile_size in (128, 256, 512):
+        assert R.can_implement(wide, 4096, 7168, tile_size) == (True, ""), tile_size
+    ok, why = R.can_implement(wide, 4096, 7168, 384)
+    assert not ok and "tile_size=384 must be a multiple of 128 and of 256 tokens, or half" in why
+    ok, why = R.can_implement(replace(wide, stages=5), 4096, 7168, 128)
+    assert not ok and "B of shared memory; sm_90 allows 232448 B" in why, why
+    narrow = replace(wide, tile_mn=(128, 128))
+    # 16 tiles of 128 x 56 weight-row blocks: 896 items of one tile, 448 of two.
+    assert grid_ctas(narrow, 16 * 128, 7168, 128, 1000) == 896
+    assert grid_ctas(wide, 16 * 128, 7168, 128, 1000) == 448
+    assert grid_ctas(wide, 15 * 128, 7168, 128, 1000) == 448  # the last tile has no partner
+    assert grid_ctas(wide, 8 * 256, 7168, 256, 1000) == 448
 
 
 def test_fp16_operand_tactics_need_triton(on_an_h200, monkeypatch):
@@ -295,3 +319,52 @@ def test_fp16_operand_tactics_need_triton(on_an_h200, monkeypatch):
     with autotune.fixed_tactic(b16):
         tactics, why = on_an_h200._fitting("grouped_gemm", TACTICS, fits)
     assert not tactics and "triton is not importable" in why and str(b16) in why, why
+
+
+def test_the_sm100_backend_is_never_auto_and_says_it_never_ran():
+    """The Blackwell kernels are compiled, not run on hardware: "auto" never reaches their
+    backend (below the reference), naming it is refused with that sentence on any machine
+    (what a B200 stage forced onto it reports for each case), and its tactics stay out of the
+    Hopper list, the autotuner's candidates."""
+    import subprocess
+    import sys
+
+    # A fresh process's registry has it (the suite's --moe-backend takes registered names).
+    names = subprocess.run(
+        [sys.executable, "-c", "from stagebot.kernels import backends as b; "
+         "print(*sorted(x.name for x in b.registered()))"],
+        capture_output=True, text=True, check=True,
+    ).stdout.split()  # fmt: skip
+    assert "cute-sm100" in names, names
+    from stagebot.kernels import backends
+    from stagebot.kernels.cute import backend_sm100
+    from stagebot.kernels.cute.tactics import SM100_TACTICS, TACTICS
+    from stagebot.kernels.errors import BackendUnavailableError
+
+    by_name = {b.name: b for b in backends.registered()}
+    assert by_name["cute-sm100"].priority < by_name["reference"].priority
+    assert SM100_TACTICS and not any(t.blockscaled for t in TACTICS)
+    assert all(t.blockscaled for t in SM100_TACTICS)
+    assert backend_sm100.GPU_VERIFIED is False
+    for op in backends.DISPATCHED_OPS:
+        with pytest.raises(
+            BackendUnavailableError, match="compiled for sm_100a, not run on hardware"
+        ):
+            backends.resolve(op, "cute-sm100", {"a": None, "x": None})
+    assert backends.resolve("grouped_gemm", "auto", {"a": None}).name != "cute-sm100"
+
+
+def test_the_sm100_kernel_takes_blockscaled_tactics_only():
+    pytest.importorskip("cutlass")
+    from stagebot.kernels.cute.compile import kernel_class
+    from stagebot.kernels.cute.sm100_gemm import Nvfp4BlockScaledGemmSm100 as B
+    from stagebot.kernels.cute.tactics import SM100_TACTICS, TACTICS
+
+    sm100 = SM100_TACTICS[0]
+    assert kernel_class(sm100) is B and str(sm100).endswith("_sm100")
+    assert B.can_implement(sm100, 4096, 7168, 128) == (True, "")
+    assert "blockscaled tactics only" in B.can_implement(TACTICS[0], 4096, 7168, 128)[1]
+    ok, why = B.can_implement(sm100, 4096, 7168 + 64, 128)
+    assert not ok and "K=7232 must be a multiple of 256" in why, why
+    ok, why = B.can_implement(replace(sm100, tile_mn=(128, 256)), 4096, 7168, 128)
+    assert not ok and "must be 128 tokens x 128 weight rows" in why, why

@@ -92,7 +92,68 @@ def test_a_wait_with_a_constant_phase_fails_the_build(monkeypatch):
     assert result.output.count("an mbarrier wait has a constant phase") == 4, result.output
 
 
+def test_ptxas_refuses_a_kernel_whose_wgmmas_it_serialises():
+    """The 256-token RS kernel gives its producer warp a warpgroup that hands registers to the
+    consumers (setmaxnreg): assembled as a 288-thread CTA without setmaxnreg, as first
+    written, ptxas caps it at 168 registers and serialises its WGMMAs (C7512), which the build
+    must refuse."""
+    from stagebot.bot.cmd_kernels import build_one, ptxas_path, ptxas_report
+    from stagebot.kernels.cute import compile as cute_compile
+    from stagebot.kernels.cute.tactics import TACTICS
+
+    if ptxas_path() is None:
+        pytest.skip("no ptxas (neither on the PATH nor in Triton's package)")
+    wide = next(t for t in TACTICS if t.swap_ab and t.fp16_operand and t.tile_mn[0] == 256)
+    ok, detail = build_one("grouped_gemm_finalize", wide, "sm_90a")
+    assert ok and "0 B spilled" in detail, detail
+    key = cute_compile.CompileKey(
+        "grouped_gemm_finalize", wide, cute_compile.DTYPES["grouped_gemm_finalize"], 7168,
+        2048, 8, 128, "sm_90a", mn_limit=True, top_k=8,
+    )  # fmt: skip
+    ptx = cute_compile.compile_kernel(key, keep_ptx=True).__ptx__
+    assert ".reqntid 384, 1, 1" in ptx and ptx.count("setmaxnreg") == 2
+    first_written = re.sub(r"\n\s*setmaxnreg[^\n]*", "", ptx).replace(
+        ".reqntid 384,", ".reqntid 288,"
+    )
+    ok, detail = ptxas_report(first_written, "sm_90a")
+    assert not ok and "(C7512)" in detail and "serialized" in detail, detail
+
+
 def test_a_malformed_tactic_is_a_usage_error():
+
     result = _build("--tactic", "big")
     assert result.exit_code == 2
     assert "TILE_MxTILE_N:CLUSTER_MxCLUSTER_N:STAGES" in result.output
+
+
+def test_the_sm100a_build_compiles_the_block_scaled_nvfp4_mma():
+    """Blackwell: every kernel of the block-scaled list compiles for sm_100a on the CPU, each
+    with tcgen05's block-scaled MMA on the packed operands (kind::mxf4nvf4, 16-value scales)."""
+    from stagebot.bot.cmd_kernels import BLOCK_SCALED_MMA, KERNELS
+    from stagebot.kernels.cute.tactics import SM100_TACTICS
+
+    result = _build("--arch", "sm_100a", "--all-tactics")
+    assert result.exit_code == 0, result.output
+    builds = len(KERNELS) * len(SM100_TACTICS)
+    assert f"compiled {builds} of {builds} (kernel, tactic) builds for sm_100a" in result.output
+    assert result.output.count(f"{BLOCK_SCALED_MMA} x4") == builds, result.output
+    assert "wgmma" not in result.output
+
+
+def test_an_sm100a_build_without_the_block_scaled_mma_fails(monkeypatch):
+    """Negative control: the same kernels with their MMA turned into a plain f16 one (what a
+    kernel that dequantised first would issue) fail the sm_100a build."""
+    from stagebot.kernels.cute import compile as cute_compile
+
+    real = cute_compile.compile_kernel
+
+    def unscaled(key, *, keep_ptx=False):
+        ptx = real(key, keep_ptx=keep_ptx).__ptx__
+        planted = re.sub(r"kind::mxf4nvf4\.block_scale\.scale_vec::4X", "kind::f16", ptx)
+        assert planted != ptx
+        return types.SimpleNamespace(__ptx__=planted)
+
+    monkeypatch.setattr(cute_compile, "compile_kernel", unscaled)
+    result = _build("--arch", "sm_100a")
+    assert result.exit_code == 1
+    assert "PTX has no tcgen05.mma.cta_group::1.kind::mxf4nvf4.block_scale" in result.output

@@ -20,7 +20,7 @@ import time
 import warnings
 from collections import Counter
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -83,14 +83,19 @@ stats: Counter = Counter()
 _recorders: list[set[CompileKey]] = []
 # The files whose content the compiled code depends on (their digest is part of the disk key).
 KERNEL_SOURCES = (
-    "grouped_gemm.py", "decode_gemm.py", "rs_gemm.py", "epilogues.py", "ptx.py", "tactics.py",
-    "compile.py", "compiled_io.py",
+    "grouped_gemm.py", "decode_gemm.py", "rs_gemm.py", "sm100_gemm.py", "epilogues.py", "ptx.py",
+    "tactics.py", "compile.py", "compiled_io.py",
 )  # fmt: skip
 
 
 def kernel_class(tactic: Tactic):
     """The kernel class that runs ``tactic``: for swap_ab tactics the RS kernel with the tokens
-    in fp16, else the decode kernel; the WGMMA kernel for the others."""
+    in fp16, else the decode kernel; the sm_100a kernel for blockscaled tactics; the WGMMA
+    kernel for the others."""
+    if tactic.blockscaled:
+        from stagebot.kernels.cute.sm100_gemm import Nvfp4BlockScaledGemmSm100
+
+        return Nvfp4BlockScaledGemmSm100
     if tactic.swap_ab and tactic.fp16_operand:
         from stagebot.kernels.cute.rs_gemm import Nvfp4RsGemmSm90
 
@@ -238,8 +243,26 @@ def _compile(key: CompileKey, keep_ptx: bool) -> Any:
         scratch = tempfile.mkdtemp(prefix="stagebot-ptx-")
         options += f" --keep-ptx --dump-dir {scratch}"
     try:
-        compiled = cute.compile(kernel, *args, options=options)
+        with _no_host_engine(key.arch) if keep_ptx else nullcontext():
+            compiled = cute.compile(kernel, *args, options=options)
     finally:
         if keep_ptx:
             shutil.rmtree(scratch, ignore_errors=True)
     return compiled
+
+
+@contextmanager
+def _no_host_engine(arch: str) -> Iterator[None]:
+    """An ahead-of-time build wants the PTX only. CuTe DSL also builds the host engine (which
+    initialises the CUDA driver) when the target is the arch it detected at start, and on a
+    machine without a GPU it assumes sm_100a: so while building for that arch it is told
+    another one (its private singleton's setting, CuTe DSL 4.3.5)."""
+    from cutlass.cutlass_dsl import CuTeDSL
+
+    envar = CuTeDSL._get_dsl().envar
+    detected = envar.arch
+    envar.arch = "none" if detected == arch else detected
+    try:
+        yield
+    finally:
+        envar.arch = detected

@@ -58,6 +58,9 @@ STEPS = KS // 16  # mma.sync k16 steps per K step
 SF_STEP_WORDS = 4 * 128  # the four 512-byte scale chunks of one K step, as int32 words
 TOKEN_CHOICES = (8, 32)  # tokens per group: 1 or 4 mma n8 fragments (the ones run on the H200)
 STAGE_PITCH = WEIGHT_ROWS + epilogues.STAGE_PAD  # fp32 words per token row of the epilogue stage
+# Tokens the epilogue stages at a time: a work item with more (the RS kernel's 256) stages its
+# accumulators in turns, since 256 tokens would take 132 KB of shared memory beside the ring.
+MAX_STAGE_TOKENS = 128
 
 
 class WeightRowsGemm(GroupedGemmCall):
@@ -86,6 +89,7 @@ class WeightRowsGemm(GroupedGemmCall):
         self.epilogue = epilogue
         self.uses_limit = mn_limit or epilogue == "finalize"
         self.tokens = tactic.tile_mn[0]
+        self.stage_tokens = min(self.tokens, MAX_STAGE_TOKENS)
         self.stages = tactic.stages
         self.num_consumers = CONSUMER_WARPS * 32
         self.threads_per_cta = self.num_consumers + 32
@@ -106,17 +110,17 @@ class WeightRowsGemm(GroupedGemmCall):
 
     @staticmethod
     def epilogue_stage_bytes(tokens: int) -> int:
-        return tokens * STAGE_PITCH * 4
+        return min(tokens, MAX_STAGE_TOKENS) * STAGE_PITCH * 4
 
     def _epilogue_stage_field(self):
-        """The SharedStorage field of the fp32 epilogue stage [tokens, 128 weight rows]."""
+        """The SharedStorage field of the fp32 epilogue stage [stage tokens, 128 weight rows]."""
         return cute.struct.Align[
-            cute.struct.MemRange[cutlass.Float32, self.tokens * STAGE_PITCH], 128
+            cute.struct.MemRange[cutlass.Float32, self.stage_tokens * STAGE_PITCH], 128
         ]
 
     def _epilogue_stage(self, storage):
         return storage.sE.get_tensor(
-            cute.make_layout((self.tokens, WEIGHT_ROWS), stride=(STAGE_PITCH, 1))
+            cute.make_layout((self.stage_tokens, WEIGHT_ROWS), stride=(STAGE_PITCH, 1))
         )
 
     def _launch_persistent(self, kernel_call, grid_ctas, stream) -> None:
@@ -143,32 +147,68 @@ class WeightRowsGemm(GroupedGemmCall):
         pipeline_init_arrive(cluster_shape_mn=(1, 1), is_relaxed=True)
         return ring
 
-    def _item(self, work, n_blocks, tile_size, mLimit):
-        """(tile, weight-row block, the tile's first row, its row limit) of work item ``work``."""
-        tile = work // n_blocks
-        tile_row0 = tile * tile_size
-        limit = tile_row0 + tile_size
-        if cutlass.const_expr(self.uses_limit):
-            limit = mLimit[tile]
-        return tile, work % n_blocks, tile_row0, limit
+    def item_tiles(self, tile_size: int) -> int:
+        """Table tiles per work item: two when an item's tokens span two tiles (the RS
+        kernel's 256 tokens over tiles of 128), else one."""
+        return max(1, self.tokens // tile_size)
+
+    def _total_work(self, num_tiles, n_blocks, tile_size):
+        per = self.item_tiles(tile_size)
+        return (num_tiles + per - 1) // per * n_blocks
 
     @cute.jit
-    def _produce(self, ring, loads, k_steps, n_blocks, total_work, bidx, gdim, tile_size, mLimit,
+    def _spans(self, item, num_tiles, tile_size, mGroup, mLimit):
+        """(first tile, spans, joined) of item ``item`` (its tiles, without the weight-row
+        block): an item of two tiles of one expert, the first of them full, is one span of
+        both (joined = 1); else each of its tiles below num_tiles is a span of its own. An
+        expert's rows fill its tiles from its first, so only its last tile is partial."""
+        per = self.item_tiles(tile_size)
+        first = item * per
+        spans, joined = 1, 0
+        if cutlass.const_expr(per == 2):
+            spans, joined = cutlass.Int32(1), cutlass.Int32(0)
+            if first + 1 < num_tiles:
+                spans = cutlass.Int32(2)
+                if mGroup[first + 1] == mGroup[first]:
+                    if self._tile_limit(first, tile_size, mLimit) == (first + 1) * tile_size:
+                        spans, joined = cutlass.Int32(1), cutlass.Int32(1)
+        return first, spans, joined
+
+    def _tile_limit(self, tile, tile_size, mLimit):
+        """The exclusive row limit of ``tile``: its tile_idx_to_mn_limit entry, or its end."""
+        if cutlass.const_expr(self.uses_limit):
+            return mLimit[tile]
+        return (tile + 1) * tile_size
+
+    def _span(self, first, span, joined, tile_size, mLimit):
+        """(tile, first row, row limit) of span ``span`` of the item whose first tile is
+        ``first``: a joined span ends at its second tile's limit."""
+        tile = first + span
+        return tile, tile * tile_size, self._tile_limit(tile + joined, tile_size, mLimit)
+
+    @cute.jit
+    def _produce(self, ring, loads, k_steps, n_blocks, num_tiles, bidx, gdim, tile_size, mLimit,
                  mGroup):  # fmt: skip
         """The producer warp: the consumers' walk over the work items, each K step of each
         block of an item's tokens one ring stage, filled by the kernel's ``_issue_loads``
         from ``loads`` (its TMA atoms and partitions)."""
         state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.stages)
+        total_work = self._total_work(num_tiles, n_blocks, tile_size)
         for work in cutlass.range(bidx, total_work, gdim, unroll=1):
-            tile, n_block, tile_row0, limit = self._item(work, n_blocks, tile_size, mLimit)
-            expert = mGroup[tile]
-            for row0 in cutlass.range(tile_row0, limit, self.tokens, unroll=1):
-                for kk in cutlass.range(k_steps, unroll=1):
-                    ring.producer_acquire(state)
-                    bar = ring.producer_get_barrier(state)
-                    self._issue_loads(loads, state.index, bar, n_block, kk, expert, row0)
-                    ring.producer_commit(state)
-                    state.advance()
+            n_block = work % n_blocks
+            first, spans, joined = self._spans(
+                work // n_blocks, num_tiles, tile_size, mGroup, mLimit
+            )
+            for span in cutlass.range(spans, unroll=1):
+                tile, span_row0, limit = self._span(first, span, joined, tile_size, mLimit)
+                expert = mGroup[tile]
+                for row0 in cutlass.range(span_row0, limit, self.tokens, unroll=1):
+                    for kk in cutlass.range(k_steps, unroll=1):
+                        ring.producer_acquire(state)
+                        bar = ring.producer_get_barrier(state)
+                        self._issue_loads(loads, state.index, bar, n_block, kk, expert, row0)
+                        ring.producer_commit(state)
+                        state.advance()
         ring.producer_tail(state)
 
     def _staged_scale(self, scale):
@@ -181,11 +221,11 @@ class WeightRowsGemm(GroupedGemmCall):
         self, sE, scale, row0, limit, n_block, tidx, mC, mCsf, mGlobalSf, mP2e, mRouter, n,
         top_k,
     ):  # fmt: skip
-        """The op's epilogue over the staged rows row0 .. (at most) row0 + tokens, once every
-        consumer thread's accumulators are in ``sE``."""
+        """The op's epilogue over the staged rows row0 .. (at most) row0 + stage tokens, once
+        every consumer thread's accumulators are in ``sE``."""
         valid = limit - row0
-        if valid > self.tokens:
-            valid = self.tokens
+        if valid > self.stage_tokens:
+            valid = self.stage_tokens
         col0 = n_block * WEIGHT_ROWS
         if cutlass.const_expr(self.epilogue == "store"):
             epilogues.store_rows(sE, row0, valid, col0, mC, tidx, self.num_consumers)
@@ -378,7 +418,7 @@ class Nvfp4DecodeGemmSm90(WeightRowsGemm):
 
         k_steps = cute.size(gW, mode=[3])
         n_blocks = n // WEIGHT_ROWS
-        total_work = mNumTiles[0] * n_blocks
+        num_tiles = mNumTiles[0]
 
         pipeline_init_wait(cluster_shape_mn=(1, 1))
         if warp_idx == CONSUMER_WARPS:
@@ -387,12 +427,12 @@ class Nvfp4DecodeGemmSm90(WeightRowsGemm):
                 (tma_ts, tTgTs, tTsTs),
             )  # fmt: skip
             self._produce(
-                ring, loads, k_steps, n_blocks, total_work, bidx, gdim, tile_size, mLimit, mGroup
+                ring, loads, k_steps, n_blocks, num_tiles, bidx, gdim, tile_size, mLimit, mGroup
             )
 
         if warp_idx < CONSUMER_WARPS:
             self._consume(
-                storage, ring, k_steps, n_blocks, total_work, tidx, bidx, gdim,
+                storage, ring, k_steps, n_blocks, num_tiles, tidx, bidx, gdim,
                 mC, mCsf, mGlobalSf, mLimit, mP2e, mRouter, mAlpha, mGroup, n, tile_size, top_k,
             )  # fmt: skip
 
@@ -409,7 +449,7 @@ class Nvfp4DecodeGemmSm90(WeightRowsGemm):
 
     @cute.jit
     def _consume(
-        self, storage, ring, k_steps, n_blocks, total_work, tidx, bidx, gdim,
+        self, storage, ring, k_steps, n_blocks, num_tiles, tidx, bidx, gdim,
         mC, mCsf, mGlobalSf, mLimit, mP2e, mRouter, mAlpha, mGroup, n, tile_size, top_k,
     ):  # fmt: skip
         """The consumer warps' loop over their work items: K steps, then the epilogue."""
@@ -434,8 +474,10 @@ class Nvfp4DecodeGemmSm90(WeightRowsGemm):
 
         read = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.stages)
         step = cutlass.Int32(0)
+        total_work = self._total_work(num_tiles, n_blocks, tile_size)  # items of one tile
         for work in cutlass.range(bidx, total_work, gdim, unroll=1):
-            tile, n_block, tile_row0, limit = self._item(work, n_blocks, tile_size, mLimit)
+            n_block = work % n_blocks
+            tile, tile_row0, limit = self._span(work // n_blocks, 0, 0, tile_size, mLimit)
             expert = mGroup[tile]
             for row0 in cutlass.range(tile_row0, limit, self.tokens, unroll=1):
                 acc.fill(0.0)

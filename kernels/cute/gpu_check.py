@@ -223,6 +223,9 @@ def main(argv: list[str] | None = None) -> int:
     swiglu_cases = [
         ("swiglu_decode", [4, 1, 0, 31, 32, 33, 64, 2], 512, 1024, 128),
         ("swiglu_t256_mixed", [300, 1, 511, 70], 512, 512, 256),
+        # Tiles of 128 in pairs (256-token RS items): joined pairs with a partial second
+        # tile, a pair split between experts, and a last tile without a partner.
+        ("swiglu_t128_pairs", [130, 257, 1, 256, 3], 512, 512, 128),
     ]
     for i, (name, counts, n, k, tile) in enumerate(swiglu_cases):
         r = guarded(check_swiglu_tactics, name, counts, n, k, tile, 77 + i)
@@ -236,10 +239,11 @@ def main(argv: list[str] | None = None) -> int:
     ]
     decode = next(t for t in TACTICS if t.swap_ab and not t.fp16_operand)
     b16 = next(t for t in TACTICS if t.fp16_operand == "b")
-    rs = next(t for t in TACTICS if t.swap_ab and t.fp16_operand)
+    rs_tactics = [t for t in TACTICS if t.swap_ab and t.fp16_operand]
     builds = [(TACTICS[0], v) for v in ("", "no_dequant", "no_mma", "a_only", "b_only")]
     builds += [(b16, v) for v in ("", "no_dequant", "no_mma")]
-    builds += [(rs, v) for v in ("", "no_dequant")]
+    builds += [(rs, v) for rs in rs_tactics for v in ("", "no_dequant")]
+
     builds += [(decode, v) for v in ("", "no_mma", "no_tokens")]
     if not opts.quick:
         for name, counts, n, k in shapes:

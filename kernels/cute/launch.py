@@ -25,6 +25,7 @@ from stagebot.kernels.cute.tactics import DEFAULT_TACTIC, Tactic, effective
 from stagebot.kernels.errors import KernelArgumentError
 
 ARCH = "sm_90a"
+SM100_ARCH = "sm_100a"  # blockscaled tactics (compiled, not run on hardware)
 TMA_ALIGN = 16
 OUTPUTS = ("c", "c_sf")
 
@@ -36,9 +37,11 @@ def _sm_count(device_index: int) -> int:
 
 def grid_ctas(tactic: Tactic, m: int, n: int, tile_size: int, sms: int) -> int:
     """The persistent grid: the tactic's CTAs per SM on every SM, at most one per work item
-    (the WGMMA kernel's CTA tiles; the decode kernel's (tile, weight-row block) pairs)."""
+    (the WGMMA kernel's CTA tiles; the weight-rows kernels' (table tiles, weight-row block)
+    pairs, two tiles per item where the item's tokens span two)."""
     bm, bn = tactic.tile_mn
-    items = (m // (tile_size if tactic.swap_ab else bm)) * (n // bn)
+    items = -(-m // (max(tile_size, bm) if tactic.swap_ab else bm)) * (n // bn)
+
     return max(1, min(sms * tactic.ctas_per_sm, items))
 
 
@@ -111,7 +114,7 @@ def _run(
         2 * half_k,
         experts,
         tile_size,
-        ARCH,
+        SM100_ARCH if tactic.blockscaled else ARCH,
         mn_limit=limit is not None,
         top_k=top_k,
         variant=variant,

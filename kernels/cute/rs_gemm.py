@@ -19,6 +19,14 @@ Pipeline (persistent, one CTA per SM, warp-specialised):
    cores busy.
 3. Epilogue: as the decode kernel's (accumulators -> fp32 stage [tokens, 128] -> the op's rows).
 
+256 tokens per work item (tactic tile_mn (256, 128)): m64n256k16 WGMMAs, so each dequantised
+weight value feeds twice the MACs. Over table tiles of 128 an item is a pair of tiles: one span
+of 256 tokens when both are one expert's (the first full), else each tile alone (the other
+half of the tokens computed and never stored). The tokens arrive as two TMA boxes of 128 per
+stage; the accumulators leave through the 128-token epilogue stage in two turns. 128
+accumulators and two fragment sets need ~190 registers a thread, more than a 288-thread CTA
+gets, so the producer warp has a warpgroup of its own that hands its registers over.
+
 K order: e2m1x8_to_f16x8 turns a packed word into the pairs (n_s, n_s+4), s = 0..3; pair s of
 thread q's word h is the A fragment's column pair 2 q + 8 h of k16 step s. The tokens carry the
 same permutation ("registers" order), so the dot products are unchanged; the products and the
@@ -47,7 +55,12 @@ from stagebot.kernels.cute.grouped_gemm import (
 from stagebot.kernels.cute.ptx import e2m1x8_to_f16x8, e4m3_to_f16x2
 from stagebot.kernels.cute.tactics import Tactic
 
-TOKEN_CHOICES = (128,)  # tokens per group (WGMMA's N): the one run on the H200
+# Tokens per group (WGMMA's N). 256 halves the weights' dequantisation per MAC; over table
+# tiles of 128 a work item then takes two tiles, one span when they are one expert's.
+TOKEN_CHOICES = (128, 256)
+TMA_TOKENS = 128  # rows of one token TMA box: a ring stage holds tokens // 128 boxes
+PRODUCER_REGS, CONSUMER_REGS = 40, 232  # setmaxnreg budgets with a producer warpgroup
+
 K_BLOCKS = BK // 16  # k16 WGMMAs per K step
 
 
@@ -57,6 +70,17 @@ class Nvfp4RsGemmSm90(WeightRowsGemm):
     # Diagnostic build for timing only (its results are wrong): "no_dequant" feeds the packed
     # words to the WGMMAs unconverted.
     VARIANTS = ("", "no_dequant")
+
+    def __init__(self, tactic: Tactic, *args, **kwargs):
+        super().__init__(tactic, *args, **kwargs)
+        # 256 tokens: 128 accumulators and two fragment sets take ~190 registers per consumer
+        # thread, and ptxas caps a 288-thread CTA at 168 (it counts whole warpgroups), then
+        # serialises the WGMMAs (C7512). The producer warp then gets a warpgroup of its own
+        # that hands its registers to the consumers (setmaxnreg).
+        self.producer_warpgroup = self.tokens > 128
+        if self.producer_warpgroup:
+            self.threads_per_cta = self.num_consumers + 128
+            assert 128 * PRODUCER_REGS + self.num_consumers * CONSUMER_REGS <= 65536
 
     @staticmethod
     def smem_bytes(tactic: Tactic) -> int:
@@ -92,9 +116,10 @@ class Nvfp4RsGemmSm90(WeightRowsGemm):
                 f"K={k} must be a multiple of {2 * BK} (K steps of {BK} go in pairs)",
             ),
             (
-                tile_size % tokens == 0 and tile_size % SF_CHUNK_ROWS == 0,
-                f"tile_size={tile_size} must be a multiple of {tokens} tokens and of "
-                f"{SF_CHUNK_ROWS}",
+                tile_size % SF_CHUNK_ROWS == 0
+                and (tile_size % tokens == 0 or tokens == 2 * tile_size),
+                f"tile_size={tile_size} must be a multiple of {SF_CHUNK_ROWS} and of {tokens} "
+                "tokens, or half of them",
             ),
         )
         return first_failure(tactic, checks)
@@ -118,9 +143,15 @@ class Nvfp4RsGemmSm90(WeightRowsGemm):
         t_layout = sm90_utils.make_smem_layout_b(
             k_major, (WEIGHT_ROWS, self.tokens, BK), cutlass.Float16, self.stages
         )
+        # The same bytes as TMA boxes of 128 tokens: WGMMA's K-major layout stacks its 8-row
+        # swizzle atoms along the tokens, so box h of stage s is rows 128 h .. of stage s.
+        boxes = self.tokens // TMA_TOKENS
+        t_box_layout = sm90_utils.make_smem_layout_b(
+            k_major, (WEIGHT_ROWS, TMA_TOKENS, BK), cutlass.Float16, self.stages * boxes
+        )
         g2s = cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp()
         w_tma = operand_tma(g2s, mB, mBs, None, WEIGHT_ROWS, False)
-        t_tma = operand_tma(g2s, mA, None, t_layout, self.tokens, True)
+        t_tma = operand_tma(g2s, mA, None, t_box_layout, TMA_TOKENS, True)
         self.tx_bytes = stage_bytes(WEIGHT_ROWS, False) + stage_bytes(self.tokens, True)
 
         @cute.struct
@@ -138,8 +169,8 @@ class Nvfp4RsGemmSm90(WeightRowsGemm):
         self.shared_storage = SharedStorage
 
         kernel_call = self.kernel(
-            w_tma, t_tma, t_layout, tiled_mma, mC, epilogue_tensors, mAlpha, mGroup, mNumTiles,
-            n, tile_size, top_k,
+            w_tma, t_tma, t_layout, t_box_layout, tiled_mma, mC, epilogue_tensors, mAlpha, mGroup,
+            mNumTiles, n, tile_size, top_k,
         )  # fmt: skip
         self._launch_persistent(kernel_call, grid_ctas, stream)
 
@@ -150,6 +181,7 @@ class Nvfp4RsGemmSm90(WeightRowsGemm):
         w_tma: tuple,  # (atom, tensor) of the packed weights, then of their scale chunks
         t_tma: tuple,  # (atom, tensor) of the fp16 tokens
         t_layout: cute.ComposedLayout,  # the tokens' ring stages, WGMMA's B layout
+        t_box_layout: cute.ComposedLayout,  # the same bytes as the TMA's 128-token boxes
         tiled_mma: cute.TiledMma,
         mC: cute.Tensor,
         epilogue_tensors: tuple,  # (mCsf, mGlobalSf, mLimit, mP2e, mRouter)
@@ -175,40 +207,49 @@ class Nvfp4RsGemmSm90(WeightRowsGemm):
         sWq = storage.sWq.get_tensor(staging_layout(WEIGHT_ROWS, self.stages))
         sWs = storage.sWs.get_tensor(cute.make_layout((128, 1, 1, self.stages)))
         sT = storage.sT.get_tensor(t_layout.outer, swizzle=t_layout.inner)
+        sT_boxes = storage.sT.get_tensor(t_box_layout.outer, swizzle=t_box_layout.inner)
         w_loads = operand_loads(w_tma, None, sWq, sWs, WEIGHT_ROWS, False, True)
-        t_loads = operand_loads(t_tma, sT, None, None, self.tokens, True, False)
+        t_loads = operand_loads(t_tma, sT_boxes, None, None, TMA_TOKENS, True, False)
         k_steps = cute.size(t_loads[0][1], mode=[2])
         n_blocks = n // WEIGHT_ROWS
-        total_work = mNumTiles[0] * n_blocks
+        num_tiles = mNumTiles[0]
 
         pipeline_init_wait(cluster_shape_mn=(1, 1))
-        if warp_idx == CONSUMER_WARPS:
-            self._produce(
-                ring, (w_loads, t_loads), k_steps, n_blocks, total_work, bidx, gdim, tile_size,
-                epilogue_tensors[2], mGroup,
-            )  # fmt: skip
+        if warp_idx >= CONSUMER_WARPS:
+            if cutlass.const_expr(self.producer_warpgroup):
+                cute.arch.warpgroup_reg_dealloc(PRODUCER_REGS)
+            if warp_idx == CONSUMER_WARPS:
+                self._produce(
+                    ring, (w_loads, t_loads), k_steps, n_blocks, num_tiles, bidx, gdim,
+                    tile_size, epilogue_tensors[2], mGroup,
+                )  # fmt: skip
 
         if warp_idx < CONSUMER_WARPS:
+            if cutlass.const_expr(self.producer_warpgroup):
+                cute.arch.warpgroup_reg_alloc(CONSUMER_REGS)
             self._consume(
-                storage, sT, ring, tiled_mma, k_steps, n_blocks, total_work, tidx, bidx, gdim,
+                storage, sT, ring, tiled_mma, k_steps, n_blocks, num_tiles, tidx, bidx, gdim,
                 mC, epilogue_tensors, mAlpha, mGroup, n, tile_size, top_k,
             )  # fmt: skip
 
     def _issue_loads(self, loads, s, bar, n_block, kk, expert, row0):
-        """K step ``kk`` of the item's packed weights and scale chunk, then of its fp16 tokens,
-        into stage s."""
+        """K step ``kk`` of the item's packed weights and scale chunk, then of its fp16 tokens
+        (boxes of 128 from row0, a multiple of 128), into stage s. A box past the tokens' rows
+        is filled with zeros by the TMA; columns of tokens past the span are never stored."""
         w_loads, t_loads = loads
         for atom, gX, sX, scales in w_loads:
             src = tma_source(gX, scales, (n_block, kk, expert))
             cute.copy(atom, src, sX[(None, s)], tma_bar_ptr=bar)
+        boxes = self.tokens // TMA_TOKENS
         for atom, gX, sX, scales in t_loads:
-            src = tma_source(gX, scales, (row0 // self.tokens, kk))
-            cute.copy(atom, src, sX[(None, s)], tma_bar_ptr=bar)
+            for h in range(boxes):  # unrolled at trace time
+                src = tma_source(gX, scales, (row0 // TMA_TOKENS + h, kk))
+                cute.copy(atom, src, sX[(None, s * boxes + h)], tma_bar_ptr=bar)
 
     # ----------------------------------------------------------------------------------------
     @cute.jit
     def _consume(
-        self, storage, sT, ring, tiled_mma, k_steps, n_blocks, total_work, tidx, bidx, gdim,
+        self, storage, sT, ring, tiled_mma, k_steps, n_blocks, num_tiles, tidx, bidx, gdim,
         mC, epilogue_tensors, mAlpha, mGroup, n, tile_size, top_k,
     ):  # fmt: skip
         """The consumer warpgroups' loop over their work items: K steps, then the epilogue."""
@@ -247,37 +288,59 @@ class Nvfp4RsGemmSm90(WeightRowsGemm):
         # advanced in a helper is not carried across loop turns).
         read = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.stages)
         done = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.stages)
+        total_work = self._total_work(num_tiles, n_blocks, tile_size)
         for work in cutlass.range(bidx, total_work, gdim, unroll=1):
-            tile, n_block, tile_row0, limit = self._item(work, n_blocks, tile_size, mLimit)
-            expert = mGroup[tile]
-            for row0 in cutlass.range(tile_row0, limit, self.tokens, unroll=1):
-                acc.fill(0.0)
-                tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)
-                self._fragments(ring, read, frags[0], *weights)
-                for pair in cutlass.range(k_steps // 2, unroll=1):
-                    for x in cutlass.range_constexpr(2):
-                        self._mma(tiled_mma, acc, frags[x], tCrB, read.index)
-                        read.advance()
-                        if cutlass.const_expr(x == 0):
-                            self._fragments(ring, read, frags[1], *weights)
-                        else:
-                            if pair < k_steps // 2 - 1:
-                                self._fragments(ring, read, frags[0], *weights)
-                        cute.nvgpu.warpgroup.wait_group(0)
-                        ring.consumer_release(done)
-                        done.advance()
-                scale = mAlpha[expert] * OPERAND_UNSCALE
-                scale_staged = self._staged_scale(scale)
-                barrier.arrive_and_wait()  # the previous item's epilogue has read the stage
-                for v in cutlass.range_constexpr(cute.size(acc) // 4):  # 4 per n8 column block
-                    for j in cutlass.range_constexpr(4):
-                        row, token = tCcC[4 * v + j]
-                        sE[token, row] = acc[4 * v + j] * scale_staged
-                barrier.arrive_and_wait()
-                self._write_staged(
-                    sE, scale, row0, limit, n_block, tidx, mC, mCsf, mGlobalSf, mP2e, mRouter,
-                    n, top_k,
-                )  # fmt: skip
+            n_block = work % n_blocks
+            first, spans, joined = self._spans(
+                work // n_blocks, num_tiles, tile_size, mGroup, mLimit
+            )
+            for span in cutlass.range(spans, unroll=1):
+                tile, span_row0, limit = self._span(first, span, joined, tile_size, mLimit)
+                expert = mGroup[tile]
+                for row0 in cutlass.range(span_row0, limit, self.tokens, unroll=1):
+                    acc.fill(0.0)
+                    tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)
+                    self._fragments(ring, read, frags[0], *weights)
+                    for pair in cutlass.range(k_steps // 2, unroll=1):
+                        for x in cutlass.range_constexpr(2):
+                            self._mma(tiled_mma, acc, frags[x], tCrB, read.index)
+                            read.advance()
+                            if cutlass.const_expr(x == 0):
+                                self._fragments(ring, read, frags[1], *weights)
+                            else:
+                                if pair < k_steps // 2 - 1:
+                                    self._fragments(ring, read, frags[0], *weights)
+                            cute.nvgpu.warpgroup.wait_group(0)
+                            ring.consumer_release(done)
+                            done.advance()
+                    scale = mAlpha[expert] * OPERAND_UNSCALE
+                    out = (
+                        scale, limit, n_block, tidx, mC, mCsf, mGlobalSf, mP2e, mRouter, n, top_k,
+                    )  # fmt: skip
+                    for h in cutlass.range_constexpr(self.tokens // self.stage_tokens):
+                        if cutlass.const_expr(h == 0):
+                            self._stage_out(h, acc, tCcC, sE, barrier, row0, out)
+                        else:  # the span may end before this stage's tokens
+                            if row0 + h * self.stage_tokens < limit:
+                                self._stage_out(h, acc, tCcC, sE, barrier, row0, out)
+
+    def _stage_out(self, h, acc, tCcC, sE, barrier, row0, out):
+        """Tokens h * stage_tokens .. of the accumulators into the fp32 stage, then the op's
+        epilogue over them. The accumulator's values 4 v .. 4 v + 3 are its n8 column block v
+        (tokens 8 v .. 8 v + 7), so a stage's tokens are a contiguous run of blocks."""
+        scale, limit, n_block, tidx, mC, mCsf, mGlobalSf, mP2e, mRouter, n, top_k = out
+        scale_staged = self._staged_scale(scale)
+        blocks = self.stage_tokens // 8
+        barrier.arrive_and_wait()  # the previous epilogue has read the stage
+        for v in range(h * blocks, (h + 1) * blocks):  # unrolled at trace time
+            for j in range(4):
+                row, token = tCcC[4 * v + j]
+                sE[token - h * self.stage_tokens, row] = acc[4 * v + j] * scale_staged
+        barrier.arrive_and_wait()
+        self._write_staged(
+            sE, scale, row0 + h * self.stage_tokens, limit, n_block, tidx, mC, mCsf, mGlobalSf,
+            mP2e, mRouter, n, top_k,
+        )  # fmt: skip
 
     @staticmethod
     def _mma(tiled_mma, acc, frag, tCrB, s):

@@ -39,6 +39,10 @@ class Tactic:
     # tiles: the weights at S1 (rows / 128 tiles) and Mixtral's T8192 layer; the tokens
     # (n / 256 tiles) at the first layer's T8192 (NOTES.md, eighth session).
     fp16_operand: str = ""
+    # Blackwell (sm_100a): tcgen05 block-scaled MMA on the packed NVFP4 operands
+    # (stagebot.kernels.cute.sm100_gemm). Compiled, not run on hardware: only the cute-sm100
+    # backend runs it, never "auto" on any GPU here.
+    blockscaled: bool = False
 
     def __str__(self) -> str:
         (tm, tn), (cm, cn) = self.tile_mn, self.cluster_mn
@@ -47,8 +51,10 @@ class Tactic:
         swap = "_swapab" if self.swap_ab else ""
         per_sm = f"_{self.ctas_per_sm}ctas" if self.ctas_per_sm != 1 else ""
         fp16 = f"_{self.fp16_operand}16" if self.fp16_operand else ""
+        sm100 = "_sm100" if self.blockscaled else ""
         return (
             f"tile{tm}x{tn}_cluster{cm}x{cn}_stages{self.stages}{split}{sparse}{swap}{per_sm}{fp16}"
+            f"{sm100}"
         )
 
 
@@ -67,8 +73,14 @@ TACTICS: tuple[Tactic, ...] = (
     # Weights from registers (the RS kernel): most 8192-token GEMMs, 9-19% faster than a16 on
     # the first layer's GEMM2 (NOTES.md, ninth session).
     Tactic((128, 128), (1, 1), 6, swap_ab=True, fp16_operand="a"),
+    # The RS kernel with 256 tokens per work item (two table tiles of one expert): half the
+    # weights' dequantisation per MAC; 4 stages fit beside the epilogue's 128-token stage.
+    Tactic((256, 128), (1, 1), 4, swap_ab=True, fp16_operand="a"),
     Tactic((128, 256), (1, 1), 4, sparse_rows=True),  # decode: one expert's few rows per tile
     Tactic((8, 128), (1, 1), 4, swap_ab=True, ctas_per_sm=2),  # decode: <= 8 tokens per expert
     Tactic((32, 128), (1, 1), 2, swap_ab=True, ctas_per_sm=2),  # decode: <= 32 tokens per expert
 )
 DEFAULT_TACTIC = TACTICS[0]
+# The Blackwell list (the cute-sm100 backend's; never in TACTICS, so the Hopper dispatcher,
+# its autotuner and the suite's pins never see it).
+SM100_TACTICS: tuple[Tactic, ...] = (Tactic((128, 128), (1, 1), 4, blockscaled=True),)

@@ -36,7 +36,8 @@ def dispatch(plan_dir: Path, config_path: Path | None) -> None:
     """Start the stage workflow for the planned pipeline; write dispatch.json."""
     from stagebot.bot.config import load_config
     from stagebot.bot.github import ActionsEnv, GitHubError, RetryPolicy, connect
-    from stagebot.bot.stage_runs import dispatched_run, stage_key, stage_title
+    from stagebot.bot.protocols import stage_key, stage_title
+    from stagebot.bot.stage_runs import dispatched_run
 
     env = ActionsEnv.from_environ()
     config = load_config(config_path)

@@ -8,6 +8,7 @@ The mechanics live beside it: ``ledger_files`` (digests, SQLite side files),
 - ``RestoredLedger``: the ledger restored for a plan job, opened only when a step needs it,
   checked against the digests the bot recorded (``trusted``), moved aside when unusable;
 - ``open_main_ledger``: main's ledger for the report's base, used only when vouched for;
+- ``check_plan_artifact``: the report job's plan.json and ledger are what the plan job left;
 - ``record_main_ledger``: after a post-merge report, the saved ledger's digest as a status;
 - ``notice_file``: what `bot fetch-ledger` could not fetch, for the plan job's reply.
 """
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from stagebot.bot.ledger_files import file_digest, unvouched_reason
+from stagebot.stages.errors import StagebotError
 
 if TYPE_CHECKING:
     from stagebot.harness.ledger import Ledger
@@ -109,6 +111,29 @@ def move_aside(path: Path) -> Path:
         if part.exists():
             part.rename(aside.with_name(aside.name + suffix))
     return aside
+
+
+class ArtifactMismatch(StagebotError):
+    """The plan artifact is not what the plan job left (replaced between the jobs)."""
+
+    exit_code = 3
+
+
+def check_plan_artifact(expected: str, plan_path: Path | None, ledger: Path) -> None:
+    """The report job's plan.json and ledger (with its side files) must have the digest the
+    plan job recorded as its output, which the stage jobs cannot touch."""
+    from stagebot.bot.ledger_files import artifact_digest, artifact_files
+
+    if plan_path is None:
+        raise StagebotError("an artifact digest needs plan.json (the digest covers it)")
+    actual = artifact_digest(artifact_files(plan_path, ledger))
+    if actual != expected:
+        raise ArtifactMismatch(
+            f"the plan artifact ({plan_path}, {ledger} and its side files) has digest "
+            f"{actual[:16]}…, not the {expected[:16] or '(empty)'}… the plan job recorded: it "
+            "was replaced or damaged after the plan job, so nothing is published and the "
+            "status stays pending; comment /bot run again for a new pipeline"
+        )
 
 
 def open_main_ledger(connect: Callable, path: Path | None) -> tuple[Ledger | None, list[str]]:

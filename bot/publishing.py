@@ -14,7 +14,7 @@ publish`, and `bot report-run` once it has validated a stage run).
   marker); `bot handle-event` accepts the next restored ledger only when it matches. A
   post-merge pipeline records it as the ``stagebot/ledger`` status of its commit instead.
 - With ``artifact_digest`` (the plan job's output), plan.json and the ledger must be what the
-  plan job left: a replaced artifact publishes nothing (ArtifactMismatch, exit 3).
+  plan job left: a replaced artifact publishes nothing (bot/custody.py, exit 3).
 """
 
 from __future__ import annotations
@@ -24,12 +24,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from stagebot.stages.errors import StagebotError
-
-
-class ArtifactMismatch(StagebotError):
-    """The plan artifact is not what the plan job left (replaced between the jobs)."""
-
-    exit_code = 3
 
 
 @dataclass(frozen=True)
@@ -49,7 +43,7 @@ class PublishRequest:
 def publish(request: PublishRequest, env, config) -> list[str]:
     """Record, finish, render and report pipeline ``request.pipeline``; returns what to print."""
     from stagebot.bot.base import select_base
-    from stagebot.bot.custody import open_main_ledger, record_main_ledger
+    from stagebot.bot.custody import check_plan_artifact, open_main_ledger, record_main_ledger
     from stagebot.bot.events import default_branch
     from stagebot.bot.github import RetryPolicy, connect
     from stagebot.bot.ledger_files import file_digest
@@ -59,7 +53,7 @@ def publish(request: PublishRequest, env, config) -> list[str]:
 
     number = request.pipeline
     if request.artifact_digest is not None:
-        check_artifact(request.artifact_digest, request.plan_path, request.ledger)
+        check_plan_artifact(request.artifact_digest, request.plan_path, request.ledger)
     api = connect(env, RetryPolicy.from_environ())
     # before the ledger changes: GitHub failing here (exit 3) leaves it as the plan job did
     base_book, lines = open_main_ledger(lambda: api, request.base_ledger)
@@ -102,23 +96,6 @@ def publish(request: PublishRequest, env, config) -> list[str]:
     else:
         lines.append(record_main_ledger(api, request.ledger, env.run_id))
     return lines
-
-
-def check_artifact(expected: str, plan_path: Path | None, ledger: Path) -> None:
-    """plan.json and the ledger (with its side files) must have the digest the plan job
-    recorded."""
-    from stagebot.bot.ledger_files import artifact_digest, artifact_files
-
-    if plan_path is None:
-        raise StagebotError("an artifact digest needs plan.json (the digest covers it)")
-    actual = artifact_digest(artifact_files(plan_path, ledger))
-    if actual != expected:
-        raise ArtifactMismatch(
-            f"the plan artifact ({plan_path}, {ledger} and its side files) has digest "
-            f"{actual[:16]}…, not the {expected[:16] or '(empty)'}… the plan job recorded: it "
-            "was replaced or damaged after the plan job, so nothing is published and the "
-            "status stays pending; comment /bot run again for a new pipeline"
-        )
 
 
 def _start_from_plan(book, number: int, plan_path: Path | None):

@@ -111,7 +111,7 @@ def execute(
     entries = [entry for entry in entries if entry.stage not in reuse or is_split(entry)]
     host = describe(devices)
 
-    def missing(entry: MatrixEntry) -> str | None:
+    def cannot_run_here(entry: MatrixEntry) -> str | None:
         stage = catalog.stage(entry.stage)
         kind = CPU if entry.gpu_count == 0 else entry.gpu_type
         nodes = getattr(stage, "nodes", 1) if stage else 1
@@ -119,9 +119,9 @@ def execute(
 
     runnable = []
     for entry in entries:  # before the split: a shard that cannot run here costs no collection
-        missing_here = missing(entry)
-        if missing_here and entry.stage not in reuse:
-            record(not_run_result(entry, settings.out_dir / entry.stage, "NOT_RUN", missing_here))
+        missing = cannot_run_here(entry)
+        if missing and entry.stage not in reuse:
+            record(not_run_result(entry, settings.out_dir / entry.stage, "NOT_RUN", missing))
         else:
             runnable.append(entry)
     jobs: dict[str, tuple[Job, MatrixEntry]] = {}
@@ -131,9 +131,9 @@ def execute(
     )
     for entry in shares:
         out = settings.out_dir / entry.stage
-        missing_here = missing(entry)
-        if missing_here:
-            record(not_run_result(entry, out, "NOT_RUN", missing_here))
+        missing = cannot_run_here(entry)
+        if missing:
+            record(not_run_result(entry, out, "NOT_RUN", missing))
             continue
         if entry.stage not in partly_reused:
             partly_reused[entry.stage] = (

@@ -18,9 +18,11 @@ API (also used by the GitHub adapter)::
     ledger.pinned_split(family, commit, digest, n)  # the split earlier runs on this commit used
     ledger.base_pipeline(base_commit, "main")       # the pipeline failures are compared with
     ledger.test_outcomes(n)                         # (stage family, test id) -> outcome
-    ledger.flaky_history("main")                    # (family, test id) -> pipelines it was flaky
-    ledger.flaky_evidence("main")                   # (family, test id) -> how it failed there
-    ledger.record_validation(head_commit, n, pr=pr) # `/bot reuse-pipeline`
+    ledger.test_history("main") / failure_evidence("main")  # what harness/flakiness.py reads
+    ledger.latest_validating(pr) / record_validated(...)    # what harness/reuse_policy.py uses
+
+The store holds no policy: which pipeline may validate a commit (harness/reuse_policy.py) and
+which tests are flaky (harness/flakiness.py) are decided over what it returns.
 """
 
 from __future__ import annotations

@@ -66,24 +66,24 @@ def test_a_status_this_pipeline_does_not_own_is_left_alone(newest) -> None:
     assert api.newest == newest
 
 
-def test_a_writer_landing_between_read_and_write_ends_on_top() -> None:
-    newer = status_text.running(13, "c0ffee0")
+@pytest.mark.parametrize(
+    ("landed", "on_top"),
+    [
+        pytest.param(status_text.running(13, "c0ffee0"), True, id="a newer pipeline's"),
+        pytest.param(status_text.skipped("maintainer", "ok"), True, id="a person's skip"),
+        pytest.param(status_text.pipeline_status(11, "failed: x"), False, id="an older one's"),
+    ],
+)
+def test_a_writer_landing_between_read_and_write(landed, on_top) -> None:
+    """Posted between our read and our write: a newer pipeline's or a person's status is
+    posted again on top of ours; an older pipeline's is not."""
     api = FakeStatuses(
         status_text.running(12, "c0ffee0"),
-        between=lambda fake: fake.set_status(SHA, "pending", CONTEXT, newer, None),
+        between=lambda fake: fake.set_status(SHA, "pending", CONTEXT, landed, None),
     )
-    assert "which landed in between" in publish(api)
-    assert api.newest == newer
-
-
-def test_an_older_pipeline_landing_between_is_not_restored() -> None:
-    older = status_text.pipeline_status(11, "failed: x")
-    api = FakeStatuses(
-        status_text.running(12, "c0ffee0"),
-        between=lambda fake: fake.set_status(SHA, "failure", CONTEXT, older, None),
-    )
-    publish(api)
-    assert api.newest == PASSED.description
+    line = publish(api)
+    assert api.newest == (landed if on_top else PASSED.description)
+    assert ("which landed in between" in line) is on_top
 
 
 def test_partly_tested_and_unpinned_pipelines_write_nothing() -> None:

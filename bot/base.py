@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from stagebot.harness.flakiness import flaky_evidence, flaky_history
 from stagebot.harness.results import TestOutcome
 from stagebot.stages.errors import StagebotError
 
@@ -44,8 +45,8 @@ def select_base(
     return Base(
         number,
         outcomes,
-        source.flaky_history(default_branch),
-        source.flaky_evidence(default_branch),
+        flaky_history(source, default_branch),
+        flaky_evidence(source, default_branch),
     )
 
 

@@ -40,13 +40,13 @@ PERMISSIONS = {
 )
 def app_token(job: str) -> None:
     """Mint the GitHub App's installation token for this repository (token=, login=)."""
-    from stagebot.bot.cmd_handle_event import write_outputs
     from stagebot.bot.github import (
         ActionsEnv,
         RetryPolicy,
         SetupError,
         mint_installation_token,
     )
+    from stagebot.bot.workflow_outputs import write_outputs
 
     env = ActionsEnv.from_environ()
     app_id = os.environ.get("STAGEBOT_APP_ID", "").strip()

@@ -36,7 +36,8 @@ def dispatch(plan_dir: Path, config_path: Path | None) -> None:
     """Start the stage workflow for the planned pipeline; write dispatch.json."""
     from stagebot.bot.config import load_config
     from stagebot.bot.github import ActionsEnv, GitHubError, RetryPolicy, connect
-    from stagebot.bot.stage_runs import dispatched_run, stage_key, stage_title
+    from stagebot.bot.protocols import stage_key, stage_title
+    from stagebot.bot.stage_runs import dispatched_run
 
     env = ActionsEnv.from_environ()
     config = load_config(config_path)
@@ -115,8 +116,9 @@ def _record_stage_run(api, config, pr: int, pipeline: int, run_id: int) -> bool:
 def _give_up(api, env, config, pipeline: int, commit: str) -> None:
     """No stage run, so no report: a gating pipeline's `pending` becomes `error` (only while it
     is this pipeline's own status), rather than pending for ever."""
-    own = f"PR_Github #{pipeline} "
+    from stagebot.harness.pipeline.status_text import gave_up, owns
+
     current = api.statuses(commit, config.status_context) if commit else []
-    if current and current[0].description.startswith(own):
-        text = f"{own}could not start its stage run: comment /bot run again"
+    if current and owns(current[0].description, pipeline):
+        text = gave_up(pipeline)
         api.set_status(commit, "error", config.status_context, text, env.run_url)

@@ -27,6 +27,7 @@ import click
 def fetch_ledger(out: Path, config_path: Path | None) -> None:
     """Fetch the PR's (or main's) ledger from the bot's own runs' artifacts."""
     from stagebot.bot.config import load_config
+    from stagebot.bot.custody import notice_file
     from stagebot.bot.github import ActionsEnv, GitHubError
 
     env = ActionsEnv.from_environ()
@@ -42,11 +43,6 @@ def fetch_ledger(out: Path, config_path: Path | None) -> None:
         notice_file(out).write_text(notice + "\n", encoding="utf-8")
         notes = [f"warning: {notice}"]
     click.echo("\n".join(notes))
-
-
-def notice_file(ledger: Path) -> Path:
-    """Where fetch-ledger leaves what went wrong, for handle-event's reply."""
-    return ledger.with_name(ledger.name + ".notice")
 
 
 def _fetch(env, config, out: Path) -> list[str]:

@@ -200,6 +200,7 @@ class RunRequest:
 
 
 def _run(command, book, request: RunRequest) -> int:
+    from stagebot.harness.pipeline.lifecycle import abort, start
     from stagebot.stages.catalog import load_catalog
     from stagebot.stages.planner import plan_run
 
@@ -223,16 +224,14 @@ def _run(command, book, request: RunRequest) -> int:
                 "state can reuse results",
             ],
         )
-    number = book.start_pipeline(
-        command=command.to_json(),
-        commit=commit,
-        plan=plan.to_json(),
-        pr=request.pr,
+    number = start(
+        book,
+        plan,
+        catalog=catalog,
         branch=request.branch,
         base_commit=request.base_commit,
         number=request.number,
         meta={
-            "stage_paths": catalog.suspect_patterns([s.stage for s in plan.shards]),
             "triggered_by": _os_user(),
             "local": True,  # the reports speak of this machine, not of a PR
         },
@@ -240,7 +239,7 @@ def _run(command, book, request: RunRequest) -> int:
     try:
         return _execute(book, number, plan, catalog, command, request)
     except BaseException as error:
-        _abort(book, number, error)
+        click.echo(abort(book, number, error), err=True)
         raise
 
 
@@ -254,30 +253,12 @@ def _os_user() -> str:
         return "an unknown user"
 
 
-def _abort(book, number: int, error: BaseException) -> None:
-    """Best effort after an error mid-run: the pipeline ends ABORTED, never stays RUNNING."""
-    from stagebot.harness.ledger import busy_timeout_s, retry_busy
-
-    why = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
-    try:
-        retry_busy(
-            lambda: book.finish_pipeline(number, "ABORTED", meta={"error": why}),
-            patience_s=busy_timeout_s(),
-        )
-        click.echo(f"pipeline #{number} ended ABORTED: {why}", err=True)
-    except Exception as failure:  # noqa: BLE001 - the original error is what the user sees
-        click.echo(
-            f"pipeline #{number} could not be marked ABORTED in {book.path} ({failure}); "
-            f"it stopped because of {why}",
-            err=True,
-        )
-
-
 def _execute(book, number: int, plan, catalog, command, request: RunRequest) -> int:
     from stagebot.bot.base import local_base
     from stagebot.bot.worktree import make_output_folder
     from stagebot.harness.executor import Settings, execute
-    from stagebot.harness.ledger import Ledger, retry_busy
+    from stagebot.harness.ledger import Ledger
+    from stagebot.harness.pipeline.lifecycle import finish, write_reports
     from stagebot.harness.report import (
         plain_text,
         render_report,
@@ -316,26 +297,16 @@ def _execute(book, number: int, plan, catalog, command, request: RunRequest) -> 
             default_branch=DEFAULT_BRANCH,
             exclude=number,
         )
-    record = book.pipeline(number)
-    report = report_from_record(record, base=base, cancelled=execution.cancelled, root=request.root)
-    report.slots, report.host = execution.slots, execution.host
-    report.ledger, report.base_note = str(book.path), base_note
-    retry_busy(
-        lambda: book.finish_pipeline(
-            number,
-            report.analysis.state,
-            meta={
-                "slots": execution.slots,
-                "host": execution.host,
-                "base_pipeline": base.pipeline,
-            },
-        )
+    report = finish(
+        book,
+        number,
+        base=base,
+        cancelled=execution.cancelled,
+        meta={"slots": execution.slots, "host": execution.host},
+        root=request.root,
     )
-    report.state = report.analysis.state
-    out.mkdir(parents=True, exist_ok=True)
-    markdown = render_report(report, "md")
-    (out / "report.md").write_text(markdown, encoding="utf-8")
-    (out / "report.html").write_text(render_report(report, "html"), encoding="utf-8")
+    report.ledger, report.base_note = str(book.path), base_note
+    write_reports(report, out)
     say(render_report(report, "text"))  # the terminal's: the markdown file stays GitHub's
     say(plain_text(reply_completed(report)), nl=False)
     say(f"reports: {out / 'report.md'}, {out / 'report.html'}; ledger: {book.path}")
@@ -346,10 +317,11 @@ def _execute(book, number: int, plan, catalog, command, request: RunRequest) -> 
 
 def _reuse_pipeline(book, command, commit, pr, root) -> int:
     from stagebot.bot.worktree import changed_between
+    from stagebot.harness.reuse_policy import record_validation
 
     if commit is None:
         raise click.UsageError("reuse-pipeline needs the head commit: give --commit SHA")
-    validation = book.record_validation(commit, command.pipeline_id, pr=pr)
+    validation = record_validation(book, commit, command.pipeline_id, pr=pr)
     if not validation.ok:
         click.echo(f"reuse-pipeline refused: {validation.reason}")
         return 1

@@ -30,38 +30,28 @@ EXIT = {"SUCCESS": 0, "NOT_RUN": 0, "REUSED": 0, "FAILURE": 1, "ABORTED": 1, "ER
 @root_option
 def run_stage(entry_arg, out_dir, shard_timeout, root) -> None:
     """Run the shard a matrix entry describes; write its folder and print its state."""
-    from stagebot.harness.collect import CollectError, split_family
+    from stagebot.harness.collect import CollectError
     from stagebot.harness.gpus import describe, detect_devices
-    from stagebot.harness.shard import (
-        ShardContext,
-        not_run_result,
-        run_shard,
-        shard_timeout_s,
+    from stagebot.harness.pipeline.placement import (
+        family_split,
+        is_split,
+        missing_hardware,
+        serving,
     )
+    from stagebot.harness.shard import ShardContext, not_run_result, run_shard, shard_timeout_s
     from stagebot.stages.plan import MatrixEntry
 
     entry = MatrixEntry.from_json(_load(entry_arg))
     out = (out_dir or Path("out") / f"pipeline-{entry.pipeline}") / entry.stage
     devices = detect_devices()
-    usable = [d.id for d in devices if _serves(d.name, entry)]
-    if entry.gpu_count and not entry.device_names:
-        why = (
-            f"the matrix entry names no device-name pattern for {entry.gpu_type} (device_names "
-            "is empty): re-plan it with this stagebot"
-        )
-        result = not_run_result(entry, out, "NOT_RUN", why)
-    elif entry.gpu_count and len(usable) < entry.gpu_count:
-        result = not_run_result(
-            entry,
-            out,
-            "NOT_RUN",
-            f"needs {entry.gpu_count} x {entry.gpu_type} GPU(s); this host has {describe(devices)}",
-        )
+    usable = serving(entry, devices)
+    missing = missing_hardware(entry, len(usable) if entry.gpu_count else 1, describe(devices))
+    if missing:
+        result = not_run_result(entry, out, "NOT_RUN", missing)
     else:
         try:
-            if entry.shards > 1 and not entry.tests and entry.command is None:
-                share = split_family(entry, root, {})[entry.shard - 1].tests
-                entry = replace(entry, tests=share)
+            if is_split(entry):
+                entry = replace(entry, tests=family_split(entry, root, {})[entry.shard - 1])
             context = ShardContext(
                 out_dir=out,
                 root=root,
@@ -79,14 +69,6 @@ def run_stage(entry_arg, out_dir, shard_timeout, root) -> None:
         + f" ({out / 'result.json'})"
     )
     sys.exit(EXIT[result.state])
-
-
-def _serves(name: str, entry) -> bool:
-    """Whether a GPU named ``name`` serves the entry's GPU type (its own device-name patterns:
-    a matrix entry needs no catalog)."""
-    import fnmatch
-
-    return any(fnmatch.fnmatchcase(name, pattern) for pattern in entry.device_names)
 
 
 def _load(arg: str) -> dict:

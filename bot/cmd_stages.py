@@ -156,6 +156,7 @@ def _history(ledger: Path | None, branch: str, test_id: str) -> str | None:
     """The test's outcomes in the latest pipelines on ``branch``, and where it was flaky."""
     from stagebot.bot.run_options import default_ledger
     from stagebot.bot.worktree import repository_root
+    from stagebot.harness.flakiness import flaky_history
     from stagebot.harness.ledger import HISTORY_PIPELINES, Ledger
 
     if ledger is None:
@@ -166,7 +167,7 @@ def _history(ledger: Path | None, branch: str, test_id: str) -> str | None:
         rows = book.test_history(branch, test_id=test_id)
         flaky = {
             key: numbers
-            for key, numbers in book.flaky_history(branch).items()
+            for key, numbers in flaky_history(book, branch).items()
             if key[1] == test_id or key[1].startswith(test_id + "::")
         }
     title = f"history on {branch} (latest {HISTORY_PIPELINES} pipelines of {ledger}):"

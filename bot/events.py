@@ -112,3 +112,15 @@ def ignore_reason(event: CommentEvent, bot_login: str) -> str | None:
     except CommandError:
         return None  # several /bot lines: malformed, answered as such
     return None
+
+
+def default_branch(event_path: str | None, fallback: str = "main") -> str:
+    """The repository's default branch from the event payload (``repository.default_branch``,
+    in issue_comment and push payloads alike); ``fallback`` without a readable payload."""
+    if not event_path:
+        return fallback
+    try:
+        branch = (load_payload(event_path).get("repository") or {}).get("default_branch")
+    except (EventError, OSError, AttributeError):
+        return fallback
+    return branch if isinstance(branch, str) and branch else fallback

@@ -22,18 +22,13 @@ from pathlib import Path
 from stagebot.bot.artifact_zip import ArtifactError, unpack
 from stagebot.bot.config import BotConfig
 from stagebot.bot.github import Artifact, GitHubApi
+from stagebot.bot.protocols import MAIN_LEDGER, ledger_artifact
 from stagebot.bot.replies import Reply
 from stagebot.bot.stage_runs import own_run_problem
 
-LEDGER_PREFIX = "stagebot-ledger-"
-MAIN_LEDGER = "stagebot-ledger-main"
 LEDGER_FILE = "ledger.sqlite"
 MAX_ZIP = 512 << 20
 CANDIDATES = 10  # how many replies / main commits are tried before starting empty
-
-
-def ledger_artifact(digest: str) -> str:
-    return LEDGER_PREFIX + digest
 
 
 def sha256(data: bytes) -> str:

@@ -18,7 +18,8 @@ from stagebot.bot.marker import (
     find_marker,
     render_ledger_digest,
 )
-from stagebot.templates.markdown import block, code, escape, url
+from stagebot.harness.pipeline.status_text import label
+from stagebot.templates.markdown import Trusted, block, code, escape, url
 
 NO_RUN_STATE = "ABORTED"  # a reply that started no pipeline: the marker schema has no "none"
 # "@" before anything a login or team (org/team, with "_") can start with
@@ -83,11 +84,16 @@ def render_reply(
     from stagebot.templates import render_template
 
     body = render_template(
-        f"reply_{kind}.md.j2", md=escape, code=code, block=block, url=url, **context
+        f"reply_{kind}.md.j2", md=escape, code=code, block=block, url=url, label=_label, **context
     ).rstrip()
     if notice:
         body += f"\n\n⚠️ {escape(notice)}"
     return f"{body}\n\n{with_ledger_digest(marker.render(), ledger_digest, ledger_run)}\n"
+
+
+def _label(number: int) -> Trusted:
+    """A pipeline's label as the replies print it: the bot's own words (``#`` not escaped)."""
+    return Trusted(label(number))
 
 
 def with_ledger_digest(marker: str, digest: str | None, run_id: int | None = None) -> str:

@@ -2,35 +2,19 @@
 
 The plan job (bot.yml, default-branch code) starts one run of the stage workflow per pipeline
 with ``workflow_dispatch`` on the stage branch; the run's title (stage.yml's ``run-name``) names
-the PR, the pipeline and the plan run. The title is set by whoever dispatched, so it only tells
-the report where to look: a stage run counts only when the plan run it names is one of the
-bot's own runs and that run's dispatch record holds this stage run's id. /bot kill and a
-superseding /bot run never look runs up by title: they cancel the run id `bot dispatch`
-recorded in the pipeline's reply marker.
+the PR, the pipeline and the plan run (bot/protocols.py formats and parses it). The title is
+set by whoever dispatched, so it only tells the report where to look: a stage run counts only
+when the plan run it names is one of the bot's own runs and that run's dispatch record holds
+this stage run's id. /bot kill and a superseding /bot run never look runs up by title: they
+cancel the run id `bot dispatch` recorded in the pipeline's reply marker.
 """
 
 from __future__ import annotations
 
-import re
-
 from stagebot.bot.config import BotConfig
 from stagebot.bot.github import GitHubApi, RunInfo
 
-TITLE = re.compile(
-    r"^stagebot (?P<key>pr-(?P<pr>[1-9]\d{0,9})|main) pipeline (?P<pipeline>[1-9]\d{0,9}) "
-    r"plan-run (?P<plan_run>[1-9]\d{0,18})$"
-)
 PLAN_EVENTS = ("issue_comment", "push")
-
-
-def stage_key(pr: int | None) -> str:
-    """The title's key: ``pr-N``, or ``main`` for post-merge."""
-    return f"pr-{pr}" if pr else "main"
-
-
-def stage_title(pr: int | None, pipeline: int, plan_run: int) -> str:
-    """What stage.yml's run-name renders for these dispatch inputs."""
-    return f"stagebot {stage_key(pr)} pipeline {pipeline} plan-run {plan_run}"
 
 
 def workflow_path(name: str) -> str:
@@ -66,14 +50,6 @@ def plan_run_problem(
 ) -> str | None:
     """Why ``run`` is not one of the bot's plan runs (bot.yml on the default branch)."""
     return own_run_problem(run, (config.workflow,), PLAN_EVENTS, repository, default_branch)
-
-
-def parse_title(title: str) -> tuple[str, int, int] | None:
-    """(key, pipeline, plan run) from a stage run's title; None for any other title."""
-    match = TITLE.match(title)
-    if match is None:
-        return None
-    return match["key"], int(match["pipeline"]), int(match["plan_run"])
 
 
 def dispatched_run(api: GitHubApi, config: BotConfig, title: str) -> int | None:

@@ -1,4 +1,4 @@
-"""A multi-shard family's tests, collected once and split into its shards by recorded durations.
+"""A multi-shard family's tests, collected once (its split: harness.pipeline.placement).
 
 ``pytest --collect-only -q`` lists the family's test ids (from the repository root, with the
 suites' arguments); ``stages.sharding.least_duration`` splits them. The executor passes the
@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Mapping
 from pathlib import Path
 
 from stagebot.harness.causes import (
@@ -22,7 +21,6 @@ from stagebot.harness.causes import (
 )
 from stagebot.harness.shard import pytest_argv
 from stagebot.stages.plan import MatrixEntry
-from stagebot.stages.sharding import ShardGroup, least_duration
 
 COLLECT_TIMEOUT_S = 600
 
@@ -58,9 +56,3 @@ def collect_tests(entry: MatrixEntry, root: Path, python: str = sys.executable) 
             raise CollectError(error_evidence(problem, tail, cause))
         ids += [line.strip() for line in done.stdout.splitlines() if "::" in line]
     return list(dict.fromkeys(ids))
-
-
-def split_family(
-    entry: MatrixEntry, root: Path, durations: Mapping[str, float]
-) -> list[ShardGroup]:
-    return least_duration(collect_tests(entry, root), durations, entry.shards)

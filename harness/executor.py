@@ -20,25 +20,30 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from stagebot.harness.collect import CollectError, collect_tests
+from stagebot.harness.collect import CollectError
 from stagebot.harness.gpus import Device, describe, detect_devices, gpu_types_of
 from stagebot.harness.ledger import retry_busy
+from stagebot.harness.pipeline.placement import family_split, is_split, missing_hardware
+from stagebot.harness.pipeline.recording import (
+    Passed,
+    logs_of,
+    passed_tests,
+    record_result,
+    reused_result,
+)
 from stagebot.harness.progress import Expected, Progress
 from stagebot.harness.results import StageResult
 from stagebot.harness.scheduler import CPU, Job, Running, Scheduler
 from stagebot.harness.shard import (
     ShardContext,
     not_run_result,
-    placeholder_result,
     pytest_argv,
     run_shard,
     shard_timeout_s,
 )
-from stagebot.harness.streams import read_stream
 from stagebot.stages.catalog import Catalog
 from stagebot.stages.matrix import matrix_entries
 from stagebot.stages.plan import MatrixEntry, Plan
-from stagebot.stages.sharding import least_duration
 
 DEFAULT_EXPECTED_S = 60.0
 STOPPED = "cancelled: the run was stopped (Ctrl-C / SIGTERM)"
@@ -81,16 +86,13 @@ def execute(
     execution = Execution(host=f"{describe(devices)}, {settings.cpu_slots} CPU slot(s)")
     progress.line(f"pipeline #{pipeline}: {execution.host}")
 
-    partly_reused: dict[str, dict[str, tuple[int, float]]] = {}
+    partly_reused: dict[str, Passed] = {}
 
     def record(result: StageResult, reused=None) -> None:
         execution.results.append(result)
         reused = partly_reused.get(result.stage) if reused is None else reused
         if ledger is not None:
-            logs = _logs(result)
-            retry_busy(
-                lambda: ledger.record_result(pipeline, result, logs=logs, reused_tests=reused)
-            )
+            record_result(ledger, pipeline, result, logs=logs_of(result), reused=reused)
         progress.finished(result)
 
     cache: dict[str, dict[str, float]] = {}
@@ -104,12 +106,20 @@ def execute(
     entries = matrix_entries(plan, catalog, pipeline, actions=("run", "reuse"))
     reuse = {shard.stage for shard in plan.shards_to("reuse")}
     for entry in entries:
-        if entry.stage in reuse and not _is_split(entry):
-            record(_reused_result(entry), _copied_tests(ledger, entry.stage, entry.reuse_from))
-    entries = [entry for entry in entries if entry.stage not in reuse or _is_split(entry)]
+        if entry.stage in reuse and not is_split(entry):
+            record(reused_result(entry), passed_tests(ledger, entry.stage, entry.reuse_from))
+    entries = [entry for entry in entries if entry.stage not in reuse or is_split(entry)]
+    host = describe(devices)
+
+    def cannot_run_here(entry: MatrixEntry) -> str | None:
+        stage = catalog.stage(entry.stage)
+        kind = CPU if entry.gpu_count == 0 else entry.gpu_type
+        nodes = getattr(stage, "nodes", 1) if stage else 1
+        return missing_hardware(entry, scheduler.capacity(kind), host, nodes)
+
     runnable = []
     for entry in entries:  # before the split: a shard that cannot run here costs no collection
-        missing = _missing_hardware(entry, scheduler, catalog, devices)
+        missing = cannot_run_here(entry)
         if missing and entry.stage not in reuse:
             record(not_run_result(entry, settings.out_dir / entry.stage, "NOT_RUN", missing))
         else:
@@ -121,12 +131,14 @@ def execute(
     )
     for entry in shares:
         out = settings.out_dir / entry.stage
-        missing = _missing_hardware(entry, scheduler, catalog, devices)
+        missing = cannot_run_here(entry)
         if missing:
             record(not_run_result(entry, out, "NOT_RUN", missing))
             continue
         if entry.stage not in partly_reused:
-            partly_reused[entry.stage] = _reused_tests(ledger, entry)
+            partly_reused[entry.stage] = (
+                passed_tests(ledger, entry.stage, entry.reuse_from) if entry.reused_tests else {}
+            )
         recorded[entry.stage] = _recorded_s(entry, ledger, durations)
         expected = recorded[entry.stage] or DEFAULT_EXPECTED_S  # the scheduler needs a guess
         jobs[entry.stage] = (
@@ -257,11 +269,6 @@ def debug_hint(entry: MatrixEntry, context: ShardContext) -> str:
     )
 
 
-def _is_split(entry: MatrixEntry) -> bool:
-    """A shard of a multi-shard test family: its tests are the family's split, not fixed."""
-    return entry.shards > 1 and entry.command is None and not entry.tests
-
-
 def _split(
     entries: list[MatrixEntry],
     reuse: set[str],
@@ -271,7 +278,7 @@ def _split(
     ledger,
     durations,
     record,
-    carried: dict[str, dict[str, tuple[int, float]]],
+    carried: dict[str, Passed],
 ) -> list[MatrixEntry]:
     """Give each shard of a multi-shard family its share of the family's tests.
 
@@ -283,7 +290,7 @@ def _split(
     families: dict[str, list[MatrixEntry]] = {}
     out = []
     for entry in entries:
-        if _is_split(entry):
+        if is_split(entry):
             families.setdefault(entry.stage.rsplit("-", 1)[0], []).append(entry)
         else:
             out.append(entry)
@@ -298,14 +305,14 @@ def _split(
                 record(not_run_result(entry, folder, "ERROR", str(groups)))
                 continue
             share = groups[entry.shard - 1]
-            passed = _copied_tests(ledger, entry.stage, entry.reuse_from)
+            passed = passed_tests(ledger, entry.stage, entry.reuse_from)
             allowed = passed if entry.stage in reuse else set(entry.reused_tests)
             kept = {t: passed[t] for t in share if t in passed and t in allowed}
             if not share:
                 why = f"this shard's share of {family} is empty ({len(groups)} shards, fewer tests)"
                 record(not_run_result(entry, folder, "NOT_RUN", why))
             elif len(kept) == len(share):
-                record(_reused_result(entry), kept)
+                record(reused_result(entry), kept)
             else:
                 carried[entry.stage] = kept
                 out.append(replace(entry, tests=share, reused_tests=list(kept)))
@@ -331,31 +338,12 @@ def _family_split(
         groups = pinned  # nothing runs: no need to collect the tests again
     else:
         try:
-            tests = collect_tests(entry, settings.root)
+            groups = family_split(entry, settings.root, durations(family), pinned)
         except CollectError as error:
             return error
-        if pinned is not None and sorted(t for g in pinned for t in g) == sorted(tests):
-            groups = pinned
-        else:
-            groups = [g.tests for g in least_duration(tests, durations(family), entry.shards)]
     if ledger is not None:
         retry_busy(lambda: ledger.record_split(pipeline, family, groups))
     return groups
-
-
-def _missing_hardware(entry: MatrixEntry, scheduler: Scheduler, catalog, devices) -> str | None:
-    nodes = getattr(catalog.stage(entry.stage), "nodes", 1) if catalog.stage(entry.stage) else 1
-    if nodes > 1:
-        return f"needs {nodes} nodes; this executor runs on one host"
-    if entry.gpu_count == 0:
-        return None if scheduler.capacity(CPU) else "no CPU slot (--cpu-slots 0)"
-    have = scheduler.capacity(entry.gpu_type)
-    if have >= entry.gpu_count:
-        return None
-    return (
-        f"needs {entry.gpu_count} x {entry.gpu_type} GPU(s); this host has "
-        f"{have or 'none'} of that type ({describe(devices)})"
-    )
 
 
 def _recorded_s(entry: MatrixEntry, ledger, durations) -> float | None:
@@ -379,33 +367,6 @@ def _expected_tests(entry: MatrixEntry, durations) -> int | None:
     if not known:
         return None
     return len(set(known) - set(entry.reused_tests))
-
-
-def _reused_result(shard) -> StageResult:
-    return placeholder_result(
-        shard, "REUSED", f"passed in #{shard.reuse_from}; not re-run", shard.reuse_from
-    )
-
-
-def _copied_tests(ledger, stage: str, source: int | None) -> dict[str, tuple[int, float]]:
-    if ledger is None or source is None:
-        return {}
-    return ledger.passed_tests(source, stage)
-
-
-def _reused_tests(ledger, entry: MatrixEntry):
-    return _copied_tests(ledger, entry.stage, entry.reuse_from) if entry.reused_tests else {}
-
-
-def _logs(result: StageResult) -> dict[str, str]:
-    if not result.log_path:
-        return {}
-    path = Path(result.log_path).with_name("tests.jsonl")
-    try:
-        stream = read_stream(path)
-    except OSError:
-        return {}
-    return {test_id: r["log"] for test_id, r in stream.results.items() if r.get("log")}
 
 
 def _install_sigterm(stop: threading.Event):

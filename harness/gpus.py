@@ -12,7 +12,7 @@ import fnmatch
 import os
 import shutil
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from stagebot.stages.catalog import GpuType
@@ -40,11 +40,12 @@ def detect_devices(env: Mapping[str, str] | None = None) -> list[Device]:
 
 def gpu_types_of(device: Device, gpu_types: Mapping[str, GpuType]) -> list[str]:
     """The catalog GPU types this device can serve (by device-name pattern)."""
-    return [
-        gpu.name
-        for gpu in gpu_types.values()
-        if any(fnmatch.fnmatchcase(device.name, pattern) for pattern in gpu.device_names)
-    ]
+    return [gpu.name for gpu in gpu_types.values() if matches(device, gpu.device_names)]
+
+
+def matches(device: Device, device_names: Iterable[str]) -> bool:
+    """Whether ``device``'s name matches one of the device-name patterns (fnmatch)."""
+    return any(fnmatch.fnmatchcase(device.name, pattern) for pattern in device_names)
 
 
 def describe(devices: list[Device]) -> str:

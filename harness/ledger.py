@@ -18,9 +18,11 @@ API (also used by the GitHub adapter)::
     ledger.pinned_split(family, commit, digest, n)  # the split earlier runs on this commit used
     ledger.base_pipeline(base_commit, "main")       # the pipeline failures are compared with
     ledger.test_outcomes(n)                         # (stage family, test id) -> outcome
-    ledger.flaky_history("main")                    # (family, test id) -> pipelines it was flaky
-    ledger.flaky_evidence("main")                   # (family, test id) -> how it failed there
-    ledger.record_validation(head_commit, n, pr=pr) # `/bot reuse-pipeline`
+    ledger.test_history("main") / failure_evidence("main")  # what harness/flakiness.py reads
+    ledger.latest_validating(pr) / record_validated(...)    # what harness/reuse_policy.py uses
+
+The store holds no policy: which pipeline may validate a commit (harness/reuse_policy.py) and
+which tests are flaky (harness/flakiness.py) are decided over what it returns.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from stagebot.harness.results import StageResult, TestOutcome
 from stagebot.stages.errors import StagebotError
 from stagebot.stages.history import PriorShard
 from stagebot.stages.names import stage_family
+from stagebot.stages.plan import Plan
 
 T = TypeVar("T")
 SCHEMA_VERSION = 1
@@ -158,16 +161,11 @@ class PipelineRecord:
     logs: dict[tuple[str, str], str] = field(default_factory=dict)  # (stage, test id) -> text
     reused_tests: dict[str, list[str]] = field(default_factory=dict)  # stage -> test ids
 
-
-@dataclass(frozen=True)
-class Validation:
-    """The answer to `/bot reuse-pipeline [N]`."""
-
-    pipeline: int | None  # the new pipeline that records the decision (None: refused)
-    source: int | None  # N
-    source_commit: str | None
-    ok: bool
-    reason: str
+    @property
+    def planned(self) -> Plan | None:
+        """The recorded Plan, read back typed; None for a pipeline recorded without one (a
+        reuse-pipeline validation). PlanError when the stored plan is not a Plan."""
+        return Plan.from_json(self.plan) if self.plan else None
 
 
 def busy_timeout_s() -> float:
@@ -320,6 +318,18 @@ class Ledger:
 
     def close(self) -> None:
         self.connection.close()
+
+    def checkpoint(self) -> None:
+        """Write every committed change into the main file and empty the WAL: the file alone is
+        then the ledger as it is now, byte for byte what it will be once closed."""
+        if self.readonly:
+            return
+        busy = self.connection.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+        if busy:
+            raise LedgerBusyError(
+                f"ledger {self.path}: another connection kept the WAL from being written back; "
+                "close it and try again"
+            )
 
     def __enter__(self) -> Ledger:
         return self
@@ -490,45 +500,24 @@ class Ledger:
                 "UPDATE pipelines SET state = ?, finished_at = ? WHERE id = ?", (state, _now(), pid)
             )
 
-    def record_validation(
-        self,
-        head_commit: str,
-        source: int | None,
-        *,
-        pr: int | None = None,
-        number: int | None = None,
-    ) -> Validation:
-        """`/bot reuse-pipeline [N]`: the head commit is validated by N (default: the latest
-        successful gating run of this PR) when N was a successful gating run. The validation is
-        recorded as pipeline ``number`` (in Actions: the workflow run number), else the next."""
-        if source is None:
-            row = self._query_one(
-                "SELECT number FROM pipelines WHERE repo = ? AND state = 'SUCCESS' AND gating = 1"
-                " AND validated_by IS NULL AND (? IS NULL OR pr = ?) ORDER BY id DESC LIMIT 1",
-                (self.repo, pr, pr),
-            )
-            if row is None:
-                return Validation(None, None, None, False, "no successful gating pipeline to reuse")
-            source = row["number"]
-        record = self.pipeline(source)
-        if record is None:
-            return Validation(None, source, None, False, self.unknown_pipeline(source))
-        not_run = [r.stage for r in record.results if r.state == "NOT_RUN"]
-        if record.state != "SUCCESS" or not record.gating or not_run:
-            if record.state != "SUCCESS":
-                why = f"pipeline #{source} ended {record.state}"
-            elif not record.gating:
-                why = f"pipeline #{source} was a partial run (Partly Tested): it cannot validate"
-            else:
-                why = (
-                    f"pipeline #{source} did not run {len(not_run)} stage(s) "
-                    f"({', '.join(not_run[:3])}{', …' if len(not_run) > 3 else ''}): "
-                    "it cannot validate"
-                )
-            return Validation(None, source, record.commit, False, why + "; run `/bot run`")
+    def latest_validating(self, pr: int | None) -> int | None:
+        """The newest successful gating pipeline (of ``pr``, when given) that is not itself a
+        reuse-pipeline validation."""
+        row = self._query_one(
+            "SELECT number FROM pipelines WHERE repo = ? AND state = 'SUCCESS' AND gating = 1"
+            " AND validated_by IS NULL AND (? IS NULL OR pr = ?) ORDER BY id DESC LIMIT 1",
+            (self.repo, pr, pr),
+        )
+        return row["number"] if row is not None else None
+
+    def record_validated(
+        self, command: dict[str, Any], commit: str, source: int, *, pr=None, number=None
+    ) -> int:
+        """Record pipeline ``number`` (the next one when None) as SUCCESS at once, validated by
+        pipeline ``source`` (`/bot reuse-pipeline`); returns its number."""
         number = self.start_pipeline(
-            command={"version": 1, "command": "reuse-pipeline", "options": {"pipeline_id": source}},
-            commit=head_commit,
+            command=command,
+            commit=commit,
             pr=pr,
             state="SUCCESS",
             number=number,
@@ -540,7 +529,7 @@ class Ledger:
                 " WHERE id = ?",
                 (source, self._id(number)),
             )
-        return Validation(number, source, record.commit, True, f"validated by #{source}")
+        return number
 
     # -- reading ---------------------------------------------------------------------------
     def prior_shard(self, stage: str, commit: str, pipeline: int | None) -> PriorShard | None:
@@ -754,33 +743,11 @@ class Ledger:
             for r in rows
         ]
 
-    def flaky_history(
+    def failure_evidence(
         self, branch: str, last: int = HISTORY_PIPELINES
-    ) -> dict[tuple[str, str], tuple[int, ...]]:
-        """(stage family, test id) -> pipelines on ``branch`` (the latest ``last``) where the test
-        was flaky: it failed, then passed on a re-run, or it failed in one pipeline and passed in
-        another at the same commit (Dr. CI's two signs)."""
-        flaky: dict[tuple[str, str], set[int]] = {}
-        at_commit: dict[tuple[str, str, str], dict[str, list[int]]] = {}
-        for number, commit, stage, test_id, outcome, _ in self.test_history(branch, last=last):
-            key = (stage_family(stage), test_id)
-            if outcome == "flaky":
-                flaky.setdefault(key, set()).add(number)
-            elif outcome in ("passed", "failed", "error") and commit:
-                kind = "passed" if outcome == "passed" else "failed"
-                at_commit.setdefault((*key, commit), {}).setdefault(kind, []).append(number)
-        for (family, test_id, _), kinds in at_commit.items():
-            if "passed" in kinds and "failed" in kinds:
-                flaky.setdefault((family, test_id), set()).update(kinds["failed"])
-        return {key: tuple(sorted(numbers)) for key, numbers in flaky.items()}
-
-    def flaky_evidence(
-        self, branch: str, last: int = HISTORY_PIPELINES
-    ) -> dict[tuple[str, str], tuple[str, ...]]:
-        """(stage family, test id) -> how it failed in the pipelines where ``flaky_history``
-        saw it flaky (the evidence of the failed attempt), oldest first: a failure of another
-        kind is not that flakiness."""
-        flaky = self.flaky_history(branch, last)
+    ) -> list[tuple[int, str, str, str, str]]:
+        """(pipeline, stage, test id, outcome, evidence) of each flaky, failed or erroring test
+        with evidence in the latest ``last`` finished pipelines on ``branch``, oldest first."""
         rows = self._query(
             "SELECT p.number, t.stage, t.test_id, t.outcome, t.evidence"
             " FROM tests t JOIN pipelines p ON p.id = t.pipeline_id"
@@ -790,15 +757,7 @@ class Ledger:
             " ORDER BY p.id",
             (self.repo, branch, last),
         )
-        found: dict[tuple[str, str], list[str]] = {}
-        for row in rows:
-            key = (stage_family(row["stage"]), row["test_id"])
-            if row["number"] in flaky.get(key, ()):
-                evidence = row["evidence"]
-                if row["outcome"] == "flaky":
-                    evidence = evidence.split("after: ", 1)[-1]
-                found.setdefault(key, []).append(evidence)
-        return {key: tuple(evidences) for key, evidences in found.items()}
+        return [(r["number"], r["stage"], r["test_id"], r["outcome"], r["evidence"]) for r in rows]
 
     # -- helpers ---------------------------------------------------------------------------
     def _id(self, number: int) -> int:

@@ -13,7 +13,8 @@ def matrix_entries(
 
     ``actions``: the plan actions to include (the local executor also asks for "reuse" shards,
     to check after splitting a family that a reused shard's share really passed)."""
-    options = plan.command["options"]
+    options = plan.parsed_command().run
+    detailed_log, debug = (options.detailed_log, options.debug) if options else (False, False)
     entries = []
     for shard in (shard for shard in plan.shards if shard.action in actions):
         gpu_type = catalog.gpu_types[shard.gpu_type]
@@ -43,8 +44,8 @@ def matrix_entries(
                     for w in catalog.waives_for(shard.gpu_type)
                 ],
                 catalog_digest=plan.catalog_digest,
-                detailed_log=options["detailed_log"],
-                debug=options["debug"],
+                detailed_log=detailed_log,
+                debug=debug,
             )
         )
     return entries

@@ -7,9 +7,10 @@ through JSON, so each step of the pipeline can run in another process or on anot
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from typing import Any
 
+from stagebot.stages.command import Command
 from stagebot.stages.errors import PlanError
 
 DEFAULT_MAX_RERUNS = 2  # a failed test is re-run at most twice (FLAKY if it then passes)...
@@ -75,14 +76,23 @@ class Plan:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Plan:
+        """The Plan ``to_json`` wrote; PlanError naming what it lacks otherwise."""
         _check_version("Plan", data, PLAN_VERSION)
-        values = {f.name: data[f.name] for f in fields(cls)}
-        values["steps"] = [Step(**step) for step in data["steps"]]
-        values["shards"] = [PlannedShard(**shard) for shard in data["shards"]]
+        values = _fields_of(cls, data, "Plan")
+        values["steps"] = [
+            _fields_of(Step, step, "Plan step", build=True) for step in data["steps"]
+        ]
+        values["shards"] = [
+            _fields_of(PlannedShard, shard, "planned shard", build=True) for shard in data["shards"]
+        ]
         return cls(**values)
 
     def shards_to(self, action: str) -> list[PlannedShard]:
         return [shard for shard in self.shards if shard.action == action]
+
+    def parsed_command(self) -> Command:
+        """The Command this plan plans (a `/bot run`), read back from its JSON."""
+        return Command.from_json(self.command)
 
 
 @dataclass(frozen=True)
@@ -119,12 +129,25 @@ class MatrixEntry:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> MatrixEntry:
         _check_version("matrix entry", data, MATRIX_ENTRY_VERSION)
-        names = {f.name for f in fields(cls)}
-        optional = ("detailed_log", "debug", "device_names", "max_reruns", "rerun_max_failures")
-        missing = sorted(name for name in names if name not in data and name not in optional)
-        if missing:
-            raise PlanError(f"matrix entry lacks {', '.join(missing)}")
-        return cls(**{name: data[name] for name in names if name in data})
+        return _fields_of(cls, data, "matrix entry", build=True)
+
+
+def _fields_of(cls, data: Any, what: str, build: bool = False):
+    """``data``'s values of ``cls``'s fields (the dataclass itself with ``build``): every field
+    without a default must be there (older writers may leave defaulted ones out)."""
+    if not isinstance(data, dict):
+        raise PlanError(f"{what} is {type(data).__name__}, not a JSON object")
+    known = {f.name: f for f in fields(cls)}
+    required = [
+        name
+        for name, f in known.items()
+        if f.default is MISSING and f.default_factory is MISSING  # type: ignore[misc]
+    ]
+    missing = sorted(name for name in required if name not in data)
+    if missing:
+        raise PlanError(f"{what} lacks {', '.join(missing)}")
+    values = {name: data[name] for name in known if name in data}
+    return cls(**values) if build else values
 
 
 def _check_version(what: str, data: Any, version: int) -> None:

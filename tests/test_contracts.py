@@ -138,6 +138,32 @@ def test_reader_errors_name_the_problem() -> None:
         StageResult.from_json({**example("stage_result"), "state": "PASSED"})
 
 
+@pytest.mark.parametrize(
+    ("broken", "named"),
+    [
+        pytest.param(lambda plan: plan.pop("gating"), "Plan lacks gating", id="a Plan field"),
+        pytest.param(
+            lambda plan: plan["shards"][0].pop("action"),
+            "planned shard lacks action",
+            id="a shard field",
+        ),
+        pytest.param(
+            lambda plan: plan["shards"].__setitem__(0, "CPU-PyTorch-1"),
+            "planned shard is str, not a JSON object",
+            id="a shard that is not an object",
+        ),
+    ],
+)
+def test_a_damaged_plan_is_a_plan_error_naming_what_it_lacks(broken, named) -> None:
+    """A plan read back (plan.json from the plan job, a ledger's record) is checked as it is
+    read: a KeyError or TypeError from deep inside the report would name nothing."""
+    data = copy.deepcopy(example("plan"))
+    assert Plan.from_json(data).to_json() == data  # the example itself reads back
+    broken(data)
+    with pytest.raises(PlanError, match=named):
+        Plan.from_json(data)
+
+
 def test_marker_survives_hostile_stage_names_and_is_found_in_a_body() -> None:
     marker = ReplyMarker(5, "abc1234", 99, "RUNNING", {"x --> <!-- y": "SUCCESS"})
     body = f"PR_Github #5 [ run ] triggered by Bot.\n{marker.render()}\n"

@@ -392,6 +392,45 @@ def test_unknown_stage_is_answered_like_a_parse_error(github) -> None:
     assert github.reactions_to(COMMENT_ID) == ["confused"]
 
 
+@pytest.mark.parametrize(
+    ("body", "break_it", "exit_code"),
+    [
+        pytest.param(
+            "/bot run",
+            lambda tmp: ("--catalog", str(_write(tmp / "bad.yaml", "families: [oops\n"))),
+            2,
+            id="a catalog that does not load",
+        ),
+        pytest.param(
+            "/bot reuse-pipeline --sha " + SHA,
+            lambda tmp: (),  # no --ledger: the job is set up wrong
+            2,
+            id="reuse-pipeline without the ledger",
+        ),
+    ],
+)
+def test_stagebots_own_failure_is_not_called_a_malformed_command(
+    gh, handle, tmp_path, body, break_it, exit_code
+) -> None:
+    """Issue 32: a catalog or setup failure is the bot's, not the commenter's: the reply says
+    stagebot failed (not "parsing error" with the help), and the job fails with the error's
+    exit code so that the workflow run shows it."""
+    result = handle(body, author="maintainer", args=break_it(tmp_path))
+    assert result.code == exit_code
+    (reply,) = replies(gh)
+    assert "stagebot failed while handling" in reply["body"], reply["body"]
+    assert "not a problem with your comment" in reply["body"]
+    assert "Bot args parsing error!" not in reply["body"]
+    assert "## stagebot help" not in reply["body"]
+    assert "stagebot-ledger:" not in reply["body"]  # it vouches for no ledger
+    assert "confused" not in reactions(gh) and status(gh) is None
+
+
+def _write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
 def test_reusing_a_pipeline_the_ledger_lacks_names_those_it_has(github, tmp_path) -> None:
     ledger = tmp_path / "ledger.sqlite"
     assert deliver_comment(github, "/bot run", ledger=ledger).run
@@ -685,7 +724,7 @@ def test_a_corrupt_main_ledger_does_not_stop_the_post_merge_pipeline(handle, tmp
 
 
 def test_publish_reads_the_default_branch_from_the_event(tmp_path) -> None:
-    from stagebot.bot.cmd_publish import default_branch
+    from stagebot.bot.events import default_branch
 
     payload = json.loads((EVENTS / "pr_comment_created.json").read_text())
     payload["repository"]["default_branch"] = "trunk"

@@ -19,8 +19,9 @@ LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
 
 def shim(tmp_path: Path, extra: dict[str, str] | None = None) -> Path:
     """A ``stagebot/<folder>`` tree of links to the folders, where lint-imports can find them
-    (the editable install maps the folders by a finder it does not read). ``extra`` adds modules
-    ("folder/sub/name.py" -> source); each folder on such a path becomes a folder of links."""
+    (the editable install maps the folders by a finder it does not read). ``extra`` adds or
+    replaces modules ("folder/sub/name.py" -> source); each folder on such a path becomes a
+    folder of links."""
     package = tmp_path / "shim" / "stagebot"
     package.mkdir(parents=True)
     for folder in CODE_FOLDERS:
@@ -34,7 +35,10 @@ def shim(tmp_path: Path, extra: dict[str, str] | None = None) -> Path:
                 target.mkdir()
                 for entry in original.iterdir():
                     (target / entry.name).symlink_to(entry)
-        (package / name).write_text(source)
+        planted = package / name
+        if planted.is_symlink():  # replace the link, never the file it points to
+            planted.unlink()
+        planted.write_text(source)
     return package.parent
 
 
@@ -73,6 +77,40 @@ def test_an_import_against_the_layers_breaks_a_contract(tmp_path, module, source
     result = lint_imports(shim(tmp_path, {module: source}))
     assert result.returncode == 1, result.stdout + result.stderr
     assert re.search(rf"{re.escape(broken)}.* BROKEN", result.stdout), result.stdout
+
+
+GATE = (ROOT / "bot" / "cmd_gate.py").read_text()
+
+
+@pytest.mark.parametrize(
+    "planted",
+    [
+        pytest.param(
+            {"bot/cmd_gate.py": GATE + "\n\ndef more():\n    from stagebot.bot import cmd_parse\n"},
+            id="directly, inside a function",
+        ),
+        pytest.param(
+            {
+                "bot/cmd_gate.py": GATE + "\nfrom stagebot.bot import planted_helper  # noqa\n",
+                "bot/planted_helper.py": "from stagebot.bot.cmd_publish import publish\n",
+            },
+            id="through a module that imports a command",
+        ),
+    ],
+)
+def test_a_command_importing_another_breaks_the_independence_contract(tmp_path, planted) -> None:
+    """Commands share library modules, never each other (issue 32: report-run invoked publish,
+    three commands imported write_outputs from handle-event)."""
+    result = lint_imports(shim(tmp_path, planted))
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert re.search(r"a command never imports another command.* BROKEN", result.stdout)
+
+
+def test_the_independence_contract_names_every_command() -> None:
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    (contract,) = [c for c in config["contracts"] if c["type"] == "independence"]
+    commands = {f"stagebot.bot.{path.stem}" for path in (ROOT / "bot").glob("cmd_*.py")}
+    assert set(contract["modules"]) == commands
 
 
 def pictured_layers() -> list[list[str]]:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from stagebot.harness.flakiness import flaky_evidence, flaky_history
 from stagebot.harness.ledger import (
     SCHEMA_VERSION,
     Ledger,
@@ -19,6 +20,7 @@ from stagebot.harness.ledger import (
 )
 from stagebot.harness.results import StageResult
 from stagebot.harness.results import TestOutcome as Outcome
+from stagebot.harness.reuse_policy import record_validation
 
 RUN = {"version": 1, "command": "run", "options": {}}
 
@@ -110,11 +112,11 @@ def test_base_pipeline_prefers_the_base_commit_then_the_default_branch(book: Led
 def test_validation_records_a_new_successful_pipeline(book: Ledger) -> None:
     gating = book.start_pipeline(command=RUN, commit="c1", plan={"gating": True}, pr=3)
     book.finish_pipeline(gating, "SUCCESS")
-    validation = book.record_validation("c2", None, pr=3)
+    validation = record_validation(book, "c2", None, pr=3)
     assert validation.ok and validation.source == gating and validation.source_commit == "c1"
     record = book.pipeline(validation.pipeline)
     assert (record.commit, record.state, record.validated_by) == ("c2", "SUCCESS", gating)
-    assert not book.record_validation("c2", 99).ok
+    assert not record_validation(book, "c2", 99).ok
 
 
 @pytest.mark.parametrize("state", ["SUCCESS", "NOT_RUN"])
@@ -123,8 +125,8 @@ def test_a_pipeline_in_which_stages_did_not_run_never_validates(book: Ledger, st
     gating = book.start_pipeline(command=RUN, commit="c1", plan={"gating": True}, pr=3)
     book.record_result(gating, shard("S-1", "NOT_RUN"))
     book.finish_pipeline(gating, state)
-    named = book.record_validation("c2", gating, pr=3)
-    latest = book.record_validation("c2", None, pr=3)
+    named = record_validation(book, "c2", gating, pr=3)
+    latest = record_validation(book, "c2", None, pr=3)
     assert not named.ok and not latest.ok and named.pipeline is latest.pipeline is None
     why = "did not run 1 stage(s) (S-1)" if state == "SUCCESS" else "ended NOT_RUN"
     assert why in named.reason
@@ -141,7 +143,7 @@ def test_an_unknown_pipeline_is_named_with_those_that_exist(book: Ledger) -> Non
     assert "pipeline #99 is not in the ledger" in str(raised.value)
     assert "it has #12, #11, #10" in str(raised.value) and "#3, …" in str(raised.value)
     assert raised.value.exit_code == 2
-    assert "it has #12" in book.record_validation("c2", 99).reason
+    assert "it has #12" in record_validation(book, "c2", 99).reason
     book.require_pipeline(3)
 
 
@@ -150,7 +152,7 @@ def test_validation_takes_the_workflow_run_number(book: Ledger) -> None:
     run's plan job would then collide with)."""
     gating = book.start_pipeline(command=RUN, commit="c1", plan={"gating": True}, pr=3, number=40)
     book.finish_pipeline(gating, "SUCCESS")
-    validation = book.record_validation("c2", 40, pr=3, number=57)
+    validation = record_validation(book, "c2", 40, pr=3, number=57)
     assert validation.ok and validation.pipeline == 57
     assert book.pipeline(57).validated_by == 40
     assert book.start_pipeline(command=RUN, commit="c3", pr=3, number=41) == 41
@@ -217,7 +219,7 @@ def test_a_validation_is_never_a_base_pipeline(book: Ledger) -> None:
     every failure NEW."""
     gating = book.start_pipeline(command=RUN, commit="c1", plan={"gating": True}, pr=3)
     book.finish_pipeline(gating, "SUCCESS")
-    assert book.record_validation("b1", gating, pr=3).ok
+    assert record_validation(book, "b1", gating, pr=3).ok
     assert book.base_pipeline("b1", None) is None
     main = book.start_pipeline(command=RUN, commit="m1", branch="main")
     book.finish_pipeline(main, "FAILURE")
@@ -245,9 +247,9 @@ def test_only_a_finished_pipeline_is_a_base(book: Ledger, state: str, is_base: b
 def test_only_a_successful_gating_run_validates(book: Ledger, state, plan, why) -> None:
     source = book.start_pipeline(command=RUN, commit="c1", plan=plan, pr=3)
     book.finish_pipeline(source, state)
-    explicit = book.record_validation("c2", source, pr=3)
+    explicit = record_validation(book, "c2", source, pr=3)
     assert not explicit.ok and why in explicit.reason
-    assert not book.record_validation("c2", None, pr=3).ok  # and none is picked by default
+    assert not record_validation(book, "c2", None, pr=3).ok  # and none is picked by default
     assert book.latest_number() == source  # a refused validation records nothing
 
 
@@ -256,9 +258,9 @@ def test_the_default_source_is_this_prs_latest_real_run(book: Ledger) -> None:
     book.finish_pipeline(mine, "SUCCESS")
     other = book.start_pipeline(command=RUN, commit="x1", plan={"gating": True}, pr=4)
     book.finish_pipeline(other, "SUCCESS")
-    first = book.record_validation("c2", None, pr=3)
+    first = record_validation(book, "c2", None, pr=3)
     assert first.ok and first.source == mine
-    second = book.record_validation("c3", None, pr=3)  # not the validation #first itself
+    second = record_validation(book, "c3", None, pr=3)  # not the validation #first itself
     assert second.ok and second.source == mine
 
 
@@ -386,11 +388,11 @@ def test_flaky_history_on_main_has_both_signs(book: Ledger) -> None:
     pr = book.start_pipeline(command=RUN, commit="p1", branch="feature")
     book.record_result(pr, shard("CPU-PyTorch-1", tests=[Outcome("t.py::d", "flaky", 1.0)]))
     book.finish_pipeline(pr, "SUCCESS")  # not main's history
-    assert book.flaky_history("main") == {
+    assert flaky_history(book, "main") == {
         ("CPU-PyTorch", "t.py::a"): (first,),
         ("CPU-PyTorch", "t.py::b"): (second,),
     }
-    assert book.flaky_evidence("main") == {  # how it failed there; t.py::c was never flaky
+    assert flaky_evidence(book, "main") == {  # how it failed there; t.py::c was never flaky
         ("CPU-PyTorch", "t.py::a"): ("TimeoutError: cache",),
         ("CPU-PyTorch", "t.py::b"): ("AssertionError",),
     }

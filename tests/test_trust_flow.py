@@ -129,8 +129,7 @@ class Flow:
             outputs["stage_run"] = json.loads((plan / "dispatch.json").read_text())["stage_run_id"]
         if outputs.get("ledger_digest"):
             ledger = Path(".stagebot/ledger.sqlite").read_bytes()
-            name = "stagebot-ledger-" + outputs["ledger_digest"]
-            self.gh.add_artifact(run_id, name, {"ledger.sqlite": ledger})
+            self.gh.add_artifact(run_id, outputs["ledger_artifact"], {"ledger.sqlite": ledger})
         self.gh.runs[run_id].update(status="completed", conclusion="success")
         return outputs
 

@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from stagebot.bot.protocols import PLAN_ARTIFACT, result_artifact
+
 WORKFLOWS = Path(__file__).resolve().parents[1] / ".github" / "workflows"
 NAMES = ("bot.yml", "stage.yml", "report.yml", "ci.yml")
 EXPRESSION = re.compile(r"\$\{\{")
@@ -168,11 +170,11 @@ def test_only_the_stage_workflow_runs_pr_code_and_how() -> None:
     assert run["env"]["ENTRY"] == "${{ toJSON(matrix.entry) }}"
     upload = steps(job)[-1]
     assert upload["if"] == "always()" and upload["with"]["path"] == "results/"
-    assert upload["with"]["name"] == "stagebot-result-${{ matrix.entry.stage }}"
+    assert upload["with"]["name"] == result_artifact("${{ matrix.entry.stage }}")
 
 
 def test_the_stage_runs_title_is_what_the_report_parses() -> None:
-    from stagebot.bot.stage_runs import parse_title, stage_title
+    from stagebot.bot.protocols import parse_title, stage_title
 
     stage = load("stage.yml")
     assert set(stage["on"]["workflow_dispatch"]["inputs"]) == {
@@ -225,10 +227,8 @@ def test_bot_workflow_triggers_and_the_plan_jobs_steps() -> None:
         "bot dispatch --plan-dir .stagebot/plan",
     ]
     uploads = {s["with"]["name"]: s for s in steps(plan) if "upload-artifact" in s.get("uses", "")}
-    assert set(uploads) == {
-        "stagebot-plan",
-        "stagebot-ledger-${{ steps.handle.outputs.ledger_digest }}",
-    }
+    # the names are bot/protocols.py's: the constant, and the one handle-event formats
+    assert set(uploads) == {PLAN_ARTIFACT, "${{ steps.handle.outputs.ledger_artifact }}"}
 
 
 def test_the_plan_job_refuses_cheaply_before_it_mints_the_apps_token() -> None:

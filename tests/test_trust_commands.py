@@ -2,19 +2,12 @@
 named, the approval label only when an approver added it on the head, and one commenter cannot
 flood the bot. `bot handle-event` through the CLI, real PyGithub against the fake GitHub."""
 
-# ruff: noqa: F401, F811 - pytest fixtures imported from the test modules that define them
+# ruff: noqa: F401, F811 - pytest fixtures imported from the helper that defines them
 from __future__ import annotations
 
 import pytest
-from test_handle_event import (
-    PR,
-    SHA,
-    assert_nothing_ran,
-    gh,
-    handle,
-    replies,
-    status,
-)
+from helpers.fake_pr import PR, SHA, replies, status
+from helpers.handle_event import assert_nothing_ran, gh, handle
 
 BAD = "bad0" + "1" * 36  # what the PR's author pushes after the review
 GROUND = SHA[:12] + "f" * 28  # a commit ground to share the reviewed commit's 12-digit prefix
@@ -266,7 +259,7 @@ def test_a_command_after_a_closed_pre_block_counts(gh, handle) -> None:
 
 
 def test_the_sha_travels_in_the_command_contract() -> None:
-    from test_contracts import validate
+    from helpers.contracts import validate
 
     from stagebot.bot.grammar import parse_comment
     from stagebot.stages.command import Command, render

@@ -23,3 +23,10 @@ def _child_pytests_in_file_order():
         options = os.environ.get("PYTEST_ADDOPTS", "")
         patch.setenv("PYTEST_ADDOPTS", f"{options} -p no:randomly".strip())
         yield
+
+
+@pytest.fixture
+def pytester(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
+    """pytest's pytester, whose runs keep the file order too (it clears PYTEST_ADDOPTS)."""
+    monkeypatch.setenv("PYTEST_ADDOPTS", "-p no:randomly")
+    return pytester

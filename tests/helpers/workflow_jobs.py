@@ -79,7 +79,7 @@ class Jobs:
         self.catalog.write_text(CATALOG.format(suite=suite))
         self.ledger = tmp / "ledger.sqlite"  # the file `publish` and its plan jobs share
         self.python = sys.executable  # the stage jobs' interpreter
-        self.jobs = 0
+        self.job_count = 0
         self.events: dict[int, tuple[str, dict]] = {}
         monkeypatch.chdir(tmp)
 
@@ -87,8 +87,8 @@ class Jobs:
 
     def job(self, name: str) -> Path:
         """A fresh, empty folder for the next job, made the current one."""
-        self.jobs += 1
-        folder = self.tmp / f"job-{self.jobs}-{name}"
+        self.job_count += 1
+        folder = self.tmp / f"job-{self.job_count}-{name}"
         folder.mkdir()
         self.monkeypatch.chdir(folder)
         return folder

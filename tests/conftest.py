@@ -1,7 +1,13 @@
 """Every test gets its own cache folder: the catalog remembers fragments that passed its checks
-there (stages/catalog.py), and a test must see every check run, not a verdict from earlier."""
+there (stages/catalog.py), and a test must see every check run, not a verdict from earlier.
+
+This suite runs in a random order (pytest-randomly); the pytest runs the tests start (a stage's
+shards over tests/fixtures/suites, whose check_killed.py is about the order of its tests) keep
+the file order: the shuffle is for this suite's own tests, not for the pipelines it runs."""
 
 from __future__ import annotations
+
+import os
 
 import pytest
 
@@ -9,3 +15,18 @@ import pytest
 @pytest.fixture(autouse=True)
 def _fresh_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("cache")))
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _child_pytests_in_file_order():
+    with pytest.MonkeyPatch.context() as patch:
+        options = os.environ.get("PYTEST_ADDOPTS", "")
+        patch.setenv("PYTEST_ADDOPTS", f"{options} -p no:randomly".strip())
+        yield
+
+
+@pytest.fixture
+def pytester(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
+    """pytest's pytester, whose runs keep the file order too (it clears PYTEST_ADDOPTS)."""
+    monkeypatch.setenv("PYTEST_ADDOPTS", "-p no:randomly")
+    return pytester

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from helpers import extras
 
 from stagebot.harness.analysis import analyse, is_infra
 from stagebot.harness.evidence import error_line, log_error_line, mismatch, test_evidence
@@ -17,7 +18,7 @@ def shard(stage="S-PyTorch-1", state="FAILURE", tests=(), evidence=None) -> Stag
 
 
 def test_real_torch_assert_close_message() -> None:
-    torch = pytest.importorskip("torch")
+    torch = extras.require("torch")
     try:
         torch.testing.assert_close(
             torch.tensor([[1.0, 2.0], [3.0, 4.0]]), torch.tensor([[1.0, 2.5], [3.0, 4.0]])

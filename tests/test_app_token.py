@@ -12,7 +12,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from github_server import FakeGitHub
-from test_handle_event import PR, SHA, marker_of
+from helpers.fake_pr import PR, SHA, marker_of
 
 from stagebot.bot.cli import main
 from stagebot.bot.cmd_app_token import PERMISSIONS
@@ -65,7 +65,7 @@ def run_bot(gh, tmp_path, monkeypatch, capsys):
             "GITHUB_OUTPUT": str(output),
             "STAGEBOT_GITHUB_BACKOFF_S": "0.001",
             "STAGEBOT_GITHUB_THROTTLE_S": "0",
-            "STAGEBOT_GITHUB_TIMEOUT_S": "1",
+            "STAGEBOT_GITHUB_TIMEOUT_S": "60",  # only stops a hang: no fault here holds an answer
             "STAGEBOT_GITHUB_ATTEMPTS": "1",
             **(env or {}),
         }.items():

@@ -9,6 +9,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from helpers.zips import corrupt
 
 from stagebot.bot import artifact_zip
 from stagebot.bot.artifact_zip import ArtifactError, unpack
@@ -58,12 +59,6 @@ def test_a_damaged_or_oversized_archive_is_one_error(tmp_path: Path, monkeypatch
     with pytest.raises(ArtifactError, match="2 members, more than the 1"):
         unpack(_zip(("a", b"", None), ("b", b"", None)), tmp_path)
     assert list(tmp_path.iterdir()) == []
-
-
-def corrupt(data: bytes, name: str) -> bytes:
-    """``data`` (a zip whose first member is ``name``) with that member's stored bytes damaged."""
-    start = 30 + len(name) + int.from_bytes(data[28:30], "little")  # after the local header
-    return data[:start] + bytes([data[start] ^ 0xFF]) + data[start + 1 :]
 
 
 def _deflated(name: str, payload: bytes) -> bytes:

@@ -7,20 +7,11 @@ import subprocess
 import sys
 
 import pytest
+from helpers.cli import bot
 
 from stagebot.bot.cli import COMMANDS, main
 
 SEED_COMMENT = '/bot run --stage-list "DGX_H200-4_GPUs-AutoDeploy-1"'
-
-
-def bot(capsys, *args: str) -> tuple[int, str, str]:
-    try:
-        main(list(args))
-        code = 0
-    except SystemExit as done:
-        code = done.code or 0
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def ok(capsys, *args: str) -> str:

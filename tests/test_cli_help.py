@@ -9,7 +9,7 @@ import sys
 
 import pytest
 from fixtures.botrun import ROOT
-from test_cli import bot
+from helpers.cli import bot
 
 from stagebot.bot.cli import COMMANDS
 

@@ -4,42 +4,19 @@ from __future__ import annotations
 
 import copy
 import json
-from pathlib import Path
 
 import jsonschema
 import pytest
+from helpers.contracts import CONTRACTS, example, schema, validate
 
 from stagebot.bot.grammar import parse_comment
 from stagebot.bot.marker import MarkerError, ReplyMarker, find_marker
 from stagebot.harness.results import ResultError, StageResult
 from stagebot.stages.catalog import load_catalog
-from stagebot.stages.command import Command
 from stagebot.stages.errors import PlanError
 from stagebot.stages.matrix import matrix_entries
 from stagebot.stages.plan import MatrixEntry, Plan
 from stagebot.stages.planner import plan_run
-
-ROOT = Path(__file__).resolve().parents[1]
-CONTRACTS = {  # schema name -> (owner folder, class that reads it)
-    "command": ("stages", Command),
-    "reply_marker": ("bot", ReplyMarker),
-    "plan": ("stages", Plan),
-    "matrix_entry": ("stages", MatrixEntry),
-    "stage_result": ("harness", StageResult),
-}
-
-
-def schema(name: str) -> dict:
-    return json.loads((ROOT / CONTRACTS[name][0] / "schemas" / f"{name}.v1.json").read_text())
-
-
-def example(name: str) -> dict:
-    path = ROOT / CONTRACTS[name][0] / "schemas" / "examples" / f"{name}.v1.json"
-    return json.loads(path.read_text())
-
-
-def validate(name: str, data: dict) -> None:
-    jsonschema.Draft202012Validator(schema(name)).validate(data)
 
 
 @pytest.mark.parametrize("name", CONTRACTS)

@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from helpers import extras
 
-torch = pytest.importorskip("torch")
+torch = extras.require("torch")
 
 
 def test_cute_backend_says_no_on_cpu_tensors_and_auto_keeps_the_reference():
@@ -22,7 +23,7 @@ def test_cute_backend_says_no_on_cpu_tensors_and_auto_keeps_the_reference():
 
 
 def test_tactic_predicates_are_named_and_composed():
-    pytest.importorskip("cutlass")
+    extras.require("cutlass")
     from stagebot.kernels.cute.compile import kernel_class
     from stagebot.kernels.cute.grouped_gemm import Nvfp4GroupedGemmSm90 as K
     from stagebot.kernels.cute.tactics import TACTICS, Tactic
@@ -50,7 +51,7 @@ def test_the_register_budgets_fit_what_the_cta_is_launched_with():
     """setmaxnreg only moves registers within the CTA's launch allocation (ptxas caps it by
     the block size): budgets above it hang at the increase, as four MMA warpgroups with the
     producer at 40 registers did on the H200."""
-    pytest.importorskip("cutlass")
+    extras.require("cutlass")
     from stagebot.kernels.cute.grouped_gemm import Nvfp4GroupedGemmSm90 as K
     from stagebot.kernels.cute.tactics import TACTICS
 
@@ -67,7 +68,7 @@ def test_the_register_budgets_fit_what_the_cta_is_launched_with():
 
 
 def test_decode_tactics_run_on_the_decode_kernel_only():
-    pytest.importorskip("cutlass")
+    extras.require("cutlass")
     from stagebot.kernels.cute.compile import kernel_class
     from stagebot.kernels.cute.decode_gemm import Nvfp4DecodeGemmSm90 as D
     from stagebot.kernels.cute.grouped_gemm import Nvfp4GroupedGemmSm90 as K
@@ -135,7 +136,7 @@ def _gemm_args(n: int = 256, k: int = 128, experts: int = 2, tile: int = 128) ->
 @pytest.fixture
 def on_an_h200(monkeypatch):
     """The device check passes (CPU tensors stand in: only shapes and strides are read)."""
-    pytest.importorskip("cutlass")
+    extras.require("cutlass")
     from stagebot.kernels.cute import backend as cute_backend
 
     monkeypatch.setattr(cute_backend, "_device_reason", lambda a: "")
@@ -218,7 +219,7 @@ def test_an_fp16_operand_is_loaded_as_fp16_and_holds_a_ring_stage():
     """fp16_operand tactics: the operand's pointer is fp16, its ring stage holds its fp16 tile
     (no packed bytes, no scales) and it needs no dequantised buffers; the decode kernel and
     sparse_rows refuse it."""
-    pytest.importorskip("cutlass")
+    extras.require("cutlass")
     import cutlass
 
     from stagebot.kernels.cute.compile import pointer_dtypes
@@ -248,7 +249,7 @@ def test_an_fp16_operand_is_loaded_as_fp16_and_holds_a_ring_stage():
 def test_swap_ab_tactics_with_the_tokens_in_fp16_run_on_the_rs_kernel_only():
     """The RS kernel: weights from registers, 128 tokens in fp16 per work item; the other
     kernels refuse its tactic and it refuses theirs, each naming the rule."""
-    cutlass = pytest.importorskip("cutlass")
+    cutlass = extras.require("cutlass")
     from stagebot.kernels.cute.compile import kernel_class, pointer_dtypes
     from stagebot.kernels.cute.grouped_gemm import Nvfp4GroupedGemmSm90 as K
     from stagebot.kernels.cute.rs_gemm import Nvfp4RsGemmSm90 as R

@@ -6,7 +6,6 @@ The keys' tactics are checked against the kernel classes' predicates, which impo
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
@@ -15,21 +14,28 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from helpers import extras
 
-from stagebot.bot.cli import cli
-from stagebot.harness.suites.nvfp4_moe import kernel_plan
-from stagebot.kernels.cute import compile as cc
-from stagebot.kernels.cute import tactics, warm
+extras.require("torch")  # the suite's case list, which kernel_plan reads, is built with torch
 
-pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("cutlass") is None,
-    reason="nvidia-cutlass-dsl is not importable (pip install 'nvidia-cutlass-dsl==4.3.5')",
-)
+from stagebot.bot.cli import cli  # noqa: E402
+from stagebot.harness.suites.nvfp4_moe import kernel_plan  # noqa: E402
+from stagebot.kernels.cute import compile as cc  # noqa: E402
+from stagebot.kernels.cute import tactics, warm  # noqa: E402
+
+pytestmark = extras.needs("cutlass")
 
 
 @pytest.fixture(scope="module")
-def current() -> str:
-    return kernel_plan.compute()
+def items() -> list[pytest.Item]:
+    """The suite, collected once (a collection takes most of a minute); the negative controls
+    change what the plan makes of the items, which is where tactics and GEMMs come in."""
+    return kernel_plan.collect()
+
+
+@pytest.fixture(scope="module")
+def current(items) -> str:
+    return kernel_plan.compute(items)
 
 
 def test_the_committed_plan_is_the_one_the_case_list_gives(current):
@@ -48,26 +54,26 @@ def test_the_committed_plan_is_the_one_the_case_list_gives(current):
     assert not any(cid.startswith("test_ops_api.py") or "[cpu-" in cid for cid in plan)
 
 
-def test_a_changed_tactic_list_makes_the_plan_stale(monkeypatch, current):
+def test_a_changed_tactic_list_makes_the_plan_stale(monkeypatch, items, current):
     """Negative control: the cases' pinned tactics (by their ids' hash) move with the list."""
     monkeypatch.setattr(tactics, "TACTICS", tuple(reversed(tactics.TACTICS)))
-    problem = kernel_plan.stale(current, kernel_plan.compute())
+    problem = kernel_plan.stale(current, kernel_plan.compute(items))
     assert problem.startswith("cute_kernels.json is stale: ") and "(first: test_" in problem
     assert problem.endswith("`bot kernels record` rewrites it")
 
 
-def test_a_test_whose_gemms_change_makes_the_plan_stale(monkeypatch, current):
+def test_a_test_whose_gemms_change_makes_the_plan_stale(monkeypatch, items, current):
     """Negative control: the grouped_gemm op's test passing the tile limits asks for other keys."""
     name = "test_grouped_gemm_matches_the_oracle"
     monkeypatch.setitem(kernel_plan.GEMMS, name, (None, lambda p: [kernel_plan.UNFUSED_ROWS]))
-    problem = kernel_plan.stale(current, kernel_plan.compute())
+    problem = kernel_plan.stale(current, kernel_plan.compute(items))
     assert f"(first: test_grouped_gemms.py::{name}[cuda-" in problem
 
 
-def test_a_dispatched_op_test_without_gemms_is_an_error(monkeypatch):
+def test_a_dispatched_op_test_without_gemms_is_an_error(monkeypatch, items):
     monkeypatch.delitem(kernel_plan.GEMMS, "test_fused_moe_negative_control_fails")
     with pytest.raises(kernel_plan.PlanError, match="has no entry for test_fused_moe_negative"):
-        kernel_plan.compute()
+        kernel_plan.compute(items)
 
 
 def test_stale_says_what_is_wrong_with_the_committed_text(current):

@@ -6,7 +6,6 @@ but cannot store a kernel (compiled_io.dumps), which the warm report tells apart
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -15,6 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from helpers import extras
 
 from stagebot.harness.suites.nvfp4_moe import kernel_manifest
 from stagebot.kernels.cute import compile as cc
@@ -22,10 +22,7 @@ from stagebot.kernels.cute import disk_cache, warm
 from stagebot.kernels.cute.tactics import TACTICS, Tactic
 
 ROOT = Path(__file__).resolve().parents[1]
-needs_cutlass = pytest.mark.skipif(
-    importlib.util.find_spec("cutlass") is None,
-    reason="nvidia-cutlass-dsl is not importable (pip install 'nvidia-cutlass-dsl==4.3.5')",
-)
+needs_cutlass = extras.needs("cutlass")
 
 
 def _key(kernel: str = "grouped_gemm", tactic: Tactic = TACTICS[0], **fields) -> cc.CompileKey:

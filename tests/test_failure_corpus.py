@@ -12,6 +12,7 @@ import sys
 
 import pytest
 from fixtures.botrun import ROOT, bot
+from helpers import extras
 
 from stagebot.templates.markdown import escape
 
@@ -283,6 +284,7 @@ EXPECTED = {
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
+    extras.require("torch")  # the corpus's library and tests are torch code
     tmp = tmp_path_factory.mktemp("corpus")
     repo = tmp / "repo"
     shutil.copytree(CORPUS / "base", repo)

@@ -6,10 +6,11 @@ tests/helpers/memory_github.py, which tests/test_github_conformance.py holds to 
 CLI path (Actions variables, GITHUB_OUTPUT, real PyGithub against the local fake GitHub server)
 keeps the tests of what only it does: outputs, faults and retries, push events, the ledger file."""
 
+# ruff: noqa: F401, F811 - pytest fixtures imported from the helper that defines them
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,6 @@ from helpers.comment_rules import (
     BOT,
     COMMENT_ID,
     PR,
-    ROLES,
     SHA,
     assert_ran_nothing,
     deliver_comment,
@@ -27,123 +27,17 @@ from helpers.comment_rules import (
     pull_request_world,
     reply_to_comment,
 )
+from helpers.fake_pr import marker_of, replies, status
+from helpers.handle_event import EVENTS, assert_nothing_ran, gh, handle
 from helpers.memory_github import MemoryGitHub
 
-from stagebot.bot.cli import main
 from stagebot.bot.config import BotConfig
 from stagebot.bot.events import comment_event
 from stagebot.bot.marker import find_marker, with_marker
 
-EVENTS = Path(__file__).parent / "fixtures" / "events"
-
-
-@dataclass
-class Result:
-    code: int
-    out: str
-    err: str
-    outputs: dict[str, str]
-
-    @property
-    def matrix(self) -> list[dict]:
-        return json.loads(self.outputs["matrix"])
-
-
-@pytest.fixture
-def gh():
-    with FakeGitHub() as server:
-        server.add_pull(PR, head_sha=SHA, files=("bot/grammar.py",))
-        for login, role in ROLES:
-            server.grant(login, role)
-        server.permissions["custom"] = ("write", "release-manager")
-        yield server
-
-
-@pytest.fixture
-def handle(gh, tmp_path, monkeypatch, capsys):
-    """Deliver an event to `bot handle-event` the way Actions does, and collect what it did."""
-
-    def deliver(
-        body: str = "/bot run",
-        *,
-        author: str = "writer",
-        fixture: str = "pr_comment_created.json",
-        comment_id: int = COMMENT_ID,
-        run_number: int | None = 101,
-        number: int = PR,
-        args: tuple[str, ...] = (),
-        env: dict[str, str] | None = None,
-        token: str | None = "ghs_test",
-        command: str = "handle-event",
-    ) -> Result:
-        payload = json.loads((EVENTS / fixture).read_text())
-        if "comment" in payload:
-            payload["comment"]["body"] = body
-            payload["comment"]["id"] = comment_id
-            payload["comment"]["user"]["login"] = author
-            payload["comment"]["user"]["id"] = user_id(author)
-            payload["issue"]["number"] = number
-            if comment_id not in gh.comments:
-                gh.add_comment(number, body, author, comment_id=comment_id)
-        event = tmp_path / f"event-{comment_id}-{run_number}.json"
-        event.write_text(json.dumps(payload))
-        output = tmp_path / f"output-{comment_id}-{run_number}.txt"
-        output.write_text("")
-        variables = {
-            "GITHUB_EVENT_NAME": "push" if fixture.startswith("push") else "issue_comment",
-            "GITHUB_EVENT_PATH": str(event),
-            "GITHUB_REPOSITORY": gh.repo,
-            "GITHUB_API_URL": gh.url,
-            "GITHUB_SERVER_URL": gh.base,
-            "GITHUB_OUTPUT": str(output),
-            "GITHUB_RUN_ID": str(50000 + (run_number or 0)),
-            "STAGEBOT_GITHUB_BACKOFF_S": "0.001",
-            "STAGEBOT_GITHUB_THROTTLE_S": "0",
-            "STAGEBOT_GITHUB_TIMEOUT_S": "1",
-            **(env or {}),
-        }
-        if run_number is not None:
-            variables["GITHUB_RUN_NUMBER"] = str(run_number)
-        if token is not None:
-            variables["GITHUB_TOKEN"] = token
-        else:
-            monkeypatch.delenv("GITHUB_TOKEN", raising=False)
-        for key, value in variables.items():
-            monkeypatch.setenv(key, value)
-        monkeypatch.chdir(tmp_path)  # no .github/stagebot.yml here: the defaults
-        try:
-            main([command, *args])
-            code = 0
-        except SystemExit as done:
-            code = done.code or 0
-        out, err = capsys.readouterr()
-        outputs = dict(
-            line.split("=", 1) for line in output.read_text().splitlines() if "=" in line
-        )
-        return Result(code, out, err, outputs)
-
-    return deliver
-
-
-def replies(gh: FakeGitHub) -> list[dict]:
-    return gh.bot_comments(PR, BOT)
-
-
-def marker_of(comment: dict):
-    return find_marker(comment["body"])
-
 
 def reactions(gh: FakeGitHub, comment_id: int = COMMENT_ID) -> list[str]:
     return [r["content"] for r in gh.reactions if r["comment_id"] == comment_id]
-
-
-def status(gh: FakeGitHub) -> dict | None:
-    return gh.latest_status(SHA, "stagebot")
-
-
-def assert_nothing_ran(result: Result) -> None:
-    assert result.code == 0, result.err
-    assert result.outputs["run"] == "false" and result.matrix == []
 
 
 @pytest.fixture
@@ -486,12 +380,6 @@ def _running_marker(pipeline: int, comment_id: int = 1, sha: str = SHA, run: int
 
     marker = ReplyMarker(pipeline, sha, comment_id, "RUNNING", {"CPU-PyTorch-1": "PENDING"}, run)
     return f"PR_Github #{pipeline} [ run ] triggered by Bot.\n\n{marker.render()}"
-
-
-def record_dispatch(gh, pipeline: int, run_id: int) -> None:
-    """What `bot dispatch` does after starting the stage run: record its id in the marker."""
-    (reply,) = [c for c in replies(gh) if marker_of(c).pipeline == pipeline]
-    reply["body"] = with_marker(reply["body"], replace(marker_of(reply), stage_run=run_id))
 
 
 def test_kill_cancels_running_pipelines_and_marks_them_aborted(github) -> None:

@@ -1,13 +1,14 @@
 """The built wheel, installed into fresh virtual environments exactly as each workflow job that
 runs `bot` installs it (the install lines are read from .github/workflows), runs what the jobs
 run: `bot dry-run` and `--help` of every subcommand a job calls in that job's environment, then
-a whole pipeline (test_trust_flow's jobs: plan, the dispatched stage run with `bot run-stage` on a
-seconds-long fixture suite, report) against the local fake GitHub, each `bot` call in the
-environment of the workflow job that makes it.
+a whole pipeline (tests/helpers/workflow_jobs.py: plan, the dispatched stage run with
+`bot run-stage` on a seconds-long fixture suite, report) against the local fake GitHub, each
+`bot` call in the environment of the workflow job that makes it.
 
 A job's environment with a missing dependency (say `[harness]` without pytest) ends its step
 with an error here, as it would on GitHub."""
 
+# ruff: noqa: F401, F811 - pytest fixtures imported from the helper that defines them
 from __future__ import annotations
 
 import os
@@ -16,12 +17,11 @@ import sys
 from pathlib import Path
 
 import pytest
-import test_trust_flow
-from test_handle_event import marker_of, replies, status
+from helpers.fake_pr import marker_of, replies, status
+from helpers.workflow_jobs import Jobs, gh
 from workflow_installs import bot_jobs, build_wheel, fresh_venv, source_copy
 
 pytestmark = pytest.mark.slow
-gh = test_trust_flow.gh  # the fake GitHub fixture
 
 
 @pytest.fixture(scope="module")
@@ -60,13 +60,14 @@ def test_every_job_environment_runs_dry_run_and_loads_its_subcommands(environmen
         assert done.returncode == 0, f"`bot {command} --help`: {done.stdout}{done.stderr}"
 
 
-class InstalledFlow(test_trust_flow.Flow):
-    """test_trust_flow's jobs, each `bot` call made by the installed `bot` of the workflow job
-    that runs that subcommand."""
+class InstalledJobs(Jobs):
+    """The workflow jobs, each `bot` call made by the installed `bot` of the workflow job that
+    runs that subcommand, and `bot run-stage` by the stage job's Python."""
 
     def __init__(self, by_command: dict[str, dict[str, str]], *args) -> None:
         super().__init__(*args)
         self.by_command = by_command
+        self.python = str(Path(self.environment("run-stage")["VIRTUAL_ENV"]) / "bin" / "python")
 
     def environment(self, command: str) -> dict[str, str]:
         assert command in self.by_command, f"no workflow job runs `bot {command}`"
@@ -78,20 +79,13 @@ class InstalledFlow(test_trust_flow.Flow):
         assert done.returncode == code, f"`bot {args[0]}`: {done.stdout}{done.stderr}"
         return done.stdout + done.stderr
 
-    def stages(self, outputs: dict, conclusion: str = "success") -> int:
-        # Flow runs `bot run-stage` as `sys.executable -c ...`: make that the stage job's Python.
-        python = Path(self.environment("run-stage")["VIRTUAL_ENV"]) / "bin" / "python"
-        with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(sys, "executable", str(python))
-            return super().stages(outputs, conclusion)
-
 
 def test_a_pipeline_runs_through_the_jobs_environments(
     environments, gh, tmp_path, monkeypatch, capsys
 ) -> None:
     _, by_command = environments
-    flow = InstalledFlow(by_command, gh, tmp_path, monkeypatch, capsys)
-    flow.whole("/bot run", 101)
+    jobs = InstalledJobs(by_command, gh, tmp_path, monkeypatch, capsys)
+    jobs.whole("/bot run", 101)
     (reply,) = replies(gh)
     assert "completed with state SUCCESS" in reply["body"], reply["body"]
     assert marker_of(reply).stages == {"CPU-PyTorch-1": "SUCCESS", "CPU-Build_Check": "SUCCESS"}

@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import types
 
 import pytest
 from click.testing import CliRunner
+from helpers import extras
 
-pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("cutlass") is None,
-    reason="nvidia-cutlass-dsl is not importable (pip install 'nvidia-cutlass-dsl==4.3.5')",
-)
+pytestmark = extras.needs("cutlass")
 
 
 def _build(*args: str):

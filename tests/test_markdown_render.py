@@ -7,8 +7,8 @@ from __future__ import annotations
 import re
 
 import pytest
+from helpers.reports import fixture_report
 from markdown_it import MarkdownIt
-from test_report import fixture_report
 
 from stagebot.bot.grammar import SUBCOMMANDS, help_text
 from stagebot.bot.marker import ReplyMarker

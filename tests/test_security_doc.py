@@ -75,7 +75,7 @@ def test_it_claims_no_shard_isolation_within_a_stage_run() -> None:
 
 
 def test_it_lists_exactly_the_zizmor_ignores_the_workflows_carry() -> None:
-    from test_workflows import IGNORES
+    from helpers.zizmor_ignores import IGNORES
 
     section = SECURITY.split("## zizmor ignores", 1)[1].split("\n## ", 1)[0]
     listed = set(re.findall(r"^\| `([\w.]+\.yml)` \| `([\w-]+)` \|", section, re.M))

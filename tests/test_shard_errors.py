@@ -2,6 +2,7 @@
 included); a cause in the environment (no pytest, a missing module, an interpreter that cannot
 start) is named as such, and the report says to fix it rather than to re-run."""
 
+# ruff: noqa: F401, F811 - pytest fixtures imported from the helper that defines them
 from __future__ import annotations
 
 import json
@@ -9,7 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
-import test_trust_flow
+from helpers.fake_pr import replies
+from helpers.shards import entry
+from helpers.workflow_jobs import Jobs, gh
 
 from stagebot.harness.analysis import analyse
 from stagebot.harness.collect import CollectError, collect_tests
@@ -20,15 +23,6 @@ from stagebot.stages.plan import MatrixEntry
 
 ROOT = Path(__file__).resolve().parents[1]
 PASSING = "def test_ok():\n    assert True\n"
-
-
-def entry(stage: str = "CPU-PyTorch-1") -> MatrixEntry:
-    return MatrixEntry(
-        pipeline=1, commit=None, pr=None, stage=stage, shard=1, shards=1, kind="test",
-        gpu_type="CPU", gpu_count=0, runner_labels=[], timeout_minutes=2,
-        suites=[{"path": "check_suite.py"}], command=None, tests=[], reused_tests=[],
-        reuse_from=None, waives=[], catalog_digest="0",
-    )  # fmt: skip
 
 
 def python_without_site(tmp_path: Path) -> str:
@@ -151,25 +145,22 @@ def test_on_github_the_report_links_the_stage_jobs_log() -> None:
     assert f'<a href="{url}">full log</a>' in text
 
 
-gh = test_trust_flow.gh  # the fake GitHub fixture
-
-
 @pytest.mark.slow
 def test_on_github_the_reply_names_the_environment_and_shows_the_full_log(
     gh, tmp_path, monkeypatch, capsys
 ) -> None:
-    flow = test_trust_flow.Flow(gh, tmp_path, monkeypatch, capsys)
-    outputs = flow.plan("/bot run", 101)
+    jobs = Jobs(gh, tmp_path, monkeypatch, capsys)
+    outputs = jobs.plan("/bot run", 101)
     stage_run, results = outputs["stage_run"], tmp_path / "results"
     python = python_without_site(tmp_path)
     for raw in json.loads(outputs["matrix"]):
         shard_entry = MatrixEntry.from_json(raw)
         context = ShardContext(out_dir=results / shard_entry.stage, root=ROOT, python=python)
         run_shard(shard_entry, context)
-        flow.upload_results(stage_run, shard_entry.stage, results)
+        jobs.upload_results(stage_run, shard_entry.stage, results)
     gh.runs[stage_run].update(status="completed", conclusion="failure")
-    flow.report(stage_run, 101)
-    (reply,) = test_trust_flow.replies(gh)
+    jobs.report(stage_run, 101)
+    (reply,) = replies(gh)
     body = reply["body"]
     assert "could not run in their environment" in body and "to retry" not in body, body
     assert "has no pytest" in body and "full log" in body

@@ -9,7 +9,7 @@ import tracemalloc
 from dataclasses import replace
 
 from fixtures.botrun import CATALOG, ROOT
-from test_shard_errors import entry
+from helpers.shards import entry
 
 from stagebot.harness.shard import ShardContext, run_shard
 

@@ -11,14 +11,14 @@ import importlib
 import os
 
 import pytest
+from helpers import extras
 
-torch = pytest.importorskip("torch")
+torch = extras.require("torch")
 
 from stagebot.kernels import layouts, moe_tables, nvfp4  # noqa: E402
 from stagebot.kernels.errors import KernelArgumentError  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
-NO_TRITON = "triton is not installed (`pip install triton==3.6.0` runs these on CPU too)"
 
 
 _ENV = pytest.MonkeyPatch()
@@ -33,7 +33,7 @@ def _import_kernels():
     """
     if DEVICE == "cpu" and "TRITON_INTERPRET" not in os.environ:
         _ENV.setenv("TRITON_INTERPRET", "1")
-    pytest.importorskip("triton", reason=NO_TRITON)
+    extras.require("triton")  # runs these on the CPU too, under its interpreter
     module = importlib.import_module("stagebot.kernels.triton_elementwise")
     if DEVICE == "cpu":
         importlib.import_module("triton.experimental.gluon")

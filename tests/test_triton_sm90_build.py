@@ -15,8 +15,9 @@ import sys
 import textwrap
 
 import pytest
+from helpers import extras
 
-pytest.importorskip("triton", reason="triton is not installed (`pip install triton==3.6.0`)")
+extras.require("triton")
 
 # (kernel, argument types as its launcher passes them, constexprs: a str names the module's
 # constant), one entry per specialisation a launch makes. PRECISE_EXP is what a compiled (not

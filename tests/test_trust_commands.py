@@ -3,7 +3,7 @@ named, the approval label only when an approver added it on the head, and one co
 flood the bot. The comment handler over the in-memory GitHub; `bot gate` through the CLI, real
 PyGithub against the fake GitHub."""
 
-# ruff: noqa: F401, F811 - pytest fixtures imported from the test modules that define them
+# ruff: noqa: F401, F811 - pytest fixtures imported from the helper that defines them
 from __future__ import annotations
 
 import pytest
@@ -17,8 +17,9 @@ from helpers.comment_rules import (
     pr_status,
     pull_request_world,
 )
+from helpers.fake_pr import replies
+from helpers.handle_event import gh, handle
 from helpers.memory_github import MemoryGitHub
-from test_handle_event import gh, handle, replies
 
 from stagebot.bot.config import BotConfig
 
@@ -294,7 +295,7 @@ def test_a_command_after_a_closed_pre_block_counts(github) -> None:
 
 
 def test_the_sha_travels_in_the_command_contract() -> None:
-    from test_contracts import validate
+    from helpers.contracts import validate
 
     from stagebot.bot.grammar import parse_comment
     from stagebot.stages.command import Command, render

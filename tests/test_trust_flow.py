@@ -5,197 +5,21 @@ dispatched stage run (`bot run-stage` per entry, its result artifacts) and repor
 them travels as artifacts on the fake server, as on GitHub. The attack tests plant what PR code
 or a second workflow could plant and check that the report and the next plan ignore it."""
 
+# ruff: noqa: F401, F811 - pytest fixtures imported from the helper that defines them
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from github_server import FakeGitHub
-from test_handle_event import PR, SHA, marker_of, replies, status
-from test_handle_event_e2e import CATALOG
+from helpers.fake_pr import PR, marker_of, replies, status
+from helpers.workflow_jobs import Jobs, gh, jobs
+from helpers.zips import corrupt
 
-from stagebot.bot.cli import main
 from stagebot.harness.ledger import Ledger
 
-ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def gh():
-    with FakeGitHub() as server:
-        server.add_pull(PR, head_sha=SHA, files=("src/x.py",))
-        server.grant("writer", "write")
-        server.grant("contributor", "write")  # the PR's author: run needs no --sha
-        yield server
-
-
-class Flow:
-    """The jobs of the three workflows; ``job`` folders are fresh for each job."""
-
-    def __init__(self, gh: FakeGitHub, tmp: Path, monkeypatch, capsys, suite="check_basic.py"):
-        self.gh, self.tmp, self.monkeypatch, self.capsys = gh, tmp, monkeypatch, capsys
-        self.catalog = tmp / "catalog.yaml"
-        self.catalog.write_text(CATALOG.format(suite=suite))
-        self.jobs = 0
-
-    def job(self, name: str) -> Path:
-        self.jobs += 1
-        folder = self.tmp / f"job-{self.jobs}-{name}"
-        folder.mkdir()
-        self.monkeypatch.chdir(folder)
-        return folder
-
-    def env(self, run_id: int, event_name: str, payload: dict, run_number: int) -> None:
-        event = self.tmp / f"event-{run_id}.json"
-        event.write_text(json.dumps(payload))
-        output = self.tmp / f"output-{run_id}.txt"
-        output.write_text("")
-        for key, value in {
-            "GITHUB_EVENT_NAME": event_name,
-            "GITHUB_EVENT_PATH": str(event),
-            "GITHUB_REPOSITORY": self.gh.repo,
-            "GITHUB_API_URL": self.gh.url,
-            "GITHUB_SERVER_URL": self.gh.base,
-            "GITHUB_TOKEN": "ghs_test",
-            "GITHUB_RUN_ID": str(run_id),
-            "GITHUB_RUN_NUMBER": str(run_number),
-            "GITHUB_OUTPUT": str(output),
-            "STAGEBOT_GITHUB_BACKOFF_S": "0.001",
-            "STAGEBOT_GITHUB_THROTTLE_S": "0",
-            "STAGEBOT_GITHUB_TIMEOUT_S": "1",
-            "STAGEBOT_PLAN_WAIT_S": "0",
-        }.items():
-            self.monkeypatch.setenv(key, value)
-
-    def outputs(self, run_id: int) -> dict[str, str]:
-        text = (self.tmp / f"output-{run_id}.txt").read_text()
-        return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
-
-    def bot(self, *args: str, code: int = 0) -> str:
-        try:
-            main(list(args))
-            got = 0
-        except SystemExit as done:
-            got = done.code or 0
-        out, err = self.capsys.readouterr()
-        assert got == code, out + err
-        return out + err
-
-    # ---- bot.yml
-    def plan(self, body: str, number: int, author: str = "writer") -> dict[str, str]:
-        """The plan job of bot.yml run ``number``; its outputs (and the stage run's id)."""
-        run_id = 50000 + number
-        self.gh.add_run(number, run_id=run_id)
-        comment_id = 7000 + number
-        payload = json.loads((ROOT / "tests/fixtures/events/pr_comment_created.json").read_text())
-        payload["comment"].update(id=comment_id, body=body)
-        payload["comment"]["user"]["login"] = author
-        payload["issue"]["number"] = PR
-        self.gh.add_comment(PR, body, author, comment_id=comment_id)
-        self.env(run_id, "issue_comment", payload, number)
-        return self._plan_job(run_id)
-
-    def push(self, number: int) -> dict[str, str]:
-        run_id = 50000 + number
-        self.gh.add_run(number, run_id=run_id, event="push")
-        payload = json.loads((ROOT / "tests/fixtures/events/push_main.json").read_text())
-        if payload["after"] not in self.gh.main_commits:
-            self.gh.main_commits.insert(0, payload["after"])
-        self.env(run_id, "push", payload, number)
-        return self._plan_job(run_id)
-
-    def _plan_job(self, run_id: int) -> dict[str, str]:
-        self.job("plan")
-        log = self.bot("fetch-ledger", "--out", ".stagebot/ledger.sqlite")
-        log += self.bot(
-            "handle-event", "--catalog", str(self.catalog),
-            "--ledger", ".stagebot/ledger.sqlite", "--out", ".stagebot/plan",
-        )  # fmt: skip
-        outputs = self.outputs(run_id)
-        outputs["log"] = log
-        if outputs["run"] == "true":
-            self.bot("dispatch", "--plan-dir", ".stagebot/plan")
-            plan = Path(".stagebot/plan")
-            self.gh.add_artifact(
-                run_id,
-                "stagebot-plan",
-                {n: (plan / n).read_bytes() for n in ("plan.json", "dispatch.json")},
-            )
-            outputs["stage_run"] = json.loads((plan / "dispatch.json").read_text())["stage_run_id"]
-        if outputs.get("ledger_digest"):
-            ledger = Path(".stagebot/ledger.sqlite").read_bytes()
-            self.gh.add_artifact(run_id, outputs["ledger_artifact"], {"ledger.sqlite": ledger})
-        self.gh.runs[run_id].update(status="completed", conclusion="success")
-        return outputs
-
-    # ---- stage.yml
-    def stages(self, outputs: dict, conclusion: str = "success") -> int:
-        """The dispatched stage run: `bot run-stage` per entry, one artifact per shard."""
-        run_id = outputs["stage_run"]
-        folder = self.job("stage")
-        matrix = json.loads(self.gh.dispatches[-1]["inputs"]["matrix"])
-        assert matrix == json.loads(outputs["matrix"])
-        for entry in matrix:
-            assert entry["commit"] == SHA or outputs.get("commit") == entry["commit"]
-            done = subprocess.run(
-                [sys.executable, "-c", "from stagebot.bot.cli import main; main()"]
-                + ["run-stage", "--entry", json.dumps(entry), "--out", str(folder / "results")],
-                cwd=ROOT,
-                env={k: v for k, v in os.environ.items() if not k.startswith("GITHUB_")},
-                capture_output=True,
-                text=True,
-                timeout=120,
-            )
-            assert done.returncode in (0, 1), done.stdout + done.stderr
-            self.upload_results(run_id, entry["stage"], folder / "results")
-        self.gh.runs[run_id].update(status="completed", conclusion=conclusion)
-        return run_id
-
-    def upload_results(self, run_id: int, stage: str, results: Path, extra=None) -> None:
-        files = {
-            str(p.relative_to(results)): p.read_bytes()
-            for p in (results / stage).rglob("*")
-            if p.is_file()
-        }
-        self.gh.add_artifact(run_id, f"stagebot-result-{stage}", {**files, **(extra or {})})
-
-    # ---- report.yml
-    def report(self, stage_run: int, number: int) -> tuple[dict[str, str], str]:
-        """report.yml's job for a completed stage run: (its outputs, its log)."""
-        run_id = 60000 + number
-        self.gh.add_run(
-            number, run_id=run_id, path=".github/workflows/report.yml", event="workflow_run"
-        )
-        payload = {
-            "action": "completed",
-            "workflow_run": {"id": stage_run},
-            "repository": {"full_name": self.gh.repo, "default_branch": "main"},
-        }
-        self.env(run_id, "workflow_run", payload, number)
-        self.job("report")
-        log = self.bot("report-run", "--run-id", str(stage_run), "--work", ".stagebot")
-        outputs = self.outputs(run_id)
-        if outputs["published"] == "true":
-            ledger = Path(outputs["ledger"]).read_bytes()
-            self.gh.add_artifact(run_id, outputs["ledger_artifact"], {"ledger.sqlite": ledger})
-        self.gh.runs[run_id].update(status="completed", conclusion="success")
-        return outputs, log
-
-    def whole(self, body: str, number: int) -> dict[str, str]:
-        outputs = self.plan(body, number)
-        assert outputs["run"] == "true", outputs
-        self.report(self.stages(outputs), number)
-        return outputs
-
-
-@pytest.fixture
-def flow(gh, tmp_path, monkeypatch, capsys):
-    return Flow(gh, tmp_path, monkeypatch, capsys)
 
 
 def published(gh: FakeGitHub) -> list[str]:
@@ -203,8 +27,8 @@ def published(gh: FakeGitHub) -> list[str]:
     return [w.route for w in gh.writes() if w.route in ("edit_comment", "create_status")]
 
 
-def test_a_comment_runs_in_a_dispatched_stage_run_and_is_reported(gh, flow) -> None:
-    outputs = flow.whole("/bot run", 101)
+def test_a_comment_runs_in_a_dispatched_stage_run_and_is_reported(gh, jobs) -> None:
+    outputs = jobs.whole("/bot run", 101)
     (dispatch,) = gh.dispatches
     assert dispatch["workflow"] == "stage.yml" and dispatch["ref"] == "stagebot-stage"
     assert dispatch["return_run_details"] is True
@@ -220,7 +44,7 @@ def test_a_comment_runs_in_a_dispatched_stage_run_and_is_reported(gh, flow) -> N
 def test_a_failures_full_log_links_its_job_in_the_stage_run(gh, tmp_path, monkeypatch, capsys):
     """The report job lists the stage run's jobs (each named after its stage) through the
     Actions API and links a failure's full log to its stage's job, not to the report run."""
-    failing = Flow(gh, tmp_path, monkeypatch, capsys, suite="check_fail.py")
+    failing = Jobs(gh, tmp_path, monkeypatch, capsys, suite="check_fail.py")
     outputs = failing.plan("/bot run", 103)
     job = gh.add_job(outputs["stage_run"], "CPU-PyTorch-1")
     failing.report(failing.stages(outputs), 103)
@@ -229,102 +53,98 @@ def test_a_failures_full_log_links_its_job_in_the_stage_run(gh, tmp_path, monkey
     assert f'<a href="{job["html_url"]}">full log</a>' in reply["body"]
 
 
-def test_the_next_plan_takes_the_ledger_the_report_left_and_reuses_everything(gh, flow) -> None:
-    flow.whole("/bot run", 101)
-    outputs = flow.plan("/bot run", 102)
+def test_the_next_plan_takes_the_ledger_the_report_left_and_reuses_everything(gh, jobs) -> None:
+    jobs.whole("/bot run", 101)
+    outputs = jobs.plan("/bot run", 102)
     assert outputs["run"] == "true" and json.loads(outputs["matrix"]) == []
-    flow.report(flow.stages(outputs), 102)
+    jobs.report(jobs.stages(outputs), 102)
     reply = next(c for c in replies(gh) if marker_of(c).pipeline == 102)
     assert set(marker_of(reply).stages.values()) == {"REUSED"}
     assert "completed with state SUCCESS" in reply["body"]
 
 
-def test_a_cancelled_stage_run_is_reported_aborted(gh, flow) -> None:
-    outputs = flow.plan("/bot run", 101)
-    flow.gh.runs[outputs["stage_run"]].update(status="completed", conclusion="cancelled")
-    flow.report(outputs["stage_run"], 101)
+def test_a_cancelled_stage_run_is_reported_aborted(gh, jobs) -> None:
+    outputs = jobs.plan("/bot run", 101)
+    jobs.gh.runs[outputs["stage_run"]].update(status="completed", conclusion="cancelled")
+    jobs.report(outputs["stage_run"], 101)
     (reply,) = replies(gh)
     assert "completed with state ABORTED" in reply["body"] and status(gh)["state"] == "error"
     assert "cancelled before this stage finished" in reply["body"]  # the reason, in the reply
 
 
-def test_a_report_job_that_died_mid_publish_is_finished_by_its_re_run(gh, flow) -> None:
+def test_a_report_job_that_died_mid_publish_is_finished_by_its_re_run(gh, jobs) -> None:
     """No concurrency group protects a report job: one that dies (or is cancelled) after some
     writes leaves the reply RUNNING; re-running it reads everything again and finishes."""
-    outputs = flow.plan("/bot run", 101)
-    stage_run = flow.stages(outputs)
+    outputs = jobs.plan("/bot run", 101)
+    stage_run = jobs.stages(outputs)
     gh.fail("5xx", route="edit_comment", times=20)
     with pytest.raises(AssertionError):  # exit 3: GitHub kept failing the reply's edit
-        flow.report(stage_run, 101)
+        jobs.report(stage_run, 101)
     assert marker_of(replies(gh)[0]).state == "RUNNING" and status(gh)["state"] == "pending"
     gh.faults.clear()
-    flow.report(stage_run, 101)
+    jobs.report(stage_run, 101)
     (reply,) = replies(gh)
     assert "completed with state SUCCESS" in reply["body"] and status(gh)["state"] == "success"
 
 
-def test_a_dispatch_that_landed_despite_an_error_is_not_repeated(gh, flow) -> None:
+def test_a_dispatch_that_landed_despite_an_error_is_not_repeated(gh, jobs) -> None:
     gh.fail("5xx-after-write", route="dispatch")
-    outputs = flow.plan("/bot run", 101)
+    outputs = jobs.plan("/bot run", 101)
     (dispatch,) = gh.dispatches
     assert outputs["stage_run"] == dispatch["run_id"]
     assert [r.fault for r in gh.calls("dispatch")] == ["5xx-after-write"]
 
 
-def _planned_without_dispatch(flow: Flow) -> None:
+def _planned_without_dispatch(jobs: Jobs) -> None:
     """A plan job up to `bot handle-event` (pipeline #101), in its job folder."""
-    flow.gh.add_run(101, run_id=50101)
-    payload = json.loads((ROOT / "tests/fixtures/events/pr_comment_created.json").read_text())
-    payload["comment"].update(id=7101, body="/bot run")
-    payload["comment"]["user"]["login"] = "writer"
-    payload["issue"]["number"] = PR
-    flow.gh.add_comment(PR, "/bot run", "writer", comment_id=7101)
-    flow.env(50101, "issue_comment", payload, 101)
-    flow.job("plan")
-    flow.bot("handle-event", "--catalog", str(flow.catalog), "--out", ".stagebot/plan")
+    jobs.gh.add_run(101, run_id=50101)
+    payload = jobs.comment_event("/bot run", PR, "writer", 7101)
+    jobs.env(50101, "issue_comment", payload, 101)
+    jobs.job("plan")
+    jobs.bot("handle-event", "--catalog", str(jobs.catalog), "--out", ".stagebot/plan")
 
 
-def test_a_github_whose_dispatch_returns_no_run_id_is_an_error(gh, flow) -> None:
+def test_a_github_whose_dispatch_returns_no_run_id_is_an_error(gh, jobs) -> None:
     gh.run_details = False
-    _planned_without_dispatch(flow)
-    log = flow.bot("dispatch", "--plan-dir", ".stagebot/plan", code=3)
+    _planned_without_dispatch(jobs)
+    log = jobs.bot("dispatch", "--plan-dir", ".stagebot/plan", code=3)
     assert log.startswith("Error: ") and "return_run_details" in log, log
     assert not Path(".stagebot/plan/dispatch.json").exists()
 
 
-def test_a_dispatch_github_refuses_turns_the_pending_status_into_an_error(gh, flow) -> None:
+def test_a_dispatch_github_refuses_turns_the_pending_status_into_an_error(gh, jobs) -> None:
     gh.fail("5xx", route="dispatch", times=10)
-    _planned_without_dispatch(flow)
+    _planned_without_dispatch(jobs)
     assert status(gh)["state"] == "pending"
-    log = flow.bot("dispatch", "--plan-dir", ".stagebot/plan", code=3)
+    log = jobs.bot("dispatch", "--plan-dir", ".stagebot/plan", code=3)
     assert log.startswith("Error: could not dispatch stage.yml on stagebot-stage"), log
     assert status(gh)["state"] == "error"
     assert status(gh)["description"].startswith("PR_Github #101 could not start its stage run")
 
 
-def test_a_matrix_too_long_for_a_dispatch_is_refused(gh, flow, monkeypatch) -> None:
+def test_a_matrix_too_long_for_a_dispatch_is_refused(gh, jobs, monkeypatch) -> None:
     from stagebot.bot import cmd_dispatch
 
     monkeypatch.setattr(cmd_dispatch, "MAX_MATRIX", 10)
-    _planned_without_dispatch(flow)
-    log = flow.bot("dispatch", "--plan-dir", ".stagebot/plan", code=2)
+    _planned_without_dispatch(jobs)
+    log = jobs.bot("dispatch", "--plan-dir", ".stagebot/plan", code=2)
     assert "more than the 10 a workflow_dispatch carries" in log and gh.dispatches == []
 
 
 # ---------------------------------------------------------------- attacks on the report
 
 
-def test_a_stage_run_the_bot_did_not_dispatch_is_ignored(gh, flow) -> None:
+def test_a_stage_run_the_bot_did_not_dispatch_is_ignored(gh, jobs) -> None:
     """Anyone who can dispatch stage.yml (or a workflow holding actions: write) can start a run
     titled like the bot's, naming the bot's plan run: its results are never read."""
-    outputs = flow.plan("/bot run", 101)
+    outputs = jobs.plan("/bot run", 101)
     title = gh.runs[outputs["stage_run"]]["display_title"]
     gh.add_run(
         1, status="completed", run_id=90001, conclusion="success", **STAGE, display_title=title
     )
     gh.add_artifact(90001, "stagebot-result-CPU-PyTorch-1", {"CPU-PyTorch-1/result.json": b"{}"})
     before = published(gh)
-    _, log = flow.report(90001, 101)
+    _, log = jobs.report(90001, 101)
     assert f"plan run 50101 dispatched run {outputs['stage_run']}" in log
     assert "not run 90001" in log and published(gh) == before
     assert marker_of(replies(gh)[0]).state == "RUNNING"
@@ -345,21 +165,21 @@ STAGE = dict(
     ],
 )
 def test_a_run_that_is_not_the_stage_workflow_on_the_stage_branch_is_ignored(
-    gh, flow, fields, why
+    gh, jobs, fields, why
 ) -> None:
     """E.g. a PR's own copy of stage.yml run by `pull_request`: its workflow file is the PR's."""
-    flow.plan("/bot run", 101)
+    jobs.plan("/bot run", 101)
     fake = {**STAGE, "display_title": "stagebot pr-7 pipeline 101 plan-run 50101", **fields}
     gh.add_run(1, status="completed", run_id=90002, conclusion="success", **fake)
     before = published(gh)
-    _, log = flow.report(90002, 101)
+    _, log = jobs.report(90002, 101)
     assert why in log and "nothing is reported" in log and published(gh) == before
 
 
-def test_a_plan_run_that_is_not_the_bots_is_not_believed(gh, flow) -> None:
+def test_a_plan_run_that_is_not_the_bots_is_not_believed(gh, jobs) -> None:
     """The title may name any run; a `pull_request` run of a PR's copy of bot.yml can upload a
     plan and a dispatch record naming the stage run. Only the bot's plan runs count."""
-    outputs = flow.plan("/bot run", 101)
+    outputs = jobs.plan("/bot run", 101)
     fake_plan = gh.add_run(2, run_id=90003, event="pull_request", head_branch="feature")
     fake_plan.update(status="completed", conclusion="success")
     record = {"stage_run_id": outputs["stage_run"], "pipeline": 101}
@@ -368,7 +188,7 @@ def test_a_plan_run_that_is_not_the_bots_is_not_believed(gh, flow) -> None:
         display_title="stagebot pr-7 pipeline 101 plan-run 90003", status="completed"
     )
     before = published(gh)
-    _, log = flow.report(outputs["stage_run"], 101)
+    _, log = jobs.report(outputs["stage_run"], 101)
     assert "run 90003 was started by pull_request" in log and published(gh) == before
 
 
@@ -378,7 +198,7 @@ def test_extra_and_misplaced_result_files_are_ignored_and_named(
     """PR code writes what the stage job uploads. A `stagebot-result-zzz` artifact and a
     second shard's result.json inside another shard's artifact (the v1 report merged every
     `stagebot-result-*` artifact into one folder: last path won) change nothing."""
-    failing = Flow(gh, tmp_path, monkeypatch, capsys, suite="check_fail.py")
+    failing = Jobs(gh, tmp_path, monkeypatch, capsys, suite="check_fail.py")
     outputs = failing.plan("/bot run", 101)
     run_id = outputs["stage_run"]
     forged = json.dumps({"stage": "CPU-PyTorch-1", "state": "SUCCESS"}).encode()
@@ -417,57 +237,57 @@ def _reported_ledger(gh: FakeGitHub, report_run: int) -> dict:
     return artifact
 
 
-def test_a_ledger_artifact_from_a_stage_run_is_never_taken(gh, flow, tmp_path) -> None:
+def test_a_ledger_artifact_from_a_stage_run_is_never_taken(gh, jobs, tmp_path) -> None:
     """PR code can upload an artifact named like the bot's ledger (the name is public: the
     reply records the digest); only the bot's own runs' artifacts are taken."""
-    outputs = flow.whole("/bot run", 101)
+    outputs = jobs.whole("/bot run", 101)
     genuine = _reported_ledger(gh, 60101)
     forged = _forged_copy(gh, genuine, tmp_path)
     gh.add_artifact(outputs["stage_run"], genuine["name"], {"ledger.sqlite": forged})
-    again = flow.plan("/bot run", 102)
+    again = jobs.plan("/bot run", 102)
     assert f"run {outputs['stage_run']}" not in again["log"]  # never even looked at
     assert json.loads(again["matrix"]) == []  # the genuine ledger: #101 passed, all reused
 
 
-def test_a_ledger_named_in_someone_elses_comment_is_never_taken(gh, flow, tmp_path) -> None:
+def test_a_ledger_named_in_someone_elses_comment_is_never_taken(gh, jobs, tmp_path) -> None:
     """A comment can carry a ledger line of its own (with a digest that matches a forged
     artifact PR code uploaded): only the bot's replies name ledgers."""
     import hashlib
 
     from stagebot.bot.marker import render_ledger_digest
 
-    outputs = flow.whole("/bot run", 101)
+    outputs = jobs.whole("/bot run", 101)
     forged = _forged_copy(gh, _reported_ledger(gh, 60101), tmp_path)
     digest = hashlib.sha256(forged).hexdigest()
     gh.add_artifact(outputs["stage_run"], f"stagebot-ledger-{digest}", {"ledger.sqlite": forged})
     gh.add_comment(PR, "see " + render_ledger_digest(digest, outputs["stage_run"]), "writer")
-    again = flow.plan("/bot run", 102)
+    again = jobs.plan("/bot run", 102)
     assert f"run {outputs['stage_run']}" not in again["log"]  # the comment was never read
     assert json.loads(again["matrix"]) == []
 
 
-def test_a_ledger_whose_bytes_differ_from_its_digest_is_not_used(gh, flow, tmp_path) -> None:
+def test_a_ledger_whose_bytes_differ_from_its_digest_is_not_used(gh, jobs, tmp_path) -> None:
     """Even from one of the bot's runs, a ledger is used only when its sha256 is the one the
     bot's reply recorded; else the pipeline starts without history and the reply says so."""
-    flow.whole("/bot run", 101)
+    jobs.whole("/bot run", 101)
     genuine = _reported_ledger(gh, 60101)
     gh.artifacts.pop(genuine["id"])
     forged = _forged_copy(gh, genuine, tmp_path)
     gh.add_artifact(60101, genuine["name"], {"ledger.sqlite": forged})
-    again = flow.plan("/bot run", 102)
+    again = jobs.plan("/bot run", 102)
     assert "holds a ledger whose sha256 is not" in again["log"]
     assert "no ledger the bot vouched for was found" in again["log"]
     assert json.loads(again["matrix"]) != []  # nothing reused from an unvouched ledger
 
 
-def test_mains_ledger_comes_from_the_bots_report_runs_only(gh, flow, tmp_path) -> None:
-    outputs = flow.push(201)
-    flow.report(flow.stages(outputs), 201)
+def test_mains_ledger_comes_from_the_bots_report_runs_only(gh, jobs, tmp_path) -> None:
+    outputs = jobs.push(201)
+    jobs.report(jobs.stages(outputs), 201)
     genuine = next(a for a in gh.artifacts.values() if a["name"] == "stagebot-ledger-main")
     assert genuine["workflow_run"]["id"] == 60201
     forged = _forged_copy(gh, genuine, tmp_path, pipeline=201)
     gh.add_artifact(outputs["stage_run"], "stagebot-ledger-main", {"ledger.sqlite": forged})
-    again = flow.push(202)
+    again = jobs.push(202)
     assert f"run {outputs['stage_run']}" not in again["log"]  # never even looked at
     assert "took main's ledger of 0d1a26e from run 60201" in again["log"]
     assert "rejected" not in again["log"]
@@ -482,22 +302,22 @@ def _squat(gh: FakeGitHub, name: str, forged: bytes, runs: int = 11) -> None:
         gh.add_artifact(91000 + i, name, {"ledger.sqlite": forged})
 
 
-def test_a_prs_ledger_cannot_be_hidden_by_artifacts_squatting_its_name(gh, flow, tmp_path):
+def test_a_prs_ledger_cannot_be_hidden_by_artifacts_squatting_its_name(gh, jobs, tmp_path):
     """Issue 28, finding 2: the reply names the ledger's run; its own artifacts are read."""
-    flow.whole("/bot run", 101)
+    jobs.whole("/bot run", 101)
     genuine = _reported_ledger(gh, 60101)
     _squat(gh, genuine["name"], _forged_copy(gh, genuine, tmp_path))
-    again = flow.plan("/bot run", 102)
+    again = jobs.plan("/bot run", 102)
     assert "took the ledger of reply" in again["log"] and "from run 60101" in again["log"]
     assert json.loads(again["matrix"]) == []  # the genuine ledger: #101 passed, all reused
 
 
-def test_mains_ledger_cannot_be_hidden_by_artifacts_squatting_its_name(gh, flow, tmp_path):
-    outputs = flow.push(201)
-    flow.report(flow.stages(outputs), 201)
+def test_mains_ledger_cannot_be_hidden_by_artifacts_squatting_its_name(gh, jobs, tmp_path):
+    outputs = jobs.push(201)
+    jobs.report(jobs.stages(outputs), 201)
     genuine = next(a for a in gh.artifacts.values() if a["name"] == "stagebot-ledger-main")
     _squat(gh, "stagebot-ledger-main", _forged_copy(gh, genuine, tmp_path, pipeline=201))
-    again = flow.push(202)
+    again = jobs.push(202)
     assert "took main's ledger of 0d1a26e from run 60201" in again["log"]
     assert "91000" not in again["log"]
 
@@ -505,35 +325,35 @@ def test_mains_ledger_cannot_be_hidden_by_artifacts_squatting_its_name(gh, flow,
 # ---------------------------------------------------------------- artifact downloads (issue 28, 4)
 
 
-def test_a_502_on_a_ledger_download_is_retried(gh, flow) -> None:
-    flow.whole("/bot run", 101)
+def test_a_502_on_a_ledger_download_is_retried(gh, jobs) -> None:
+    jobs.whole("/bot run", 101)
     gh.fail("5xx", route="download_artifact", times=2)
-    again = flow.plan("/bot run", 102)
+    again = jobs.plan("/bot run", 102)
     assert "took the ledger of reply" in again["log"] and json.loads(again["matrix"]) == []
     assert [r.status for r in gh.calls("download_artifact")][-3:] == [502, 502, 302]
 
 
-def test_a_ledger_download_that_keeps_failing_is_said_in_the_reply(gh, flow) -> None:
-    flow.whole("/bot run", 101)
+def test_a_ledger_download_that_keeps_failing_is_said_in_the_reply(gh, jobs) -> None:
+    jobs.whole("/bot run", 101)
     gh.fail("429", route="download_artifact", times=50)
-    again = flow.plan("/bot run", 102)  # exit 0: the plan job goes on to handle the comment
+    again = jobs.plan("/bot run", 102)  # exit 0: the plan job goes on to handle the comment
     assert again["run"] == "true" and json.loads(again["matrix"]) != []  # without history
     reply = next(c for c in replies(gh) if marker_of(c).pipeline == 102)
     assert "The pipeline ledger could not be fetched from GitHub" in reply["body"]
     assert "HTTP 429" in reply["body"] and status(gh)["state"] == "pending"
 
 
-def test_a_result_download_that_keeps_failing_is_that_stages_error(gh, flow) -> None:
+def test_a_result_download_that_keeps_failing_is_that_stages_error(gh, jobs) -> None:
     """The report's artifact reads are retried; when GitHub keeps failing one, that shard is a
     recorded ERROR that says why, and the status is set: never left RUNNING and pending."""
-    outputs = flow.plan("/bot run", 101)
-    stage_run = flow.stages(outputs)
+    outputs = jobs.plan("/bot run", 101)
+    stage_run = jobs.stages(outputs)
 
     def fail_result_downloads() -> None:  # after the plan run's artifacts were read
         gh.fail("5xx", route="download_artifact", times=100)
 
     gh.after("list_run_artifacts", lambda: gh.after("list_run_artifacts", fail_result_downloads))
-    _, log = flow.report(stage_run, 101)
+    _, log = jobs.report(stage_run, 101)
     assert "could not be downloaded" in log
     (reply,) = replies(gh)
     assert "its result artifact could not be downloaded" in reply["body"]
@@ -552,55 +372,53 @@ def _decoy(gh: FakeGitHub, run_id: int) -> dict:
     return run
 
 
-def test_kill_cancels_only_the_run_the_bots_dispatch_recorded(gh, flow) -> None:
-    outputs = flow.plan("/bot run", 101)
+def test_kill_cancels_only_the_run_the_bots_dispatch_recorded(gh, jobs) -> None:
+    outputs = jobs.plan("/bot run", 101)
     _decoy(gh, 90010)
-    flow.plan("/bot kill", 102)
+    jobs.plan("/bot kill", 102)
     assert gh.runs[outputs["stage_run"]]["conclusion"] == "cancelled"
     assert gh.runs[90010]["status"] == "in_progress"  # the decoy was never touched
 
 
-def test_a_stage_run_that_went_on_after_a_kill_publishes_nothing_over_it(gh, flow) -> None:
+def test_a_stage_run_that_went_on_after_a_kill_publishes_nothing_over_it(gh, jobs) -> None:
     """The review's case: with a decoy about, /bot kill, then the real stage run finishes
     anyway (here: its jobs complete as the cancel lands). Its report never turns the killed
     pipeline's reply into a result nor sets the status from it."""
-    outputs = flow.plan("/bot run", 101)
+    outputs = jobs.plan("/bot run", 101)
     _decoy(gh, 90012)
-    flow.plan("/bot kill", 102)
-    _, log = flow.report(flow.stages(outputs, conclusion="success"), 101)
+    jobs.plan("/bot kill", 102)
+    _, log = jobs.report(jobs.stages(outputs, conclusion="success"), 101)
     assert "was killed or superseded while its stage run went on" in log
     killed = next(c for c in replies(gh) if marker_of(c).pipeline == 101)
     assert marker_of(killed).state == "ABORTED" and "state SUCCESS" not in killed["body"]
     assert status(gh)["state"] == "pending"  # the killed pipeline's, never success
 
 
-def test_the_dispatch_recovery_never_takes_a_decoy_for_its_run(gh, flow) -> None:
+def test_the_dispatch_recovery_never_takes_a_decoy_for_its_run(gh, jobs) -> None:
     """After an ambiguous dispatch failure the plan job looks for the run it started; a
     `pull_request` run of a PR's stage.yml titled alike is not it."""
     gh.fail("5xx-after-write", route="dispatch")
     gh.after("dispatch", lambda: _decoy(gh, 90011))
-    outputs = flow.plan("/bot run", 101)
+    outputs = jobs.plan("/bot run", 101)
     (dispatch,) = gh.dispatches
     assert outputs["stage_run"] == dispatch["run_id"] != 90011
 
 
-def test_a_result_zip_with_a_corrupt_member_is_that_stages_error(gh, flow) -> None:
+def test_a_result_zip_with_a_corrupt_member_is_that_stages_error(gh, jobs) -> None:
     """Issue 28, finding 7: a bad CRC (or bad deflate data) shows only when the member is read;
     the report records that stage as an ERROR saying so, and the others as they are."""
     import io
     import zipfile
 
-    from test_artifact_zip import corrupt
-
-    outputs = flow.plan("/bot run", 101)
-    stage_run = flow.stages(outputs)
+    outputs = jobs.plan("/bot run", 101)
+    stage_run = jobs.stages(outputs)
     artifact = next(
         a for a in gh.artifacts.values() if a["name"] == "stagebot-result-CPU-PyTorch-1"
     )
     blob = gh.blobs[artifact["id"]]
     first = zipfile.ZipFile(io.BytesIO(blob)).infolist()[0].filename
     gh.blobs[artifact["id"]] = corrupt(blob, first)
-    _, log = flow.report(stage_run, 101)
+    _, log = jobs.report(stage_run, 101)
     assert f"member {first} cannot be read" in log
     (reply,) = replies(gh)
     assert marker_of(reply).stages == {"CPU-Build_Check": "SUCCESS", "CPU-PyTorch-1": "ERROR"}
@@ -615,7 +433,7 @@ def test_a_job_can_write_another_shards_result_of_its_own_stage_run_only(
     `stagebot-result-CPU-PyTorch-1` first (the real job's upload then fails on GitHub: names are
     unique within a run), and the report takes it; the same artifact in another stage run (a
     later pipeline's) is never read for this one."""
-    failing = Flow(gh, tmp_path, monkeypatch, capsys, suite="check_fail.py")
+    failing = Jobs(gh, tmp_path, monkeypatch, capsys, suite="check_fail.py")
     outputs = failing.plan("/bot run", 101)
     run_id = failing.stages(outputs)
     real = next(a for a in gh.artifacts.values() if a["name"] == "stagebot-result-CPU-PyTorch-1")
@@ -637,13 +455,13 @@ def test_a_job_can_write_another_shards_result_of_its_own_stage_run_only(
 # ---------------------------------------------------------------- a missing report (issue 28, 11)
 
 
-def test_a_finished_stage_run_no_report_published_is_detected_and_said(gh, flow) -> None:
+def test_a_finished_stage_run_no_report_published_is_detected_and_said(gh, jobs) -> None:
     """Whether workflow_run fires for a stage run dispatched with GITHUB_TOKEN is not documented:
     when no report follows, the next plan job finds the pipeline's recorded stage run finished
     while its reply still says RUNNING, and says so in that reply."""
-    outputs = flow.plan("/bot run", 101)
-    flow.stages(outputs)  # the run completes; no report.yml run follows
-    flow.plan("/bot run", 102)
+    outputs = jobs.plan("/bot run", 101)
+    jobs.stages(outputs)  # the run completes; no report.yml run follows
+    jobs.plan("/bot run", 102)
     old = next(c for c in replies(gh) if marker_of(c).pipeline == 101)
     assert marker_of(old).state == "ABORTED"
     run = outputs["stage_run"]

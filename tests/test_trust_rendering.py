@@ -3,15 +3,15 @@ rendered escaped in the bot's reply, whatever the template; and the reply's hidd
 ledger digest) are read only from the bot's own position, so a digest line forged into the body
 vouches for nothing. Real PyGithub against the fake GitHub."""
 
-# ruff: noqa: F401, F811 - pytest fixtures imported from the test modules that define them
+# ruff: noqa: F401, F811 - pytest fixtures imported from the helper that defines them
 from __future__ import annotations
 
 import json
 import re
 
 import pytest
-from test_handle_event import SHA, marker_of, replies
-from test_handle_event_e2e import Pipeline, gh
+from helpers.fake_pr import SHA, marker_of, replies
+from helpers.workflow_jobs import gh, jobs
 
 from stagebot.bot.ledger_files import file_digest
 from stagebot.bot.marker import ReplyMarker, find_ledger_digests, find_marker
@@ -35,45 +35,39 @@ LIVE = [
 ]
 
 
-@pytest.fixture
-def pipeline(gh, tmp_path, monkeypatch, capsys):
-    monkeypatch.chdir(tmp_path)
-    return Pipeline(gh, tmp_path, monkeypatch, capsys)
-
-
 def assert_inert(text: str) -> None:
     for what, pattern in LIVE:
         assert not pattern.search(text), f"{what} in: {pattern.search(text)}"
 
 
-def reply_to_stage_output(gh, pipeline, text: str) -> str:
+def reply_to_stage_output(gh, jobs, text: str) -> str:
     """The visible part of the reply (everything but the hidden tail) to a stage whose result
     holds ``text`` as its GPU type, its evidence and its failed test's id and evidence."""
-    outputs = pipeline.comment("/bot run", 101)
-    results = pipeline.stages(outputs, 101)
+    outputs = jobs.handle_comment("/bot run", 101)
+    results = jobs.stage_jobs(outputs, 101)
     path = results / "CPU-PyTorch-1" / "result.json"
     data = json.loads(path.read_text())
     data.update(state="FAILURE", gpu_type=text, evidence=text)
     data["tests"] = [{"test_id": text, "outcome": "failed", "duration_s": 1.0, "evidence": text}]
     path.write_text(json.dumps(data))
-    pipeline.report(101, results)
+    jobs.publish(101, results)
     (reply,) = replies(gh)
     assert "completed with state FAILURE" in reply["body"]
     return reply["body"].rsplit("<!-- stagebot", 2)[0]
 
 
 @pytest.mark.slow
-def test_stage_output_in_the_reply_is_inert(gh, pipeline) -> None:
-    assert_inert(reply_to_stage_output(gh, pipeline, HOSTILE))
+def test_stage_output_in_the_reply_is_inert(gh, jobs) -> None:
+    assert_inert(reply_to_stage_output(gh, jobs, HOSTILE))
 
 
 @pytest.mark.slow
-def test_a_digest_forged_into_the_reply_does_not_vouch_for_a_planted_ledger(gh, pipeline) -> None:
+def test_a_digest_forged_into_the_reply_does_not_vouch_for_a_planted_ledger(gh, jobs) -> None:
     """The stage job plants a ledger (for the next plan job) and writes its digest into its
     result, hoping the report prints it as a digest line a later run trusts."""
-    outputs = pipeline.comment("/bot run", 101)
-    results = pipeline.stages(outputs, 101)
-    planted = pipeline.tmp / "planted.sqlite"
+    outputs = jobs.handle_comment("/bot run", 101)
+    results = jobs.stage_jobs(outputs, 101)
+    planted = jobs.tmp / "planted.sqlite"
     with Ledger.open(planted) as book:
         book.start_pipeline(
             command={"version": 1, "command": "run"}, commit=SHA, plan={}, pr=7, number=900
@@ -81,10 +75,10 @@ def test_a_digest_forged_into_the_reply_does_not_vouch_for_a_planted_ledger(gh, 
     forged = f"--> <!-- stagebot-ledger:sha256:{file_digest(planted)} --> <!--"
     path = results / "CPU-PyTorch-1" / "result.json"
     path.write_text(json.dumps({**json.loads(path.read_text()), "reused_from": forged}))
-    pipeline.report(101, results)
-    pipeline.ledger.write_bytes(planted.read_bytes())  # the poisoned cache entry
-    pipeline.comment("/bot run", 102)
-    (aside,) = pipeline.tmp.glob("ledger.sqlite.rejected-*")
+    jobs.publish(101, results)
+    jobs.ledger.write_bytes(planted.read_bytes())  # the poisoned cache entry
+    jobs.handle_comment("/bot run", 102)
+    (aside,) = jobs.tmp.glob("ledger.sqlite.rejected-*")
     assert aside.read_bytes() == planted.read_bytes()
     reply = next(c for c in replies(gh) if marker_of(c).pipeline == 102)
     assert "is not one the bot saved" in reply["body"]
@@ -169,15 +163,13 @@ def test_line_breaks_and_controls_in_result_text_leave_the_report_as_it_was() ->
 
 
 @pytest.mark.slow
-def test_line_breaks_controls_and_references_in_stage_output_are_inert(gh, pipeline) -> None:
-    assert_text_inert(reply_to_stage_output(gh, pipeline, HOSTILE_TEXT))
+def test_line_breaks_controls_and_references_in_stage_output_are_inert(gh, jobs) -> None:
+    assert_text_inert(reply_to_stage_output(gh, jobs, HOSTILE_TEXT))
 
 
 @pytest.mark.slow
-def test_bytes_that_are_not_utf8_in_stage_output_reach_the_reply_shown_as_escapes(
-    gh, pipeline
-) -> None:
+def test_bytes_that_are_not_utf8_in_stage_output_reach_the_reply_shown_as_escapes(gh, jobs) -> None:
     """A file name from os.listdir in a test id and its evidence (a lone surrogate after
     surrogateescape, as json carries it): the reply is posted, with the byte shown as \\xff."""
-    visible = reply_to_stage_output(gh, pipeline, "check_files.py::test_open[caf\udcff.txt]")
+    visible = reply_to_stage_output(gh, jobs, "check_files.py::test_open[caf\udcff.txt]")
     assert "caf\\xff.txt" in visible and "\udcff" not in visible

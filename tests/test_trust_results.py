@@ -2,14 +2,14 @@
 in the results folder must not decide the pipeline's state. Real PyGithub against the fake
 GitHub; the stage jobs really run (a failing suite), then the attacker's files are added."""
 
-# ruff: noqa: F401, F811 - pytest fixtures imported from the test modules that define them
+# ruff: noqa: F401, F811 - pytest fixtures imported from the helper that defines them
 from __future__ import annotations
 
 import json
 
 import pytest
-from test_handle_event import marker_of, replies, status
-from test_handle_event_e2e import Pipeline, gh, ledger_state
+from helpers.fake_pr import marker_of, replies, status
+from helpers.workflow_jobs import Jobs, gh, jobs, ledger_state
 
 from stagebot.harness.ledger import Ledger
 from stagebot.harness.results import ResultError, StageResult
@@ -19,8 +19,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture
 def failing(gh, tmp_path, monkeypatch, capsys):
-    monkeypatch.chdir(tmp_path)
-    return Pipeline(gh, tmp_path, monkeypatch, capsys, suite="check_fail.py")
+    return Jobs(gh, tmp_path, monkeypatch, capsys, suite="check_fail.py")
 
 
 def forged_success(results, stage: str) -> dict:
@@ -29,12 +28,12 @@ def forged_success(results, stage: str) -> dict:
 
 
 def test_an_injected_result_folder_cannot_turn_a_failure_into_success(gh, failing) -> None:
-    outputs = failing.comment("/bot run", 101)
-    results = failing.stages(outputs, 101)
+    outputs = failing.handle_comment("/bot run", 101)
+    results = failing.stage_jobs(outputs, 101)
     injected = results / "zzz-injected" / "result.json"
     injected.parent.mkdir()
     injected.write_text(json.dumps(forged_success(results, "CPU-PyTorch-1")))
-    failing.report(101, results)
+    failing.publish(101, results)
     assert status(gh)["state"] == "failure"
     assert ledger_state(failing, 101) == "FAILURE"
     (reply,) = replies(gh)
@@ -44,23 +43,23 @@ def test_an_injected_result_folder_cannot_turn_a_failure_into_success(gh, failin
 
 
 def test_a_second_copy_deeper_down_is_ignored_and_named(gh, failing) -> None:
-    outputs = failing.comment("/bot run", 101)
-    results = failing.stages(outputs, 101)
+    outputs = failing.handle_comment("/bot run", 101)
+    results = failing.stage_jobs(outputs, 101)
     copy = results / "CPU-PyTorch-1" / "again" / "result.json"
     copy.parent.mkdir()
     copy.write_text(json.dumps(forged_success(results, "CPU-PyTorch-1")))
-    failing.report(101, results)
+    failing.publish(101, results)
     assert status(gh)["state"] == "failure"
     assert "CPU-PyTorch-1/again/result.json" in replies(gh)[0]["body"]
 
 
 def test_a_result_claiming_another_shard_is_its_folders_error(gh, failing) -> None:
-    outputs = failing.comment("/bot run", 101)
-    results = failing.stages(outputs, 101)
+    outputs = failing.handle_comment("/bot run", 101)
+    results = failing.stage_jobs(outputs, 101)
     # the build shard's job writes a SUCCESS for the failing test shard into its own folder
     claim = forged_success(results, "CPU-PyTorch-1")
     (results / "CPU-Build_Check" / "result.json").write_text(json.dumps(claim))
-    failing.report(101, results)
+    failing.publish(101, results)
     with Ledger.open(failing.ledger, readonly=True) as book:
         states = {r.stage: (r.state, r.evidence) for r in book.pipeline(101).results}
     assert states["CPU-PyTorch-1"][0] == "FAILURE"
@@ -80,25 +79,19 @@ def test_a_result_claiming_another_shard_is_its_folders_error(gh, failing) -> No
         pytest.param("reused_from", "#3", id="reused_from is a string"),
     ],
 )
-def test_a_malformed_result_is_a_recorded_error_not_a_crash(gh, pipeline, field, value) -> None:
-    outputs = pipeline.comment("/bot run", 101)
-    results = pipeline.stages(outputs, 101)
+def test_a_malformed_result_is_a_recorded_error_not_a_crash(gh, jobs, field, value) -> None:
+    outputs = jobs.handle_comment("/bot run", 101)
+    results = jobs.stage_jobs(outputs, 101)
     path = results / "CPU-PyTorch-1" / "result.json"
     path.write_text(json.dumps({**json.loads(path.read_text()), field: value}))
-    pipeline.report(101, results)  # exits 0: recorded, not a TypeError
-    with Ledger.open(pipeline.ledger, readonly=True) as book:
+    jobs.publish(101, results)  # exits 0: recorded, not a TypeError
+    with Ledger.open(jobs.ledger, readonly=True) as book:
         states = {r.stage: (r.state, r.evidence) for r in book.pipeline(101).results}
     state, evidence = states["CPU-PyTorch-1"]
     assert state == "ERROR" and evidence.startswith("result.json unreadable: "), evidence
     assert field in evidence
     (reply,) = replies(gh)
     assert marker_of(reply).state != "RUNNING" and status(gh)["state"] != "pending"
-
-
-@pytest.fixture
-def pipeline(gh, tmp_path, monkeypatch, capsys):
-    monkeypatch.chdir(tmp_path)
-    return Pipeline(gh, tmp_path, monkeypatch, capsys)
 
 
 @pytest.mark.parametrize(
@@ -128,23 +121,21 @@ def test_stage_result_from_json_checks_every_field(change, error) -> None:
         "CREATE TRIGGER t AFTER INSERT ON pipelines BEGIN SELECT 1; END",
     ],
 )
-def test_main_ledger_with_foreign_schema_is_refused_before_it_is_read(
-    gh, pipeline, planted
-) -> None:
+def test_main_ledger_with_foreign_schema_is_refused_before_it_is_read(gh, jobs, planted) -> None:
     """Main's ledger is opened by SQLite in a privileged job before its digest is checked:
     the read-only open refuses what the bot never creates, so no commit is read from it and
     no status is asked for; the pipeline starts from an empty history."""
     import sqlite3
 
-    pipeline.post_merge(201)
-    with sqlite3.connect(pipeline.ledger) as raw:
+    jobs.post_merge(201)
+    with sqlite3.connect(jobs.ledger) as raw:
         raw.execute(planted)
     raw.close()
     asked = len(gh.calls("list_statuses"))
-    _, log = pipeline.push(202)
+    _, log = jobs.handle_push(202)
     assert "is not one the bot saved" in log, log
     assert len(gh.calls("list_statuses")) == asked  # nothing read from it reached GitHub
-    assert len(list(pipeline.tmp.glob("ledger.sqlite.rejected-*Z"))) == 1
+    assert len(list(jobs.tmp.glob("ledger.sqlite.rejected-*Z"))) == 1
 
 
 def test_read_only_opens_do_not_trust_the_schema(tmp_path) -> None:

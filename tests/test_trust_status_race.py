@@ -2,20 +2,14 @@
 writer landing in between (a newer pipeline's plan job, a maintainer's skip) must end on top:
 the fake GitHub interleaves the second writer right after the report job's read."""
 
-# ruff: noqa: F401, F811 - pytest fixtures imported from the test modules that define them
+# ruff: noqa: F401, F811 - pytest fixtures imported from the helper that defines them
 from __future__ import annotations
 
 import pytest
-from test_handle_event import SHA, status
-from test_handle_event_e2e import Pipeline, gh
+from helpers.fake_pr import SHA, status
+from helpers.workflow_jobs import gh, jobs
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def pipeline(gh, tmp_path, monkeypatch, capsys):
-    monkeypatch.chdir(tmp_path)
-    return Pipeline(gh, tmp_path, monkeypatch, capsys)
 
 
 @pytest.mark.parametrize(
@@ -25,22 +19,22 @@ def pipeline(gh, tmp_path, monkeypatch, capsys):
         pytest.param("Skipped by @maintainer: docs only", id="a maintainer's skip"),
     ],
 )
-def test_a_status_written_between_read_and_write_stays_on_top(gh, pipeline, between) -> None:
-    outputs = pipeline.comment("/bot run", 101)
-    results = pipeline.stages(outputs, 101)
+def test_a_status_written_between_read_and_write_stays_on_top(gh, jobs, between) -> None:
+    outputs = jobs.handle_comment("/bot run", 101)
+    results = jobs.stage_jobs(outputs, 101)
     state = "pending" if between.startswith("PR_Github") else "success"
     gh.after("list_statuses", lambda: gh.post_status(SHA, state, "stagebot", between))
-    text = pipeline.report(101, results)
+    text = jobs.publish(101, results)
     assert status(gh)["description"] == between, [s["description"] for s in gh.statuses[SHA]]
     assert "which landed in between" in text
 
 
-def test_an_older_pipelines_status_in_between_is_not_restored(gh, pipeline) -> None:
-    outputs = pipeline.comment("/bot run", 101)
-    results = pipeline.stages(outputs, 101)
+def test_an_older_pipelines_status_in_between_is_not_restored(gh, jobs) -> None:
+    outputs = jobs.handle_comment("/bot run", 101)
+    results = jobs.stage_jobs(outputs, 101)
     older = f"PR_Github #100 failed: {SHA[:7]}"
     gh.after("list_statuses", lambda: gh.post_status(SHA, "failure", "stagebot", older))
-    pipeline.report(101, results)
+    jobs.publish(101, results)
     assert status(gh)["description"].startswith("PR_Github #101 passed")
 
 

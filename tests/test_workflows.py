@@ -1,9 +1,9 @@
-"""The workflows: zizmor (both personas, and with every ignore lifted: only the ignores listed
-here, with their reasons, remain) and actionlint find nothing, and the three bot workflows keep
-the trust model v2 shape (SECURITY.md): PR code runs only in stage.yml, on the stage branch,
-with contents: read and no secret; the privileged jobs run stagebot from the default branch,
-restore no cache and download nothing with an action (artifacts of other runs go through
-`bot report-run` / `bot fetch-ledger`, which check whose run made them)."""
+"""The workflows: zizmor (both personas, and with every ignore lifted: only the ignores in
+tests/helpers/zizmor_ignores.py, with their reasons, remain) and actionlint find nothing, and the
+three bot workflows keep the trust model v2 shape (SECURITY.md): PR code runs only in stage.yml,
+on the stage branch, with contents: read and no secret; the privileged jobs run stagebot from the
+default branch, restore no cache and download nothing with an action (artifacts of other runs go
+through `bot report-run` / `bot fetch-ledger`, which check whose run made them)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from helpers.zizmor_ignores import IGNORES
 
 from stagebot.bot.protocols import PLAN_ARTIFACT, result_artifact
 
@@ -24,20 +25,6 @@ NAMES = ("bot.yml", "stage.yml", "report.yml", "ci.yml")
 EXPRESSION = re.compile(r"\$\{\{")
 HASH_PIN = re.compile(r"^[\w.-]+/[\w./-]+@[0-9a-f]{40}$")
 DEFAULT_BRANCH = "${{ github.event.repository.default_branch }}"
-# Every `zizmor: ignore[...]` in the workflows, and why it stays (a new one fails the test).
-IGNORES = {
-    ("bot.yml", "dangerous-triggers"): "issue_comment is how /bot commands arrive; the job runs "
-    "default-branch code only and authorizes the commenter before anything else",
-    ("report.yml", "dangerous-triggers"): "workflow_run is GitHub's documented privileged "
-    "follow-up of an unprivileged run; bot report-run validates the run and its artifacts",
-}
-# No concurrency group on purpose: groups are repository-wide and their names predictable, so any
-# workflow (a fork PR's too) could join one and cancel the bot's runs (issue 28, finding 3).
-for _name in ("bot.yml", "stage.yml", "report.yml"):
-    IGNORES[(_name, "concurrency-limits")] = (
-        "no concurrency group on purpose: anyone's workflow could join a predictable group and "
-        "cancel the run; correctness does not depend on one (SECURITY.md, control 14)"
-    )
 
 
 def load(name: str) -> dict:

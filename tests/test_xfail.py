@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 import jsonschema
-from test_shard_errors import entry
+from helpers.shards import entry
 
 from stagebot.harness.junit import read_junit
 from stagebot.harness.ledger import Ledger

@@ -15,7 +15,7 @@ from stagebot.bot.config import BotConfig
 from stagebot.bot.events import CommentEvent
 from stagebot.bot.github import ActionsEnv, Comment, Status
 from stagebot.bot.marker import find_marker
-from stagebot.bot.on_comment import CommentHandler, LedgerSource, Outcome
+from stagebot.bot.on_comment import CommentHandler, Outcome
 
 SHA = "c0ffee" + "0" * 34  # the PR's head
 PR = 7
@@ -98,15 +98,11 @@ def deliver_comment(
         run_number=run_number,
         run_attempt=run_attempt,
     )
-    source = LedgerSource(ledger)
     handler = CommentHandler(
         env,
         config or BotConfig(),
         replace(comment, **event),
         connect=lambda: github,
-        ledger_source=source,
+        ledger_path=ledger,
     )
-    try:
-        return handler.handle()
-    finally:
-        source.close()
+    return handler.handle()

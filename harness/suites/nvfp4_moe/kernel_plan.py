@@ -172,9 +172,9 @@ class _Collector:
         self.items = list(session.items)
 
 
-def compute() -> str:
-    """cute_kernels.json's text, from the suite collected as the stage runs it (from the
-    checkout, so the ids and the tactics they pin are the stage's)."""
+def collect() -> list[pytest.Item]:
+    """The suite's items, collected as the stage runs it (from the checkout, so the ids and the
+    tactics they pin are the stage's)."""
     collector, output = _Collector(), io.StringIO()
     argv = ["--collect-only", "-q", "-p", "no:cacheprovider", "--rootdir", str(ROOT)]
     with contextlib.redirect_stdout(output):  # the list of ids; its tail goes with a failure
@@ -182,8 +182,13 @@ def compute() -> str:
     if code != pytest.ExitCode.OK:
         tail = output.getvalue()[-2000:]
         raise PlanError(f"collecting {SUITE_DIR} failed (pytest exit {int(code)}):\n{tail}")
+    return collector.items
+
+
+def compute(items: list[pytest.Item] | None = None) -> str:
+    """cute_kernels.json's text, from ``items`` (default: the suite, collected now)."""
     cases = {}
-    for item in collector.items:
+    for item in collect() if items is None else items:
         if (keys := item_keys(item)) and (cid := case_id(item)) is not None:
             cases[cid] = keys
     return document(cases)

@@ -18,13 +18,13 @@ from stagebot.harness.suites.nvfp4_moe.cases import (
     one_case,
     run_op,
 )
-from stagebot.harness.suites.nvfp4_moe.test_grouped_gemms import summed_rounding
 from stagebot.harness.suites.nvfp4_moe.tolerances import (
     ACTIVATION_CODE_RMSE,
     Verdict,
     accumulation_of,
     error_bound,
     rmse_within_bound,
+    summed_rounding,
 )
 from stagebot.kernels import ops
 

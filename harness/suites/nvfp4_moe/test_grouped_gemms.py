@@ -29,6 +29,7 @@ from stagebot.harness.suites.nvfp4_moe.tolerances import (
     bytes_match_per_group,
     error_bound,
     rmse_within_bound,
+    summed_rounding,
     within_bound,
 )
 from stagebot.kernels import ops
@@ -194,14 +195,6 @@ def _finalize(
         backend=backend,
     )  # fmt: skip
     return routed, out, ran
-
-
-def summed_rounding(ran: str, top_k: int, atomic: bool, bf16_rows: bool = False) -> Rounding:
-    """The epilogue of a sum of a token's rows: the cute kernels' atomic finalize adds bf16
-    terms with bf16 atomics; every other path sums in fp32 and rounds once."""
-    if atomic and ran == "cute":
-        return Rounding.bf16_atomics(top_k)
-    return Rounding.fp32_sum(top_k, bf16_rows)
 
 
 def _finalize_verdict(

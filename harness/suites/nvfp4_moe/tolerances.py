@@ -97,6 +97,14 @@ class Rounding:
         return cls(0.0, top_k * U_BF16 + 4 * U_FP32)
 
 
+def summed_rounding(ran: str, top_k: int, atomic: bool, bf16_rows: bool = False) -> Rounding:
+    """The epilogue of a sum of a token's rows: the cute kernels' atomic finalize adds bf16
+    terms with bf16 atomics; every other path sums in fp32 and rounds once."""
+    if atomic and ran == "cute":
+        return Rounding.bf16_atomics(top_k)
+    return Rounding.fp32_sum(top_k, bf16_rows)
+
+
 def error_bound(
     expected: torch.Tensor,
     magnitude: torch.Tensor,

@@ -1,0 +1,32 @@
+"""The pull request the bot's tests work on in the fake GitHub, and what the bot left on it."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from github_server import FakeGitHub
+
+from stagebot.bot.marker import find_marker, with_marker
+
+PR = 7
+SHA = "c0ffee" + "0" * 34  # the PR's head
+BOT = "github-actions[bot]"  # the login the bot's replies are written as
+
+
+def replies(gh: FakeGitHub) -> list[dict]:
+    return gh.bot_comments(PR, BOT)
+
+
+def marker_of(comment: dict):
+    return find_marker(comment["body"])
+
+
+def status(gh: FakeGitHub) -> dict | None:
+    """The latest `stagebot` status of the PR's head."""
+    return gh.latest_status(SHA, "stagebot")
+
+
+def record_dispatch(gh: FakeGitHub, pipeline: int, run_id: int) -> None:
+    """What `bot dispatch` does after starting the stage run: record its id in the marker."""
+    (reply,) = [c for c in replies(gh) if marker_of(c).pipeline == pipeline]
+    reply["body"] = with_marker(reply["body"], replace(marker_of(reply), stage_run=run_id))

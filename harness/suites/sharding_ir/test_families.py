@@ -11,7 +11,7 @@ import pytest
 
 from stagebot.harness.suites.sharding_ir.case import MATCHES_HF, run_case
 from stagebot.harness.suites.sharding_ir.errors import ShardingIRError
-from stagebot.harness.suites.sharding_ir.family import ArchSpec, Attr
+from stagebot.harness.suites.sharding_ir.family import ArchSpec, Attr, Block
 from stagebot.harness.suites.sharding_ir.hf_reference import matches_hf_check
 from stagebot.harness.suites.sharding_ir.registry import (
     DEFAULT,
@@ -30,11 +30,11 @@ GEMMA2 = ModelSpec(
     config_class="Gemma2Config",
     hf_class="Gemma2ForCausalLM",
     arch=ArchSpec(
+        attention=Block("attention", scale=Attr("query_pre_attn_scalar") ** -0.5),
+        norm=Block("rms_norm", offset=1.0),
         norms="sandwich",
-        norm_weight_offset=1.0,
         activation=Attr("hidden_activation"),
         embedding_multiplier=Attr("hidden_size") ** 0.5,
-        attention_scale=Attr("query_pre_attn_scalar") ** -0.5,
     ),
     tiny={**TINY, "attn_logit_softcapping": None, "final_logit_softcapping": None}
     | {"query_pre_attn_scalar": 32},  # not head_dim (16), as Gemma-2 27B's is not
@@ -49,7 +49,7 @@ PHI3 = ModelSpec(
     model_id="microsoft/Phi-3-mini-4k-instruct",
     config_class="Phi3Config",
     hf_class="Phi3ForCausalLM",
-    arch=ArchSpec(fused_qkv=True, fused_gate_up=True),
+    arch=ArchSpec(attention=Block("attention", fused_qkv=True), mlp=Block("gated_mlp", fused=True)),
     tiny={**TINY, "pad_token_id": None, "eos_token_id": None},
 )
 
@@ -84,11 +84,11 @@ def test_llama_registered_with_the_qwen3_ir_fails_its_equivalence_case():
     ("wrong", "detail"),
     [
         ({"norms": "pre"}, "missing from the IR (e.g. ['model.layers.0.pre_feedforward_layernorm"),
-        ({"norm_weight_offset": 0.0}, "max |IR - HF|"),
+        ({"norm": Block("rms_norm")}, "max |IR - HF|"),
         ({"embedding_multiplier": 1.0}, "max |IR - HF|"),
-        ({"attention_scale": None}, "max |IR - HF|"),
+        ({"attention": Block("attention")}, "max |IR - HF|"),
     ],
-    ids=["norms", "norm_weight_offset", "embedding_multiplier", "attention_scale"],
+    ids=["norms", "norm_offset", "embedding_multiplier", "attention_scale"],
 )
 def test_gemma2_with_a_wrong_norm_placement_or_value_fails(wrong, detail):
     result = matches_hf_check(
@@ -98,8 +98,8 @@ def test_gemma2_with_a_wrong_norm_placement_or_value_fails(wrong, detail):
 
 
 def test_an_unknown_norm_placement_is_named_with_the_known_ones():
-    arch = dataclasses.replace(GEMMA2.arch, norms="post")
+    arch = dataclasses.replace(GEMMA2.arch, norms="postnorm")
     with pytest.raises(
-        ShardingIRError, match=r"unknown norm placement 'post'.*one of pre, sandwich"
+        ShardingIRError, match=r"unknown norm placement 'postnorm'.*one of pre, post, sandwich"
     ):
         arch.resolve(GEMMA2.config())

@@ -184,6 +184,29 @@ FAMILIES = (
         arch=ArchSpec(attention=Block("attention", qk_norm="projection", **_BIAS), norms="post"),
         tiny={**TINY, "eos_token_id": None},
     ),
+    ModelSpec(
+        model_id="google/gemma-2-2b",
+        config_class="Gemma2Config",
+        hf_class="Gemma2ForCausalLM",
+        arch=ArchSpec(
+            attention=Block(
+                "softcap_attention",
+                scale=Attr("query_pre_attn_scalar") ** -0.5,
+                softcap=Attr("attn_logit_softcapping"),
+                sliding_window=Attr("sliding_window"),
+                layer_types=Attr("layer_types"),
+            ),
+            norm=Block("rms_norm", offset=1.0),  # Gemma's norms scale by 1 + weight
+            norms="sandwich",
+            activation=Attr("hidden_activation"),
+            embedding_multiplier=Attr("hidden_size") ** 0.5,
+            logits_softcap=Attr("final_logit_softcapping"),
+        ),
+        # caps and window small enough to matter at the tiny sizes; the scalar is not head_dim
+        tiny=TINY
+        | {"attn_logit_softcapping": 5.0, "final_logit_softcapping": 3.0}
+        | {"sliding_window": 16, "query_pre_attn_scalar": 32},
+    ),
 )
 
 

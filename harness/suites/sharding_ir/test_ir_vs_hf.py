@@ -12,6 +12,7 @@ import torch
 from stagebot.harness.suites.sharding_ir.build import build_ir_model, prefill_inputs
 from stagebot.harness.suites.sharding_ir.dist_config import DistConfig
 from stagebot.harness.suites.sharding_ir.errors import ShardingIRError
+from stagebot.harness.suites.sharding_ir.family import Attr, Block
 from stagebot.harness.suites.sharding_ir.hf_reference import build_hf_model, matches_hf_check
 from stagebot.harness.suites.sharding_ir.registry import REGISTRY
 
@@ -22,7 +23,7 @@ CASES = [
 ]
 LLAMA, QWEN3, QWEN2_MOE = "meta-llama/Llama-3.1-8B", "Qwen/Qwen3-8B", "Qwen/Qwen1.5-MoE-A2.7B"
 GRANITE_MOE = "ibm-granite/granite-3.1-3b-a800m-instruct"
-OLMO2 = "allenai/OLMo-2-1124-7B"
+OLMO2, GEMMA2 = "allenai/OLMo-2-1124-7B", "google/gemma-2-2b"
 
 
 def _with(model_id: str, blocks: dict | None = None, **arch):
@@ -159,3 +160,39 @@ def test_olmo2_declares_its_followers_and_exports_them():
     ids, pos = prefill_inputs(model.arch.vocab_size, batch=1, seq=8)
     gm = torch.export.export(model, (ids, pos)).module()
     assert hint_count(gm, "shard_like") == len(followers) == 2 * model.arch.num_layers
+
+
+@pytest.mark.parametrize(
+    ("wrong", "detail"),
+    [
+        ({"norms": "pre"}, "missing from the IR (e.g. ['model.layers.0.pre_feedforward_layernorm"),
+        ({"norm": Block("rms_norm")}, "max |IR - HF|"),  # offset 0: weight, not 1 + weight
+        ({"embedding_multiplier": 1.0}, "max |IR - HF|"),
+        ({"logits_softcap": None}, "max |IR - HF|"),
+        ({"blocks": {"attention": {"scale": None}}}, "max |IR - HF|"),
+        ({"blocks": {"attention": {"softcap": None}}}, "max |IR - HF|"),
+        ({"blocks": {"attention": {"sliding_window": None}}}, "max |IR - HF|"),
+        ({"attention": Block("attention", scale=Attr("query_pre_attn_scalar") ** -0.5)}, "max |"),
+    ],
+    ids=[
+        "norms",
+        "norm-offset",
+        "embedding_multiplier",
+        "logits_softcap",
+        "attention-scale",
+        "attention-softcap",
+        "sliding_window",
+        "sdpa-attention",
+    ],
+)
+def test_gemma2_with_a_wrong_norm_placement_multiplier_or_attention_fails(wrong, detail):
+    """Each thing Gemma-2's entry declares is load-bearing at the tiny sizes."""
+    result = matches_hf_check(_with(GEMMA2, **wrong), {})
+    assert not result.ok and detail in result.detail, result.detail
+
+
+def test_an_unknown_norm_placement_is_named_with_the_known_ones():
+    with pytest.raises(
+        ShardingIRError, match=r"unknown norm placement 'postnorm'.*one of pre, post, sandwich"
+    ):
+        _with(GEMMA2, norms="postnorm").arch.resolve(REGISTRY[GEMMA2].config())

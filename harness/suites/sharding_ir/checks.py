@@ -3,13 +3,14 @@ negative control can assert that a check *fails* on a sabotaged graph.
 
 None may pass vacuously: the expectations come from the IR model's closed-form plan (not from the
 sharder, nor from ``DistConfig.local_experts`` that it uses: MoE expert ranges are written out in
-``models.moe.expected_local_experts``), the collective count compares whole per-module dicts (an
-empty or missing count fails), and shapes are compared for every parameter by name, both ways.
+``blocks.moe.expected_local_experts``), the collective count compares whole dicts by module and
+reduce op (an empty or missing count fails, a sum where an average belongs too), shapes are
+compared for every parameter by name, both ways, and a weight that follows another's row split is
+checked against the rows its leader actually holds, found by value in the full tensor.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 import torch
@@ -25,7 +26,6 @@ REL_RMSE_TOLERANCE: dict[torch.dtype, float] = {
     torch.bfloat16: 0.02,
     torch.float16: 0.01,
 }
-_BLOCK = re.compile(r"^model\.layers\.\d+\.[A-Za-z_]+")
 
 
 @dataclass(frozen=True)
@@ -52,29 +52,66 @@ def numeric_check(actual: Tensor, reference: Tensor) -> CheckResult:
     )
 
 
-def collective_counts(gm: fx.GraphModule) -> dict[str, int]:
-    """Collectives per block (``model.layers.<i>.<block>``), from export's module stack."""
-    counts: dict[str, int] = {}
+def collective_counts(gm: fx.GraphModule) -> dict[tuple[str, str], int]:
+    """(module path, reduce op) -> collectives, the module being the innermost one whose forward
+    issued the node (export's module stack)."""
+    counts: dict[tuple[str, str], int] = {}
     for node in gm.graph.nodes:
         if node.op == "call_function" and node.target is collective_op():
             stack = node.meta.get("nn_module_stack") or {}
             path = next(reversed(stack.values()))[0] if stack else "<no module>"
-            block = _BLOCK.match(path)
-            key = block.group(0) if block else path
+            key = (path, node.args[1])
             counts[key] = counts.get(key, 0) + 1
     return counts
 
 
-def collective_count_check(gm: fx.GraphModule, expected: dict[str, int]) -> CheckResult:
+def collective_count_check(gm: fx.GraphModule, expected: dict[tuple[str, str], int]) -> CheckResult:
     if not expected:
         return CheckResult(False, "no collectives expected: nothing would be checked")
     actual = collective_counts(gm)
     wrong = {k: (actual.get(k, 0), expected.get(k, 0)) for k in actual.keys() | expected.keys()}
     wrong = {k: v for k, v in sorted(wrong.items()) if v[0] != v[1]}
-    detail = f"{sum(actual.values())} collectives in {len(actual)} blocks"
+    ops = sorted({op for _, op in actual})
+    detail = f"{sum(actual.values())} collectives ({', '.join(ops)}) in {len(actual)} modules"
     if wrong:
-        detail += "; (found, expected): " + ", ".join(f"{k}: {v}" for k, v in wrong.items())
+        detail += "; (found, expected): " + ", ".join(
+            f"{path} [{op}]: {v}" for (path, op), v in wrong.items()
+        )
     return CheckResult(not wrong, detail)
+
+
+def _rows_in(local: Tensor, full: Tensor) -> list[int] | None:
+    """The index in ``full`` of each row of ``local`` (found by value), None if one is not there."""
+    found = []
+    for row in local:
+        hits = (full == row).all(dim=-1).nonzero()
+        if len(hits) == 0:
+            return None
+        found.append(int(hits[0]))
+    return found
+
+
+def follower_rows_check(
+    gm: fx.GraphModule, full: dict[str, Tensor], followers: dict[str, str]
+) -> CheckResult:
+    """Each follower holds the entries of the rows its leader holds on this rank: the leader's
+    rows are found by value in its full tensor, the follower compared with the same rows of its."""
+    if not followers:
+        return CheckResult(False, "no followers declared: nothing would be checked")
+    problems = []
+    for follower, leader in sorted(followers.items()):
+        local_leader = gm.get_parameter(leader).detach()
+        rows = _rows_in(local_leader, full[leader])
+        if rows is None:
+            problems.append(f"{leader}: a local row is no row of the full tensor")
+            continue
+        expected, local = full[follower][rows], gm.get_parameter(follower).detach()
+        if local.shape != expected.shape or not torch.equal(local, expected):
+            problems.append(f"{follower} does not hold the entries of {leader}'s rows {rows[:4]}")
+    detail = f"{len(followers)} followers checked"
+    if problems:
+        detail += f"; {len(problems)} wrong: " + "; ".join(problems[:3])
+    return CheckResult(not problems, detail)
 
 
 def local_shape_check(
@@ -94,8 +131,9 @@ def local_shape_check(
     return CheckResult(not problems and bool(actual), detail)
 
 
-def hint_count(gm: fx.GraphModule) -> int:
-    ops = set(hint_ops().values())
+def hint_count(gm: fx.GraphModule, name: str | None = None) -> int:
+    """Hint nodes in ``gm`` (only ``name``'s, if given)."""
+    ops = {op for hint, op in hint_ops().items() if name in (None, hint)}
     return sum(node.op == "call_function" and node.target in ops for node in gm.graph.nodes)
 
 

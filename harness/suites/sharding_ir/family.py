@@ -1,21 +1,22 @@
-"""What a model family's decoder has, as data: the spec a registry entry carries, and the plain
-numbers and flags (``Arch``) it resolves to for one HF config, from which the IR blocks are built.
+"""What a model family's decoder has, as data: the spec a registry entry carries (``ArchSpec``:
+which blocks, by name, with which parameters; the norms' placement; the decoder's multipliers),
+and the plain numbers (``Arch``) it resolves to for one HF config, from which the IR is built.
 
-A feature is either fixed for the family (a bool, a number) or held by the HF config under a name
-of the family's choosing (``Attr("qkv_bias")``), or computed from such values
-(``Attr("hidden_size") ** 0.5``): the spec maps those names, so neither the IR blocks nor
-the suite's checks ever name a config key. The sizes every decoder has (``hidden_size``,
+A parameter is either fixed for the family (a bool, a number, a string) or held by the HF config
+under a name of the family's choosing (``Attr("qkv_bias")``), or computed from such values
+(``Attr("hidden_size") ** 0.5``): the spec maps those names, so neither the blocks nor the
+suite's checks ever name a config key. The sizes every decoder has (``hidden_size``,
 ``num_attention_heads``, ``num_key_value_heads``, ``head_dim``, ``intermediate_size``,
 ``rms_norm_eps``, ``vocab_size``, ``rope_parameters``, ``tie_word_embeddings``) are read under
 HF's shared names, which each config class maps to its own through ``attribute_map``. Kept
-light: no torch.
+light: no torch (the blocks themselves live in ``blocks/``, found by name when a model is built).
 """
 
 from __future__ import annotations
 
 import operator
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from stagebot.harness.suites.sharding_ir.errors import ShardingIRError
 
@@ -67,20 +68,53 @@ class Formula(_Arithmetic):
     operands: tuple
 
     def read(self, config):
-        return self.op(*(_value(operand, config) for operand in self.operands))
+        return self.op(*(value(operand, config) for operand in self.operands))
 
 
-Value = bool | float | str | Attr | Formula  # fixed for the family, or read or computed from config
+Value = bool | int | float | str | Attr | Formula | None  # fixed, or read or computed from config
 
 
-def _value(feature: Value, config):
+def value(feature: Value, config):
     return feature.read(config) if isinstance(feature, Attr | Formula) else feature
 
 
+@dataclass(frozen=True, init=False)
+class Block:
+    """A block plug-in by its registered name (``blocks/``), with the parameters the family gives
+    it: ``Block("attention", qk_norm="head", bias=Attr("attention_bias"))``. Parameters are
+    values (fixed, read or computed from the config); the block's builder takes them by name."""
+
+    name: str
+    params: tuple[tuple[str, Value], ...]
+
+    def __init__(self, name: str, /, **params: Value) -> None:
+        object.__setattr__(self, "name", name)
+        object.__setattr__(self, "params", tuple(sorted(params.items())))
+
+    def param(self, key: str, default: Value = None) -> Value:
+        return dict(self.params).get(key, default)
+
+    def but(self, **params: Value) -> Block:
+        """This block with some parameters replaced or added."""
+        return Block(self.name, **(dict(self.params) | params))
+
+    def resolve(self, config) -> BlockUse:
+        return BlockUse(self.name, {k: value(v, config) for k, v in self.params})
+
+
+@dataclass(frozen=True)
+class BlockUse:
+    """A block with its parameters read from one config: what its builder is called with."""
+
+    name: str
+    params: dict = field(hash=False)
+
+
 # Norm placement -> the layer's norms (module names as HF's classes call them) before and after
-# attention, before and after the MLP; None where there is none.
+# attention, before and after the feed-forward block; None where there is none.
 NORM_PLACEMENTS = {
     "pre": ("input_layernorm", None, "post_attention_layernorm", None),
+    "post": (None, "post_attention_layernorm", None, "post_feedforward_layernorm"),
     "sandwich": (
         "input_layernorm",
         "post_attention_layernorm",
@@ -91,121 +125,66 @@ NORM_PLACEMENTS = {
 
 
 @dataclass(frozen=True)
-class MoESpec:
-    """A sparse MoE block: softmax top-k router, routed gated-MLP experts (``experts.<e>``), and
-    optionally one shared expert scaled by ``sigmoid(shared_expert_gate(x))`` (Qwen2-MoE).
-    ``block`` and ``router`` are the family's module names: the layer's attribute holding the block
-    (``mlp`` in ``model.layers.<i>.mlp``) and the router's within it (``gate``)."""
-
-    num_experts: Attr
-    top_k: Attr
-    expert_intermediate_size: Attr
-    norm_topk_prob: bool | Attr  # renormalise the top-k weights to sum to 1
-    shared_expert_intermediate_size: Attr | None = None  # None: no shared expert
-    dense_layers: Attr | None = None  # a list of layer indices that keep a dense MLP
-    sparse_step: Attr | None = None  # only every n-th layer is sparse
-    block: str = "mlp"
-    router: str = "gate"
-
-
-@dataclass(frozen=True)
 class ArchSpec:
-    """The decoder's features. ``fused_qkv`` / ``fused_gate_up``: the checkpoint keeps q/k/v
-    (``qkv_proj``) or gate/up (``gate_up_proj``, gate rows first) in one weight. ``activation``:
-    the gate's in every gated MLP (dense, routed and shared experts), a ``hints.ACTIVATIONS``
-    name. The multipliers scale the embeddings, each residual branch (attention and MLP outputs
-    before they are added) and the logits; ``attention_scale`` is the softmax scale (None:
-    ``head_dim ** -0.5``); every RMS norm scales by ``norm_weight_offset + weight``. Each is a
-    number or a value read or computed from the config. ``norms``: a ``NORM_PLACEMENTS`` name."""
+    """The decoder of a family: its blocks and how they are placed.
 
-    qk_norm: bool = False
-    qkv_bias: bool | Attr = False
-    o_bias: bool | Attr = False
-    mlp_bias: bool | Attr = False
-    fused_qkv: bool = False
-    fused_gate_up: bool = False
-    moe: MoESpec | None = None
-    activation: str | Attr = "silu"
+    ``attention`` (the layer's ``self_attn``), ``mlp`` (the dense feed-forward block, ``mlp``),
+    ``moe`` (the sparse one where the family has it: its builder says which layers keep the
+    dense ``mlp``; its ``module`` parameter names the layer's attribute) and ``norm`` (every norm,
+    q/k norms too) name registered blocks. ``norms``: a ``NORM_PLACEMENTS`` name. ``activation``:
+    the gate's in every gated MLP (dense, routed and shared experts). The multipliers scale the
+    embeddings, each residual branch (attention and feed-forward outputs before they are added)
+    and the logits, which ``logits_softcap`` (None: none) then caps as ``cap * tanh(x / cap)``.
+    """
+
+    attention: Block = Block("attention")
+    mlp: Block = Block("gated_mlp")
+    moe: Block | None = None
+    norm: Block = Block("rms_norm")
+    norms: str = "pre"
+    activation: Value = "silu"
     embedding_multiplier: Value = 1.0
-    attention_scale: Value | None = None
     residual_multiplier: Value = 1.0
     logits_multiplier: Value = 1.0
-    norm_weight_offset: Value = 0.0
-    norms: str = "pre"
+    logits_softcap: Value = None
 
     def resolve(self, config) -> Arch:
-        """The numbers and flags the IR blocks are built from, for ``config``."""
+        """The numbers and blocks the IR is built from, for ``config``."""
         if self.norms not in NORM_PLACEMENTS:
             raise ShardingIRError(
                 f"unknown norm placement {self.norms!r}: the family's spec names one of "
                 f"{', '.join(NORM_PLACEMENTS)}."
             )
         head_dim = getattr(config, "head_dim", None)
-        moe = None
-        if self.moe is not None:
-            m, num_experts = self.moe, self.moe.num_experts.read(config)
-            dense = set(m.dense_layers.read(config) or []) if m.dense_layers else set()
-            step = m.sparse_step.read(config) if m.sparse_step else 1
-            sparse = [
-                i
-                for i in range(config.num_hidden_layers)
-                if num_experts > 0 and i not in dense and (i + 1) % step == 0
-            ]
-            shared = m.shared_expert_intermediate_size
-            moe = MoEArch(
-                num_experts=num_experts,
-                top_k=m.top_k.read(config),
-                intermediate_size=m.expert_intermediate_size.read(config),
-                norm_topk_prob=bool(_value(m.norm_topk_prob, config)),
-                shared_intermediate_size=shared.read(config) if shared else None,
-                sparse_layers=frozenset(sparse),
-                block=m.block,
-                router=m.router,
-            )
-        head_dim = head_dim or config.hidden_size // config.num_attention_heads
-        scale = self.attention_scale
+        cap = value(self.logits_softcap, config)
         return Arch(
             hidden_size=config.hidden_size,
             num_layers=config.num_hidden_layers,
             num_heads=config.num_attention_heads,
             num_kv_heads=config.num_key_value_heads,
-            head_dim=head_dim,
+            head_dim=head_dim or config.hidden_size // config.num_attention_heads,
             intermediate_size=config.intermediate_size,
             vocab_size=config.vocab_size,
             tied_embeddings=config.tie_word_embeddings,
             rms_norm_eps=config.rms_norm_eps,
             rope_theta=config.rope_parameters["rope_theta"],
-            qk_norm=self.qk_norm,
-            qkv_bias=bool(_value(self.qkv_bias, config)),
-            o_bias=bool(_value(self.o_bias, config)),
-            mlp_bias=bool(_value(self.mlp_bias, config)),
-            fused_qkv=self.fused_qkv,
-            fused_gate_up=self.fused_gate_up,
-            moe=moe,
-            activation=str(_value(self.activation, config)),
-            embedding_multiplier=float(_value(self.embedding_multiplier, config)),
-            attention_scale=head_dim**-0.5 if scale is None else float(_value(scale, config)),
-            residual_multiplier=float(_value(self.residual_multiplier, config)),
-            logits_multiplier=float(_value(self.logits_multiplier, config)),
-            norm_weight_offset=float(_value(self.norm_weight_offset, config)),
+            activation=str(value(self.activation, config)),
+            attention=self.attention.resolve(config),
+            mlp=self.mlp.resolve(config),
+            moe=self.moe.resolve(config) if self.moe else None,
+            norm=self.norm.resolve(config),
             norms=NORM_PLACEMENTS[self.norms],
+            embedding_multiplier=float(value(self.embedding_multiplier, config)),
+            residual_multiplier=float(value(self.residual_multiplier, config)),
+            logits_multiplier=float(value(self.logits_multiplier, config)),
+            logits_softcap=None if cap is None else float(cap),
         )
 
 
 @dataclass(frozen=True)
-class MoEArch:
-    num_experts: int
-    top_k: int
-    intermediate_size: int
-    norm_topk_prob: bool
-    shared_intermediate_size: int | None
-    sparse_layers: frozenset[int]
-    block: str
-    router: str
-
-
-@dataclass(frozen=True)
 class Arch:
+    """A spec resolved for one config: sizes every decoder has, the blocks, the placement."""
+
     hidden_size: int
     num_layers: int
     num_heads: int
@@ -216,17 +195,14 @@ class Arch:
     tied_embeddings: bool
     rms_norm_eps: float
     rope_theta: float
-    qk_norm: bool
-    qkv_bias: bool
-    o_bias: bool
-    mlp_bias: bool
-    fused_qkv: bool
-    fused_gate_up: bool
-    moe: MoEArch | None
     activation: str
+    attention: BlockUse
+    mlp: BlockUse
+    moe: BlockUse | None
+    norm: BlockUse
+    norms: tuple[str | None, ...]
     embedding_multiplier: float
-    attention_scale: float
     residual_multiplier: float
     logits_multiplier: float
-    norm_weight_offset: float
-    norms: tuple[str | None, ...]
+    logits_softcap: float | None
+    fixed_routing: bool = False  # MoE blocks pick experts by token index (see decoder)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from stagebot.harness.suites.sharding_ir.blocks.moe import fuse_experts
 from stagebot.harness.suites.sharding_ir.build import build_ir_model, prefill_inputs
 from stagebot.harness.suites.sharding_ir.checks import CheckResult
 from stagebot.harness.suites.sharding_ir.registry import ModelSpec
@@ -21,7 +22,8 @@ def build_hf_model(spec: ModelSpec, ir_model: nn.Module) -> nn.Module:
     """HF's own class on the IR model's config, carrying the IR model's weights and buffers."""
     hf = spec.hf_model_class()(ir_model.config).eval()
     missing, unexpected = hf.load_state_dict(
-        ir_model.to_hf_state_dict(ir_model.state_dict()), strict=False
+        fuse_experts(ir_model.state_dict()),
+        strict=False,  # HF's in-memory expert layout
     )
     if missing or unexpected:
         raise LayoutMismatch(

@@ -8,7 +8,12 @@ single nodes by ``torch.export`` so ``apply_sharding_hints`` can find and rewrit
 - ``view(x, shape, tp_scaled_dim)``: a reshape whose ``shape[tp_scaled_dim]`` becomes -1 once
   sharded (-1: no scaled dim).
 - ``split_with_sizes(x, sizes, dim, enable_sharding)``: ``sizes`` divided by TP once sharded.
-- ``all_reduce(x)``: identity until sharded, then a real sum over the ranks.
+- ``all_reduce(x, op)``: identity until sharded, then a real reduction over the ranks: ``sum``
+  (partial sums: a rowwise projection, experts) or ``avg`` (a statistic each rank computed over
+  its slice, as a norm's mean of squares over a split vector).
+- ``shard_like(weight, leader, dim)``: ``weight`` (identity until sharded) split along ``dim`` as
+  the colwise linear hint splits ``leader``'s rows: same chunks, same replication (a norm weight
+  over a projection's output follows the projection).
 - ``moe(x, topk_ids, topk_weights, w1, w2, w3, activation)``: per-expert gated-MLP weights (w1
   gate, w3 up, w2 down; ``activation`` the gate's, an ``ACTIVATIONS`` name), token ``t`` summing
   ``topk_weights[t, k] * expert[topk_ids[t, k]](x[t])``. Ids are clamped into
@@ -32,6 +37,7 @@ from stagebot.harness.suites.sharding_ir.errors import ShardingIRError
 
 NAMESPACE = "stagebot_ir"
 TP_MODES = ("none", "colwise", "rowwise")
+REDUCE_OPS = ("sum", "avg")
 # A gated MLP's activation by the name HF configs give it (``hidden_act``).
 ACTIVATIONS = {
     "silu": F.silu,
@@ -98,13 +104,23 @@ def _(x, sizes, dim=0, enable_sharding=False):
 
 
 @torch.library.custom_op(f"{NAMESPACE}::all_reduce", mutates_args=())
-def all_reduce(x: Tensor) -> Tensor:
+def all_reduce(x: Tensor, op: str = "sum") -> Tensor:
     return x.clone()
 
 
 @all_reduce.register_fake
-def _(x):
+def _(x, op="sum"):
     return torch.empty_like(x)
+
+
+@torch.library.custom_op(f"{NAMESPACE}::shard_like", mutates_args=())
+def shard_like(weight: Tensor, leader: Tensor, dim: int = 0) -> Tensor:
+    return weight.clone()
+
+
+@shard_like.register_fake
+def _(weight, leader, dim=0):
+    return torch.empty_like(weight)
 
 
 def _moe_forward(x, topk_ids, topk_weights, w1, w2, w3, act: str) -> Tensor:
@@ -151,7 +167,7 @@ def hint_ops() -> dict[str, torch._ops.OpOverload]:
     ops = getattr(torch.ops, NAMESPACE)
     return {
         name: getattr(ops, name).default
-        for name in ("linear", "view", "split_with_sizes", "all_reduce", "moe")
+        for name in ("linear", "view", "split_with_sizes", "all_reduce", "shard_like", "moe")
     }
 
 

@@ -1,19 +1,20 @@
 """Model registry: HF model id -> config class, HF class, the family's spec, tiny settings.
 
-Adding a model family is adding an entry (see README.md): the spec (``family.ArchSpec``) says
-what the decoder has and under which config names; the one IR decoder is built from it. The
-variants follow from the spec. Kept light (no torch): the HF classes are named, resolved on use.
+Adding a model family is adding an entry (see README.md): the spec (``family.ArchSpec``) names
+the blocks the decoder composes, with their parameters under the config's names; a family that
+needs a block the suite lacks adds a module to ``blocks/``. The variants follow from the spec.
+Kept light (no torch): the HF classes and the blocks are named, resolved on use.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from types import MappingProxyType
 
 from stagebot.harness.suites.sharding_ir.dist_config import DistConfig
 from stagebot.harness.suites.sharding_ir.errors import ShardingIRError, did_you_mean
-from stagebot.harness.suites.sharding_ir.family import NUM_KV_HEADS, ArchSpec, Attr, MoESpec
+from stagebot.harness.suites.sharding_ir.family import NUM_KV_HEADS, ArchSpec, Attr, Block
 
 DEFAULT = "default"  # the variant name of the tiny settings as they are
 # A 2-layer decoder (the Qwen MoE families keep layer 0 dense: a dense and a sparse layer; every
@@ -66,10 +67,11 @@ class ModelSpec:
     def variants(self) -> dict[str, Callable[[DistConfig], dict | None]]:
         """Variant name -> DistConfig -> config overrides, or None where it exercises nothing."""
         out = {}
-        if not self.arch.fused_qkv:  # a fused q/k/v output splits by TP: no KV head replication
+        if not self.arch.attention.param("fused_qkv"):  # fused q/k/v: no KV head replication
             out["kv-heads-below-tp"] = _kv_heads_below_tp
         if self.arch.moe is not None:
-            out["experts-not-divisible-by-ep"] = _ExpertsNotDivisibleByEP(self.arch.moe.num_experts)
+            experts = self.arch.moe.param("num_experts")
+            out["experts-not-divisible-by-ep"] = _ExpertsNotDivisibleByEP(experts)
         return out
 
 
@@ -88,23 +90,26 @@ class _ExpertsNotDivisibleByEP:
         return {self.num_experts.name: 2 * dc.moe_ep + 1} if dc.moe_ep >= 2 else None
 
 
-_QWEN_MOE = MoESpec(
+_QWEN_MOE = Block(
+    "sparse_moe",
     num_experts=Attr("num_experts"),
     top_k=Attr("num_experts_per_tok"),
-    expert_intermediate_size=Attr("moe_intermediate_size"),
+    intermediate_size=Attr("moe_intermediate_size"),
     norm_topk_prob=Attr("norm_topk_prob"),
     dense_layers=Attr("mlp_only_layers"),
     sparse_step=Attr("decoder_sparse_step"),
 )
 _MOE_TINY = {"num_experts_per_tok": 2, "moe_intermediate_size": 32, "mlp_only_layers": [0]}
 
-_MIXTRAL_MOE = MoESpec(
+_MIXTRAL_MOE = Block(
+    "sparse_moe",
     num_experts=Attr("num_local_experts"),
     top_k=Attr("num_experts_per_tok"),
-    expert_intermediate_size=Attr("intermediate_size"),
+    intermediate_size=Attr("intermediate_size"),
     norm_topk_prob=True,
 )
 _MIXTRAL_TINY = {**TINY, "num_local_experts": 8, "num_experts_per_tok": 2, "intermediate_size": 32}
+_BIAS = dict(bias=Attr("attention_bias"), o_bias=Attr("attention_bias"))
 
 # The multipliers of granite-3.1-3b-a800m (the config class defaults every one to 1.0 but the
 # attention scale, which a wrong entry could then not be told from).
@@ -120,19 +125,14 @@ FAMILIES = (
         model_id="Qwen/Qwen3-8B",
         config_class="Qwen3Config",
         hf_class="Qwen3ForCausalLM",
-        arch=ArchSpec(qk_norm=True, qkv_bias=Attr("attention_bias"), o_bias=Attr("attention_bias")),
+        arch=ArchSpec(attention=Block("attention", qk_norm="head", **_BIAS)),
         tiny={**TINY, "attention_bias": True},
     ),
     ModelSpec(
         model_id="Qwen/Qwen3-30B-A3B",
         config_class="Qwen3MoeConfig",
         hf_class="Qwen3MoeForCausalLM",
-        arch=ArchSpec(
-            qk_norm=True,
-            qkv_bias=Attr("attention_bias"),
-            o_bias=Attr("attention_bias"),
-            moe=_QWEN_MOE,
-        ),
+        arch=ArchSpec(attention=Block("attention", qk_norm="head", **_BIAS), moe=_QWEN_MOE),
         tiny={**TINY, **_MOE_TINY, "num_experts": 8, "norm_topk_prob": True},
     ),
     ModelSpec(
@@ -140,9 +140,8 @@ FAMILIES = (
         config_class="LlamaConfig",
         hf_class="LlamaForCausalLM",
         arch=ArchSpec(
-            qkv_bias=Attr("attention_bias"),
-            o_bias=Attr("attention_bias"),
-            mlp_bias=Attr("mlp_bias"),
+            attention=Block("attention", **_BIAS),
+            mlp=Block("gated_mlp", bias=Attr("mlp_bias")),
         ),
         tiny={**TINY, "mlp_bias": True},
     ),
@@ -158,10 +157,8 @@ FAMILIES = (
         config_class="Qwen2MoeConfig",
         hf_class="Qwen2MoeForCausalLM",
         arch=ArchSpec(
-            qkv_bias=Attr("qkv_bias"),
-            moe=replace(
-                _QWEN_MOE, shared_expert_intermediate_size=Attr("shared_expert_intermediate_size")
-            ),
+            attention=Block("attention", bias=Attr("qkv_bias")),
+            moe=_QWEN_MOE.but(shared_intermediate_size=Attr("shared_expert_intermediate_size")),
         ),
         tiny={**TINY, **_MOE_TINY, "num_experts": 8, "shared_expert_intermediate_size": 48},
     ),
@@ -170,15 +167,45 @@ FAMILIES = (
         config_class="GraniteMoeConfig",
         hf_class="GraniteMoeForCausalLM",
         arch=ArchSpec(
+            attention=Block("attention", scale=Attr("attention_multiplier")),
+            # softmax over the top-k logits: the same routing as Mixtral's, its own names
+            moe=_MIXTRAL_MOE.but(module="block_sparse_moe", router="router"),
             activation=Attr("hidden_act"),
             embedding_multiplier=Attr("embedding_multiplier"),
-            attention_scale=Attr("attention_multiplier"),
             residual_multiplier=Attr("residual_multiplier"),
             logits_multiplier=1 / Attr("logits_scaling"),
-            # softmax over the top-k logits: the same routing as Mixtral's, its own names
-            moe=replace(_MIXTRAL_MOE, block="block_sparse_moe", router="router"),
         ),
         tiny=_MIXTRAL_TINY | _GRANITE_MULTIPLIERS,
+    ),
+    ModelSpec(
+        model_id="allenai/OLMo-2-1124-7B",
+        config_class="Olmo2Config",
+        hf_class="Olmo2ForCausalLM",
+        arch=ArchSpec(attention=Block("attention", qk_norm="projection", **_BIAS), norms="post"),
+        tiny={**TINY, "eos_token_id": None},
+    ),
+    ModelSpec(
+        model_id="google/gemma-2-2b",
+        config_class="Gemma2Config",
+        hf_class="Gemma2ForCausalLM",
+        arch=ArchSpec(
+            attention=Block(
+                "softcap_attention",
+                scale=Attr("query_pre_attn_scalar") ** -0.5,
+                softcap=Attr("attn_logit_softcapping"),
+                sliding_window=Attr("sliding_window"),
+                layer_types=Attr("layer_types"),
+            ),
+            norm=Block("rms_norm", offset=1.0),  # Gemma's norms scale by 1 + weight
+            norms="sandwich",
+            activation=Attr("hidden_activation"),
+            embedding_multiplier=Attr("hidden_size") ** 0.5,
+            logits_softcap=Attr("final_logit_softcapping"),
+        ),
+        # caps and window small enough to matter at the tiny sizes; the scalar is not head_dim
+        tiny=TINY
+        | {"attn_logit_softcapping": 5.0, "final_logit_softcapping": 3.0}
+        | {"sliding_window": 16, "query_pre_attn_scalar": 32},
     ),
 )
 

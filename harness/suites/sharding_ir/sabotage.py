@@ -31,10 +31,38 @@ def add_extra_collective(gm: fx.GraphModule) -> None:
         n for n in gm.graph.nodes if n.op == "call_function" and n.target is collective_op()
     )
     with gm.graph.inserting_after(node):
-        extra = gm.graph.call_function(collective_op(), (node,))
+        extra = gm.graph.call_function(collective_op(), (node, node.args[1]))
     extra.meta = dict(node.meta)
     node.replace_all_uses_with(extra, delete_user_cb=lambda user: user is not extra)
     gm.recompile()
+
+
+def average_as_sum(gm: fx.GraphModule) -> int:
+    """Turn every averaging collective into a summing one (a block hinting ``sum`` where its
+    statistic needs ``avg``); returns how many were changed."""
+    changed = 0
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and node.target is collective_op() and node.args[1] == "avg":
+            node.args = (node.args[0], "sum")
+            changed += 1
+    gm.recompile()
+    return changed
+
+
+def shift_followers(
+    gm: fx.GraphModule,
+    full: dict[str, Tensor],
+    followers: dict[str, str],
+    tp_size: int,
+    tp_rank: int,
+) -> int:
+    """Give each follower the next rank's chunk of its full tensor (same shape, other rows than its
+    leader's); returns how many were shifted."""
+    for follower in followers:
+        owner, _, attr = follower.rpartition(".")
+        chunk = full[follower].tensor_split(tp_size)[(tp_rank + 1) % tp_size].clone()
+        setattr(gm.get_submodule(owner), attr, nn.Parameter(chunk, requires_grad=False))
+    return len(followers)
 
 
 def remove_routing_mask(gm: fx.GraphModule) -> int:

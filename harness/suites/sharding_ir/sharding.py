@@ -2,19 +2,22 @@
 
 apply: each hint node shards itself for the rank's DistConfig: linear weights split colwise
 (dim 0, each ``output_sizes`` piece on its own) or rowwise (dim 1; the bias kept on TP rank 0,
-zero elsewhere, so the all-reduce adds it once); views get -1 at ``tp_scaled_dim``; split sizes
-are divided by TP; ``all_reduce`` becomes a real collective; ``moe`` keeps the rank's experts
+zero elsewhere, so the all-reduce adds it once); a ``shard_like`` weight is split as its leader's
+rows were (after every linear); views get -1 at ``tp_scaled_dim``; split sizes are divided by TP;
+``all_reduce`` becomes a real collective with the hint's reduce op; ``moe`` keeps the rank's experts
 (even shares, remainder on the last EP rank), localises expert ids and zeroes the routing
 weights of other ranks' experts, and splits expert weights over MoE-TP. Where a
 ``tp_min_local_shape`` leaves fewer units than TP ranks (KV heads), groups of ranks share a
 replicated unit. Nothing to do below two ranks.
 
-strip: lowers leftover hints to plain ops (an unsharded ``all_reduce`` disappears).
+strip: lowers leftover hints to plain ops (an unsharded ``all_reduce`` or ``shard_like``
+disappears).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor, fx, nn
@@ -22,13 +25,21 @@ from torch import Tensor, fx, nn
 from stagebot.harness.suites.sharding_ir.collectives import collective_op
 from stagebot.harness.suites.sharding_ir.dist_config import DistConfig
 from stagebot.harness.suites.sharding_ir.errors import ShardingIRError
-from stagebot.harness.suites.sharding_ir.hints import TP_MODES, hint_args, hint_ops
+from stagebot.harness.suites.sharding_ir.hints import REDUCE_OPS, TP_MODES, hint_args, hint_ops
 from stagebot.harness.suites.sharding_ir.load_hooks import ParamShard, register_load_hooks
 
 aten = torch.ops.aten
 # The weight dim each TP mode splits (a colwise bias is split on its only dim, 0).
 SPLIT_DIM = {"colwise": 0, "rowwise": 1}
-Shards = dict[str, ParamShard]  # parameter path -> how a full tensor becomes the rank's shard
+
+
+@dataclass
+class _Sharded:
+    """What the pass has done so far: each sharded parameter, how each colwise weight's rows split
+    (the ``_splitter`` arguments, for the weights that follow it)."""
+
+    shards: dict[str, ParamShard] = field(default_factory=dict)
+    row_splits: dict[str, dict] = field(default_factory=dict)
 
 
 def apply_sharding_hints(gm: fx.GraphModule, dc: DistConfig) -> fx.GraphModule:
@@ -43,13 +54,17 @@ def apply_sharding_hints(gm: fx.GraphModule, dc: DistConfig) -> fx.GraphModule:
         ops["all_reduce"]: _shard_all_reduce,
         ops["moe"]: _shard_moe,
     }
-    shards: Shards = {}
-    for node in list(gm.graph.nodes):
-        if node.op == "call_function" and node.target in handlers:
-            handlers[node.target](gm, node, dc, shards)
+    done = _Sharded()
+    nodes = [n for n in gm.graph.nodes if n.op == "call_function"]
+    for node in nodes:
+        if node.target in handlers:
+            handlers[node.target](gm, node, dc, done)
+    for node in nodes:  # once every leader is split
+        if node.target is ops["shard_like"]:
+            _shard_follower(gm, node, dc, done)
     gm.graph.lint()
     gm.recompile()
-    register_load_hooks(gm, shards)
+    register_load_hooks(gm, done.shards)
     return gm
 
 
@@ -71,8 +86,8 @@ def strip_sharding_hints(gm: fx.GraphModule) -> fx.GraphModule:
     for node in list(gm.graph.nodes):
         if node.op != "call_function":
             continue
-        if node.target is ops["all_reduce"]:
-            node.replace_all_uses_with(hint_args(node)["x"])
+        if node.target in (ops["all_reduce"], ops["shard_like"]):
+            node.replace_all_uses_with(node.args[0])
             gm.graph.erase_node(node)
         elif node.target in lowering:
             node.target, node.args = lowering[node.target](hint_args(node))
@@ -134,16 +149,16 @@ def _splitter(
 
 
 def _shard_param(
-    gm: fx.GraphModule, attr: fx.Node, shards: Shards, take: Callable[[Tensor], Tensor]
+    gm: fx.GraphModule, attr: fx.Node, done: _Sharded, take: Callable[[Tensor], Tensor]
 ) -> None:
     owner, _, name = attr.target.rpartition(".")
     module = gm.get_submodule(owner)
     full = getattr(module, name)
     setattr(module, name, nn.Parameter(take(full.detach()).clone(), requires_grad=False))
-    shards[attr.target] = ParamShard(full.shape, take)
+    done.shards[attr.target] = ParamShard(full.shape, take)
 
 
-def _shard_linear(gm: fx.GraphModule, node: fx.Node, dc: DistConfig, shards: Shards) -> None:
+def _shard_linear(gm: fx.GraphModule, node: fx.Node, dc: DistConfig, done: _Sharded) -> None:
     a = hint_args(node)
     mode, weight, bias = a["tp_mode"], a["weight"], a["bias"]
     if mode not in TP_MODES:
@@ -159,10 +174,11 @@ def _shard_linear(gm: fx.GraphModule, node: fx.Node, dc: DistConfig, shards: Sha
         pieces = a["output_sizes"]
         split = dict(min_size=min_size, pieces=pieces, replicate=True)
         take, local = _splitter(node, weight.target, shape[dim], dim, tp, rank, **split)
-        _shard_param(gm, weight, shards, take)
+        _shard_param(gm, weight, done, take)
+        done.row_splits[weight.target] = split
         if bias is not None:
             take_bias, _ = _splitter(node, bias.target, shape[0], 0, tp, rank, **split)
-            _shard_param(gm, bias, shards, take_bias)
+            _shard_param(gm, bias, done, take_bias)
         if pieces:
             _set_args(node, output_sizes=local)
         return
@@ -171,12 +187,37 @@ def _shard_linear(gm: fx.GraphModule, node: fx.Node, dc: DistConfig, shards: Sha
             f"node {node.name!r}: output_sizes apply to colwise linears, not rowwise."
         )
     take, _ = _splitter(node, weight.target, shape[dim], dim, tp, rank, min_size=min_size)
-    _shard_param(gm, weight, shards, take)
+    _shard_param(gm, weight, done, take)
     if bias is not None:
-        _shard_param(gm, bias, shards, lambda b: b if rank == 0 else torch.zeros_like(b))
+        _shard_param(gm, bias, done, lambda b: b if rank == 0 else torch.zeros_like(b))
 
 
-def _shard_view(gm: fx.GraphModule, node: fx.Node, dc: DistConfig, shards: Shards) -> None:
+def _shard_follower(gm: fx.GraphModule, node: fx.Node, dc: DistConfig, done: _Sharded) -> None:
+    a = hint_args(node)
+    weight, leader, dim = a["weight"], a["leader"], a["dim"]
+    if weight.op != "get_attr":
+        raise ShardingIRError(
+            f"node {node.name!r}: shard_like takes a parameter as it is, not {weight.name!r} "
+            "computed from one: name the parameter itself."
+        )
+    if leader.op != "get_attr" or leader.target not in done.row_splits:
+        raise ShardingIRError(
+            f"node {node.name!r}: {weight.target} follows the rows of {leader.target}, which no "
+            "colwise linear hint splits; a weight can follow only a colwise-split weight."
+        )
+    rows = done.shards[leader.target].full_shape[0]
+    size = gm.get_parameter(weight.target).shape[dim]
+    if size != rows:
+        raise ShardingIRError(
+            f"node {node.name!r}: {weight.target} has {size} entries along dim {dim}, its leader "
+            f"{leader.target} {rows} rows; a follower has one entry per row of its leader."
+        )
+    split = done.row_splits[leader.target]
+    take, _ = _splitter(node, weight.target, size, dim, dc.tp_size, dc.tp_rank, **split)
+    _shard_param(gm, weight, done, take)
+
+
+def _shard_view(gm: fx.GraphModule, node: fx.Node, dc: DistConfig, done: _Sharded) -> None:
     a = hint_args(node)
     if a["tp_scaled_dim"] >= 0:
         shape = list(a["shape"])
@@ -184,7 +225,7 @@ def _shard_view(gm: fx.GraphModule, node: fx.Node, dc: DistConfig, shards: Shard
         _set_args(node, shape=shape)
 
 
-def _shard_split(gm: fx.GraphModule, node: fx.Node, dc: DistConfig, shards: Shards) -> None:
+def _shard_split(gm: fx.GraphModule, node: fx.Node, dc: DistConfig, done: _Sharded) -> None:
     a = hint_args(node)
     if not a["enable_sharding"]:
         return
@@ -196,12 +237,16 @@ def _shard_split(gm: fx.GraphModule, node: fx.Node, dc: DistConfig, shards: Shar
     _set_args(node, sizes=[size // dc.tp_size for size in a["sizes"]])
 
 
-def _shard_all_reduce(gm: fx.GraphModule, node: fx.Node, dc: DistConfig, shards: Shards) -> None:
-    x = hint_args(node)["x"]
-    node.target, node.args, node.kwargs = collective_op(), (x,), {}
+def _shard_all_reduce(gm: fx.GraphModule, node: fx.Node, dc: DistConfig, done: _Sharded) -> None:
+    a = hint_args(node)
+    if a["op"] not in REDUCE_OPS:
+        raise ShardingIRError(
+            f"node {node.name!r}: all_reduce op {a['op']!r} is not one of {', '.join(REDUCE_OPS)}."
+        )
+    node.target, node.args, node.kwargs = collective_op(), (a["x"], a["op"]), {}
 
 
-def _shard_moe(gm: fx.GraphModule, node: fx.Node, dc: DistConfig, shards: Shards) -> None:
+def _shard_moe(gm: fx.GraphModule, node: fx.Node, dc: DistConfig, done: _Sharded) -> None:
     a = hint_args(node)
     w1, w2, w3 = a["w1"], a["w2"], a["w3"]
     local = dc.local_experts(len(w1))
@@ -211,7 +256,7 @@ def _shard_moe(gm: fx.GraphModule, node: fx.Node, dc: DistConfig, shards: Shards
                 dim = SPLIT_DIM[mode]
                 size = gm.get_parameter(attr.target).shape[dim]
                 take, _ = _splitter(node, attr.target, size, dim, dc.moe_tp, dc.moe_tp_rank)
-                _shard_param(gm, attr, shards, take)
+                _shard_param(gm, attr, done, take)
     ids, weights = a["topk_ids"], a["topk_weights"]
     if len(local) < len(w1):
         graph = gm.graph

@@ -309,6 +309,9 @@ def _rank_main(
             timeout=timedelta(seconds=collective_timeout_s),
             **kwargs,
         )
+        # gloo's init may return on one rank while its peer still completes the connection: a
+        # rank that then exited at once failed the peer's init ("Connection closed by peer").
+        dist.barrier()
         results.put((rank, STARTED, None))
         outcome = (rank, RESULT, target(rank, *args))
     except BaseException:

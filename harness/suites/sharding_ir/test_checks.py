@@ -6,6 +6,7 @@ import torch
 
 from stagebot.harness.suites.sharding_ir.checks import (
     collective_count_check,
+    follower_rows_check,
     local_shape_check,
     numeric_check,
 )
@@ -39,6 +40,7 @@ def test_nan_and_shape_mismatch_fail():
 def test_checks_cannot_pass_vacuously():
     gm = torch.fx.symbolic_trace(torch.nn.Identity())
     assert not collective_count_check(gm, {}).ok  # nothing expected: nothing would be checked
-    assert not collective_count_check(gm, {"model.layers.0.mlp": 1}).ok  # expected, absent
+    assert not collective_count_check(gm, {("model.layers.0.mlp", "sum"): 1}).ok  # absent
+    assert not follower_rows_check(gm, {}, {}).ok  # no followers declared
     assert not local_shape_check(gm, {}).ok  # no parameters at all
     assert not local_shape_check(gm, {"w": (2, 2)}).ok  # an expected parameter is missing

@@ -47,7 +47,7 @@ def test_local_experts(num_experts, moe_ep, expected):
 
 def test_expected_experts_are_a_literal_table_not_the_sharders():
     """The structural check's expectation, against literals (not against DistConfig)."""
-    from stagebot.harness.suites.sharding_ir.models.moe import expected_local_experts
+    from stagebot.harness.suites.sharding_ir.blocks.moe import expected_local_experts
 
     table = {r: list(expected_local_experts(5, 2, r)) for r in range(2)}
     assert table == {0: [0, 1], 1: [2, 3, 4]}

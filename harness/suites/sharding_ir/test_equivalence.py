@@ -9,7 +9,12 @@ import pytest
 from stagebot.harness.suites.sharding_ir.case import MATCHES_HF
 from stagebot.harness.suites.sharding_ir.dist_config import DistConfig
 from stagebot.harness.suites.sharding_ir.registry import DEFAULT, REGISTRY
-from stagebot.harness.suites.sharding_ir.worker import CONTROLS, MOE_CONTROLS
+from stagebot.harness.suites.sharding_ir.worker import (
+    CONTROLS,
+    FOLLOWER_ROWS,
+    MOE_CONTROLS,
+    NORM_CONTROLS,
+)
 
 CHECKS = (
     MATCHES_HF,
@@ -53,6 +58,16 @@ def test_moe_negative_control_is_caught(equivalence_report, sharding_ir_case, co
         pytest.skip("no MoE experts split over EP ranks in this model / dist config")
     assert key in equivalence_report, f"{key} missing: no routing mask found to remove"
     _assert_everywhere(equivalence_report, key, expect_ok=False)
+
+
+@pytest.mark.parametrize("check", [FOLLOWER_ROWS, *NORM_CONTROLS])
+def test_norm_across_ranks(equivalence_report, check):
+    """Where a weight follows another's row split (a q/k norm over a TP-split projection, its
+    statistic averaged over the ranks): the rows check passes; a summing all-reduce in place of
+    the average, or a follower holding other rows, fails its structural check and the numeric."""
+    if f"{DEFAULT}/{FOLLOWER_ROWS}" not in equivalence_report:
+        pytest.skip("no weight of this family follows another's rows")
+    _assert_everywhere(equivalence_report, f"{DEFAULT}/{check}", expect_ok=check == FOLLOWER_ROWS)
 
 
 def test_variants_pass(equivalence_report):

@@ -1,6 +1,5 @@
-"""Adding a family is adding an entry: families the suite does not register (Phi-3, whose
-checkpoints fuse q/k/v and gate/up; Gemma-2 without its soft-capping, for sandwich norms and
-values computed from the config) go into a temporary registry from their spec alone and run an
+"""Adding a family is adding an entry: a family the suite does not register (Phi-3, whose
+checkpoints fuse q/k/v and gate/up) goes into a temporary registry from its spec alone and runs an
 equivalence case; and a family registered with another family's spec fails its case."""
 
 from __future__ import annotations
@@ -10,9 +9,7 @@ import dataclasses
 import pytest
 
 from stagebot.harness.suites.sharding_ir.case import MATCHES_HF, run_case
-from stagebot.harness.suites.sharding_ir.errors import ShardingIRError
-from stagebot.harness.suites.sharding_ir.family import ArchSpec, Attr
-from stagebot.harness.suites.sharding_ir.hf_reference import matches_hf_check
+from stagebot.harness.suites.sharding_ir.family import ArchSpec, Block
 from stagebot.harness.suites.sharding_ir.registry import (
     DEFAULT,
     REGISTRY,
@@ -23,22 +20,6 @@ from stagebot.harness.suites.sharding_ir.registry import (
 from stagebot.harness.suites.sharding_ir.worker import CONTROLS
 
 CONFIG = "tp-only"  # 2 ranks: the cheapest config that shards
-# Gemma-2's decoder but for soft-capping, which the IR lacks (off here; the real checkpoints cap
-# attention and logits) and sliding windows (the default 4096 exceeds every tiny sequence).
-GEMMA2 = ModelSpec(
-    model_id="google/gemma-2-2b",
-    config_class="Gemma2Config",
-    hf_class="Gemma2ForCausalLM",
-    arch=ArchSpec(
-        norms="sandwich",
-        norm_weight_offset=1.0,
-        activation=Attr("hidden_activation"),
-        embedding_multiplier=Attr("hidden_size") ** 0.5,
-        attention_scale=Attr("query_pre_attn_scalar") ** -0.5,
-    ),
-    tiny={**TINY, "attn_logit_softcapping": None, "final_logit_softcapping": None}
-    | {"query_pre_attn_scalar": 32},  # not head_dim (16), as Gemma-2 27B's is not
-)
 
 
 def _failed(report: dict, key: str) -> list[str]:
@@ -49,14 +30,14 @@ PHI3 = ModelSpec(
     model_id="microsoft/Phi-3-mini-4k-instruct",
     config_class="Phi3Config",
     hf_class="Phi3ForCausalLM",
-    arch=ArchSpec(fused_qkv=True, fused_gate_up=True),
+    arch=ArchSpec(attention=Block("attention", fused_qkv=True), mlp=Block("gated_mlp", fused=True)),
     tiny={**TINY, "pad_token_id": None, "eos_token_id": None},
 )
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("spec", [PHI3, GEMMA2], ids=lambda spec: spec.model_id)
-def test_a_family_added_from_a_spec_runs_an_equivalence_case(spec):
+def test_a_family_added_from_a_spec_runs_an_equivalence_case():
+    spec = PHI3
     registry = Registry(REGISTRY)
     registry.add(spec)
     assert spec.model_id in registry.resolve_model_ids(["all"])
@@ -78,28 +59,3 @@ def test_llama_registered_with_the_qwen3_ir_fails_its_equivalence_case():
     report = run_case(registry.lookup(llama.model_id), CONFIG)
     assert _failed(report, f"{DEFAULT}/{MATCHES_HF}"), "the wrong IR matched HF's Llama"
     assert _failed(report, f"{DEFAULT}/numeric") == []  # what the sharded checks alone would say
-
-
-@pytest.mark.parametrize(
-    ("wrong", "detail"),
-    [
-        ({"norms": "pre"}, "missing from the IR (e.g. ['model.layers.0.pre_feedforward_layernorm"),
-        ({"norm_weight_offset": 0.0}, "max |IR - HF|"),
-        ({"embedding_multiplier": 1.0}, "max |IR - HF|"),
-        ({"attention_scale": None}, "max |IR - HF|"),
-    ],
-    ids=["norms", "norm_weight_offset", "embedding_multiplier", "attention_scale"],
-)
-def test_gemma2_with_a_wrong_norm_placement_or_value_fails(wrong, detail):
-    result = matches_hf_check(
-        dataclasses.replace(GEMMA2, arch=dataclasses.replace(GEMMA2.arch, **wrong)), {}
-    )
-    assert not result.ok and detail in result.detail, result.detail
-
-
-def test_an_unknown_norm_placement_is_named_with_the_known_ones():
-    arch = dataclasses.replace(GEMMA2.arch, norms="post")
-    with pytest.raises(
-        ShardingIRError, match=r"unknown norm placement 'post'.*one of pre, sandwich"
-    ):
-        arch.resolve(GEMMA2.config())

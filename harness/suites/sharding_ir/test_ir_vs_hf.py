@@ -12,6 +12,7 @@ import torch
 from stagebot.harness.suites.sharding_ir.build import build_ir_model, prefill_inputs
 from stagebot.harness.suites.sharding_ir.dist_config import DistConfig
 from stagebot.harness.suites.sharding_ir.errors import ShardingIRError
+from stagebot.harness.suites.sharding_ir.family import Attr, Block
 from stagebot.harness.suites.sharding_ir.hf_reference import build_hf_model, matches_hf_check
 from stagebot.harness.suites.sharding_ir.registry import REGISTRY
 
@@ -22,13 +23,15 @@ CASES = [
 ]
 LLAMA, QWEN3, QWEN2_MOE = "meta-llama/Llama-3.1-8B", "Qwen/Qwen3-8B", "Qwen/Qwen1.5-MoE-A2.7B"
 GRANITE_MOE = "ibm-granite/granite-3.1-3b-a800m-instruct"
+OLMO2, GEMMA2 = "allenai/OLMo-2-1124-7B", "google/gemma-2-2b"
 
 
-def _with(model_id: str, moe: dict | None = None, **arch):
-    """The registered entry of ``model_id`` with some of its spec's fields (its MoE's) replaced."""
+def _with(model_id: str, blocks: dict | None = None, **arch):
+    """The registered entry of ``model_id`` with some of its spec's fields, or of its blocks'
+    parameters (``{"moe": {"router": "gate"}}``), replaced."""
     spec = REGISTRY[model_id]
-    if moe:
-        arch["moe"] = dataclasses.replace(spec.arch.moe, **moe)
+    for field, params in (blocks or {}).items():
+        arch[field] = getattr(spec.arch, field).but(**params)
     return dataclasses.replace(spec, arch=dataclasses.replace(spec.arch, **arch))
 
 
@@ -62,11 +65,8 @@ def test_the_check_against_hf_runs_once_per_spec_and_overrides():
 
 def test_a_wrong_router_normalisation_fails():
     """Same parameter names, other numbers: only the comparison of logits can see it."""
-    spec = REGISTRY[QWEN2_MOE]
-    assert spec.config().norm_topk_prob is False  # HF's default for Qwen2-MoE, the tiny one too
-    moe = dataclasses.replace(spec.arch.moe, norm_topk_prob=True)
-    wrong = dataclasses.replace(spec, arch=dataclasses.replace(spec.arch, moe=moe))
-    result = matches_hf_check(wrong, {})
+    assert REGISTRY[QWEN2_MOE].config().norm_topk_prob is False  # HF's default, the tiny one's
+    result = matches_hf_check(_with(QWEN2_MOE, {"moe": {"norm_topk_prob": True}}), {})
     assert not result.ok and "max |IR - HF|" in result.detail, result.detail
 
 
@@ -90,12 +90,18 @@ def test_a_changed_weight_is_seen():
     "wrong",
     [
         {"embedding_multiplier": 1.0},
-        {"attention_scale": None},  # the default, head_dim ** -0.5
+        {"blocks": {"attention": {"scale": None}}},  # the default, head_dim ** -0.5
         {"residual_multiplier": 1.0},
         {"logits_multiplier": 1.0},
         {"activation": "gelu"},
     ],
-    ids=lambda wrong: next(iter(wrong)),
+    ids=[
+        "embedding_multiplier",
+        "attention_scale",
+        "residual_multiplier",
+        "logits_multiplier",
+        "activation",
+    ],
 )
 def test_a_wrong_declared_value_fails(wrong):
     """Each value GraniteMoE's entry declares is load-bearing: left at the decoder's default (or
@@ -106,12 +112,12 @@ def test_a_wrong_declared_value_fails(wrong):
 
 @pytest.mark.parametrize(
     ("moe", "declared"),
-    [({"router": "gate"}, "block_sparse_moe.gate"), ({"block": "mlp"}, "mlp.router")],
-    ids=["router", "block"],
+    [({"router": "gate"}, "block_sparse_moe.gate"), ({"module": "mlp"}, "mlp.router")],
+    ids=["router", "module"],
 )
 def test_a_wrong_moe_module_name_fails_naming_the_expected_one(moe, declared):
     """The check names the parameter HF expects and the one the wrong entry built instead."""
-    result = matches_hf_check(_with(GRANITE_MOE, moe=moe), {})
+    result = matches_hf_check(_with(GRANITE_MOE, {"moe": moe}), {})
     assert not result.ok, result.detail
     expected = "missing from the IR (e.g. ['model.layers.0.block_sparse_moe.router.weight'"
     assert expected in result.detail, result.detail
@@ -121,3 +127,72 @@ def test_a_wrong_moe_module_name_fails_naming_the_expected_one(moe, declared):
 def test_an_unknown_activation_is_named_with_the_known_ones():
     with pytest.raises(ShardingIRError, match=r"unknown activation 'swiglu'.*one of silu, gelu"):
         build_ir_model(_with(GRANITE_MOE, activation="swiglu"))
+
+
+@pytest.mark.parametrize(
+    ("wrong", "detail"),
+    [
+        ({"norms": "pre"}, "unknown to HF (e.g. ['model.layers.0.input_layernorm.weight'"),
+        ({"norms": "sandwich"}, "unknown to HF (e.g. ['model.layers.0.input_layernorm.weight'"),
+        (
+            {"blocks": {"attention": {"qk_norm": "head"}}},
+            "size mismatch for model.layers.0.self_attn",
+        ),
+    ],
+    ids=["norms-pre", "norms-sandwich", "qk_norm-head"],
+)
+def test_olmo2_with_a_wrong_norm_placement_or_qk_norm_fails(wrong, detail):
+    """OLMo2 normalises after each branch (``post``) and q/k over the whole projection."""
+    result = matches_hf_check(_with(OLMO2, **wrong), {})
+    assert not result.ok and detail in result.detail, result.detail
+
+
+def test_olmo2_declares_its_followers_and_exports_them():
+    """The sharded case checks follower rows where the graph has ``shard_like`` hints: OLMo2's
+    q/k norm weights, one pair per layer, each declared by its attention block."""
+    from stagebot.harness.suites.sharding_ir.checks import hint_count
+
+    model = build_ir_model(REGISTRY[OLMO2])
+    followers = model.expected_followers()
+    assert followers["model.layers.1.self_attn.k_norm.weight"] == (
+        "model.layers.1.self_attn.k_proj.weight"
+    )
+    ids, pos = prefill_inputs(model.arch.vocab_size, batch=1, seq=8)
+    gm = torch.export.export(model, (ids, pos)).module()
+    assert hint_count(gm, "shard_like") == len(followers) == 2 * model.arch.num_layers
+
+
+@pytest.mark.parametrize(
+    ("wrong", "detail"),
+    [
+        ({"norms": "pre"}, "missing from the IR (e.g. ['model.layers.0.pre_feedforward_layernorm"),
+        ({"norm": Block("rms_norm")}, "max |IR - HF|"),  # offset 0: weight, not 1 + weight
+        ({"embedding_multiplier": 1.0}, "max |IR - HF|"),
+        ({"logits_softcap": None}, "max |IR - HF|"),
+        ({"blocks": {"attention": {"scale": None}}}, "max |IR - HF|"),
+        ({"blocks": {"attention": {"softcap": None}}}, "max |IR - HF|"),
+        ({"blocks": {"attention": {"sliding_window": None}}}, "max |IR - HF|"),
+        ({"attention": Block("attention", scale=Attr("query_pre_attn_scalar") ** -0.5)}, "max |"),
+    ],
+    ids=[
+        "norms",
+        "norm-offset",
+        "embedding_multiplier",
+        "logits_softcap",
+        "attention-scale",
+        "attention-softcap",
+        "sliding_window",
+        "sdpa-attention",
+    ],
+)
+def test_gemma2_with_a_wrong_norm_placement_multiplier_or_attention_fails(wrong, detail):
+    """Each thing Gemma-2's entry declares is load-bearing at the tiny sizes."""
+    result = matches_hf_check(_with(GEMMA2, **wrong), {})
+    assert not result.ok and detail in result.detail, result.detail
+
+
+def test_an_unknown_norm_placement_is_named_with_the_known_ones():
+    with pytest.raises(
+        ShardingIRError, match=r"unknown norm placement 'postnorm'.*one of pre, post, sandwich"
+    ):
+        _with(GEMMA2, norms="postnorm").arch.resolve(REGISTRY[GEMMA2].config())

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from stagebot.harness.suites.sharding_ir.models.moe import fuse_experts, unfuse_experts
+from stagebot.harness.suites.sharding_ir.blocks.moe import fuse_experts, unfuse_experts
 
 E, INTER, HIDDEN = 3, 2, 4
 BLOCK = "model.layers.1.mlp.experts"

@@ -13,7 +13,7 @@ import pytest
 
 from stagebot.harness.suites.sharding_ir.dist_config import NAMED_CONFIGS, DistConfig
 from stagebot.harness.suites.sharding_ir.errors import ShardingIRError
-from stagebot.harness.suites.sharding_ir.family import ArchSpec, Attr
+from stagebot.harness.suites.sharding_ir.family import ArchSpec, Attr, Block
 from stagebot.harness.suites.sharding_ir.registry import REGISTRY, Registry
 
 
@@ -40,14 +40,15 @@ def test_variants_exercise_what_they_name(model_id, name):
         assert "experts-not-divisible-by-ep" not in cases
     else:
         arch = spec.arch.resolve(spec.config(**cases["experts-not-divisible-by-ep"]))
-        assert arch.moe.num_experts % dc.moe_ep != 0
-        assert spec.arch.resolve(spec.config()).moe.num_experts % dc.moe_ep == 0
+        assert arch.moe.params["num_experts"] % dc.moe_ep != 0
+        assert spec.arch.resolve(spec.config()).moe.params["num_experts"] % dc.moe_ep == 0
 
 
 def test_a_spec_naming_an_attribute_the_config_lacks_says_which():
     spec = REGISTRY["mistralai/Mixtral-8x7B-v0.1"]
-    wrong = dataclasses.replace(spec.arch.moe, num_experts=Attr("n_routed_experts"))
-    arch = dataclasses.replace(spec.arch, moe=wrong)
+    arch = dataclasses.replace(
+        spec.arch, moe=spec.arch.moe.but(num_experts=Attr("n_routed_experts"))
+    )
     with pytest.raises(ShardingIRError, match=r"MixtralConfig has no attribute 'n_routed_experts'"):
         arch.resolve(spec.config())
 
@@ -58,15 +59,16 @@ def test_a_value_computed_from_the_config_resolves_and_travels_to_the_ranks():
     spec = ArchSpec(
         embedding_multiplier=Attr("hidden_size") ** 0.5,
         logits_multiplier=1 / Attr("logits_scaling"),
-        attention_scale=2 * Attr("attention_multiplier") / Attr("num_attention_heads"),
+        attention=Block(
+            "attention", scale=2 * Attr("attention_multiplier") / Attr("num_attention_heads")
+        ),
     )
     assert pickle.loads(pickle.dumps(spec)) == spec
     config = REGISTRY["ibm-granite/granite-3.1-3b-a800m-instruct"].config()
     arch = spec.resolve(config)
     assert arch.embedding_multiplier == 8.0  # hidden 64
     assert arch.logits_multiplier == 1 / 6.0
-    assert arch.attention_scale == 2 * 0.015625 / 4
-    assert ArchSpec().resolve(config).attention_scale == 16**-0.5  # the default: head_dim ** -0.5
+    assert arch.attention.params["scale"] == 2 * 0.015625 / 4
     with pytest.raises(ShardingIRError, match=r"GraniteMoeConfig has no attribute 'hidden'"):
         ArchSpec(residual_multiplier=Attr("hidden") ** -0.5).resolve(config)
 
@@ -110,9 +112,10 @@ def _config_names() -> set[str]:
     names = set()
     for spec in REGISTRY.values():
         names |= set(spec.tiny)
-        for part in (spec.arch, spec.arch.moe):
-            if part is not None:
-                names |= {v.name for v in vars(part).values() if isinstance(v, Attr)}
+        values = list(vars(spec.arch).values())
+        for block in (v for v in values if isinstance(v, Block)):
+            values += [v for _, v in block.params]
+        names |= {v.name for v in values if isinstance(v, Attr)}
     return names
 
 
@@ -130,7 +133,7 @@ def test_the_checks_and_blocks_never_name_a_config_key():
     """Only the spec (family.py, registry.py) maps config names: a check or a block that looked
     one up itself would work for the families that use that name and break for the next."""
     suite = Path(__file__).parent
-    modules = [*suite.glob("models/*.py")] + [
+    modules = [*suite.glob("models/*.py"), *suite.glob("blocks/*.py")] + [
         suite / name
         for name in (
             "build.py",
@@ -152,3 +155,33 @@ def test_the_checks_and_blocks_never_name_a_config_key():
         if _names_a_config_key(node, names)
     }
     assert found == set()
+
+
+@pytest.mark.parametrize(
+    ("arch", "message"),
+    [
+        (ArchSpec(attention=Block("atention")), r"unknown attention block 'atention'; registered "),
+        (ArchSpec(norm=Block("gated_mlp")), r"unknown norm block 'gated_mlp'; registered norm"),
+        (
+            ArchSpec(mlp=Block("gated_mlp", fused_gate_up=True)),
+            r"ffn block 'gated_mlp' has no parameter 'fused_gate_up'; its parameters: bias, fused",
+        ),
+        (ArchSpec(attention=Block("attention", qk_norm="all")), r"unknown qk_norm 'all'"),
+    ],
+    ids=["name", "kind", "parameter", "value"],
+)
+def test_a_wrong_block_is_named_with_what_would_be_right(arch, message):
+    from stagebot.harness.suites.sharding_ir.models.decoder import IRForCausalLM
+
+    with pytest.raises(ShardingIRError, match=message):
+        IRForCausalLM(REGISTRY["Qwen/Qwen3-8B"].config(), arch)
+
+
+def test_blocks_are_found_by_module():
+    """Every module of blocks/ registers its blocks: nothing else lists them."""
+    from stagebot.harness.suites.sharding_ir import blocks
+
+    assert {"rms_norm": "norm", "attention": "attention", "gated_mlp": "ffn"}.items() <= (
+        blocks.registered().items()
+    )
+    assert blocks.registered()["sparse_moe"] == "ffn"

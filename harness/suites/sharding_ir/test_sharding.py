@@ -10,8 +10,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from stagebot.harness.suites.sharding_ir import hints
+from stagebot.harness.suites.sharding_ir.blocks.norm import RMSNorm
+from stagebot.harness.suites.sharding_ir.blocks.softcap_attention import softcap_attention_op
 from stagebot.harness.suites.sharding_ir.build import poison_
-from stagebot.harness.suites.sharding_ir.checks import hint_count
+from stagebot.harness.suites.sharding_ir.checks import collective_count_check, hint_count
 from stagebot.harness.suites.sharding_ir.dist_config import DistConfig
 from stagebot.harness.suites.sharding_ir.errors import ShardingIRError
 from stagebot.harness.suites.sharding_ir.sabotage import remove_collectives
@@ -173,3 +175,122 @@ def test_load_hooks_take_full_and_sharded_checkpoints():
         poison_(gm)
         gm.load_state_dict(checkpoint, strict=True)
         assert torch.equal(gm(x), expected)
+
+
+class NormedProjection(nn.Module):
+    """A colwise projection of ``rows`` (in units of ``unit``) normalised over all its rows, as
+    OLMo2's q/k norms: the statistic averaged over the ranks, the weight following the rows."""
+
+    def __init__(self, rows: int, unit: int, reduce_op: str = "avg") -> None:
+        super().__init__()
+        self.proj = nn.Linear(HIDDEN, rows, bias=False)
+        self.norm = RMSNorm(rows, eps=1e-6, offset=0.0, across_ranks=True)
+        self.unit, self.reduce_op = unit, reduce_op
+        with torch.no_grad():
+            self.norm.weight.copy_(torch.arange(rows, dtype=torch.float))
+
+    def forward(self, x):
+        y = hints.linear(x, self.proj.weight, None, "colwise", None, self.unit)
+        if self.reduce_op == "avg":
+            return self.norm(y, follows=self.proj.weight)
+        variance = hints.all_reduce(y.pow(2).mean(-1, keepdim=True), self.reduce_op)
+        return hints.shard_like(self.norm.weight, self.proj.weight) * y * torch.rsqrt(variance)
+
+
+@pytest.mark.parametrize(("rows", "chunks"), [(16, [0, 1, 2, 3]), (8, [0, 0, 1, 1])])
+def test_a_following_weight_takes_its_leaders_rows(rows, chunks):
+    """Split as its leader is, units replicated where fewer than ranks (KV heads below TP)."""
+    module = NormedProjection(rows, unit=4)
+    for rank, chunk in enumerate(chunks):
+        gm = _sharded(module, (torch.randn(1, HIDDEN),), DistConfig.named("tep", rank))
+        assert gm.get_parameter("norm.weight").tolist() == list(range(4 * chunk, 4 * chunk + 4))
+        assert torch.equal(gm.get_parameter("proj.weight"), module.proj.weight[4 * chunk :][:4])
+
+
+def test_an_averaged_statistic_is_an_averaging_collective_of_the_norm():
+    """The structural check reads the reduce op: a block hinting a sum where its statistic needs
+    an average fails it (numerically it is the OLMo2 case's control-avg-as-sum-numeric)."""
+    x = torch.randn(1, HIDDEN)
+    expected = {("norm", "avg"): 1}
+    right = _sharded(NormedProjection(8, unit=4), (x,), DistConfig.named("tp-only", 0))
+    assert collective_count_check(right, expected).ok
+    wrong = _sharded(
+        NormedProjection(8, unit=4, reduce_op="sum"), (x,), DistConfig.named("tp-only", 0)
+    )
+    result = collective_count_check(wrong, expected)
+    assert not result.ok and "norm [avg]: (0, 1)" in result.detail, result.detail
+
+
+def test_a_follower_of_a_weight_no_linear_splits_is_refused():
+    class Orphan(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a, self.b = nn.Parameter(torch.ones(4)), nn.Parameter(torch.ones(4, 2))
+
+        def forward(self, x):
+            return x * hints.shard_like(self.a, self.b)
+
+    with pytest.raises(ShardingIRError, match=r"a follows the rows of b, which no colwise linear"):
+        _sharded(Orphan(), (torch.randn(4),), DistConfig.named("tp-only", 0))
+
+
+def test_a_follower_of_another_size_is_refused():
+    class Mismatch(NormedProjection):
+        def forward(self, x):
+            y = hints.linear(x, self.proj.weight, None, "colwise", None, self.unit)
+            return y.sum() * hints.shard_like(self.norm.weight, self.proj.weight)
+
+    module = Mismatch(8, unit=4)
+    module.norm.weight = nn.Parameter(torch.ones(4))
+    with pytest.raises(ShardingIRError, match=r"4 entries along dim 0, its leader proj.weight 8"):
+        _sharded(module, (torch.randn(1, HIDDEN),), DistConfig.named("tp-only", 0))
+
+
+class GroupedAttention(nn.Module):
+    """4 query heads over 2 KV heads of 4; ``opaque``: the softmax is the ``softcap_attention`` op,
+    else plain torch ops repeating each KV head twice, as the unsharded ratio says."""
+
+    def __init__(self, opaque: bool) -> None:
+        super().__init__()
+        self.q, self.k, self.v = nn.Linear(HIDDEN, 16), nn.Linear(HIDDEN, 8), nn.Linear(HIDDEN, 8)
+        self.o, self.opaque = nn.Linear(16, HIDDEN), opaque
+
+    def forward(self, x):
+        b, s, _ = x.shape
+        q, k, v = (
+            hints.view(
+                hints.linear(x, p.weight, p.bias, "colwise", None, 4), [b, s, n, 4], 2
+            ).transpose(1, 2)
+            for p, n in ((self.q, 4), (self.k, 2), (self.v, 2))
+        )
+        if self.opaque:
+            out = softcap_attention_op(q, k, v, 0.5, 2.0, 3)
+        else:
+            k, v = k.repeat_interleave(2, 1), v.repeat_interleave(2, 1)
+            out = torch.softmax(torch.tanh(q @ k.transpose(-1, -2) * 0.25) * 2.0, -1) @ v
+        out = hints.view(out.transpose(1, 2), [b, s, 16], 2)
+        return hints.all_reduce(hints.linear(out, self.o.weight, self.o.bias, "rowwise", None, 4))
+
+
+def test_an_opaque_attention_reads_the_head_ratio_of_its_sharded_inputs():
+    """On tep each rank holds 1 query head and a replicated KV head: the op computes from them;
+    the same attention in plain torch ops keeps the unsharded ratio and no longer fits."""
+    torch.manual_seed(0)
+    x = torch.randn(2, 5, HIDDEN)
+    module = GroupedAttention(opaque=True)
+    torch.testing.assert_close(_summed_over_ranks(module, (x,), "tep"), module(x))
+    with pytest.raises(RuntimeError, match=r"shape|size"):
+        _summed_over_ranks(GroupedAttention(opaque=False), (x,), "tep")
+
+
+def test_the_softcap_attention_op_caps_and_windows():
+    """2 query heads on 1 KV head: scores capped as ``cap * tanh(s / cap)``, causal; a window of 1
+    leaves each query its own position."""
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, heads, 6, 4, generator=gen) for heads in (2, 1, 1))
+    capped = softcap_attention_op(q, k, v, 1.0, 0.5, 0)
+    scores = torch.tanh(q @ k.transpose(-1, -2) / 0.5) * 0.5
+    causal = torch.ones(6, 6, dtype=torch.bool).tril()
+    torch.testing.assert_close(capped, scores.masked_fill(~causal, float("-inf")).softmax(-1) @ v)
+    own = softcap_attention_op(q, k, v, 1.0, 0.0, 1)
+    torch.testing.assert_close(own, v.expand(1, 2, 6, 4))

@@ -2,9 +2,10 @@
 
 Per case of the spec (the default tiny config, then each variant that applies to the config):
 build, re-init identically, eager unsharded forward (the reference), snapshot, export, apply +
-strip the hints, check hints/shapes/collectives, poison every weight and load the full snapshot
-(hooks slice it), sharded forward vs reference, reload the rank's own sharded state dict. On the
-default config, the negative controls, whose checks must fail. Device and dtype follow the
+strip the hints, check hints/shapes/collectives (and the rows of weights that follow another's
+split, where the graph has any), poison every weight and load the full snapshot (hooks slice it),
+sharded forward vs reference, reload the rank's own sharded state dict. On the default config,
+the negative controls, whose checks must fail. Device and dtype follow the
 backend: NCCL -> the rank's GPU in bf16, gloo -> CPU in fp32.
 """
 
@@ -21,6 +22,7 @@ from stagebot.harness.suites.sharding_ir.build import build_ir_model, poison_, p
 from stagebot.harness.suites.sharding_ir.checks import (
     CheckResult,
     collective_count_check,
+    follower_rows_check,
     hint_count,
     hints_lowered_check,
     local_shape_check,
@@ -42,6 +44,13 @@ CONTROLS = (
 )
 # Controls that apply only where the model has what they break (must then be present).
 MOE_CONTROLS = ("control-routing-mask-removed",)
+FOLLOWER_ROWS = "follower-rows"  # a check where the graph has weights following another's rows
+NORM_CONTROLS = (  # where a norm spans TP ranks: its averaged statistic, its following weight
+    "control-avg-as-sum-counts",  # must fail collective-counts
+    "control-avg-as-sum-numeric",  # must fail numeric
+    "control-follower-shifted-rows",  # must fail follower-rows
+    "control-follower-shifted-numeric",  # must fail numeric
+)
 
 
 def run_equivalence(rank: int, spec: ModelSpec, dist_config: str) -> dict[str, CheckResult]:
@@ -71,18 +80,22 @@ def _check_variant(
     snapshot = {k: v.clone() for k, v in model.state_dict().items()}
     gm = torch.export.export(model, (ids, pos)).module()
     hints_before = hint_count(gm)
+    following = hint_count(gm, "shard_like")
     pristine = _copy(gm) if name == DEFAULT else None
     apply_sharding_hints(gm, dc)
     unstripped = _copy(gm) if name == DEFAULT else None
     strip_sharding_hints(gm)
     shapes, collectives = model.expected_local_shapes(dc), model.expected_collectives(dc)
+    followers = model.expected_followers()
     dropped = sorted(k for k, shape in shapes.items() if shape is None)
     r = {
         "hints-lowered": hints_lowered_check(hints_before, gm),
         "local-shapes": local_shape_check(gm, shapes),
         "collective-counts": collective_count_check(gm, collectives),
-        "load-full-checkpoint": _load_full_check(gm, snapshot, dropped),
     }
+    if following or followers:
+        r[FOLLOWER_ROWS] = _follower_check(gm, snapshot, followers, following)
+    r["load-full-checkpoint"] = _load_full_check(gm, snapshot, dropped)
     sharded = gm(ids, pos)
     r["numeric"] = numeric_check(sharded, reference)
     own = {k: v.clone() for k, v in gm.state_dict().items()}
@@ -113,6 +126,8 @@ def _check_variant(
         r[CONTROLS[5]] = CheckResult(
             result.ok, f"{changed} hooks slice sharded tensors again; {result.detail}"
         )
+        if FOLLOWER_ROWS in r:
+            r |= _norm_controls(gm, snapshot, followers, collectives, dc, (ids, pos), reference)
         broken = _copy(gm)
         unmasked = sabotage.remove_routing_mask(broken)
         if unmasked:
@@ -121,6 +136,34 @@ def _check_variant(
                 result.ok, f"{unmasked} routing masks removed; {result.detail}"
             )
     return {f"{name}/{check}": result for check, result in r.items()}
+
+
+def _follower_check(gm, snapshot: dict, followers: dict, following: int) -> CheckResult:
+    """The rows check, and as many followers declared as the graph has ``shard_like`` hints."""
+    if len(followers) != following:
+        return CheckResult(
+            False, f"{len(followers)} followers declared, {following} shard_like hints exported"
+        )
+    return follower_rows_check(gm, snapshot, followers)
+
+
+def _norm_controls(gm, snapshot, followers, collectives, dc, args, reference) -> dict:
+    """A summing all-reduce where the norm's statistic needs an average; followers holding other
+    rows than their leaders: each must fail its structural check and the numeric one."""
+    r = {}
+    broken = _copy(gm)
+    changed = sabotage.average_as_sum(broken)
+    result = collective_count_check(broken, collectives)
+    r[NORM_CONTROLS[0]] = CheckResult(result.ok, f"{changed} avg -> sum; {result.detail}")
+    result = numeric_check(broken(*args), reference)
+    r[NORM_CONTROLS[1]] = CheckResult(result.ok, f"{changed} avg -> sum; {result.detail}")
+    broken = _copy(gm)
+    shifted = sabotage.shift_followers(broken, snapshot, followers, dc.tp_size, dc.tp_rank)
+    result = follower_rows_check(broken, snapshot, followers)
+    r[NORM_CONTROLS[2]] = CheckResult(result.ok, f"{shifted} shifted; {result.detail}")
+    result = numeric_check(broken(*args), reference)
+    r[NORM_CONTROLS[3]] = CheckResult(result.ok, f"{shifted} shifted; {result.detail}")
+    return r
 
 
 def _wrong_dim_sharder_check(pristine, dc: DistConfig, shapes: dict) -> CheckResult:

@@ -1,6 +1,12 @@
-"""The sparse MoE block: a softmax top-k router (under the family's module name), routed gated-MLP
-experts through the ``moe`` hint (the family's activation), optionally a shared expert
-(sigmoid-gated, as Qwen2-MoE), and one all-reduce for both.
+"""The sparse MoE block (``sparse_moe``): a softmax top-k router, routed gated-MLP experts through
+the ``moe`` hint (the family's activation), optionally a shared expert (sigmoid-gated, as
+Qwen2-MoE), and one summing all-reduce for both.
+
+Parameters: ``num_experts``, ``top_k``, ``intermediate_size`` (an expert's), ``norm_topk_prob``
+(renormalise the top-k weights to sum to 1), ``shared_intermediate_size`` (None: no shared
+expert), ``dense_layers`` (layer indices that keep the dense MLP), ``sparse_step`` (only every
+n-th layer is sparse), ``router`` (the router's module name, ``gate``) and, as for every
+feed-forward block, ``module`` (the layer's attribute holding it, ``mlp``).
 
 Parameters carry the checkpoint names (``mlp.experts.<e>.gate_proj.weight`` ...). transformers
 5.x keeps each layer's experts fused in memory (``mlp.experts.gate_up_proj`` [E, 2I, H], gate
@@ -16,10 +22,11 @@ from collections import defaultdict
 import torch
 from torch import Tensor, nn
 
-from stagebot.harness.suites.sharding_ir import hints
+from stagebot.harness.suites.sharding_ir import blocks, hints
+from stagebot.harness.suites.sharding_ir.blocks._parts import Shapes
+from stagebot.harness.suites.sharding_ir.blocks.mlp import MLP
 from stagebot.harness.suites.sharding_ir.dist_config import DistConfig
 from stagebot.harness.suites.sharding_ir.family import Arch
-from stagebot.harness.suites.sharding_ir.models.layers import MLP, Shapes
 
 _EXPERT_KEY = re.compile(
     r"^(?P<block>.*\.experts)\.(?P<e>\d+)\.(?P<proj>gate_proj|up_proj|down_proj)\.weight$"
@@ -33,22 +40,31 @@ class SparseMoeBlock(nn.Module):
     The routed experts are split over EP x MoE-TP; a shared expert over all TP ranks like a
     dense MLP. Both are partial sums until the block's one all-reduce."""
 
-    collectives = 1
+    collectives = {"sum": 1}
 
-    def __init__(self, a: Arch, fixed_routing: bool) -> None:
+    def __init__(
+        self,
+        a: Arch,
+        *,
+        num_experts: int,
+        top_k: int,
+        intermediate_size: int,
+        norm_topk_prob: bool,
+        shared_intermediate_size: int | None,
+        router: str,
+    ) -> None:
         super().__init__()
-        m = a.moe
-        self.num_experts, self.top_k, self.norm_topk_prob = m.num_experts, m.top_k, m.norm_topk_prob
-        self.fixed_routing, self.activation = fixed_routing, a.activation
-        self.router_name = m.router
-        self.add_module(m.router, nn.Linear(a.hidden_size, self.num_experts, bias=False))
+        self.num_experts, self.top_k, self.norm_topk_prob = num_experts, top_k, norm_topk_prob
+        self.fixed_routing, self.activation = a.fixed_routing, a.activation
+        self.router_name = router
+        self.add_module(router, nn.Linear(a.hidden_size, num_experts, bias=False))
         expert = dict(activation=a.activation, reduce=False)
         self.experts = nn.ModuleList(
-            MLP(a.hidden_size, m.intermediate_size, **expert) for _ in range(self.num_experts)
+            MLP(a.hidden_size, intermediate_size, **expert) for _ in range(num_experts)
         )
-        self.has_shared_expert = m.shared_intermediate_size is not None
+        self.has_shared_expert = shared_intermediate_size is not None
         if self.has_shared_expert:
-            self.shared_expert = MLP(a.hidden_size, m.shared_intermediate_size, **expert)
+            self.shared_expert = MLP(a.hidden_size, shared_intermediate_size, **expert)
             self.shared_expert_gate = nn.Linear(a.hidden_size, 1, bias=False)
 
     def route(self, x: Tensor) -> tuple[Tensor, Tensor]:
@@ -93,6 +109,34 @@ class SparseMoeBlock(nn.Module):
             shared = self.shared_expert.shapes_over(dc.tp_size).items()
             shapes |= {f"shared_expert.{name}": shape for name, shape in shared}
         return shapes
+
+
+@blocks.register("ffn", "sparse_moe")
+def sparse_moe(
+    a: Arch,
+    layer: int,
+    *,
+    num_experts: int,
+    top_k: int,
+    intermediate_size: int,
+    norm_topk_prob: bool,
+    shared_intermediate_size: int | None = None,
+    dense_layers: list[int] | None = None,
+    sparse_step: int = 1,
+    router: str = "gate",
+) -> SparseMoeBlock | None:
+    """The block for ``layer``, or None where the layer keeps the dense MLP."""
+    if num_experts == 0 or layer in (dense_layers or ()) or (layer + 1) % sparse_step:
+        return None
+    return SparseMoeBlock(
+        a,
+        num_experts=num_experts,
+        top_k=top_k,
+        intermediate_size=intermediate_size,
+        norm_topk_prob=bool(norm_topk_prob),
+        shared_intermediate_size=shared_intermediate_size,
+        router=router,
+    )
 
 
 def expected_local_experts(num_experts: int, moe_ep: int, ep_rank: int) -> range:

@@ -112,6 +112,9 @@ class MatrixEntry:
     device_names: list[str] = field(default_factory=list)
     max_reruns: int = DEFAULT_MAX_RERUNS  # the family's rerun policy (defaults: older entries)
     rerun_max_failures: int = DEFAULT_RERUN_MAX_FAILURES
+    # What the job installs and sets before the shard (stages/setup.py: extras, install, env),
+    # merged from the catalog; `bot stage-setup` runs it. Empty in entries written before it.
+    setup: dict[str, Any] = field(default_factory=lambda: {"extras": [], "install": [], "env": {}})
 
     def to_json(self) -> dict[str, Any]:
         return {"version": MATRIX_ENTRY_VERSION, **asdict(self)}
@@ -120,7 +123,14 @@ class MatrixEntry:
     def from_json(cls, data: dict[str, Any]) -> MatrixEntry:
         _check_version("matrix entry", data, MATRIX_ENTRY_VERSION)
         names = {f.name for f in fields(cls)}
-        optional = ("detailed_log", "debug", "device_names", "max_reruns", "rerun_max_failures")
+        optional = (
+            "detailed_log",
+            "debug",
+            "device_names",
+            "max_reruns",
+            "rerun_max_failures",
+            "setup",
+        )
         missing = sorted(name for name in names if name not in data and name not in optional)
         if missing:
             raise PlanError(f"matrix entry lacks {', '.join(missing)}")

@@ -36,6 +36,7 @@ COMMANDS: dict[str, str] = {
     "dispatch": "stagebot.bot.cmd_dispatch:dispatch",
     "report-run": "stagebot.bot.cmd_report_run:report_run",
     "gate": "stagebot.bot.cmd_gate:gate",
+    "init": "stagebot.bot.cmd_init:init",
 }
 
 # `bot --help`: every command in one section, with its whole one-line description (written here,
@@ -53,6 +54,7 @@ SECTIONS: tuple[tuple[str, dict[str, str]], ...] = (
             "run-stage": "Run one shard from a matrix entry, without a ledger (a CI fan-out job).",
             "kernels": "Compile the CuTe DSL kernels ahead of time (needs the [kernels] extra).",
             "help": "Show the /bot command language; `bot help COMMAND`: that command's help.",
+            "init": "Adopt stagebot here: settings, catalog, workflows (a diff unless --write).",
         },
     ),
     (

@@ -37,6 +37,7 @@ COMMANDS: dict[str, str] = {
     "report-run": "stagebot.bot.cmd_report_run:report_run",
     "gate": "stagebot.bot.cmd_gate:gate",
     "init": "stagebot.bot.cmd_init:init",
+    "doctor": "stagebot.bot.cmd_doctor:doctor",
 }
 
 # `bot --help`: every command in one section, with its whole one-line description (written here,
@@ -55,6 +56,7 @@ SECTIONS: tuple[tuple[str, dict[str, str]], ...] = (
             "kernels": "Compile the CuTe DSL kernels ahead of time (needs the [kernels] extra).",
             "help": "Show the /bot command language; `bot help COMMAND`: that command's help.",
             "init": "Adopt stagebot here: settings, catalog, workflows (a diff unless --write).",
+            "doctor": "Check this repository's GitHub setup for the bot, each check with its fix.",
         },
     ),
     (

@@ -158,6 +158,7 @@ def render_workflows(settings: InitSettings, config: BotConfig) -> dict[Path, st
         "default_branch": settings.default_branch,
         "python": settings.python,
         "catalog": settings.catalog,
+        "catalog_file": f"{settings.catalog or 'stages/catalog'}/gpus.yaml",
         "stagebot": settings.stagebot,
         "stage_branch": config.stage_branch,
     }

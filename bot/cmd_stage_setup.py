@@ -43,11 +43,11 @@ def stage_setup(entry_arg: str, print_only: bool) -> None:
     """Run the setup a matrix entry declares, in the repository root (the working directory);
     its env goes to $GITHUB_ENV for the job's later steps."""
     from stagebot.stages.plan import MatrixEntry
-    from stagebot.stages.setup import Setup, check_setup
+    from stagebot.stages.setup import check_setup
 
     entry = MatrixEntry.from_json(_load(entry_arg))
     try:  # the entry is data from the plan run: check it as the catalog was checked
-        setup = check_setup(Setup.from_json(entry.setup).to_json())
+        setup = check_setup(entry.setup)
     except ValueError as error:
         raise StagebotError(f"--entry {entry.stage}: {error}") from None
     env = dict(setup.env)

@@ -52,23 +52,22 @@ class Setup:
     def to_json(self) -> dict[str, Any]:
         return {"extras": list(self.extras), "install": list(self.install), "env": dict(self.env)}
 
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Setup:
-        return cls(
-            tuple(data.get("extras", ())),
-            tuple(data.get("install", ())),
-            tuple(data.get("env", {}).items()),
-        )
-
 
 def check_setup(data: dict[str, Any]) -> Setup:
-    """A validated setup (its shape already passed the catalog schema); ValueError says what is
-    wrong and what would be right."""
+    """A validated setup (a catalog's, or a matrix entry's: data from the plan run); ValueError
+    says what is wrong and what would be right."""
+    if not isinstance(data, dict) or not all(
+        isinstance(item, str) for key in ("extras", "install") for item in (data.get(key) or ())
+    ):
+        raise ValueError("setup must be a mapping of extras and install (lists of strings), env")
     extras = tuple(data.get("extras") or ())
     for extra in extras:
         if not EXTRA.match(extra):
             raise ValueError(f"setup extra {extra!r} is not an extra name such as kernels")
-    env = tuple((str(k), str(v)) for k, v in (data.get("env") or {}).items())
+    env_data = data.get("env") or {}
+    if not isinstance(env_data, dict):
+        raise ValueError("setup env must be a mapping of names to values")
+    env = tuple((str(k), str(v)) for k, v in env_data.items())
     for name, value in env:
         if not ENV_NAME.match(name) or RESERVED_ENV.search(name):
             raise ValueError(

@@ -138,3 +138,6 @@ def test_an_entry_whose_setup_the_catalog_would_refuse_is_refused(tmp_path, caps
     code, _, err = run_main(capsys, "stage-setup", "--print", "--entry", json.dumps(data))
     assert code == 2, err
     assert "setup env 'LD_PRELOAD' is not a name a stage may set" in err
+    data["setup"] = {"extras": [["harness"]], "install": [], "env": {}}
+    code, _, err = run_main(capsys, "stage-setup", "--print", "--entry", json.dumps(data))
+    assert code == 2 and "setup must be a mapping of extras and install (lists of strings)" in err

@@ -33,6 +33,7 @@ class BotJob:
     job: str
     installs: tuple[str, ...]  # the job's `pip install` lines, in order
     commands: tuple[str, ...]  # the bot subcommands it runs
+    install_steps: tuple[str, ...] = ()  # the whole `run:` scripts that hold those lines
 
 
 def bot_jobs(folder: Path = ROOT / ".github" / "workflows") -> list[BotJob]:
@@ -51,7 +52,8 @@ def bot_jobs(folder: Path = ROOT / ".github" / "workflows") -> list[BotJob]:
                 for line in script.splitlines()
                 if re.search(r"\bpip\s+install\b", line)
             )
-            jobs.append(BotJob(path.name, name, installs, commands))
+            steps = tuple(s for s in scripts if re.search(r"\bpip\s+install\b", s))
+            jobs.append(BotJob(path.name, name, installs, commands, steps))
     return jobs
 
 
@@ -163,3 +165,15 @@ def _sh(line: str, env: dict[str, str]) -> None:
         ["bash", "-c", line], env=env, capture_output=True, text=True, timeout=900
     )
     assert done.returncode == 0, f"$ {line}\n{done.stdout}{done.stderr}"
+
+
+def installed_venv(venv: Path, job: BotJob, runner_temp: Path) -> dict[str, str]:
+    """A new virtual environment with the job's install steps run in it exactly as the workflow
+    writes them (whole scripts, ``$RUNNER_TEMP`` set): for workflows that pin a stagebot release
+    by path and hash rather than installing the checkout."""
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    env = venv_env(venv)
+    runner_temp.mkdir(parents=True, exist_ok=True)
+    for script in job.install_steps:
+        _sh(script, {**env, "RUNNER_TEMP": str(runner_temp)})
+    return env

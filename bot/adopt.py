@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from stagebot.bot.config import DEFAULT_PATH as CONFIG_PATH
-from stagebot.bot.config import load_config
+from stagebot.bot.config import BotConfig, load_config
 from stagebot.bot.workflow_gen import (
     SETTINGS_PATH,
     InitError,
@@ -186,13 +186,14 @@ def plan_files(root: Path, pin: Pin | None) -> list[Change]:
         if not (root / CATALOG_DIR).exists():
             for name, text in catalog_files(project).items():
                 files[CATALOG_DIR / name] = text
-    config = load_config(root / CONFIG_PATH) if (root / CONFIG_PATH).exists() else None
-    if config is None:
-        from stagebot.bot.config import BotConfig
-
-        config = BotConfig()
-    files.update(render_workflows(settings, config))
+    files.update(render_workflows(settings, repo_config(root)))
     return [Change(path, _read(root / path), text) for path, text in files.items()]
+
+
+def repo_config(root: Path) -> BotConfig:
+    """The repository's `.github/stagebot.yml`, or the defaults when it has none."""
+    path = root / CONFIG_PATH
+    return load_config(path) if path.exists() else BotConfig()
 
 
 def _read(path: Path) -> str | None:
@@ -228,7 +229,7 @@ Then run `bot doctor` until it passes, and comment `/bot run` on a pull request.
 
 def next_steps(root: Path) -> str:
     settings = load_settings(root / SETTINGS_PATH)
-    config = load_config(root / CONFIG_PATH)
+    config = repo_config(root)
     return NEXT_STEPS.format(
         branch=settings.default_branch,
         stage_branch=config.stage_branch,

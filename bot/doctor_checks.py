@@ -234,12 +234,12 @@ def local_context(
     root: Path, client: DoctorClient, app: tuple[str, str] | None, without_app: bool
 ) -> Context:
     """The checks' expectations, read from the repository at ``root``."""
-    from stagebot.bot.config import DEFAULT_PATH, load_config
+    from stagebot.bot.adopt import repo_config
     from stagebot.bot.workflow_gen import SETTINGS_PATH, load_settings
     from stagebot.stages.catalog import load_catalog
 
     settings = load_settings(root / SETTINGS_PATH)
-    config = load_config(root / DEFAULT_PATH) if (root / DEFAULT_PATH).exists() else BotConfig()
+    config = repo_config(root)
     catalog = load_catalog(root / settings.catalog if settings.catalog else None)
     used = {family.gpu_type for family in catalog.families}
     labels = {name: gpu.runner_labels for name, gpu in catalog.gpu_types.items() if name in used}

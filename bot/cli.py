@@ -29,6 +29,7 @@ COMMANDS: dict[str, str] = {
     "publish": "stagebot.bot.cmd_publish:publish",
     "run": "stagebot.bot.cmd_run:run",
     "run-stage": "stagebot.bot.cmd_run_stage:run_stage",
+    "stage-setup": "stagebot.bot.cmd_stage_setup:stage_setup",
     "report": "stagebot.bot.cmd_report:report",
     "app-token": "stagebot.bot.cmd_app_token:app_token",
     "fetch-ledger": "stagebot.bot.cmd_fetch_ledger:fetch_ledger",
@@ -36,6 +37,8 @@ COMMANDS: dict[str, str] = {
     "report-run": "stagebot.bot.cmd_report_run:report_run",
     "gate": "stagebot.bot.cmd_gate:gate",
     "docs": "stagebot.bot.cmd_docs:docs",
+    "init": "stagebot.bot.cmd_init:init",
+    "doctor": "stagebot.bot.cmd_doctor:doctor",
 }
 
 # `bot --help`: every command in one section, with its whole one-line description (written here,
@@ -54,6 +57,8 @@ SECTIONS: tuple[tuple[str, dict[str, str]], ...] = (
             "kernels": "Compile the CuTe DSL kernels ahead of time (needs the [kernels] extra).",
             "help": "Show the /bot command language; `bot help COMMAND`: that command's help.",
             "docs": "Write stagebot's command reference (docs/reference.md) from the commands.",
+            "init": "Adopt stagebot here: settings, catalog, workflows (a diff unless --write).",
+            "doctor": "Check this repository's GitHub setup for the bot, each check with its fix.",
         },
     ),
     (
@@ -64,6 +69,7 @@ SECTIONS: tuple[tuple[str, dict[str, str]], ...] = (
             "before any App token is minted.",
             "fetch-ledger": "Download the ledger the bot's newest reply vouches for.",
             "dispatch": "Start the stage workflow for a planned pipeline.",
+            "stage-setup": "Install what a matrix entry's stage declares (extras, commands, env).",
             "report-run": "Check a finished stage run, then publish its report.",
             "publish": "Record StageResults, post the report into the reply, set the status.",
             "app-token": "Mint the bot's GitHub App token for a job.",

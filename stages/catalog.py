@@ -5,8 +5,9 @@ parallel work never edits one file) plus ``waives*.txt`` files, or a single YAML
 follows one path: parse with line numbers, validate each section, merge, then cross-check; every
 error names the file, line, item and the valid choices.
 
-Fragment keys: ``gpu_types`` (name -> arch, device_names, runner_labels), ``families`` (a list of
-stage families) and ``attach`` (suites added to the families whose names match).
+Fragment keys: ``gpu_types`` (name -> arch, device_names, runner_labels, setup), ``families`` (a
+list of stage families), ``attach`` (suites added to the families whose names match) and
+``setup`` (what every stage job installs; stages/setup.py has how the levels merge).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from stagebot.stages.errors import CatalogError
 from stagebot.stages.names import BACKENDS, parse_test_stage_name, test_stage_name
 from stagebot.stages.patterns import check_path_pattern, name_matches
 from stagebot.stages.plan import DEFAULT_MAX_RERUNS, DEFAULT_RERUN_MAX_FAILURES
+from stagebot.stages.setup import Setup, check_setup
 
 DEFAULT_CATALOG = Path(__file__).parent / "catalog"
 SCHEMA = Path(__file__).parent / "schemas" / "catalog_fragment.v1.json"
@@ -40,6 +42,7 @@ class GpuType:
     arch: str | None
     device_names: tuple[str, ...]
     runner_labels: tuple[str, ...]
+    setup: Setup = Setup()
 
 
 @dataclass(frozen=True)
@@ -87,6 +90,7 @@ class Family:
     run_if_changed: tuple[str, ...]
     skip_if_only_changed: tuple[str, ...]
     source: str  # "file:line"
+    setup: Setup = Setup()  # merged: the catalog's, the GPU type's, then the family's own
 
     @property
     def multi_gpu(self) -> bool:
@@ -314,6 +318,7 @@ def load_catalog(path: str | Path | None = None) -> Catalog:
     gpu_types: dict[str, GpuType] = {}
     family_data: list[tuple[_Reader, _Mapping]] = []
     attachments: list[tuple[_Reader, _Mapping]] = []
+    default_setup = Setup()
     texts = [_read(fragment) for fragment in fragments]
     for fragment, text in zip(fragments, texts, strict=True):
         digest.update(fragment.name.encode() + b"\0" + text.encode())
@@ -325,10 +330,12 @@ def load_catalog(path: str | Path | None = None) -> Catalog:
         for name, spec in types.items():
             if name in gpu_types:
                 reader.fail(types.key_lines[name], f"gpu type {name!r}", "defined twice")
-            gpu_types[name] = _gpu_type(name, spec)
+            gpu_types[name] = _gpu_type(reader, name, spec)
+        if _value(data, "setup") is not None:
+            default_setup = default_setup.then(_setup(reader, data, "setup"))
         family_data += [(reader, f) for f in _mappings(reader, data, "families")]
         attachments += [(reader, a) for a in _mappings(reader, data, "attach")]
-    families = [_family(reader, spec, gpu_types) for reader, spec in family_data]
+    families = [_family(reader, spec, gpu_types, default_setup) for reader, spec in family_data]
     _check_unique(families)
     families = _attach(attachments, families)
     for family in families:
@@ -365,7 +372,7 @@ def _parse_yaml(path: Path, text: str) -> _Mapping:
         return _Mapping()
     if not isinstance(data, _Mapping):
         raise CatalogError(
-            f"{path}:1: a catalog fragment must be a mapping of gpu_types, families, attach"
+            f"{path}:1: a catalog fragment must be a mapping of gpu_types, families, attach, setup"
         )
     return data
 
@@ -374,16 +381,27 @@ def _mappings(reader: _Reader, data: _Mapping, key: str) -> list[_Mapping]:
     return _value(data, key, [])
 
 
-def _gpu_type(name: str, spec: _Mapping) -> GpuType:
+def _gpu_type(reader: _Reader, name: str, spec: _Mapping) -> GpuType:
     return GpuType(
         name,
         _value(spec, "arch"),
         tuple(_value(spec, "device_names", ())),
         tuple(_value(spec, "runner_labels", ())),
+        _setup(reader, spec, f"gpu type {name!r}"),
     )
 
 
-def _family(reader: _Reader, spec: _Mapping, gpu_types: dict[str, GpuType]) -> Family:
+def _setup(reader: _Reader, spec: _Mapping, item: str) -> Setup:
+    data = _value(spec, "setup", {})
+    try:
+        return check_setup(data)
+    except ValueError as error:
+        reader.fail(spec.key_lines.get("setup", spec.line), item, str(error))
+
+
+def _family(
+    reader: _Reader, spec: _Mapping, gpu_types: dict[str, GpuType], default_setup: Setup
+) -> Family:
     name, kind = spec["name"], spec["kind"]
     item = f"family {name!r}"
     declared = {
@@ -497,6 +515,7 @@ def _family(reader: _Reader, spec: _Mapping, gpu_types: dict[str, GpuType]) -> F
         run_if,
         skip_if,
         f"{reader.path}:{spec.line}",
+        default_setup.then(gpu_types[gpu_type].setup).then(_setup(reader, spec, item)),
     )
 
 

@@ -34,6 +34,7 @@ def matrix_entries(
                 timeout_minutes=shard.timeout_minutes,
                 max_reruns=shard.max_reruns,
                 rerun_max_failures=shard.rerun_max_failures,
+                setup=catalog.stage(shard.stage).setup.to_json(),
                 suites=shard.suites,
                 command=shard.command,
                 tests=[],

@@ -122,6 +122,9 @@ class MatrixEntry:
     device_names: list[str] = field(default_factory=list)
     max_reruns: int = DEFAULT_MAX_RERUNS  # the family's rerun policy (defaults: older entries)
     rerun_max_failures: int = DEFAULT_RERUN_MAX_FAILURES
+    # What the job installs and sets before the shard (stages/setup.py: extras, install, env),
+    # merged from the catalog; `bot stage-setup` runs it. Empty in entries written before it.
+    setup: dict[str, Any] = field(default_factory=lambda: {"extras": [], "install": [], "env": {}})
 
     def to_json(self) -> dict[str, Any]:
         return {"version": MATRIX_ENTRY_VERSION, **asdict(self)}

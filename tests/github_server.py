@@ -111,6 +111,22 @@ ROUTES: list[tuple[str, str, re.Pattern[str]]] = [
         ("GET", "get_installation", r"/repos/[^/]+/[^/]+/installation"),
         ("POST", "create_token", r"/app/installations/(?P<id>\d+)/access_tokens"),
         ("GET", "get_app", r"/app"),
+        # the repository's settings, read by `bot doctor`
+        ("GET", "get_contents", r"/repos/[^/]+/[^/]+/contents/(?P<path>.+)"),
+        ("GET", "get_branch", r"/repos/[^/]+/[^/]+/branches/(?P<branch>[^/]+)"),
+        (
+            "GET",
+            "get_required_status_checks",
+            r"/repos/[^/]+/[^/]+/branches/(?P<branch>[^/]+)/protection/required_status_checks",
+        ),
+        ("GET", "get_branch_rules", r"/repos/[^/]+/[^/]+/rules/branches/(?P<branch>[^/]+)"),
+        ("GET", "list_runners", r"/repos/[^/]+/[^/]+/actions/runners"),
+        ("GET", "get_workflow_permissions", r"/repos/[^/]+/[^/]+/actions/permissions/workflow"),
+        (
+            "GET",
+            "get_fork_approval",
+            r"/repos/[^/]+/[^/]+/actions/permissions/fork-pr-contributor-approval",
+        ),
     )
 ]
 WORKFLOWS = Path(__file__).resolve().parents[1] / ".github" / "workflows"
@@ -150,6 +166,13 @@ class FakeGitHub:
         self.run_details = True  # False: a GitHub whose dispatch API returns no run id
         self.app: dict[str, Any] | None = None
         self.tokens: dict[str, str] = {}  # installation token -> the App's login
+        # The repository's settings `bot doctor` reads; GitHub's defaults until a test sets them.
+        self.branch_files: dict[str, dict[str, str]] = {}  # branch -> {path: text}
+        self.branch_rules: dict[str, list[dict[str, Any]]] = {}  # branch -> rules applying
+        self.protected_contexts: dict[str, list[str]] = {}  # branch -> classic required checks
+        self.runners: list[dict[str, Any]] = []
+        self.default_workflow_permissions = "write"
+        self.fork_approval_policy = "first_time_contributors"
         self._ids = itertools.count(1001)
         self._server: ThreadingHTTPServer | None = None
 
@@ -602,7 +625,11 @@ class FakeGitHub:
         if route == "get_installation":
             if self._app_claims(auth) is None:
                 return 401, {"message": "A JSON web token could not be decoded"}
-            return 200, {"id": self.app["installation"], "app_id": self.app["id"]}
+            return 200, {
+                "id": self.app["installation"],
+                "app_id": self.app["id"],
+                "permissions": self.app.get("permissions", {}),
+            }
         if route == "create_token":
             if self._app_claims(auth) is None:
                 return 401, {"message": "A JSON web token could not be decoded"}
@@ -621,7 +648,66 @@ class FakeGitHub:
             if self._app_claims(auth) is None:
                 return 401, {"message": "A JSON web token could not be decoded"}
             return 200, {"id": self.app["id"], "slug": self.app["slug"], "name": self.app["slug"]}
+        return self._settings(route, params, query)
+
+    def _settings(self, route: str, params: dict[str, str], query: dict[str, str]):
+        """The repository settings `bot doctor` reads, in GitHub's shapes."""
+        import base64
+
+        if route == "get_contents":
+            text = self.branch_files.get(query.get("ref", "main"), {}).get(params["path"])
+            if text is None:
+                return _not_found()
+            content = base64.b64encode(text.encode()).decode()
+            return 200, {
+                "type": "file",
+                "path": params["path"],
+                "encoding": "base64",
+                "content": content,
+                "sha": "0" * 40,
+            }
+        if route == "get_branch":
+            branch = params["branch"]
+            if branch not in self.branch_files:
+                return _not_found()
+            return 200, {
+                "name": branch,
+                "commit": {"sha": "c" * 40},
+                "protected": branch in self.protected_contexts,
+            }
+        if route == "get_branch_rules":
+            return 200, list(self.branch_rules.get(params["branch"], []))
+        if route == "get_required_status_checks":
+            contexts = self.protected_contexts.get(params["branch"])
+            if contexts is None:
+                return 404, {"message": "Branch not protected"}
+            return 200, {
+                "strict": False,
+                "contexts": list(contexts),
+                "checks": [{"context": c, "app_id": None} for c in contexts],
+            }
+        if route == "list_runners":
+            return 200, {"total_count": len(self.runners), "runners": list(self.runners)}
+        if route == "get_workflow_permissions":
+            return 200, {
+                "default_workflow_permissions": self.default_workflow_permissions,
+                "can_approve_pull_request_reviews": False,
+            }
+        if route == "get_fork_approval":
+            return 200, {"approval_policy": self.fork_approval_policy}
         return _not_found()
+
+    def add_runner(self, name: str, labels: list[str], status: str = "online") -> None:
+        self.runners.append(
+            {
+                "id": len(self.runners) + 1,
+                "name": name,
+                "os": "linux",
+                "status": status,
+                "busy": False,
+                "labels": [{"name": label, "type": "custom"} for label in labels],
+            }
+        )
 
     def _app_claims(self, auth: str | None) -> dict[str, Any] | None:
         """The JWT's claims when it is signed by the App's key and names the App; else None."""

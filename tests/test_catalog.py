@@ -353,7 +353,7 @@ CATALOG_ERRORS = [
     ),
     pytest.param(
         "stages: []\n",
-        "unknown key 'stages' (valid: gpu_types, families, attach)",
+        "unknown key 'stages' (valid: gpu_types, families, attach, setup)",
         id="unknown top-level key",
     ),
     pytest.param("- a\n- b\n", "a catalog fragment must be a mapping", id="fragment not a mapping"),

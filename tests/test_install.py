@@ -11,25 +11,42 @@ with an error here, as it would on GitHub."""
 # ruff: noqa: F401, F811 - pytest fixtures imported from the helper that defines them
 from __future__ import annotations
 
+import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from helpers.fake_pr import marker_of, replies, status
 from helpers.workflow_jobs import Jobs, gh
-from workflow_installs import bot_jobs, build_wheel, fresh_venv, source_copy
+from workflow_installs import (
+    bot_jobs,
+    build_wheel,
+    extras_requiring,
+    fresh_venv,
+    run_installs,
+    source_copy,
+    stage_setup_lines,
+    with_wheel,
+)
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def environments(tmp_path_factory) -> tuple[Path, dict[str, dict[str, str]]]:
-    """(a source checkout, {bot subcommand: the environment of the job that runs it})."""
-    tmp = tmp_path_factory.mktemp("install")
+def wheel(tmp_path_factory) -> tuple[Path, Path]:
+    """(a source checkout, the wheel built from it)."""
+    tmp = tmp_path_factory.mktemp("wheel")
     source = source_copy(tmp / "checkout")
-    wheel = build_wheel(source, tmp / "dist")
+    return source, build_wheel(source, tmp / "dist")
+
+
+@pytest.fixture(scope="module")
+def environments(tmp_path_factory, wheel) -> tuple[Path, dict[str, dict[str, str]], Path]:
+    """(a source checkout, {bot subcommand: the environment of the job that runs it}, the
+    wheel)."""
+    tmp = tmp_path_factory.mktemp("install")
+    source, wheel = wheel
     venvs: dict[tuple[str, ...], dict[str, str]] = {}
     by_command = {}
     for job in bot_jobs():
@@ -40,8 +57,8 @@ def environments(tmp_path_factory) -> tuple[Path, dict[str, dict[str, str]]]:
             assert by_command.setdefault(command, venvs[job.installs]) is venvs[job.installs], (
                 f"`bot {command}` runs in jobs that install differently"
             )
-    assert {"handle-event", "run-stage"} <= set(by_command), bot_jobs()
-    return source, by_command
+    assert {"handle-event", "stage-setup", "run-stage"} <= set(by_command), bot_jobs()
+    return source, by_command, wheel
 
 
 def _bot(env: dict[str, str], cwd: Path, *args: str) -> subprocess.CompletedProcess:
@@ -51,7 +68,7 @@ def _bot(env: dict[str, str], cwd: Path, *args: str) -> subprocess.CompletedProc
 
 
 def test_every_job_environment_runs_dry_run_and_loads_its_subcommands(environments) -> None:
-    source, by_command = environments
+    source, by_command, _ = environments
     for command, env in by_command.items():
         done = _bot(env, source, "dry-run", '/bot run --stage-list "CPU-PyTorch-1"')
         assert done.returncode == 0, f"{command}'s job: {done.stdout}{done.stderr}"
@@ -62,11 +79,14 @@ def test_every_job_environment_runs_dry_run_and_loads_its_subcommands(environmen
 
 class InstalledJobs(Jobs):
     """The workflow jobs, each `bot` call made by the installed `bot` of the workflow job that
-    runs that subcommand, and `bot run-stage` by the stage job's Python."""
+    runs that subcommand, and `bot run-stage` by the stage job's Python, after the stage job has
+    installed what each entry's setup says."""
 
-    def __init__(self, by_command: dict[str, dict[str, str]], *args) -> None:
+    def __init__(self, by_command: dict[str, dict[str, str]], wheel: Path, *args) -> None:
         super().__init__(*args)
-        self.by_command = by_command
+        self.by_command, self.wheel = by_command, wheel
+        # The fixture suite needs pytest: the catalog says so, as stagebot's own does.
+        self.catalog.write_text("setup: {extras: [harness]}\n" + self.catalog.read_text())
         self.python = str(Path(self.environment("run-stage")["VIRTUAL_ENV"]) / "bin" / "python")
 
     def environment(self, command: str) -> dict[str, str]:
@@ -79,14 +99,46 @@ class InstalledJobs(Jobs):
         assert done.returncode == code, f"`bot {args[0]}`: {done.stdout}{done.stderr}"
         return done.stdout + done.stderr
 
+    def stages(self, outputs: dict, conclusion: str = "success") -> int:
+        env = self.environment("stage-setup")
+        for entry in json.loads(self.gh.dispatches[-1]["inputs"]["matrix"]):
+            run_installs(stage_setup_lines(entry, env), self.wheel, env)
+        return super().stages(outputs, conclusion)
+
 
 def test_a_pipeline_runs_through_the_jobs_environments(
     environments, gh, tmp_path, monkeypatch, capsys
 ) -> None:
-    _, by_command = environments
-    jobs = InstalledJobs(by_command, gh, tmp_path, monkeypatch, capsys)
+    _, by_command, wheel = environments
+    jobs = InstalledJobs(by_command, wheel, gh, tmp_path, monkeypatch, capsys)
     jobs.whole("/bot run", 101)
     (reply,) = replies(gh)
     assert "completed with state SUCCESS" in reply["body"], reply["body"]
     assert marker_of(reply).stages == {"CPU-PyTorch-1": "SUCCESS", "CPU-Build_Check": "SUCCESS"}
     assert status(gh)["state"] == "success"
+
+
+@pytest.mark.parametrize(
+    ("stage", "extras"),
+    [("DGX_H200-PyTorch-1", {"harness", "kernels"}), ("CPU-PyTorch-1", {"harness"})],
+)
+def test_the_stage_job_installs_what_its_stage_declares(environments, stage, extras) -> None:
+    """The DGX_H200-PyTorch stage forces the CuTe DSL backend: its job installs [kernels]
+    (CuTe DSL) because the catalog says so, and a stage that does not declare it does not.
+    The lines are the ones the stage job's `bot stage-setup` step runs for the plan's entry."""
+    from stagebot.bot.grammar import parse_comment
+    from stagebot.stages.catalog import load_catalog
+    from stagebot.stages.matrix import matrix_entries
+    from stagebot.stages.planner import plan_run
+
+    source, by_command, built = environments
+    job = next(job for job in bot_jobs() if "run-stage" in job.commands)
+    assert job.commands.index("stage-setup") < job.commands.index("run-stage")
+    assert all("[" not in line for line in job.installs), "an extra written by hand"
+    catalog = load_catalog(source / "stages" / "catalog")
+    plan = plan_run(parse_comment(f'/bot run --stage-list "{stage}"'), catalog, commit="a" * 40)
+    (entry,) = matrix_entries(plan, catalog, 1)
+    lines = stage_setup_lines(entry.to_json(), by_command["stage-setup"])
+    named = {extra for line in lines for extra in with_wheel(line, built)[1]}
+    assert named == extras, lines
+    assert ("kernels" in named) == bool(extras_requiring(built, "nvidia-cutlass-dsl") & named)

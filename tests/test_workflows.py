@@ -47,9 +47,9 @@ def tool(name: str, package: str) -> str:
     return found
 
 
-def zizmor(*args: str) -> subprocess.CompletedProcess:
+def zizmor(*args: str, folder: Path = WORKFLOWS) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [tool("zizmor", "zizmor"), "--offline", "--no-progress", *args, str(WORKFLOWS)],
+        [tool("zizmor", "zizmor"), "--offline", "--no-progress", *args, str(folder)],
         capture_output=True,
         text=True,
         timeout=120,

@@ -1,12 +1,15 @@
 """How the GitHub workflows install and run stagebot, read from the workflow files themselves.
 
 A job "runs bot" when one of its ``run:`` steps calls ``bot <subcommand>``; its install lines are
-the ``pip install`` lines of its ``run:`` steps. ``fresh_venv`` makes a virtual environment and
-runs those lines in it exactly as written, with the project (``.``) replaced by a built wheel.
+the ``pip install`` lines of its ``run:`` steps, and, for the stage job, the lines its
+`bot stage-setup` step runs for the entry (``stage_setup_lines``: the catalog's setup).
+``fresh_venv`` makes a virtual environment and runs those lines in it exactly as written, with the
+project (``.``) replaced by a built wheel.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -30,6 +33,7 @@ class BotJob:
     job: str
     installs: tuple[str, ...]  # the job's `pip install` lines, in order
     commands: tuple[str, ...]  # the bot subcommands it runs
+    install_steps: tuple[str, ...] = ()  # the whole `run:` scripts that hold those lines
 
 
 def bot_jobs(folder: Path = ROOT / ".github" / "workflows") -> list[BotJob]:
@@ -48,7 +52,8 @@ def bot_jobs(folder: Path = ROOT / ".github" / "workflows") -> list[BotJob]:
                 for line in script.splitlines()
                 if re.search(r"\bpip\s+install\b", line)
             )
-            jobs.append(BotJob(path.name, name, installs, commands))
+            steps = tuple(s for s in scripts if re.search(r"\bpip\s+install\b", s))
+            jobs.append(BotJob(path.name, name, installs, commands, steps))
     return jobs
 
 
@@ -119,11 +124,33 @@ def venv_env(venv: Path) -> dict[str, str]:
 
 def fresh_venv(venv: Path, installs: tuple[str, ...], wheel: Path) -> dict[str, str]:
     """A new virtual environment with the job's install lines run in it (``python`` is the
-    venv's); returns its environment. torch, when an installed extra needs it, goes in first at
-    the version this interpreter has: the CPU build on this machine's disk, as DEVELOPERS.md
-    says (the workflow on GitHub takes PyPI's)."""
+    venv's); returns its environment."""
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
     env = venv_env(venv)
+    run_installs(installs, wheel, env)
+    return env
+
+
+def stage_setup_lines(entry: dict, env: dict[str, str]) -> tuple[str, ...]:
+    """The install lines `bot stage-setup` runs for ``entry`` (its ``--print``), from the bot
+    installed in ``env``: what the stage job installs besides its own lines."""
+    done = subprocess.run(
+        ["bot", "stage-setup", "--print", "--entry", json.dumps(entry)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = tuple(done.stdout.splitlines())
+    assert not [line for line in lines if line.startswith("export ")], "no env expected here"
+    return lines
+
+
+def run_installs(installs: tuple[str, ...], wheel: Path, env: dict[str, str]) -> None:
+    """Run install lines in ``env`` with the project (``.``) replaced by ``wheel``. torch, when
+    an installed extra needs it, goes in first at the version this interpreter has: the CPU
+    build on this machine's disk, as DEVELOPERS.md says (the workflow on GitHub takes PyPI's)."""
     lines = [with_wheel(line, wheel) for line in installs]
     if any(extras & extras_requiring(wheel, "torch") for _, extras in lines):
         from importlib.metadata import version
@@ -131,7 +158,6 @@ def fresh_venv(venv: Path, installs: tuple[str, ...], wheel: Path) -> dict[str, 
         _sh(f"python -m pip install --quiet torch=={version('torch')}", env)
     for line, _ in lines:
         _sh(line, env)
-    return env
 
 
 def _sh(line: str, env: dict[str, str]) -> None:
@@ -139,3 +165,15 @@ def _sh(line: str, env: dict[str, str]) -> None:
         ["bash", "-c", line], env=env, capture_output=True, text=True, timeout=900
     )
     assert done.returncode == 0, f"$ {line}\n{done.stdout}{done.stderr}"
+
+
+def installed_venv(venv: Path, job: BotJob, runner_temp: Path) -> dict[str, str]:
+    """A new virtual environment with the job's install steps run in it exactly as the workflow
+    writes them (whole scripts, ``$RUNNER_TEMP`` set): for workflows that pin a stagebot release
+    by path and hash rather than installing the checkout."""
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    env = venv_env(venv)
+    runner_temp.mkdir(parents=True, exist_ok=True)
+    for script in job.install_steps:
+        _sh(script, {**env, "RUNNER_TEMP": str(runner_temp)})
+    return env

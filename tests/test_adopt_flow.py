@@ -1,0 +1,145 @@
+"""Adoption, proved: `bot init` in a fresh copy of the sample repository (tests/fixtures/
+sample_repo), then the three workflows it generated driven end to end against the fake GitHub.
+Each job gets a fresh virtual environment with stagebot installed exactly as its generated
+install step says (the built wheel, by path and sha256); the plan and report jobs run in a
+checkout of the sample's default branch, the stage jobs in the PR's, after `bot stage-setup`
+installed what the sample's catalog declares.
+
+This machine has no GPU: the sample's DGX_H200 stage job runs here and says NOT_RUN (needs 1 x
+DGX_H200), so a full `/bot run` ends with the `error` status that names it; the CPU stages pass,
+a second run reuses them, and a test that passed in main's post-merge pipeline and fails in a PR
+is NEW, with its key lines.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import test_trust_flow
+from test_handle_event import marker_of, replies, status
+from test_install import InstalledFlow
+from workflow_installs import bot_jobs, build_wheel, installed_venv, source_copy
+
+pytestmark = pytest.mark.slow
+gh = test_trust_flow.gh  # the fake GitHub fixture
+SAMPLE = Path(__file__).resolve().parent / "fixtures" / "sample_repo"
+CPU_STAGES = {"CPU-PyTorch-Core-1": "SUCCESS", "CPU-PyTorch-Ops-1": "SUCCESS"}
+
+
+@pytest.fixture(scope="module")
+def adoption(tmp_path_factory) -> tuple[Path, dict[str, dict[str, str]]]:
+    """(the sample after `bot init --write`, {bot subcommand: its job's environment})."""
+    tmp = tmp_path_factory.mktemp("adopt")
+    wheel = build_wheel(source_copy(tmp / "stagebot"), tmp / "dist")
+    repo = tmp / "sample"
+    shutil.copytree(SAMPLE, repo)
+    init = ["init", "--root", str(repo), "--stagebot-wheel", str(wheel), "--local-wheel"]
+    done = _this_bot(*init, "--write")
+    assert done.returncode == 0, done.stdout + done.stderr
+    venvs: dict[tuple[str, ...], dict[str, str]] = {}
+    by_command = {}
+    for job in bot_jobs(repo / ".github" / "workflows"):
+        assert "pip install --quiet ." not in "\n".join(job.install_steps), job  # never the repo
+        key = job.install_steps + (("stage",) if "run-stage" in job.commands else ())
+        if key not in venvs:  # the stage job's own: its setup installs the sample into it
+            venvs[key] = installed_venv(tmp / f"venv-{len(venvs)}", job, tmp / "runner-temp")
+        for command in job.commands:
+            by_command[command] = venvs[key]
+    assert {"handle-event", "dispatch", "stage-setup", "run-stage", "report-run"} <= set(by_command)
+    return repo, by_command
+
+
+def _this_bot(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-c", "from stagebot.bot.cli import main; main()", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+class SampleFlow(InstalledFlow):
+    """The sample's jobs: each starts in a checkout (the default branch for plan and report,
+    the PR's tree for the stage run) and runs the `bot` its generated workflow installed."""
+
+    def __init__(self, repo: Path, by_command, gh, tmp, monkeypatch, capsys) -> None:
+        test_trust_flow.Flow.__init__(self, gh, tmp, monkeypatch, capsys)
+        self.by_command, self.main, self.pr_tree = by_command, repo, repo
+        plan = (repo / ".github/workflows/bot.yml").read_text()
+        assert "bot handle-event --catalog .github/stagebot/catalog " in plan
+        self.catalog = Path(".github/stagebot/catalog")  # as bot.yml passes it
+
+    def job(self, name: str) -> Path:
+        folder = super().job(name)
+        shutil.copytree(self.pr_tree if name == "stage" else self.main, folder, dirs_exist_ok=True)
+        return folder
+
+    def stages(self, outputs: dict, conclusion: str = "success") -> int:
+        """stage.yml's job per entry: `bot stage-setup`, then `bot run-stage`, in the PR's tree."""
+        run_id = outputs["stage_run"]
+        folder = self.job("stage")
+        env = self.by_command["run-stage"]
+        for entry in json.loads(self.gh.dispatches[-1]["inputs"]["matrix"]):
+            for args, codes in (
+                (["stage-setup", "--entry", json.dumps(entry)], (0,)),
+                (["run-stage", "--entry", json.dumps(entry), "--out", "results"], (0, 1)),
+            ):
+                done = subprocess.run(
+                    ["bot", *args], cwd=folder, env=env, capture_output=True, text=True,
+                    timeout=600,
+                )  # fmt: skip
+                assert done.returncode in codes, f"bot {args[0]}: {done.stdout}{done.stderr}"
+            self.upload_results(run_id, entry["stage"], folder / "results")
+        self.gh.runs[run_id].update(status="completed", conclusion=conclusion)
+        return run_id
+
+
+@pytest.fixture
+def flow(adoption, gh, tmp_path, monkeypatch, capsys) -> SampleFlow:
+    repo, by_command = adoption
+    return SampleFlow(repo, by_command, gh, tmp_path, monkeypatch, capsys)
+
+
+def test_the_sample_adopted_by_bot_init_runs_its_stages_and_reuses_them(gh, flow) -> None:
+    outputs = flow.whole("/bot run", 101)
+    assert {e["stage"] for e in json.loads(outputs["matrix"])} == {
+        *CPU_STAGES,
+        "DGX_H200-PyTorch-Ops-1",
+    }
+    (reply,) = replies(gh)
+    assert marker_of(reply).stages == {**CPU_STAGES, "DGX_H200-PyTorch-Ops-1": "NOT_RUN"}
+    assert "needs 1 x DGX_H200 GPU(s)" in reply["body"], reply["body"]
+    assert status(gh)["state"] == "error"  # a stage that could not run is never a success
+    outputs = flow.plan("/bot run", 102)
+    assert [e["stage"] for e in json.loads(outputs["matrix"])] == ["DGX_H200-PyTorch-Ops-1"]
+    flow.report(flow.stages(outputs), 102)
+    second = next(c for c in replies(gh) if marker_of(c).pipeline == 102)
+    assert {s: marker_of(second).stages[s] for s in CPU_STAGES} == dict.fromkeys(
+        CPU_STAGES, "REUSED"
+    )
+
+
+def test_a_failing_test_in_a_pr_is_new_with_its_key_lines(gh, flow, tmp_path) -> None:
+    """Main's post-merge pipeline (bot.yml's push trigger) passed test_add; the PR breaks it."""
+    outputs = flow.push(201)
+    flow.report(flow.stages(outputs), 201)
+    assert any(a["name"] == "stagebot-ledger-main" for a in gh.artifacts.values())
+    broken = tmp_path / "pr-tree"
+    shutil.copytree(flow.main, broken)
+    test = broken / "tests/core/test_add.py"
+    test.write_text(test.read_text().replace("add(2, 3) == 5", "add(2, 3) == 6"))
+    flow.pr_tree = broken
+    flow.whole('/bot run --stage-list "CPU-PyTorch-Core-1"', 101)
+    (reply,) = replies(gh)
+    body = reply["body"]
+    assert marker_of(reply).stages == {"CPU-PyTorch-Core-1": "FAILURE"}
+    assert "#### NEW failures (1) — fail here, not this way on base #201" in body, body
+    assert "UNCLASSIFIED" not in body, body
+    assert "<code>tests/core/test_add.py::test_add</code>" in body, body
+    assert "<pre>E       assert 5 == 6\nE        +  where 5 = add(2, 3)" in body, body  # key lines
+    assert status(gh) is None  # --stage-list: the PR's status is left alone

@@ -1,0 +1,339 @@
+"""A repository's own Python files and what each one statically depends on, read with ``ast``.
+
+Shared by the failure analysis (which changed files a test imports: ``import_closure``) and the
+dependency key of reuse by inputs (``module_facts``: the imports, the string literals that may
+name data files, and what the file does that no static reading can follow).
+
+Not ``grimp``: it builds a graph of one installed, importable top-level package, while a test file
+is usually no package member and the code under test may not be installed. Not ``modulefinder``:
+it follows every import (the standard library, torch) on the current ``sys.path``, slowly, and
+needs the test run's path. ``ast`` reads each file once, never runs code (importing a GPU test
+would initialise CUDA), and also reads a file that fails to import. A module name resolves to the
+repository file whose dotted path ends with it (``mathlib`` -> ``src/mathlib.py``; nearest to the
+root on a tie), so src layouts and package-dir mappings work without knowing ``sys.path``.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path, PurePosixPath
+
+SKIP_DIRS = {".git", "node_modules", "__pycache__", "out", "build", "dist", ".venv", "venv"}
+
+# Calls whose first argument names a module to import: followed when it is a literal, blind
+# otherwise.
+_IMPORT_CALLS = {"import_module", "__import__", "run_module", "run_path", "spec_from_file_location"}
+# Calls that start another program: it may run repository code that no import shows.
+_PROCESS_CALLS = {
+    ("subprocess", "run"),
+    ("subprocess", "Popen"),
+    ("subprocess", "call"),
+    ("subprocess", "check_call"),
+    ("subprocess", "check_output"),
+    ("os", "system"),
+    ("os", "popen"),
+    ("asyncio", "create_subprocess_exec"),
+    ("asyncio", "create_subprocess_shell"),
+}
+_PROCESS_PREFIXES = {("os", "exec"), ("os", "spawn"), ("os", "posix_spawn")}
+# Programs that are not the repository's: starting them with literal arguments is not blind.
+_OUTSIDE_PROGRAMS = {"git", "nvidia-smi", "nvcc", "ptxas", "chromium", "chromium-browser", "which"}
+_INTERPRETERS = {"python", "python3", "pytest", "bot", "sh", "bash"}
+
+
+@dataclass(frozen=True)
+class ModuleFacts:
+    """What one Python file depends on, as far as its source shows."""
+
+    imports: tuple[str, ...]  # dotted names, relative imports made absolute
+    literals: tuple[str, ...]  # string constants that may name files or folders
+    environment: tuple[str, ...]  # environment variables read by a literal name
+    blind: tuple[str, ...]  # "line N: what" — dependencies no static reading can follow
+    launchers: tuple[str, ...] = ()  # functions that start the program their caller names
+    calls: tuple[tuple[str, int, bool], ...] = ()  # (callee, line, names a program not ours)
+
+    def blind_with(self, launchers: set[str]) -> tuple[str, ...]:
+        """``blind``, plus the calls of those launchers (of any module) that may run our code."""
+        return self.blind + tuple(
+            f"line {line}: {name}() may run repository code"
+            for name, line, outside in self.calls
+            if name in launchers and not outside
+        )
+
+
+@lru_cache(maxsize=8)
+def module_index(root: str) -> Mapping[str, tuple[str, ...]]:
+    """``build_index`` of the repository's files, read once per root (a report's one checkout)."""
+    return build_index(repository_files(root))
+
+
+def build_index(files: Iterable[str]) -> Mapping[str, tuple[str, ...]]:
+    """Dotted name (every suffix of a file's dotted path) -> repository files, nearest first."""
+    index: dict[str, list[str]] = {}
+    for relative in files:
+        if not relative.endswith(".py"):
+            continue
+        parts = relative[:-3].split("/")
+        if parts[-1] == "__init__":
+            parts.pop()
+        for start in range(len(parts)):
+            index.setdefault(".".join(parts[start:]), []).append(relative)
+    return {name: tuple(sorted(paths, key=lambda p: p.count("/"))) for name, paths in index.items()}
+
+
+def repository_files(root: str) -> tuple[str, ...]:
+    """Every file under ``root`` (relative, '/'-separated, sorted), outputs and caches left out."""
+    found = []
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS and not d.startswith("."))
+        for name in files:
+            if not name.endswith((".pyc", ".pyo")):
+                path = os.path.relpath(os.path.join(folder, name), root)
+                found.append(path.replace(os.sep, "/"))
+    return tuple(sorted(found))
+
+
+def resolve(index: Mapping[str, tuple[str, ...]], name: str) -> list[str]:
+    """The files ``import name`` runs: the module and its parent packages (nearest match)."""
+    found = []
+    parts = name.split(".")
+    for end in range(1, len(parts) + 1):
+        dotted = ".".join(parts[:end])
+        candidates = index.get(dotted) or (index.get(".".join(parts[1:end])) if end > 1 else None)
+        if candidates:
+            depth = candidates[0].count("/")
+            found += [path for path in candidates if path.count("/") == depth]
+    return found
+
+
+def module_facts(root: str, path: str) -> ModuleFacts:
+    try:
+        source = Path(root, path).read_text(errors="replace")
+    except OSError as error:
+        return ModuleFacts((), (), (), (f"unreadable: {type(error).__name__}",))
+    return _facts(path, source)
+
+
+@lru_cache(maxsize=4096)
+def _facts(path: str, source: str) -> ModuleFacts:
+    try:
+        tree = ast.parse(source, filename=path)
+    except (SyntaxError, ValueError) as error:
+        return ModuleFacts((), (), (), (f"unparsable: {type(error).__name__}",))
+    return _Reader(PurePosixPath(path).parent.parts).read(tree)
+
+
+class _Reader(ast.NodeVisitor):
+    """One pass over a module. A name is read as a literal when it is a module-level constant
+    (``ENV = "X"``) or a ``for`` target over a module-level table of literals (``for name in
+    MODULES``, ``for key, name in TABLE.items()``): the only computed names followed."""
+
+    def __init__(self, package: tuple[str, ...]):
+        self.package = package
+        self.constants: dict[str, tuple[str, ...]] = {}  # module-level literal(s) by name
+        self.bound: list[dict[str, tuple[str, ...]]] = []  # loop targets over those, innermost last
+        self.programs: dict[str, str] = {}  # name = shutil.which("program")
+        self.parameters: list[tuple[str, set[str]]] = []  # enclosing functions and their parameters
+        self.launchers: list[str] = []
+        self.calls: list[tuple[str, int, bool]] = []
+        self.imports: list[str] = []
+        self.literals: list[str] = []
+        self.environment: list[str] = []
+        self.blind: list[str] = []
+
+    def read(self, tree: ast.Module) -> ModuleFacts:
+        for statement in tree.body:
+            if isinstance(statement, ast.Assign | ast.AnnAssign) and statement.value is not None:
+                targets = getattr(statement, "targets", None) or [statement.target]
+                strings = _literal_strings(statement.value)
+                for target in targets:
+                    if isinstance(target, ast.Name) and strings is not None:
+                        self.constants[target.id] = strings
+        self.visit(tree)
+        return ModuleFacts(
+            tuple(name for name in self.imports if name),
+            tuple(dict.fromkeys(self.literals)),
+            tuple(sorted(set(self.environment))),
+            tuple(self.blind),
+            tuple(dict.fromkeys(self.launchers)),
+            tuple(self.calls),
+        )
+
+    def visit_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
+        arguments = node.args
+        names = [a.arg for a in (*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs)]
+        self.parameters.append((node.name, set(names)))
+        self.generic_visit(node)
+        self.parameters.pop()
+
+    visit_AsyncFunctionDef = visit_FunctionDef
+
+    def visit_Assign(self, node: ast.Assign) -> None:
+        value = node.value
+        if isinstance(value, ast.Call) and _callee(value.func) == ("shutil", "which"):
+            program = self._strings(value.args[0] if value.args else None)
+            for target in node.targets:
+                if isinstance(target, ast.Name) and program is not None and len(program) == 1:
+                    self.programs[target.id] = program[0]
+        self.generic_visit(node)
+
+    def visit_Import(self, node: ast.Import) -> None:
+        self.imports += [alias.name for alias in node.names]
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        if node.level:
+            package = self.package
+            anchor = package[: len(package) - (node.level - 1)] if node.level > 1 else package
+            module = ".".join([*anchor, *([node.module] if node.module else [])])
+        else:
+            module = node.module or ""
+        self.imports.append(module)
+        self.imports += [f"{module}.{alias.name}" for alias in node.names if alias.name != "*"]
+
+    def visit_Constant(self, node: ast.Constant) -> None:
+        if isinstance(node.value, str) and 0 < len(node.value) < 256 and "\n" not in node.value:
+            self.literals.append(node.value)
+
+    def visit_For(self, node: ast.For) -> None:
+        table = node.iter
+        if isinstance(table, ast.Call) and isinstance(table.func, ast.Attribute):
+            table = table.func.value if table.func.attr in ("items", "keys", "values") else table
+        strings = self.constants.get(table.id) if isinstance(table, ast.Name) else None
+        names = [n.id for n in ast.walk(node.target) if isinstance(n, ast.Name)]
+        self.bound.append({name: strings for name in names} if strings is not None else {})
+        self.generic_visit(node)
+        self.bound.pop()
+
+    def visit_Call(self, node: ast.Call) -> None:
+        owner, name = _callee(node.func)
+        first = node.args[0] if node.args else None
+        if name in _IMPORT_CALLS and (owner is not None or name == "__import__"):
+            modules = self._strings(first)
+            if modules is None:
+                self._blind(node, f"{name}() of a computed name")
+            elif name in ("import_module", "__import__", "run_module"):
+                self.imports += modules
+            else:
+                self._blind(node, f"{name}() runs a file by path")
+        elif (owner, name) in _PROCESS_CALLS or any(
+            owner == o and name.startswith(p) for o, p in _PROCESS_PREFIXES
+        ):
+            if self._is_parameter(first):
+                self.launchers.append(self.parameters[-1][0])
+            elif not self._outside_program(first):
+                self._blind(node, f"{owner}.{name}() may run repository code")
+        elif (owner, name) == ("os", "getenv") or (
+            name in ("get", "pop", "setdefault") and _is_environ(node.func.value)  # type: ignore[attr-defined]
+        ):
+            self._environment_name(first, node)
+        self.calls.append((name, node.lineno, self._outside_program(first)))
+        self.generic_visit(node)
+
+    def visit_Subscript(self, node: ast.Subscript) -> None:
+        if _is_environ(node.value) and isinstance(node.ctx, ast.Load):
+            self._environment_name(node.slice, node)
+        self.generic_visit(node)
+
+    def visit_Compare(self, node: ast.Compare) -> None:
+        if any(_is_environ(c) for c in node.comparators):
+            self._environment_name(node.left, node)
+        self.generic_visit(node)
+
+    def _strings(self, node: ast.AST | None) -> tuple[str, ...] | None:
+        """The string(s) an expression can be: a literal, a constant, a loop target over a table."""
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return (node.value,)
+        if isinstance(node, ast.Name):
+            for scope in reversed(self.bound):
+                if node.id in scope:
+                    return scope[node.id]
+            return self.constants.get(node.id)
+        return None
+
+    def _is_parameter(self, node: ast.AST | None) -> bool:
+        return (
+            bool(self.parameters)
+            and isinstance(node, ast.Name)
+            and (node.id in self.parameters[-1][1])
+        )
+
+    def _outside_program(self, first: ast.AST | None) -> bool:
+        """A literal command line whose program is not an interpreter or a repository file."""
+        if isinstance(first, ast.List | ast.Tuple) and first.elts:
+            program = first.elts[0]
+        else:
+            program = first
+        if isinstance(program, ast.Name) and program.id in self.programs:
+            word = self.programs[program.id]
+        elif isinstance(program, ast.Constant) and isinstance(program.value, str):
+            word = (program.value.split() or [""])[0]
+        else:
+            return False
+        return word in _OUTSIDE_PROGRAMS and word not in _INTERPRETERS
+
+    def _environment_name(self, node: ast.AST | None, at: ast.AST) -> None:
+        names = self._strings(node)
+        if names is None:
+            self._blind(at, "an environment variable read by a computed name")
+        else:
+            self.environment += names
+
+    def _blind(self, node: ast.AST, what: str) -> None:
+        self.blind.append(f"line {getattr(node, 'lineno', '?')}: {what}")
+
+
+def _literal_strings(value: ast.AST) -> tuple[str, ...] | None:
+    """A string literal, or a dict / tuple / list / set of them (a dict's keys and values)."""
+    if isinstance(value, ast.Constant):
+        return (value.value,) if isinstance(value.value, str) else None
+    if isinstance(value, ast.Dict):
+        items = [*value.keys, *value.values]
+    elif isinstance(value, ast.Tuple | ast.List | ast.Set):
+        items = value.elts
+    else:
+        return None
+    if items and all(isinstance(i, ast.Constant) and isinstance(i.value, str) for i in items):
+        return tuple(i.value for i in items)  # type: ignore[union-attr]
+    return None
+
+
+def _callee(func: ast.AST) -> tuple[str | None, str]:
+    if isinstance(func, ast.Attribute):
+        value = func.value
+        owner = value.id if isinstance(value, ast.Name) else getattr(value, "attr", "?")
+        return owner, func.attr
+    if isinstance(func, ast.Name):
+        return None, func.id
+    return None, ""
+
+
+def _is_environ(node: ast.AST) -> bool:
+    return isinstance(node, ast.Attribute) and node.attr == "environ"
+
+
+@lru_cache(maxsize=256)
+def import_closure(root: str, test_file: str) -> frozenset[str]:
+    """Every repository file the test file imports, directly or through other repository files."""
+    return closure(root, [test_file], module_index(root))
+
+
+def closure(
+    root: str,
+    start: Iterable[str],
+    index: Mapping[str, tuple[str, ...]],
+    facts: Callable[[str, str], ModuleFacts] = module_facts,
+) -> frozenset[str]:
+    """``start`` and every repository file they import, directly or through each other."""
+    seen = set(start)
+    todo = list(seen)
+    while todo:
+        for name in facts(root, todo.pop()).imports:
+            for path in resolve(index, name):
+                if path not in seen:
+                    seen.add(path)
+                    todo.append(path)
+    return frozenset(seen)

@@ -114,7 +114,7 @@ def dependency_key(
     catalog_entry = {
         name: value
         for name, value in dataclasses.asdict(family).items()
-        if name not in ("source", "suites")
+        if name not in ("name", "source", "suites")  # the name is in "test"
     }
     catalog_entry["waives"] = sorted(
         [waive.test_id, waive.reason, waive.gpu_type or ""]

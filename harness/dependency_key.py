@@ -9,11 +9,12 @@ over coverage). The parts:
 - ``files``: the digest of each repository file the test can read that a static reading shows:
   the test file, the conftest chain from the repository root to its folder, the pytest
   configuration and the repository's own pytest plugins, every repository module those import
-  (``import_graph``), and their data files (files beside an imported module, and files or folders
-  a string literal of one names). When a file in that closure does something no static reading can
-  follow (an import of a computed name, starting a program that may run repository code, an
-  environment variable read by a computed name), ``files`` is the whole repository's digest instead
-  and ``conservative`` says why: the key is never optimistic;
+  (``import_graph``), and their data files (files or folders a string literal of one names, and
+  the files beside a module that locates itself by ``__file__`` or package resources). When a
+  file in that closure does something no static reading can follow (an import of a computed
+  name, starting a program that may run repository code, an environment variable read by a
+  computed name), ``files`` is the whole repository's digest instead and ``conservative`` says
+  why: the key is never optimistic;
 - ``suite_args``: the pytest arguments of the family's suites;
 - ``catalog``: the family's catalog entry (everything but where it is written) and the waives that
   name the test;
@@ -212,15 +213,17 @@ def _session_files(repo: Repository) -> list[str]:
 
 
 def _data_files(repo: Repository, code: Iterable[str]) -> set[str]:
-    """Non-Python files beside an imported module, and the files and folders its string literals
-    name (relative to its folder or to the repository root)."""
+    """The files and folders a string literal of an imported module names (relative to its folder
+    or to the repository root), and the non-Python files beside a module that locates itself
+    (``__file__``, package resources): it may open them by a computed name."""
     found: set[str] = set()
     for module in code:
+        facts = repo.facts(repo.root, module)
         folder = str(PurePosixPath(module).parent)
-        found.update(
-            p for p in repo.under.get(folder, ()) if str(PurePosixPath(p).parent) == folder
-        )
-        for literal in repo.facts(repo.root, module).literals:
+        if facts.locates_itself:
+            beside = repo.under.get(folder, ())
+            found.update(p for p in beside if str(PurePosixPath(p).parent) == folder)
+        for literal in facts.literals:
             for base in (folder, "."):
                 named = os.path.normpath(os.path.join(base, literal)).replace(os.sep, "/")
                 if named not in (".", "..") and not named.startswith("../"):

@@ -42,6 +42,8 @@ _PROCESS_CALLS = {
 _PROCESS_PREFIXES = {("os", "exec"), ("os", "spawn"), ("os", "posix_spawn")}
 # Programs that are not the repository's: starting them with literal arguments is not blind.
 _OUTSIDE_PROGRAMS = {"git", "nvidia-smi", "nvcc", "ptxas", "chromium", "chromium-browser", "which"}
+# Modules that open files relative to a package (importlib.resources, pkgutil.get_data).
+_RESOURCE_MODULES = ("importlib.resources", "importlib_resources", "pkgutil", "pkg_resources")
 _INTERPRETERS = {"python", "python3", "pytest", "bot", "sh", "bash"}
 
 
@@ -55,6 +57,7 @@ class ModuleFacts:
     blind: tuple[str, ...]  # "line N: what" — dependencies no static reading can follow
     launchers: tuple[str, ...] = ()  # functions that start the program their caller names
     calls: tuple[tuple[str, int, bool], ...] = ()  # (callee, line, names a program not ours)
+    locates_itself: bool = False  # reads __file__ or package resources: may open files beside it
 
     def blind_with(self, launchers: set[str]) -> tuple[str, ...]:
         """``blind``, plus the calls of those launchers (of any module) that may run our code."""
@@ -140,6 +143,7 @@ class _Reader(ast.NodeVisitor):
         self.parameters: list[tuple[str, set[str]]] = []  # enclosing functions and their parameters
         self.launchers: list[str] = []
         self.calls: list[tuple[str, int, bool]] = []
+        self.locates_itself = False
         self.imports: list[str] = []
         self.literals: list[str] = []
         self.environment: list[str] = []
@@ -161,6 +165,7 @@ class _Reader(ast.NodeVisitor):
             tuple(self.blind),
             tuple(dict.fromkeys(self.launchers)),
             tuple(self.calls),
+            self.locates_itself or any(name.startswith(_RESOURCE_MODULES) for name in self.imports),
         )
 
     def visit_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
@@ -180,6 +185,9 @@ class _Reader(ast.NodeVisitor):
                 if isinstance(target, ast.Name) and program is not None and len(program) == 1:
                     self.programs[target.id] = program[0]
         self.generic_visit(node)
+
+    def visit_Name(self, node: ast.Name) -> None:
+        self.locates_itself |= node.id in ("__file__", "__spec__", "__path__")
 
     def visit_Import(self, node: ast.Import) -> None:
         self.imports += [alias.name for alias in node.names]

@@ -35,7 +35,16 @@ TREE = {
         '    table = (Path(__file__).parent / "table.json").read_text()\n'
         '    return deep.g(), table, os.environ.get("PKG_MODE"), Path(LIMITS).read_text()\n'
     ),
-    "pkg/deep.py": "def g():\n    return 1\n",
+    "pkg/deep.py": (
+        "from pkg.plain import calc\nfrom pkg.res import reader\n\ndef g():\n    return 1\n"
+    ),
+    "pkg/res/reader.py": (
+        "from pathlib import Path\n\ndef read(name):\n"
+        "    return (Path(__file__).parent / name).read_text()\n"
+    ),
+    "pkg/res/schema.txt": "v1\n",
+    "pkg/plain/calc.py": "def add(a, b):\n    return a + b\n",
+    "pkg/plain/NOTES.md": "notes on calc\n",
     "pkg/table.json": "[1, 2]\n",
     "pkg/unrelated.py": "X = 1\n",
     "pkg/launch.py": (
@@ -88,6 +97,7 @@ FILE_CHANGES = [
     pytest.param("pkg/deep.py", id="a module imported through another"),
     pytest.param("pkg/table.json", id="a data file beside an imported module"),
     pytest.param("data/limits.yaml", id="a data file a module names by a literal"),
+    pytest.param("pkg/res/schema.txt", id="a file beside a module that opens files beside it"),
     pytest.param("tests/conftest.py", id="the test folder's conftest"),
     pytest.param("conftest.py", id="the root conftest"),
     pytest.param("pkg/plugin.py", id="the repository's own pytest plugin"),
@@ -112,6 +122,7 @@ def test_a_change_to_a_file_the_test_depends_on_changes_its_key(repo, family, ch
         pytest.param("docs/notes.md", id="docs"),
         pytest.param("pkg/unrelated.py", id="a module only another test imports"),
         pytest.param("data/other.yaml", id="a data file no imported module names"),
+        pytest.param("pkg/plain/NOTES.md", id="a file beside a module that never locates itself"),
         pytest.param("tests/test_other.py", id="another test file"),
     ],
 )

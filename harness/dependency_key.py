@@ -149,11 +149,31 @@ class Repository:
                     self.under.setdefault(named, []).append(path)
         self._digests: dict[str, str] = {}
         self._facts: dict[str, ModuleFacts] = {}
+        self._data: dict[str, frozenset[str]] = {}
 
     def facts(self, root: str, path: str) -> ModuleFacts:
         if path not in self._facts:
             self._facts[path] = module_facts(root, path)
         return self._facts[path]
+
+    def data_files(self, module: str) -> frozenset[str]:
+        """The files and folders a string literal of ``module`` names (relative to its folder or
+        to the repository root), and the non-Python files beside it when it locates itself
+        (``__file__``, package resources): it may open them by a computed name."""
+        if module not in self._data:
+            facts = self.facts(self.root, module)
+            folder = str(PurePosixPath(module).parent)
+            found: set[str] = set()
+            if facts.locates_itself:
+                beside = self.under.get(folder, ())
+                found.update(p for p in beside if str(PurePosixPath(p).parent) == folder)
+            for literal in facts.literals:
+                for base in (folder, "."):
+                    named = os.path.normpath(os.path.join(base, literal)).replace(os.sep, "/")
+                    if named not in (".", "..") and not named.startswith("../"):
+                        found.update(self.under.get(named, ()))
+            self._data[module] = frozenset(found)
+        return self._data[module]
 
     def digest(self, path: str) -> str:
         if path not in self._digests:
@@ -213,22 +233,8 @@ def _session_files(repo: Repository) -> list[str]:
 
 
 def _data_files(repo: Repository, code: Iterable[str]) -> set[str]:
-    """The files and folders a string literal of an imported module names (relative to its folder
-    or to the repository root), and the non-Python files beside a module that locates itself
-    (``__file__``, package resources): it may open them by a computed name."""
-    found: set[str] = set()
-    for module in code:
-        facts = repo.facts(repo.root, module)
-        folder = str(PurePosixPath(module).parent)
-        if facts.locates_itself:
-            beside = repo.under.get(folder, ())
-            found.update(p for p in beside if str(PurePosixPath(p).parent) == folder)
-        for literal in facts.literals:
-            for base in (folder, "."):
-                named = os.path.normpath(os.path.join(base, literal)).replace(os.sep, "/")
-                if named not in (".", "..") and not named.startswith("../"):
-                    found.update(repo.under.get(named, ()))
-    return found
+    """The data files of every module in ``code`` (``Repository.data_files``)."""
+    return set().union(*(repo.data_files(module) for module in code))
 
 
 def _digest(value: object) -> str:

@@ -131,9 +131,10 @@ def _facts(path: str, source: str) -> ModuleFacts:
 
 
 class _Reader(ast.NodeVisitor):
-    """One pass over a module. A name is read as a literal when it is a module-level constant
-    (``ENV = "X"``) or a ``for`` target over a module-level table of literals (``for name in
-    MODULES``, ``for key, name in TABLE.items()``): the only computed names followed."""
+    """One pass over a module. A name is read as its literal values when every binding of it in
+    the module assigns a literal or a table of literals (``ENV = "X"``, ``code = "import x"``), or
+    when it is a ``for`` target over such a table (``for name in MODULES``, ``for key, name in
+    TABLE.items()``): the only computed names followed."""
 
     def __init__(self, package: tuple[str, ...]):
         self.package = package
@@ -150,13 +151,35 @@ class _Reader(ast.NodeVisitor):
         self.blind: list[str] = []
 
     def read(self, tree: ast.Module) -> ModuleFacts:
-        for statement in tree.body:
-            if isinstance(statement, ast.Assign | ast.AnnAssign) and statement.value is not None:
-                targets = getattr(statement, "targets", None) or [statement.target]
-                strings = _literal_strings(statement.value)
+        literal_targets: dict[int, tuple[str, ...]] = {}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Assign | ast.AnnAssign) and node.value is not None:
+                strings = _literal_strings(node.value)
+                targets = getattr(node, "targets", None) or [node.target]
                 for target in targets:
                     if isinstance(target, ast.Name) and strings is not None:
-                        self.constants[target.id] = strings
+                        literal_targets[id(target)] = strings
+        values: dict[str, list[str]] = {}
+        other: set[str] = set()  # bound to something else somewhere: not a literal
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store | ast.Del):
+                if id(node) in literal_targets:
+                    values.setdefault(node.id, []).extend(literal_targets[id(node)])
+                else:
+                    other.add(node.id)
+            elif isinstance(node, ast.arg):
+                other.add(node.arg)
+            elif isinstance(node, ast.alias):
+                other.add(node.asname or node.name.split(".")[0])
+            elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                other.add(node.name)
+            elif isinstance(node, ast.ExceptHandler) and node.name:
+                other.add(node.name)
+        self.constants = {
+            name: tuple(dict.fromkeys(strings))
+            for name, strings in values.items()
+            if name not in other
+        }
         self.visit(tree)
         return ModuleFacts(
             tuple(name for name in self.imports if name),
@@ -219,6 +242,7 @@ class _Reader(ast.NodeVisitor):
     def visit_Call(self, node: ast.Call) -> None:
         owner, name = _callee(node.func)
         first = node.args[0] if node.args else None
+        followed = self._outside_program(first) or self._python_child(first, node)
         if name in _IMPORT_CALLS and (owner is not None or name == "__import__"):
             modules = self._strings(first)
             if modules is None:
@@ -232,13 +256,13 @@ class _Reader(ast.NodeVisitor):
         ):
             if self._is_parameter(first):
                 self.launchers.append(self.parameters[-1][0])
-            elif not self._outside_program(first):
+            elif not followed:
                 self._blind(node, f"{owner}.{name}() may run repository code")
         elif (owner, name) == ("os", "getenv") or (
             name in ("get", "pop", "setdefault") and _is_environ(node.func.value)  # type: ignore[attr-defined]
         ):
             self._environment_name(first, node)
-        self.calls.append((name, node.lineno, self._outside_program(first)))
+        self.calls.append((name, node.lineno, followed))
         self.generic_visit(node)
 
     def visit_Subscript(self, node: ast.Subscript) -> None:
@@ -283,6 +307,33 @@ class _Reader(ast.NodeVisitor):
             return False
         return word in _OUTSIDE_PROGRAMS and word not in _INTERPRETERS
 
+    def _python_child(self, command: ast.AST | None, at: ast.AST) -> bool:
+        """``[python, "-c", CODE]`` or ``[python, "-m", MODULE]`` with literal CODE / MODULE: the
+        child runs that code, read here as part of this module. False for any other command."""
+        if not isinstance(command, ast.List | ast.Tuple) or len(command.elts) < 3:
+            return False
+        program, flag, argument = command.elts[:3]
+        interpreter = _is_sys_executable(program) or (
+            (self._strings(program) or ("",))[0].rsplit("/", 1)[-1].startswith("python")
+        )
+        flag_value, values = self._strings(flag), self._strings(argument)
+        if not interpreter or flag_value not in (("-c",), ("-m",)) or values is None:
+            return False
+        if flag_value == ("-m",):
+            self.imports += values
+            return True
+        for source in values:
+            try:
+                child = _Reader(self.package).read(ast.parse(source))
+            except SyntaxError:
+                self._blind(at, "python -c of code that does not parse")
+                continue
+            self.imports += child.imports
+            self.literals += child.literals
+            self.environment += child.environment
+            self.blind += [f"{what} (in the python -c code)" for what in child.blind]
+        return True
+
     def _environment_name(self, node: ast.AST | None, at: ast.AST) -> None:
         names = self._strings(node)
         if names is None:
@@ -317,6 +368,15 @@ def _callee(func: ast.AST) -> tuple[str | None, str]:
     if isinstance(func, ast.Name):
         return None, func.id
     return None, ""
+
+
+def _is_sys_executable(node: ast.AST) -> bool:
+    return (
+        isinstance(node, ast.Attribute)
+        and node.attr == "executable"
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "sys"
+    )
 
 
 def _is_environ(node: ast.AST) -> bool:

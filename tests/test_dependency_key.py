@@ -228,10 +228,10 @@ BLIND = [
         id="__import__ of a computed name",
     ),
     pytest.param(
-        "import subprocess, sys\n\ndef run():\n"
-        '    subprocess.run([sys.executable, "-m", "pkg.deep"])\n',
+        "import subprocess, sys\n\ndef run(script):\n"
+        "    subprocess.run([sys.executable, script])\n",
         "subprocess.run() may run repository code",
-        id="a subprocess running Python",
+        id="a subprocess running a Python file named at run time",
     ),
     pytest.param(
         'from pkg.launch import run_process\n\ndef run():\n    run_process(["python", "x.py"])\n',
@@ -262,8 +262,9 @@ def test_what_cannot_be_followed_makes_the_key_the_whole_repositorys(
 
 
 def test_what_can_be_followed_keeps_the_key_precise(repo, family) -> None:
-    """Literal imports, tables of literal module names, launchers given an outside program, and
-    environment variables named by a constant are read, not made conservative."""
+    """Literal imports, tables of literal module names, launchers given an outside program,
+    environment variables named by a constant, and ``python -c CODE`` / ``python -m MODULE`` with
+    literal CODE / MODULE (read as part of the module) are followed, not made conservative."""
     (repo / "pkg/seen.py").write_text(
         "import importlib, os\n\n"
         'MODULES = ("pkg.unrelated",)\nMODE = "PKG_MODE"\n\n'
@@ -279,3 +280,34 @@ def test_what_can_be_followed_keeps_the_key_precise(repo, family) -> None:
     assert module_facts(str(repo), "pkg/seen.py").environment == ("PKG_MODE",)
     edit(repo, "docs/notes.md")
     assert key(repo, family).digest == before.digest
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        pytest.param('[sys.executable, "-c", CODE]', id="python -c, a constant"),
+        pytest.param('[sys.executable, "-m", "pkg.child"]', id="python -m, a literal"),
+    ],
+)
+def test_a_python_child_with_literal_code_brings_its_imports_in(repo, family, command) -> None:
+    (repo / "pkg/child.py").write_text("import pkg.unrelated\n")
+    (repo / "pkg/spawner.py").write_text(
+        'import subprocess, sys\n\nCODE = "import pkg.child"\n\n'
+        f"def run():\n    subprocess.run({command}, check=True)\n"
+    )
+    edit(repo, "pkg/deep.py", "import pkg.spawner\n")
+    before = key(repo, family)
+    assert before.conservative == ()
+    edit(repo, "pkg/unrelated.py")  # imported only by the child's code, through pkg.child
+    assert changed_inputs(before, key(repo, family)) == ["files changed: pkg/unrelated.py"]
+
+
+def test_a_name_bound_to_something_else_anywhere_is_not_a_literal(repo, family) -> None:
+    (repo / "pkg/mixed.py").write_text(
+        'import importlib\n\nNAME = "pkg.unrelated"\n\n'
+        "def load(other):\n    NAME = other\n    return importlib.import_module(NAME)\n"
+    )
+    edit(repo, "pkg/deep.py", "import pkg.mixed\n")
+    assert any(
+        "import_module() of a computed name" in why for why in key(repo, family).conservative
+    )

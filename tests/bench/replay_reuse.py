@@ -10,7 +10,8 @@ A test is *reused by key* when an earlier commit of the replay ran it with the s
 same-commit reuse re-runs every test on a new commit. The first commit only fills the store.
 
 Synthetic rebases: main commit C (parent P) is taken as a PR branch made at an older main commit
-O (C's change applied onto O's tree) and then rebased onto P, which gives C's tree. The rebased
+O (C's change applied onto O's tree, O the oldest of 10, 6, 3 or 2 commits back that it applies
+to) and then rebased onto P, which gives C's tree. The rebased
 commit may reuse main's results up to P and the PR's own results from before the rebase.
 
 ``--check N``: does the real run agree? For N reused test files (the cheapest of those not made
@@ -142,7 +143,7 @@ def applied_on(commit: str, base: str, work: Path) -> str | None:
         git("read-tree", base, env=env)
         patch = git("diff", "--binary", f"{commit}^", commit)
         subprocess.run(
-            ["git", "-C", str(ROOT), "apply", "--cached"],
+            ["git", "-C", str(ROOT), "apply", "--cached", "--3way"],
             input=patch,
             check=True,
             capture_output=True,
@@ -230,11 +231,16 @@ def main() -> None:
         store |= {digest for digest, *_ in found.values()}
 
     rebase_main, rebase_pr = [], []
-    for index in range(len(commits) - 1, 10, -max(1, (len(commits) - 10) // (args.rebases + 1))):
+    step = max(1, (len(commits) - 10) // (args.rebases + 1))
+    for index in range(len(commits) - 1, 10, -step):
         if len(rebase_main) == args.rebases:
             break
-        commit, parent, old = commits[index], commits[index - 1], commits[index - 10]
-        tree = applied_on(commit, old, args.work)
+        commit, parent = commits[index], commits[index - 1]
+        for back in (10, 6, 3, 2):  # the oldest base the change still applies to
+            old = commits[index - back]
+            tree = applied_on(commit, old, args.work)
+            if tree is not None:
+                break
         if tree is None:
             continue
         folder = extract(tree, args.work / "trees" / f"rebase-{commit}")
@@ -262,20 +268,28 @@ def main() -> None:
         for name, rows in sets:
             print(line(name, len(rows), saved(rows, prefix)))
     if args.check:
-        check(reused_at, keys, args.check, args.work)
+        check(reused_at, keys, commits, args.check, args.work)
 
 
-def check(reused_at, keys, samples: int, work: Path) -> None:
-    """Run sampled reused test files on both trees and compare their tests' outcomes."""
-    candidates = {}
-    for commit, path, source in reused_at:
-        digest, blind, count = keys[commit][path]
-        if not blind and source != commit and commit not in candidates:
-            candidates[commit] = (path, source, count)
-    picked = sorted(candidates.items(), key=lambda item: item[1][2])
-    step = max(1, len(picked) // samples)
+def check(reused_at, keys, commits: list[str], samples: int, work: Path) -> None:
+    """Run sampled reused test files on both trees and compare their tests' outcomes. The sample:
+    keys not made conservative, one per test file, the longest reuse first (the most commits
+    between the run and its reuse), test files of at most 40 test functions (affordable here)."""
+    order = {commit: index for index, commit in enumerate(commits)}
+    candidates = sorted(
+        (
+            (order[source] - order[commit], path, source, commit)
+            for commit, path, source in reused_at
+            if not keys[commit][path][1] and keys[commit][path][2] <= 40
+        ),
+    )
+    picked, paths = [], set()
+    for _, path, source, commit in candidates:
+        if path not in paths and len(picked) < samples:
+            picked.append((commit, (path, source, None)))
+            paths.add(path)
     escaped = disagreements = compared = 0
-    for commit, (path, source, _) in picked[::step][:samples]:
+    for commit, (path, source, _) in picked:
         outcomes = [run_tests(tree, path, work) for tree in (source, commit)]
         for test_id in sorted(outcomes[0].keys() | outcomes[1].keys()):
             before, after = (o.get(test_id, "absent") for o in outcomes)

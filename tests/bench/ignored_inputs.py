@@ -90,6 +90,13 @@ MUTANTS = {
         '            self._blind(at, "an environment variable read by a computed name")',
         "            pass",
     ),
+    "python -c code's imports ignored": (
+        G,
+        "            self.imports += child.imports\n",
+        "",
+    ),
+    "python -m module ignored": (G, "            self.imports += values\n", ""),
+    "non-literal bindings of a name ignored": (G, "            if name not in other\n", ""),
 }
 
 

@@ -34,6 +34,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -298,7 +299,14 @@ def check(reused_at, keys, commits: list[str], samples: int, work: Path) -> None
                 disagreements += 1
                 escaped += before == "passed" and after in ("failed", "error")
                 print(f"  DISAGREE {test_id}: {before} at {source[:10]}, {after} at {commit[:10]}")
-        print(f"  checked {path} at {commit[:10]} (key first run at {source[:10]})")
+        counts = [
+            ", ".join(f"{n} {o}" for o, n in sorted(Counter(side.values()).items()))
+            for side in outcomes
+        ]
+        print(
+            f"  checked {path} at {commit[:10]} ({counts[1]}) against the key's first run at"
+            f" {source[:10]} ({counts[0]})"
+        )
     print(
         f"agreement check: {compared} test outcomes compared, {disagreements} disagreements, "
         f"{escaped} escaped regressions"

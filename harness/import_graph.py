@@ -22,7 +22,22 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path, PurePosixPath
 
-SKIP_DIRS = {".git", "node_modules", "__pycache__", "out", "build", "dist", ".venv", "venv"}
+# Outputs, caches and environments: never an input (stagebot's own outputs go to out/).
+SKIP_DIRS = {
+    ".git",
+    "node_modules",
+    "__pycache__",
+    "out",
+    "build",
+    "dist",
+    ".venv",
+    "venv",
+    ".pytest_cache",
+    ".ruff_cache",
+    ".mypy_cache",
+    ".hypothesis",
+    ".tox",
+}
 
 # Calls whose first argument names a module to import: followed when it is a literal, blind
 # otherwise.
@@ -92,9 +107,9 @@ def repository_files(root: str) -> tuple[str, ...]:
     """Every file under ``root`` (relative, '/'-separated, sorted), outputs and caches left out."""
     found = []
     for folder, dirs, files in os.walk(root):
-        dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS and not d.startswith("."))
+        dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS and not d.endswith(".egg-info"))
         for name in files:
-            if not name.endswith((".pyc", ".pyo")):
+            if name != ".git" and not name.endswith((".pyc", ".pyo")):
                 path = os.path.relpath(os.path.join(folder, name), root)
                 found.append(path.replace(os.sep, "/"))
     return tuple(sorted(found))

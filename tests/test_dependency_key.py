@@ -34,6 +34,8 @@ TREE = {
         "def f():\n"
         '    table = (Path(__file__).parent / "table.json").read_text()\n'
         '    return deep.g(), table, os.environ.get("PKG_MODE"), Path(LIMITS).read_text()\n'
+        "\ndef workflow():\n"
+        '    return Path(".github/workflows/ci.yml").read_text()\n'
     ),
     "pkg/deep.py": (
         "from pkg.plain import calc\nfrom pkg.res import reader\n\ndef g():\n    return 1\n"
@@ -55,6 +57,8 @@ TREE = {
     "data/limits.yaml": "max: 3\n",
     "data/other.yaml": "unused: true\n",
     "docs/notes.md": "notes\n",
+    ".github/workflows/ci.yml": "on: push\n",
+    ".pytest_cache/v/cache/lastfailed": "{}\n",
     "tests/conftest.py": "import pytest\n",
     "tests/test_core.py": "from pkg.core import f\n\ndef test_f():\n    f()\n",
     "tests/test_other.py": "import pkg.unrelated\n",
@@ -98,6 +102,7 @@ FILE_CHANGES = [
     pytest.param("pkg/table.json", id="a data file beside an imported module"),
     pytest.param("data/limits.yaml", id="a data file a module names by a literal"),
     pytest.param("pkg/res/schema.txt", id="a file beside a module that opens files beside it"),
+    pytest.param(".github/workflows/ci.yml", id="a file in a dot folder a literal names"),
     pytest.param("tests/conftest.py", id="the test folder's conftest"),
     pytest.param("conftest.py", id="the root conftest"),
     pytest.param("pkg/plugin.py", id="the repository's own pytest plugin"),
@@ -254,11 +259,16 @@ def test_what_cannot_be_followed_makes_the_key_the_whole_repositorys(
     edit(repo, "pkg/deep.py", "import pkg.blind\n")
     before = key(repo, family)
     assert any(reason in why for why in before.conservative), before.conservative
-    assert set(before.files) >= set(TREE)  # every file of the repository
-    edit(repo, "docs/notes.md")  # a file no static reading ties to the test
-    after = key(repo, family)
-    assert after.digest != before.digest
-    assert changed_inputs(before, after) == ["files changed: docs/notes.md"]
+    assert set(before.files) == set(TREE) - {".pytest_cache/v/cache/lastfailed"} | {
+        "pkg/blind.py"
+    }  # every file of the repository, its caches left out
+    for changed in ("docs/notes.md", ".github/workflows/ci.yml"):  # no static reading ties them
+        edit(repo, changed)
+        after = key(repo, family)
+        assert changed_inputs(before, after) == [f"files changed: {changed}"]
+        before = after
+    edit(repo, ".pytest_cache/v/cache/lastfailed")  # a cache is no input, even then
+    assert key(repo, family).digest == before.digest
 
 
 def test_what_can_be_followed_keeps_the_key_precise(repo, family) -> None:

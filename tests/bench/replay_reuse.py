@@ -274,8 +274,8 @@ def main() -> None:
 
 def check(reused_at, keys, commits: list[str], samples: int, work: Path) -> None:
     """Run sampled reused test files on both trees and compare their tests' outcomes. The sample:
-    keys not made conservative, one per test file, the longest reuse first (the most commits
-    between the run and its reuse), test files of at most 40 test functions (affordable here)."""
+    keys not made conservative, one per test file and per commit, the longest reuse first (the
+    most commits between the run and its reuse), test files of at most 40 test functions."""
     order = {commit: index for index, commit in enumerate(commits)}
     candidates = sorted(
         (
@@ -284,11 +284,11 @@ def check(reused_at, keys, commits: list[str], samples: int, work: Path) -> None
             if not keys[commit][path][1] and keys[commit][path][2] <= 40
         ),
     )
-    picked, paths = [], set()
+    picked, seen = [], set()
     for _, path, source, commit in candidates:
-        if path not in paths and len(picked) < samples:
+        if path not in seen and commit not in seen and len(picked) < samples:
             picked.append((commit, (path, source, None)))
-            paths.add(path)
+            seen |= {path, commit}
     escaped = disagreements = compared = 0
     for commit, (path, source, _) in picked:
         outcomes = [run_tests(tree, path, work) for tree in (source, commit)]

@@ -55,11 +55,11 @@ _PROCESS_CALLS = {
     ("asyncio", "create_subprocess_shell"),
 }
 _PROCESS_PREFIXES = {("os", "exec"), ("os", "spawn"), ("os", "posix_spawn")}
-# Programs that are not the repository's: starting them with literal arguments is not blind.
+# Programs that are not the repository's: starting them is not blind (never an interpreter,
+# pytest, `bot` or a shell, which may run repository code).
 _OUTSIDE_PROGRAMS = {"git", "nvidia-smi", "nvcc", "ptxas", "chromium", "chromium-browser", "which"}
 # Modules that open files relative to a package (importlib.resources, pkgutil.get_data).
 _RESOURCE_MODULES = ("importlib.resources", "importlib_resources", "pkgutil", "pkg_resources")
-_INTERPRETERS = {"python", "python3", "pytest", "bot", "sh", "bash"}
 
 
 @dataclass(frozen=True)
@@ -71,7 +71,7 @@ class ModuleFacts:
     environment: tuple[str, ...]  # environment variables read by a literal name
     blind: tuple[str, ...]  # "line N: what" — dependencies no static reading can follow
     launchers: tuple[str, ...] = ()  # functions that start the program their caller names
-    calls: tuple[tuple[str, int, bool], ...] = ()  # (callee, line, names a program not ours)
+    calls: tuple[tuple[str, int, bool], ...] = ()  # (callee, line, its command is followed)
     locates_itself: bool = False  # reads __file__ or package resources: may open files beside it
 
     def blind_with(self, launchers: set[str]) -> tuple[str, ...]:
@@ -153,9 +153,9 @@ class _Reader(ast.NodeVisitor):
 
     def __init__(self, package: tuple[str, ...]):
         self.package = package
-        self.constants: dict[str, tuple[str, ...]] = {}  # module-level literal(s) by name
+        self.constants: dict[str, tuple[str, ...]] = {}  # names that can only be these literals
         self.bound: list[dict[str, tuple[str, ...]]] = []  # loop targets over those, innermost last
-        self.programs: dict[str, str] = {}  # name = shutil.which("program")
+        self.programs: dict[str, str] = {}  # names that can only be shutil.which("program")
         self.parameters: list[tuple[str, set[str]]] = []  # enclosing functions and their parameters
         self.launchers: list[str] = []
         self.calls: list[tuple[str, int, bool]] = []
@@ -166,34 +166,11 @@ class _Reader(ast.NodeVisitor):
         self.blind: list[str] = []
 
     def read(self, tree: ast.Module) -> ModuleFacts:
-        literal_targets: dict[int, tuple[str, ...]] = {}
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Assign | ast.AnnAssign) and node.value is not None:
-                strings = _literal_strings(node.value)
-                targets = getattr(node, "targets", None) or [node.target]
-                for target in targets:
-                    if isinstance(target, ast.Name) and strings is not None:
-                        literal_targets[id(target)] = strings
-        values: dict[str, list[str]] = {}
-        other: set[str] = set()  # bound to something else somewhere: not a literal
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store | ast.Del):
-                if id(node) in literal_targets:
-                    values.setdefault(node.id, []).extend(literal_targets[id(node)])
-                else:
-                    other.add(node.id)
-            elif isinstance(node, ast.arg):
-                other.add(node.arg)
-            elif isinstance(node, ast.alias):
-                other.add(node.asname or node.name.split(".")[0])
-            elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-                other.add(node.name)
-            elif isinstance(node, ast.ExceptHandler) and node.name:
-                other.add(node.name)
-        self.constants = {
-            name: tuple(dict.fromkeys(strings))
-            for name, strings in values.items()
-            if name not in other
+        self.constants = _literal_names(tree, _literal_strings)
+        self.programs = {
+            name: values[0]
+            for name, values in _literal_names(tree, _which_program).items()
+            if len(values) == 1
         }
         self.visit(tree)
         return ModuleFacts(
@@ -214,15 +191,6 @@ class _Reader(ast.NodeVisitor):
         self.parameters.pop()
 
     visit_AsyncFunctionDef = visit_FunctionDef
-
-    def visit_Assign(self, node: ast.Assign) -> None:
-        value = node.value
-        if isinstance(value, ast.Call) and _callee(value.func) == ("shutil", "which"):
-            program = self._strings(value.args[0] if value.args else None)
-            for target in node.targets:
-                if isinstance(target, ast.Name) and program is not None and len(program) == 1:
-                    self.programs[target.id] = program[0]
-        self.generic_visit(node)
 
     def visit_Name(self, node: ast.Name) -> None:
         self.locates_itself |= node.id in ("__file__", "__spec__", "__path__")
@@ -320,7 +288,7 @@ class _Reader(ast.NodeVisitor):
             word = (program.value.split() or [""])[0]
         else:
             return False
-        return word in _OUTSIDE_PROGRAMS and word not in _INTERPRETERS
+        return word in _OUTSIDE_PROGRAMS
 
     def _python_child(self, command: ast.AST | None, at: ast.AST) -> bool:
         """``[python, "-c", CODE]`` or ``[python, "-m", MODULE]`` with literal CODE / MODULE: the
@@ -358,6 +326,49 @@ class _Reader(ast.NodeVisitor):
 
     def _blind(self, node: ast.AST, what: str) -> None:
         self.blind.append(f"line {getattr(node, 'lineno', '?')}: {what}")
+
+
+def _literal_names(
+    tree: ast.Module, literal: Callable[[ast.AST], tuple[str, ...] | None]
+) -> dict[str, tuple[str, ...]]:
+    """Name -> its values, for the names whose every binding in the module assigns a value that
+    ``literal`` reads (a parameter, an import, a def, a ``for`` or ``with`` target, an augmented
+    assignment or an ``except ... as`` of that name anywhere disqualifies it)."""
+    literal_targets: dict[int, tuple[str, ...]] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign | ast.AnnAssign) and node.value is not None:
+            strings = literal(node.value)
+            for target in getattr(node, "targets", None) or [node.target]:
+                if isinstance(target, ast.Name) and strings is not None:
+                    literal_targets[id(target)] = strings
+    values: dict[str, list[str]] = {}
+    other: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store | ast.Del):
+            if id(node) in literal_targets:
+                values.setdefault(node.id, []).extend(literal_targets[id(node)])
+            else:
+                other.add(node.id)
+        elif isinstance(node, ast.arg):
+            other.add(node.arg)
+        elif isinstance(node, ast.alias):
+            other.add(node.asname or node.name.split(".")[0])
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            other.add(node.name)
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            other.add(node.name)
+    return {
+        name: tuple(dict.fromkeys(found)) for name, found in values.items() if name not in other
+    }
+
+
+def _which_program(value: ast.AST) -> tuple[str, ...] | None:
+    """``shutil.which("program")``: the program, when it is a literal."""
+    if isinstance(value, ast.Call) and _callee(value.func) == ("shutil", "which") and value.args:
+        program = value.args[0]
+        if isinstance(program, ast.Constant) and isinstance(program.value, str):
+            return (program.value,)
+    return None
 
 
 def _literal_strings(value: ast.AST) -> tuple[str, ...] | None:

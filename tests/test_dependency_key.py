@@ -244,6 +244,13 @@ BLIND = [
         id="a launcher given a Python command",
     ),
     pytest.param(
+        "import shutil, subprocess, sys\n\ndef run(fast):\n"
+        '    tool = shutil.which("nvidia-smi")\n    if fast:\n        tool = sys.executable\n'
+        "    subprocess.run([tool])\n",
+        "subprocess.run() may run repository code",
+        id="a program name rebound to Python",
+    ),
+    pytest.param(
         "import os\n\ndef mode(name):\n    return os.environ[name]\n",
         "an environment variable read by a computed name",
         id="an environment variable read by a computed name",
@@ -276,11 +283,12 @@ def test_what_can_be_followed_keeps_the_key_precise(repo, family) -> None:
     environment variables named by a constant, and ``python -c CODE`` / ``python -m MODULE`` with
     literal CODE / MODULE (read as part of the module) are followed, not made conservative."""
     (repo / "pkg/seen.py").write_text(
-        "import importlib, os\n\n"
+        "import importlib, os, shutil, subprocess\n\n"
         'MODULES = ("pkg.unrelated",)\nMODE = "PKG_MODE"\n\n'
         "def load():\n"
         "    for module in MODULES:\n        importlib.import_module(module)\n"
         '    importlib.import_module("pkg.launch")\n'
+        '    smi = shutil.which("nvidia-smi")\n    subprocess.run([smi, "-L"])\n'
         "    return os.environ.get(MODE)\n"
     )
     edit(repo, "pkg/deep.py", "import pkg.seen\n")

@@ -96,7 +96,11 @@ MUTANTS = {
         "",
     ),
     "python -m module ignored": (G, "            self.imports += values\n", ""),
-    "non-literal bindings of a name ignored": (G, "            if name not in other\n", ""),
+    "non-literal bindings of a name ignored": (
+        G,
+        "for name, found in values.items() if name not in other",
+        "for name, found in values.items()",
+    ),
 }
 
 

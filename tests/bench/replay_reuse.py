@@ -1,6 +1,7 @@
 """Replay reuse by dependency key over this repository's own history (docs/reuse.md has the table).
 
-Run from the repository root (a few minutes on two cores; keys are kept in ``--work`` and reused):
+Run from the repository root (about 25 minutes on a busy two-core machine; the keys are kept in
+``--work`` and reused by the next run):
     python tests/bench/replay_reuse.py [--commits 120] [--rebases 6] [--check 4] [--work DIR]
 
 For each of the last ``--commits`` commits of main's first-parent chain (oldest first) it computes
@@ -11,14 +12,14 @@ same-commit reuse re-runs every test on a new commit. The first commit only fill
 
 Synthetic rebases: main commit C (parent P) is taken as a PR branch made at an older main commit
 O (C's change applied onto O's tree, O the oldest of 10, 6, 3 or 2 commits back that it applies
-to) and then rebased onto P, which gives C's tree. The rebased
-commit may reuse main's results up to P and the PR's own results from before the rebase.
+to) and then rebased onto P, which gives C's tree. The rebased commit may reuse main's results
+up to P and the PR's own results from before the rebase.
 
-``--check N``: does the real run agree? For N reused test files (the cheapest of those not made
-conservative, one per sampled commit) it runs pytest on the reusing commit's tree and on the tree
-of the commit whose run the key reuses, and compares each test's outcome: a test reused as passed
-that fails in the real run is an escaped regression (each tree is imported through a ``stagebot``
-folder of links first on PYTHONPATH, as tests/bench/mutation.py does).
+``--check N``: does the real run agree? For N reused test files (``check`` says which) it runs
+plain pytest on the reusing commit's tree and on the tree of the commit whose run the key
+reuses, and compares each test's outcome: a test reused as passed that fails in the real run is
+an escaped regression (each tree is imported through a ``stagebot`` folder of links first on
+PYTHONPATH, as tests/bench/mutation.py does).
 """
 
 from __future__ import annotations

@@ -5,30 +5,20 @@
 3. "same folder as the test" / "the stage's run_if_changed": proximity only (weakest).
 
 The import closure is read statically with ``ast`` from the test file and the repository's own
-modules. Not ``grimp``: it builds a graph of one installed, importable top-level package, while a
-test file is usually no package member and the code under test may not be installed in the
-report job. Not ``modulefinder``: it follows every import (the standard library, torch) on the
-current ``sys.path``, slowly, and needs the test run's path. ``ast`` reads each file once, never
-runs code (importing a GPU test would initialise CUDA), and also reads a file that fails to import.
-A module name resolves to the repository file whose dotted path ends with it (``mathlib`` ->
-``src/mathlib.py``; nearest to the root on a tie), so src layouts and package-dir mappings work
-without knowing ``sys.path``.
+modules (``harness/import_graph.py`` says why not grimp or modulefinder).
 """
 
 from __future__ import annotations
 
-import ast
 import os
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path, PurePosixPath
 
+from stagebot.harness.import_graph import import_closure
 from stagebot.stages.patterns import path_matches
 
 MAX_SUSPECTS = 3
-_SKIP_DIRS = {".git", "node_modules", "__pycache__", "out", "build", "dist", ".venv", "venv"}
 _FRAME = re.compile(r'File "(?P<path>[^"]+\.py)", line \d+|^(?P<short>[\w./\\-]+\.py):\d+: ', re.M)
 
 
@@ -86,69 +76,3 @@ def _frames(log: str, root: Path | None) -> list[str]:
             path = path[len(base) :]
         paths.append(path)
     return paths
-
-
-@lru_cache(maxsize=8)
-def _module_index(root: str) -> Mapping[str, tuple[str, ...]]:
-    """Dotted name (every suffix of a file's dotted path) -> repository files, nearest first."""
-    index: dict[str, list[str]] = {}
-    for folder, dirs, files in os.walk(root):
-        dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS and not d.startswith("."))
-        for name in files:
-            if not name.endswith(".py"):
-                continue
-            relative = os.path.relpath(os.path.join(folder, name), root).replace(os.sep, "/")
-            parts = relative[:-3].split("/")
-            if parts[-1] == "__init__":
-                parts.pop()
-            for start in range(len(parts)):
-                index.setdefault(".".join(parts[start:]), []).append(relative)
-    return {name: tuple(sorted(paths, key=lambda p: p.count("/"))) for name, paths in index.items()}
-
-
-def _resolve(index: Mapping[str, tuple[str, ...]], name: str) -> list[str]:
-    """The files ``import name`` runs: the module and its parent packages (nearest match)."""
-    found = []
-    parts = name.split(".")
-    for end in range(1, len(parts) + 1):
-        dotted = ".".join(parts[:end])
-        candidates = index.get(dotted) or (index.get(".".join(parts[1:end])) if end > 1 else None)
-        if candidates:
-            depth = candidates[0].count("/")
-            found += [path for path in candidates if path.count("/") == depth]
-    return found
-
-
-def _imports(root: str, path: str) -> list[str]:
-    try:
-        tree = ast.parse(Path(root, path).read_text(errors="replace"), filename=path)
-    except (OSError, SyntaxError, ValueError):
-        return []
-    package = PurePosixPath(path).parent.parts
-    names = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            names += [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                anchor = package[: len(package) - (node.level - 1)] if node.level > 1 else package
-                module = ".".join([*anchor, *([node.module] if node.module else [])])
-            else:
-                module = node.module or ""
-            names.append(module)
-            names += [f"{module}.{alias.name}" for alias in node.names if alias.name != "*"]
-    return [name for name in names if name]
-
-
-@lru_cache(maxsize=256)
-def import_closure(root: str, test_file: str) -> frozenset[str]:
-    """Every repository file the test file imports, directly or through other repository files."""
-    index = _module_index(root)
-    seen, todo = {test_file}, [test_file]
-    while todo:
-        for name in _imports(root, todo.pop()):
-            for path in _resolve(index, name):
-                if path not in seen:
-                    seen.add(path)
-                    todo.append(path)
-    return frozenset(seen)

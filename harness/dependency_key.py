@@ -1,0 +1,264 @@
+"""The dependency key of a test: a digest of every input that can change its outcome.
+
+Two runs of one test id in one stage family with equal keys ran the same code on the same data
+with the same arguments in the same environment, so the first's result stands for the second
+(docs/reuse.md: the parts, why each is there, and the measurement that chose a static reading
+over coverage). The parts:
+
+- ``test``: the test id and the stage family;
+- ``files``: the digest of each repository file the test can read that a static reading shows:
+  the test file, the conftest chain from the repository root to its folder, the pytest
+  configuration and the repository's own pytest plugins, every repository module those import
+  (``import_graph``), and their data files (files or folders a string literal of one names, and
+  the files beside a module that locates itself by ``__file__`` or package resources). When a
+  file in that closure does something no static reading can follow (an import of a computed
+  name, starting a program that may run repository code, an environment variable read by a
+  computed name), ``files`` is the whole repository's digest instead and ``conservative`` says
+  why: the key is never optimistic;
+- ``suite_args``: the pytest arguments of the family's suites;
+- ``catalog``: the family's catalog entry (everything but where it is written) and the waives that
+  name the test;
+- ``environment``: Python, the platform, every installed distribution's version, and the value of
+  each environment variable the closure reads by name;
+- ``gpu``: the GPU type and the driver version.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import platform
+import sys
+import tomllib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path, PurePosixPath
+
+from stagebot.harness.import_graph import (
+    ModuleFacts,
+    build_index,
+    closure,
+    module_facts,
+    repository_files,
+)
+from stagebot.harness.pytest_plugin import waive_matches
+from stagebot.stages.catalog import Family, Waive
+
+PARTS = ("test", "files", "suite_args", "catalog", "environment", "gpu")
+PYTEST_CONFIGS = ("pytest.ini", "pyproject.toml", "tox.ini", "setup.cfg", "conftest.py")
+UNSET = "<unset>"
+
+
+@dataclass(frozen=True)
+class Environment:
+    """Where a test runs, as far as its outcome can depend on it."""
+
+    distributions: tuple[tuple[str, str], ...]  # (name, version), sorted
+    python: str
+    platform: str
+    gpu_type: str  # the catalog's GPU type, "CPU" for none
+    gpu_driver: str  # the NVIDIA driver version, "none" without one
+    variables: Mapping[str, str] = field(default_factory=dict)  # the process environment
+
+    def described(self, read: Iterable[str]) -> dict[str, object]:
+        """The ``environment`` part: the variables read by name, and nothing else of them."""
+        return {
+            "python": self.python,
+            "platform": self.platform,
+            "distributions": [f"{name}=={version}" for name, version in self.distributions],
+            "variables": {name: self.variables.get(name, UNSET) for name in sorted(set(read))},
+        }
+
+
+def current_environment(gpu_type: str = "CPU", gpu_driver: str = "none") -> Environment:
+    """This process's environment (GPU type and driver come from the stage that runs it)."""
+    versions = {
+        (dist.metadata["Name"] or "?").lower(): dist.version for dist in metadata.distributions()
+    }
+    return Environment(
+        distributions=tuple(sorted(versions.items())),
+        python=sys.version.split()[0],
+        platform=f"{platform.system()}-{platform.machine()}",
+        gpu_type=gpu_type,
+        gpu_driver=gpu_driver,
+        variables=dict(os.environ),
+    )
+
+
+@dataclass(frozen=True)
+class DependencyKey:
+    test_id: str
+    family: str
+    parts: dict[str, str]  # part (PARTS) -> its digest
+    files: dict[str, str]  # repository file -> its digest (every file when conservative)
+    conservative: tuple[str, ...]  # "path: line N: what" — why ``files`` is the whole repository
+
+    @property
+    def digest(self) -> str:
+        return _digest(self.parts)[:32]
+
+
+def dependency_key(
+    root: str | Path | Repository,
+    test_id: str,
+    family: Family,
+    environment: Environment,
+    waives: Iterable[Waive] = (),
+) -> DependencyKey:
+    """The key of ``test_id`` (a pytest node id relative to ``root``) in ``family``; pass one
+    ``Repository`` for the keys of many tests of one checkout."""
+    repo = root if isinstance(root, Repository) else Repository(root)
+    inputs = TestInputs.read(repo, test_id.split("::")[0])
+    catalog_entry = {
+        name: value
+        for name, value in dataclasses.asdict(family).items()
+        if name not in ("name", "source", "suites")  # the name is in "test"
+    }
+    catalog_entry["waives"] = sorted(
+        [waive.test_id, waive.reason, waive.gpu_type or ""]
+        for waive in waives
+        if waive_matches(test_id, waive.test_id) and waive.applies_to(family.gpu_type)
+    )
+    parts = {
+        "test": _digest([test_id, family.name]),
+        "files": _digest(inputs.files),
+        "suite_args": _digest([suite.pytest_args() for suite in family.suites]),
+        "catalog": _digest(catalog_entry),
+        "environment": _digest(environment.described(inputs.environment)),
+        "gpu": _digest([environment.gpu_type, environment.gpu_driver]),
+    }
+    return DependencyKey(test_id, family.name, parts, inputs.files, inputs.conservative)
+
+
+class Repository:
+    """One checkout, read once: its files, module index and file digests, shared by the keys of
+    all its tests."""
+
+    def __init__(self, root: str | Path):
+        self.root = str(Path(root).resolve())
+        self.files = repository_files(self.root)
+        self.present = set(self.files)
+        self.index = build_index(self.files)
+        self.under: dict[str, list[str]] = {}  # a file or folder -> the data files it names
+        for path in self.files:
+            if not path.endswith(".py"):
+                for named in (path, *map(str, PurePosixPath(path).parents)):
+                    self.under.setdefault(named, []).append(path)
+        self._digests: dict[str, str] = {}
+        self._facts: dict[str, ModuleFacts] = {}
+        self._data: dict[str, frozenset[str]] = {}
+
+    def facts(self, root: str, path: str) -> ModuleFacts:
+        if path not in self._facts:
+            self._facts[path] = module_facts(root, path)
+        return self._facts[path]
+
+    def data_files(self, module: str) -> frozenset[str]:
+        """The files and folders a string literal of ``module`` names (relative to its folder or
+        to the repository root), and the non-Python files beside it when it locates itself
+        (``__file__``, package resources): it may open them by a computed name."""
+        if module not in self._data:
+            facts = self.facts(self.root, module)
+            folder = str(PurePosixPath(module).parent)
+            found: set[str] = set()
+            if facts.locates_itself:
+                beside = self.under.get(folder, ())
+                found.update(p for p in beside if str(PurePosixPath(p).parent) == folder)
+            for literal in facts.literals:
+                for base in (folder, "."):
+                    named = os.path.normpath(os.path.join(base, literal)).replace(os.sep, "/")
+                    if named not in (".", "..") and not named.startswith("../"):
+                        found.update(self.under.get(named, ()))
+            self._data[module] = frozenset(found)
+        return self._data[module]
+
+    def digest(self, path: str) -> str:
+        if path not in self._digests:
+            try:
+                self._digests[path] = hashlib.sha256(Path(self.root, path).read_bytes()).hexdigest()
+            except OSError as error:
+                self._digests[path] = f"unreadable: {type(error).__name__}"
+        return self._digests[path]
+
+
+@dataclass(frozen=True)
+class TestInputs:
+    """The repository files one test file's outcome can depend on, with their digests."""
+
+    files: dict[str, str]
+    environment: tuple[str, ...]  # environment variables read by name
+    conservative: tuple[str, ...]
+
+    @classmethod
+    def read(cls, repo: Repository, test_file: str) -> TestInputs:
+        root = repo.root
+        start = {test_file, *_conftests(test_file), *_session_files(repo)} & repo.present
+        code = closure(root, sorted(p for p in start if p.endswith(".py")), repo.index, repo.facts)
+        launchers = {name for path in code for name in repo.facts(root, path).launchers}
+        blind = [
+            f"{path}: {what}"
+            for path in sorted(code)
+            for what in repo.facts(root, path).blind_with(launchers)
+        ]
+        chosen = repo.files if blind else sorted(code | start | _data_files(repo, code))
+        environment = {name for path in code for name in repo.facts(root, path).environment}
+        files = {path: repo.digest(path) for path in chosen}
+        return cls(files, tuple(sorted(environment)), tuple(blind))
+
+
+def _conftests(test_file: str) -> list[str]:
+    folder = PurePosixPath(test_file).parent
+    return [str(PurePosixPath(f, "conftest.py")) for f in (folder, *folder.parents)]
+
+
+def _session_files(repo: Repository) -> list[str]:
+    """The pytest configuration files and the repository's own pytest plugins (pytest11 entry
+    points): every test session loads them, whatever it imports."""
+    found = [name for name in PYTEST_CONFIGS if name in repo.present]
+    if "pyproject.toml" in repo.present:
+        try:
+            text = Path(repo.root, "pyproject.toml").read_text(errors="replace")
+            project = tomllib.loads(text)
+        except tomllib.TOMLDecodeError:
+            project = {}
+        plugins = project.get("project", {}).get("entry-points", {}).get("pytest11", {})
+        for module in plugins.values():
+            name = str(module).split(":")[0]
+            candidates = repo.index.get(name) or repo.index.get(name.partition(".")[2], ())
+            found += list(candidates[:1])
+    return found
+
+
+def _data_files(repo: Repository, code: Iterable[str]) -> set[str]:
+    """The data files of every module in ``code`` (``Repository.data_files``)."""
+    return set().union(*(repo.data_files(module) for module in code))
+
+
+def _digest(value: object) -> str:
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def changed_inputs(before: DependencyKey, after: DependencyKey) -> list[str]:
+    """Why ``after`` does not reuse ``before``: each part that differs, and for ``files`` the
+    files added, removed or changed (what ``bot stages --explain-reuse`` will print)."""
+    reasons = []
+    for part in PARTS:
+        if before.parts.get(part) == after.parts.get(part):
+            continue
+        if part != "files":
+            reasons.append(f"{part} changed")
+            continue
+        if after.conservative and not before.conservative:
+            reasons.append(f"files: conservative now ({after.conservative[0]})")
+        changed = sorted(
+            path
+            for path in before.files.keys() | after.files.keys()
+            if before.files.get(path) != after.files.get(path)
+        )
+        shown = ", ".join(changed[:5]) + (f" and {len(changed) - 5} more" if changed[5:] else "")
+        reasons.append(f"files changed: {shown}" if changed else "files: the set changed")
+    return reasons

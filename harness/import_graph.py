@@ -1,0 +1,433 @@
+"""A repository's own Python files and what each one statically depends on, read with ``ast``.
+
+Shared by the failure analysis (which changed files a test imports: ``import_closure``) and the
+dependency key of reuse by inputs (``module_facts``: the imports, the string literals that may
+name data files, and what the file does that no static reading can follow).
+
+Not ``grimp``: it builds a graph of one installed, importable top-level package, while a test file
+is usually no package member and the code under test may not be installed. Not ``modulefinder``:
+it follows every import (the standard library, torch) on the current ``sys.path``, slowly, and
+needs the test run's path. ``ast`` reads each file once, never runs code (importing a GPU test
+would initialise CUDA), and also reads a file that fails to import. A module name resolves to the
+repository file whose dotted path ends with it (``mathlib`` -> ``src/mathlib.py``; nearest to the
+root on a tie), so src layouts and package-dir mappings work without knowing ``sys.path``.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path, PurePosixPath
+
+# Outputs, caches and environments: never an input (stagebot's own outputs go to out/).
+SKIP_DIRS = {
+    ".git",
+    "node_modules",
+    "__pycache__",
+    "out",
+    "build",
+    "dist",
+    ".venv",
+    "venv",
+    ".pytest_cache",
+    ".ruff_cache",
+    ".mypy_cache",
+    ".hypothesis",
+    ".tox",
+}
+
+# Calls whose first argument names a module to import: followed when it is a literal, blind
+# otherwise.
+_IMPORT_CALLS = {"import_module", "__import__", "run_module", "run_path", "spec_from_file_location"}
+# Calls that start another program: it may run repository code that no import shows.
+_PROCESS_CALLS = {
+    ("subprocess", "run"),
+    ("subprocess", "Popen"),
+    ("subprocess", "call"),
+    ("subprocess", "check_call"),
+    ("subprocess", "check_output"),
+    ("os", "system"),
+    ("os", "popen"),
+    ("asyncio", "create_subprocess_exec"),
+    ("asyncio", "create_subprocess_shell"),
+}
+_PROCESS_PREFIXES = {("os", "exec"), ("os", "spawn"), ("os", "posix_spawn")}
+# Programs that are not the repository's: starting them is not blind (never an interpreter,
+# pytest, `bot` or a shell, which may run repository code).
+_OUTSIDE_PROGRAMS = {"git", "nvidia-smi", "nvcc", "ptxas", "chromium", "chromium-browser", "which"}
+# Modules that open files relative to a package (importlib.resources, pkgutil.get_data).
+_RESOURCE_MODULES = ("importlib.resources", "importlib_resources", "pkgutil", "pkg_resources")
+
+
+@dataclass(frozen=True)
+class ModuleFacts:
+    """What one Python file depends on, as far as its source shows."""
+
+    imports: tuple[str, ...]  # dotted names, relative imports made absolute
+    literals: tuple[str, ...]  # string constants that may name files or folders
+    environment: tuple[str, ...]  # environment variables read by a literal name
+    blind: tuple[str, ...]  # "line N: what" — dependencies no static reading can follow
+    launchers: tuple[str, ...] = ()  # functions that start the program their caller names
+    calls: tuple[tuple[str, int, bool], ...] = ()  # (callee, line, its command is followed)
+    locates_itself: bool = False  # reads __file__ or package resources: may open files beside it
+
+    def blind_with(self, launchers: set[str]) -> tuple[str, ...]:
+        """``blind``, plus the calls of those launchers (of any module) that may run our code."""
+        return self.blind + tuple(
+            f"line {line}: {name}() may run repository code"
+            for name, line, outside in self.calls
+            if name in launchers and not outside
+        )
+
+
+@lru_cache(maxsize=8)
+def module_index(root: str) -> Mapping[str, tuple[str, ...]]:
+    """``build_index`` of the repository's files, read once per root (a report's one checkout)."""
+    return build_index(repository_files(root))
+
+
+def build_index(files: Iterable[str]) -> Mapping[str, tuple[str, ...]]:
+    """Dotted name (every suffix of a file's dotted path) -> repository files, nearest first."""
+    index: dict[str, list[str]] = {}
+    for relative in files:
+        if not relative.endswith(".py"):
+            continue
+        parts = relative[:-3].split("/")
+        if parts[-1] == "__init__":
+            parts.pop()
+        for start in range(len(parts)):
+            index.setdefault(".".join(parts[start:]), []).append(relative)
+    return {name: tuple(sorted(paths, key=lambda p: p.count("/"))) for name, paths in index.items()}
+
+
+def repository_files(root: str) -> tuple[str, ...]:
+    """Every file under ``root`` (relative, '/'-separated, sorted), outputs and caches left out."""
+    found = []
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS and not d.endswith(".egg-info"))
+        for name in files:
+            if name != ".git" and not name.endswith((".pyc", ".pyo")):
+                path = os.path.relpath(os.path.join(folder, name), root)
+                found.append(path.replace(os.sep, "/"))
+    return tuple(sorted(found))
+
+
+def resolve(index: Mapping[str, tuple[str, ...]], name: str) -> list[str]:
+    """The files ``import name`` runs: the module and its parent packages (nearest match)."""
+    found = []
+    parts = name.split(".")
+    for end in range(1, len(parts) + 1):
+        dotted = ".".join(parts[:end])
+        candidates = index.get(dotted) or (index.get(".".join(parts[1:end])) if end > 1 else None)
+        if candidates:
+            depth = candidates[0].count("/")
+            found += [path for path in candidates if path.count("/") == depth]
+    return found
+
+
+def module_facts(root: str, path: str) -> ModuleFacts:
+    try:
+        source = Path(root, path).read_text(errors="replace")
+    except OSError as error:
+        return ModuleFacts((), (), (), (f"unreadable: {type(error).__name__}",))
+    return _facts(path, source)
+
+
+@lru_cache(maxsize=4096)
+def _facts(path: str, source: str) -> ModuleFacts:
+    try:
+        tree = ast.parse(source, filename=path)
+    except (SyntaxError, ValueError) as error:
+        return ModuleFacts((), (), (), (f"unparsable: {type(error).__name__}",))
+    return _Reader(PurePosixPath(path).parent.parts).read(tree)
+
+
+class _Reader(ast.NodeVisitor):
+    """One pass over a module. A name is read as its literal values when every binding of it in
+    the module assigns a literal or a table of literals (``ENV = "X"``, ``code = "import x"``), or
+    when it is a ``for`` target over such a table (``for name in MODULES``, ``for key, name in
+    TABLE.items()``): the only computed names followed."""
+
+    def __init__(self, package: tuple[str, ...]):
+        self.package = package
+        self.constants: dict[str, tuple[str, ...]] = {}  # names that can only be these literals
+        self.bound: list[dict[str, tuple[str, ...]]] = []  # loop targets over those, innermost last
+        self.programs: dict[str, str] = {}  # names that can only be shutil.which("program")
+        self.parameters: list[tuple[str, set[str]]] = []  # enclosing functions and their parameters
+        self.launchers: list[str] = []
+        self.calls: list[tuple[str, int, bool]] = []
+        self.locates_itself = False
+        self.imports: list[str] = []
+        self.literals: list[str] = []
+        self.environment: list[str] = []
+        self.blind: list[str] = []
+
+    def read(self, tree: ast.Module) -> ModuleFacts:
+        self.constants = _literal_names(tree, _literal_strings)
+        self.programs = {
+            name: values[0]
+            for name, values in _literal_names(tree, _which_program).items()
+            if len(values) == 1
+        }
+        self.visit(tree)
+        return ModuleFacts(
+            tuple(name for name in self.imports if name),
+            tuple(dict.fromkeys(self.literals)),
+            tuple(sorted(set(self.environment))),
+            tuple(self.blind),
+            tuple(dict.fromkeys(self.launchers)),
+            tuple(self.calls),
+            self.locates_itself or any(name.startswith(_RESOURCE_MODULES) for name in self.imports),
+        )
+
+    def visit_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
+        arguments = node.args
+        names = [a.arg for a in (*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs)]
+        self.parameters.append((node.name, set(names)))
+        self.generic_visit(node)
+        self.parameters.pop()
+
+    visit_AsyncFunctionDef = visit_FunctionDef
+
+    def visit_Name(self, node: ast.Name) -> None:
+        self.locates_itself |= node.id in ("__file__", "__spec__", "__path__")
+
+    def visit_Import(self, node: ast.Import) -> None:
+        self.imports += [alias.name for alias in node.names]
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        if node.level:
+            package = self.package
+            anchor = package[: len(package) - (node.level - 1)] if node.level > 1 else package
+            module = ".".join([*anchor, *([node.module] if node.module else [])])
+        else:
+            module = node.module or ""
+        self.imports.append(module)
+        self.imports += [f"{module}.{alias.name}" for alias in node.names if alias.name != "*"]
+
+    def visit_Constant(self, node: ast.Constant) -> None:
+        if isinstance(node.value, str) and 0 < len(node.value) < 256 and "\n" not in node.value:
+            self.literals.append(node.value)
+
+    def visit_For(self, node: ast.For) -> None:
+        table = node.iter
+        if isinstance(table, ast.Call) and isinstance(table.func, ast.Attribute):
+            table = table.func.value if table.func.attr in ("items", "keys", "values") else table
+        strings = self.constants.get(table.id) if isinstance(table, ast.Name) else None
+        names = [n.id for n in ast.walk(node.target) if isinstance(n, ast.Name)]
+        self.bound.append({name: strings for name in names} if strings is not None else {})
+        self.generic_visit(node)
+        self.bound.pop()
+
+    def visit_Call(self, node: ast.Call) -> None:
+        owner, name = _callee(node.func)
+        first = node.args[0] if node.args else None
+        followed = self._outside_program(first) or self._python_child(first, node)
+        if name in _IMPORT_CALLS and (owner is not None or name == "__import__"):
+            modules = self._strings(first)
+            if modules is None:
+                self._blind(node, f"{name}() of a computed name")
+            elif name in ("import_module", "__import__", "run_module"):
+                self.imports += modules
+            else:
+                self._blind(node, f"{name}() runs a file by path")
+        elif (owner, name) in _PROCESS_CALLS or any(
+            owner == o and name.startswith(p) for o, p in _PROCESS_PREFIXES
+        ):
+            if self._is_parameter(first):
+                self.launchers.append(self.parameters[-1][0])
+            elif not followed:
+                self._blind(node, f"{owner}.{name}() may run repository code")
+        elif (owner, name) == ("os", "getenv") or (
+            name in ("get", "pop", "setdefault") and _is_environ(node.func.value)  # type: ignore[attr-defined]
+        ):
+            self._environment_name(first, node)
+        self.calls.append((name, node.lineno, followed))
+        self.generic_visit(node)
+
+    def visit_Subscript(self, node: ast.Subscript) -> None:
+        if _is_environ(node.value) and isinstance(node.ctx, ast.Load):
+            self._environment_name(node.slice, node)
+        self.generic_visit(node)
+
+    def visit_Compare(self, node: ast.Compare) -> None:
+        if any(_is_environ(c) for c in node.comparators):
+            self._environment_name(node.left, node)
+        self.generic_visit(node)
+
+    def _strings(self, node: ast.AST | None) -> tuple[str, ...] | None:
+        """The string(s) an expression can be: a literal, a constant, a loop target over a table."""
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return (node.value,)
+        if isinstance(node, ast.Name):
+            for scope in reversed(self.bound):
+                if node.id in scope:
+                    return scope[node.id]
+            return self.constants.get(node.id)
+        return None
+
+    def _is_parameter(self, node: ast.AST | None) -> bool:
+        return (
+            bool(self.parameters)
+            and isinstance(node, ast.Name)
+            and (node.id in self.parameters[-1][1])
+        )
+
+    def _outside_program(self, first: ast.AST | None) -> bool:
+        """A literal command line whose program is not an interpreter or a repository file."""
+        if isinstance(first, ast.List | ast.Tuple) and first.elts:
+            program = first.elts[0]
+        else:
+            program = first
+        if isinstance(program, ast.Name) and program.id in self.programs:
+            word = self.programs[program.id]
+        elif isinstance(program, ast.Constant) and isinstance(program.value, str):
+            word = (program.value.split() or [""])[0]
+        else:
+            return False
+        return word in _OUTSIDE_PROGRAMS
+
+    def _python_child(self, command: ast.AST | None, at: ast.AST) -> bool:
+        """``[python, "-c", CODE]`` or ``[python, "-m", MODULE]`` with literal CODE / MODULE: the
+        child runs that code, read here as part of this module. False for any other command."""
+        if not isinstance(command, ast.List | ast.Tuple) or len(command.elts) < 3:
+            return False
+        program, flag, argument = command.elts[:3]
+        interpreter = _is_sys_executable(program) or (
+            (self._strings(program) or ("",))[0].rsplit("/", 1)[-1].startswith("python")
+        )
+        flag_value, values = self._strings(flag), self._strings(argument)
+        if not interpreter or flag_value not in (("-c",), ("-m",)) or values is None:
+            return False
+        if flag_value == ("-m",):
+            self.imports += values
+            return True
+        for source in values:
+            try:
+                child = _Reader(self.package).read(ast.parse(source))
+            except SyntaxError:
+                self._blind(at, "python -c of code that does not parse")
+                continue
+            self.imports += child.imports
+            self.literals += child.literals
+            self.environment += child.environment
+            self.blind += [f"{what} (in the python -c code)" for what in child.blind]
+        return True
+
+    def _environment_name(self, node: ast.AST | None, at: ast.AST) -> None:
+        names = self._strings(node)
+        if names is None:
+            self._blind(at, "an environment variable read by a computed name")
+        else:
+            self.environment += names
+
+    def _blind(self, node: ast.AST, what: str) -> None:
+        self.blind.append(f"line {getattr(node, 'lineno', '?')}: {what}")
+
+
+def _literal_names(
+    tree: ast.Module, literal: Callable[[ast.AST], tuple[str, ...] | None]
+) -> dict[str, tuple[str, ...]]:
+    """Name -> its values, for the names whose every binding in the module assigns a value that
+    ``literal`` reads (a parameter, an import, a def, a ``for`` or ``with`` target, an augmented
+    assignment or an ``except ... as`` of that name anywhere disqualifies it)."""
+    literal_targets: dict[int, tuple[str, ...]] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign | ast.AnnAssign) and node.value is not None:
+            strings = literal(node.value)
+            for target in getattr(node, "targets", None) or [node.target]:
+                if isinstance(target, ast.Name) and strings is not None:
+                    literal_targets[id(target)] = strings
+    values: dict[str, list[str]] = {}
+    other: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store | ast.Del):
+            if id(node) in literal_targets:
+                values.setdefault(node.id, []).extend(literal_targets[id(node)])
+            else:
+                other.add(node.id)
+        elif isinstance(node, ast.arg):
+            other.add(node.arg)
+        elif isinstance(node, ast.alias):
+            other.add(node.asname or node.name.split(".")[0])
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            other.add(node.name)
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            other.add(node.name)
+    return {
+        name: tuple(dict.fromkeys(found)) for name, found in values.items() if name not in other
+    }
+
+
+def _which_program(value: ast.AST) -> tuple[str, ...] | None:
+    """``shutil.which("program")``: the program, when it is a literal."""
+    if isinstance(value, ast.Call) and _callee(value.func) == ("shutil", "which") and value.args:
+        program = value.args[0]
+        if isinstance(program, ast.Constant) and isinstance(program.value, str):
+            return (program.value,)
+    return None
+
+
+def _literal_strings(value: ast.AST) -> tuple[str, ...] | None:
+    """A string literal, or a dict / tuple / list / set of them (a dict's keys and values)."""
+    if isinstance(value, ast.Constant):
+        return (value.value,) if isinstance(value.value, str) else None
+    if isinstance(value, ast.Dict):
+        items = [*value.keys, *value.values]
+    elif isinstance(value, ast.Tuple | ast.List | ast.Set):
+        items = value.elts
+    else:
+        return None
+    if items and all(isinstance(i, ast.Constant) and isinstance(i.value, str) for i in items):
+        return tuple(i.value for i in items)  # type: ignore[union-attr]
+    return None
+
+
+def _callee(func: ast.AST) -> tuple[str | None, str]:
+    if isinstance(func, ast.Attribute):
+        value = func.value
+        owner = value.id if isinstance(value, ast.Name) else getattr(value, "attr", "?")
+        return owner, func.attr
+    if isinstance(func, ast.Name):
+        return None, func.id
+    return None, ""
+
+
+def _is_sys_executable(node: ast.AST) -> bool:
+    return (
+        isinstance(node, ast.Attribute)
+        and node.attr == "executable"
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "sys"
+    )
+
+
+def _is_environ(node: ast.AST) -> bool:
+    return isinstance(node, ast.Attribute) and node.attr == "environ"
+
+
+@lru_cache(maxsize=256)
+def import_closure(root: str, test_file: str) -> frozenset[str]:
+    """Every repository file the test file imports, directly or through other repository files."""
+    return closure(root, [test_file], module_index(root))
+
+
+def closure(
+    root: str,
+    start: Iterable[str],
+    index: Mapping[str, tuple[str, ...]],
+    facts: Callable[[str, str], ModuleFacts] = module_facts,
+) -> frozenset[str]:
+    """``start`` and every repository file they import, directly or through each other."""
+    seen = set(start)
+    todo = list(seen)
+    while todo:
+        for name in facts(root, todo.pop()).imports:
+            for path in resolve(index, name):
+                if path not in seen:
+                    seen.add(path)
+                    todo.append(path)
+    return frozenset(seen)

@@ -11,6 +11,7 @@ a second run reuses them, and a test that passed in main's post-merge pipeline a
 is NEW, with its key lines.
 """
 
+# ruff: noqa: F401, F811 - pytest fixtures imported from the helper that defines them
 from __future__ import annotations
 
 import json
@@ -20,13 +21,12 @@ import sys
 from pathlib import Path
 
 import pytest
-import test_trust_flow
-from test_handle_event import marker_of, replies, status
-from test_install import InstalledFlow
+from helpers.fake_pr import marker_of, replies, status
+from helpers.installed_jobs import InstalledJobs
+from helpers.workflow_jobs import Jobs, gh
 from workflow_installs import bot_jobs, build_wheel, installed_venv, source_copy
 
 pytestmark = pytest.mark.slow
-gh = test_trust_flow.gh  # the fake GitHub fixture
 SAMPLE = Path(__file__).resolve().parent / "fixtures" / "sample_repo"
 CPU_STAGES = {"CPU-PyTorch-Core-1": "SUCCESS", "CPU-PyTorch-Ops-1": "SUCCESS"}
 
@@ -63,12 +63,12 @@ def _this_bot(*args: str) -> subprocess.CompletedProcess:
     )
 
 
-class SampleFlow(InstalledFlow):
+class SampleJobs(InstalledJobs):
     """The sample's jobs: each starts in a checkout (the default branch for plan and report,
     the PR's tree for the stage run) and runs the `bot` its generated workflow installed."""
 
     def __init__(self, repo: Path, by_command, gh, tmp, monkeypatch, capsys) -> None:
-        test_trust_flow.Flow.__init__(self, gh, tmp, monkeypatch, capsys)
+        Jobs.__init__(self, gh, tmp, monkeypatch, capsys)
         self.by_command, self.main, self.pr_tree = by_command, repo, repo
         plan = (repo / ".github/workflows/bot.yml").read_text()
         assert "bot handle-event --catalog .github/stagebot/catalog " in plan
@@ -100,9 +100,9 @@ class SampleFlow(InstalledFlow):
 
 
 @pytest.fixture
-def flow(adoption, gh, tmp_path, monkeypatch, capsys) -> SampleFlow:
+def flow(adoption, gh, tmp_path, monkeypatch, capsys) -> SampleJobs:
     repo, by_command = adoption
-    return SampleFlow(repo, by_command, gh, tmp_path, monkeypatch, capsys)
+    return SampleJobs(repo, by_command, gh, tmp_path, monkeypatch, capsys)
 
 
 def test_the_sample_adopted_by_bot_init_runs_its_stages_and_reuses_them(gh, flow) -> None:

@@ -9,34 +9,19 @@ import json
 from pathlib import Path
 
 import pytest
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import rsa
 from github_server import FakeGitHub
+from helpers.app_keys import APP_ID, app_key
 from helpers.fake_pr import PR, SHA, marker_of
 
 from stagebot.bot.cli import main
 from stagebot.bot.cmd_app_token import PERMISSIONS
 
 ROOT = Path(__file__).resolve().parents[1]
-APP_ID = 4242
-
-
-def _key() -> tuple[str, bytes]:
-    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    private = key.private_bytes(
-        serialization.Encoding.PEM,
-        serialization.PrivateFormat.TraditionalOpenSSL,
-        serialization.NoEncryption(),
-    ).decode()
-    public = key.public_key().public_bytes(
-        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-    )
-    return private, public
 
 
 @pytest.fixture(scope="module")
 def keys() -> tuple[str, bytes]:
-    return _key()
+    return app_key()
 
 
 @pytest.fixture
@@ -121,7 +106,7 @@ def test_without_an_app_the_job_keeps_its_github_token(gh, run_bot) -> None:
     ],
 )
 def test_a_wrong_app_setting_is_one_error_line(run_bot, keys, app_id, key, code, message) -> None:
-    key = {"KEY": keys[0], "OTHER": _key()[0]}.get(key, key)
+    key = {"KEY": keys[0], "OTHER": app_key()[0]}.get(key, key)
     env = {"STAGEBOT_APP_ID": app_id, "STAGEBOT_APP_PRIVATE_KEY": key}
     got, log, _ = run_bot("app-token", "--job", "plan", env=env)
     assert got == code and log.startswith("Error: ") and message in log, log

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 from github_server import FakeGitHub
-from test_app_token import APP_ID, _key
-from test_init import adopted, fake_release, run_main, sample_copy  # noqa: F401 - fixtures
+from helpers.adoption import adopted  # noqa: F401 - fixture
+from helpers.app_keys import APP_ID, app_key
+from helpers.cli import bot
 
 from stagebot.bot.doctor_checks import APP_PERMISSIONS
 
@@ -20,7 +21,7 @@ GPU_LABELS = ["self-hosted", "linux", "ephemeral", "gpu-dgx-h200"]
 
 @pytest.fixture(scope="module")
 def keys() -> tuple[str, bytes]:
-    return _key()
+    return app_key()
 
 
 def set_up(gh: FakeGitHub, repo: Path) -> None:
@@ -65,7 +66,7 @@ def gh(keys, adopted, monkeypatch):  # noqa: F811 - the fixture imported above
 
 
 def doctor(capsys, repo: Path, *args: str) -> tuple[int, dict[str, dict]]:
-    code, out, err = run_main(capsys, "doctor", "--root", str(repo), "--json", *args)
+    code, out, err = bot(capsys, "doctor", "--root", str(repo), "--json", *args)
     assert err == "", err
     return code, {check["name"]: check for check in json.loads(out)}
 
@@ -75,7 +76,7 @@ def test_a_correctly_set_up_repository_passes_every_check(gh, adopted, capsys) -
     assert [name for name, check in checks.items() if not check["ok"]] == []
     assert code == 0
     assert len(checks) == 8
-    code, out, _ = run_main(capsys, "doctor", "--root", str(adopted))
+    code, out, _ = bot(capsys, "doctor", "--root", str(adopted))
     assert code == 0 and "8 of 8 checks pass" in out, out
 
 
@@ -186,7 +187,7 @@ def test_each_misconfiguration_fails_its_check_with_the_fix(
     assert code == 1
     assert [name for name, check in checks.items() if not check["ok"]] == [failing]
     assert fix in checks[failing]["fix"], checks[failing]
-    code, out, _ = run_main(capsys, "doctor", "--root", str(adopted))
+    code, out, _ = bot(capsys, "doctor", "--root", str(adopted))
     failed = out[out.index(f"FAIL {failing}: ") :].splitlines()
     assert code == 1 and failed[1].startswith("     fix: ") and fix in failed[1], out
 

@@ -2,37 +2,26 @@
 sample repository (tests/fixtures/sample_repo) it writes settings, a catalog and workflows that
 load, plan and keep the trust model's shape; re-running changes nothing unless --write."""
 
+# ruff: noqa: F401, F811 - pytest fixtures imported from the helper that defines them
 from __future__ import annotations
 
 import hashlib
 import shutil
 from pathlib import Path
 
-import pytest
 import yaml
-from test_workflows import actionlint, zizmor
+from helpers.adoption import adopted, fake_release, sample_copy
+from helpers.cli import bot
+from helpers.workflow_lint import actionlint, zizmor
 
-from stagebot.bot.cli import main
 from stagebot.stages.catalog import load_catalog
 
 ROOT = Path(__file__).resolve().parents[1]
-SAMPLE = ROOT / "tests" / "fixtures" / "sample_repo"
 WORKFLOWS = ("bot.yml", "stage.yml", "report.yml")
 
 
-def run_main(capsys, *args: str) -> tuple[int, str, str]:
-    """`bot ARGS` in this process: (exit code, stdout, stderr)."""
-    try:
-        main(list(args))
-        code = 0
-    except SystemExit as done:
-        code = done.code or 0
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
 def test_stagebots_own_workflows_are_what_bot_init_generates(capsys) -> None:
-    code, out, err = run_main(capsys, "init", "--root", str(ROOT))
+    code, out, err = bot(capsys, "init", "--root", str(ROOT))
     assert code == 0 and "everything is up to date" in out, out + err
 
 
@@ -49,15 +38,15 @@ def test_a_stale_workflow_fails_the_check_with_its_diff_and_write_fixes_it(
     repo = own_copy(tmp_path)
     stage = repo / ".github/workflows/stage.yml"
     stage.write_text(stage.read_text().replace("bot stage-setup", "pip install '.[harness]' #"))
-    code, out, _ = run_main(capsys, "init", "--root", str(repo))
+    code, out, _ = bot(capsys, "init", "--root", str(repo))
     assert code == 1, out
     assert "update    .github/workflows/stage.yml" in out
     assert "-        run: pip install '.[harness]' #" in out
     assert "+        run: bot stage-setup" in out
     assert "run `bot init --write`" in out
-    code, out, _ = run_main(capsys, "init", "--root", str(repo), "--write")
+    code, out, _ = bot(capsys, "init", "--root", str(repo), "--write")
     assert code == 0, out
-    code, out, _ = run_main(capsys, "init", "--root", str(repo))
+    code, out, _ = bot(capsys, "init", "--root", str(repo))
     assert code == 0 and "everything is up to date" in out, out
 
 
@@ -65,35 +54,9 @@ def test_changed_settings_make_the_workflows_stale(tmp_path, capsys) -> None:
     repo = own_copy(tmp_path)
     settings = repo / ".github/stagebot-init.yml"
     settings.write_text(settings.read_text().replace("python: '3.11'", "python: '3.12'"))
-    code, out, _ = run_main(capsys, "init", "--root", str(repo))
+    code, out, _ = bot(capsys, "init", "--root", str(repo))
     assert code == 1
     assert '+          python-version: "3.12"' in out
-
-
-def fake_release(tmp_path: Path) -> Path:
-    """A file named like a stagebot wheel: `bot init` only hashes it."""
-    wheel = tmp_path / "dist" / "stagebot-0.1.0-py3-none-any.whl"
-    wheel.parent.mkdir()
-    wheel.write_bytes(b"stand-in wheel bytes")
-    return wheel
-
-
-def sample_copy(tmp_path: Path) -> Path:
-    repo = tmp_path / "sample"
-    shutil.copytree(SAMPLE, repo)
-    return repo
-
-
-@pytest.fixture
-def adopted(tmp_path, capsys) -> Path:
-    repo = sample_copy(tmp_path)
-    wheel = fake_release(tmp_path)
-    code, out, err = run_main(
-        capsys, "init", "--root", str(repo), "--stagebot-wheel", str(wheel), "--write"
-    )
-    assert code == 0, out + err
-    assert "git push origin main:stagebot-stage" in out
-    return repo
 
 
 def test_init_writes_settings_a_catalog_and_workflows_that_load(adopted, tmp_path) -> None:
@@ -146,16 +109,16 @@ def test_re_running_init_changes_nothing_and_keeps_the_users_edits(
     stages = adopted / ".github/stagebot/catalog/stages.yaml"
     stages.write_text(stages.read_text().replace("timeout_minutes: 30", "timeout_minutes: 45"))
     before = {p: p.read_bytes() for p in adopted.rglob("*") if p.is_file()}
-    code, out, _ = run_main(capsys, "init", "--root", str(adopted))
+    code, out, _ = bot(capsys, "init", "--root", str(adopted))
     assert code == 0 and "everything is up to date" in out, out
-    code, out, _ = run_main(capsys, "init", "--root", str(adopted), "--write")
+    code, out, _ = bot(capsys, "init", "--root", str(adopted), "--write")
     assert {p: p.read_bytes() for p in adopted.rglob("*") if p.is_file()} == before
 
 
 def test_a_new_release_updates_the_pin_and_shows_it(adopted, tmp_path, capsys) -> None:
     newer = tmp_path / "dist" / "stagebot-0.2.0-py3-none-any.whl"
     newer.write_bytes(b"the next release")
-    code, out, _ = run_main(capsys, "init", "--root", str(adopted), "--stagebot-wheel", str(newer))
+    code, out, _ = bot(capsys, "init", "--root", str(adopted), "--stagebot-wheel", str(newer))
     assert code == 1
     assert "update    .github/stagebot-init.yml" in out
     assert "+          python -m pip install --quiet 'stagebot==0.2.0'" in out
@@ -163,10 +126,10 @@ def test_a_new_release_updates_the_pin_and_shows_it(adopted, tmp_path, capsys) -
 
 def test_init_without_a_pin_or_tests_says_what_to_give(tmp_path, capsys) -> None:
     repo = sample_copy(tmp_path)
-    code, _, err = run_main(capsys, "init", "--root", str(repo))
+    code, _, err = bot(capsys, "init", "--root", str(repo))
     assert code == 2 and "give --stagebot-wheel FILE" in err
     shutil.rmtree(repo / "tests")
-    code, _, err = run_main(
+    code, _, err = bot(
         capsys, "init", "--root", str(repo), "--stagebot-wheel", str(fake_release(tmp_path))
     )
     assert code == 2 and "no tests/ folder" in err

@@ -11,20 +11,17 @@ with an error here, as it would on GitHub."""
 # ruff: noqa: F401, F811 - pytest fixtures imported from the helper that defines them
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 from pathlib import Path
 
 import pytest
 from helpers.fake_pr import marker_of, replies, status
-from helpers.workflow_jobs import Jobs, gh
+from helpers.installed_jobs import InstalledJobs, installed_bot
+from helpers.workflow_jobs import gh
 from workflow_installs import (
     bot_jobs,
     build_wheel,
     extras_requiring,
     fresh_venv,
-    run_installs,
     source_copy,
     stage_setup_lines,
     with_wheel,
@@ -61,49 +58,14 @@ def environments(tmp_path_factory, wheel) -> tuple[Path, dict[str, dict[str, str
     return source, by_command, wheel
 
 
-def _bot(env: dict[str, str], cwd: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        ["bot", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600
-    )
-
-
 def test_every_job_environment_runs_dry_run_and_loads_its_subcommands(environments) -> None:
     source, by_command, _ = environments
     for command, env in by_command.items():
-        done = _bot(env, source, "dry-run", '/bot run --stage-list "CPU-PyTorch-1"')
+        done = installed_bot(env, source, "dry-run", '/bot run --stage-list "CPU-PyTorch-1"')
         assert done.returncode == 0, f"{command}'s job: {done.stdout}{done.stderr}"
         assert "CPU-PyTorch-1" in done.stdout
-        done = _bot(env, source, command, "--help")
+        done = installed_bot(env, source, command, "--help")
         assert done.returncode == 0, f"`bot {command} --help`: {done.stdout}{done.stderr}"
-
-
-class InstalledJobs(Jobs):
-    """The workflow jobs, each `bot` call made by the installed `bot` of the workflow job that
-    runs that subcommand, and `bot run-stage` by the stage job's Python, after the stage job has
-    installed what each entry's setup says."""
-
-    def __init__(self, by_command: dict[str, dict[str, str]], wheel: Path, *args) -> None:
-        super().__init__(*args)
-        self.by_command, self.wheel = by_command, wheel
-        # The fixture suite needs pytest: the catalog says so, as stagebot's own does.
-        self.catalog.write_text("setup: {extras: [harness]}\n" + self.catalog.read_text())
-        self.python = str(Path(self.environment("run-stage")["VIRTUAL_ENV"]) / "bin" / "python")
-
-    def environment(self, command: str) -> dict[str, str]:
-        assert command in self.by_command, f"no workflow job runs `bot {command}`"
-        github = {k: v for k, v in os.environ.items() if k.startswith(("GITHUB_", "STAGEBOT_"))}
-        return {**self.by_command[command], **github}
-
-    def bot(self, *args: str, code: int = 0) -> str:
-        done = _bot(self.environment(args[0]), Path.cwd(), *args)
-        assert done.returncode == code, f"`bot {args[0]}`: {done.stdout}{done.stderr}"
-        return done.stdout + done.stderr
-
-    def stages(self, outputs: dict, conclusion: str = "success") -> int:
-        env = self.environment("stage-setup")
-        for entry in json.loads(self.gh.dispatches[-1]["inputs"]["matrix"]):
-            run_installs(stage_setup_lines(entry, env), self.wheel, env)
-        return super().stages(outputs, conclusion)
 
 
 def test_a_pipeline_runs_through_the_jobs_environments(

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from test_cli_errors import run_main
+from helpers.cli import bot
 
 from stagebot.bot.cli import cli
 from stagebot.stages.catalog import load_catalog
@@ -125,7 +125,7 @@ def test_a_failing_setup_command_is_the_runners_error_and_stops(
     data = entry_json(tmp_path, "H200-PyTorch-1")
     data["setup"].update(extras=[], install=["exit 7", "touch after.txt"])
     monkeypatch.chdir(tmp_path)  # no project here: pip itself fails first
-    code, _, err = run_main(capsys, "stage-setup", "--entry", json.dumps(data))
+    code, _, err = bot(capsys, "stage-setup", "--entry", json.dumps(data))
     assert code == 3, err
     assert "setup command failed with exit status 1: python -m pip install --quiet ." in err
     assert not (tmp_path / "after.txt").exists()
@@ -135,9 +135,9 @@ def test_an_entry_whose_setup_the_catalog_would_refuse_is_refused(tmp_path, caps
     """The entry travels as a dispatch input: checked again as the catalog checks it."""
     data = entry_json(tmp_path, "H200-PyTorch-1")
     data["setup"]["env"] = {"LD_PRELOAD": "/tmp/x.so"}
-    code, _, err = run_main(capsys, "stage-setup", "--print", "--entry", json.dumps(data))
+    code, _, err = bot(capsys, "stage-setup", "--print", "--entry", json.dumps(data))
     assert code == 2, err
     assert "setup env 'LD_PRELOAD' is not a name a stage may set" in err
     data["setup"] = {"extras": [["harness"]], "install": [], "env": {}}
-    code, _, err = run_main(capsys, "stage-setup", "--print", "--entry", json.dumps(data))
+    code, _, err = bot(capsys, "stage-setup", "--print", "--entry", json.dumps(data))
     assert code == 2 and "setup must be a mapping of extras and install (lists of strings)" in err

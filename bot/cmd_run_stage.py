@@ -5,26 +5,25 @@ Exit codes: 0 SUCCESS / NOT_RUN / REUSED, 1 FAILURE or ABORTED, 3 ERROR (infrast
 
 from __future__ import annotations
 
-import json
 import sys
 from dataclasses import replace
 from pathlib import Path
 
 import click
 
-from stagebot.bot.run_options import out_option, root_option, shard_timeout_option
+from stagebot.bot.run_options import (
+    entry_option,
+    load_entry,
+    out_option,
+    root_option,
+    shard_timeout_option,
+)
 
 EXIT = {"SUCCESS": 0, "NOT_RUN": 0, "REUSED": 0, "FAILURE": 1, "ABORTED": 1, "ERROR": 3}
 
 
 @click.command("run-stage")
-@click.option(
-    "--entry",
-    "entry_arg",
-    required=True,
-    metavar="FILE|JSON",
-    help="The matrix entry: a JSON file, or the JSON text itself.",
-)
+@entry_option
 @out_option
 @shard_timeout_option
 @root_option
@@ -39,9 +38,8 @@ def run_stage(entry_arg, out_dir, shard_timeout, root) -> None:
         serving,
     )
     from stagebot.harness.shard import ShardContext, not_run_result, run_shard, shard_timeout_s
-    from stagebot.stages.plan import MatrixEntry
 
-    entry = MatrixEntry.from_json(_load(entry_arg))
+    entry = load_entry(entry_arg)
     out = (out_dir or Path("out") / f"pipeline-{entry.pipeline}") / entry.stage
     devices = detect_devices()
     usable = serving(entry, devices)
@@ -69,21 +67,3 @@ def run_stage(entry_arg, out_dir, shard_timeout, root) -> None:
         + f" ({out / 'result.json'})"
     )
     sys.exit(EXIT[result.state])
-
-
-def _load(arg: str) -> dict:
-    from stagebot.stages.errors import PlanError
-
-    path = Path(arg)
-    text = (
-        path.read_text(encoding="utf-8")
-        if not arg.lstrip().startswith("{") and path.is_file()
-        else arg
-    )
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as error:
-        raise PlanError(
-            f"--entry: neither a JSON file nor JSON text ({error}); give the "
-            "matrix entry's file or its JSON"
-        ) from None

@@ -8,7 +8,6 @@ runner's environment, not the tests).
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 import subprocess
@@ -16,6 +15,7 @@ from pathlib import Path
 
 import click
 
+from stagebot.bot.run_options import entry_option, load_entry
 from stagebot.stages.errors import StagebotError
 
 
@@ -26,13 +26,7 @@ class SetupFailed(StagebotError):
 
 
 @click.command("stage-setup")
-@click.option(
-    "--entry",
-    "entry_arg",
-    required=True,
-    metavar="FILE|JSON",
-    help="The matrix entry: a JSON file, or the JSON text itself.",
-)
+@entry_option
 @click.option(
     "--print",
     "print_only",
@@ -42,10 +36,9 @@ class SetupFailed(StagebotError):
 def stage_setup(entry_arg: str, print_only: bool) -> None:
     """Run the setup a matrix entry declares, in the repository root (the working directory);
     its env goes to $GITHUB_ENV for the job's later steps."""
-    from stagebot.stages.plan import MatrixEntry
     from stagebot.stages.setup import check_setup
 
-    entry = MatrixEntry.from_json(_load(entry_arg))
+    entry = load_entry(entry_arg)
     try:  # the entry is data from the plan run: check it as the catalog was checked
         setup = check_setup(entry.setup)
     except ValueError as error:
@@ -70,15 +63,3 @@ def stage_setup(entry_arg: str, print_only: bool) -> None:
         with Path(github_env).open("a", encoding="utf-8") as file:
             file.writelines(f"{name}={value}\n" for name, value in env.items())
     click.echo(f"{entry.stage}: set up ({len(setup.commands())} commands, {len(env)} env)")
-
-
-def _load(arg: str) -> dict:
-    path = Path(arg)
-    text = path.read_text("utf-8") if not arg.lstrip().startswith("{") and path.is_file() else arg
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as error:
-        raise StagebotError(
-            f"--entry: neither a JSON file nor JSON text ({error}); give the matrix entry's "
-            "file or its JSON"
-        ) from None

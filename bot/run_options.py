@@ -1,7 +1,9 @@
-"""Options shared by `bot run`, `bot dry-run`, `bot run-stage` and `bot report`."""
+"""Options shared by the commands that plan, run and report: run, dry-run, run-stage, stage-setup
+and report."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import click
@@ -65,3 +67,33 @@ root_option = click.option(
     help="Repository root: the working directory of every shard (suite paths are relative). "
     "Default: the git work tree's top folder (from any subfolder), else the current folder.",
 )
+
+
+entry_option = click.option(
+    "--entry",
+    "entry_arg",
+    required=True,
+    metavar="FILE|JSON",
+    help="The matrix entry: a JSON file, or the JSON text itself.",
+)
+
+
+def load_entry(arg: str):
+    """The MatrixEntry that ``--entry`` names: a JSON file, or the JSON text itself."""
+    from stagebot.stages.errors import PlanError
+    from stagebot.stages.plan import MatrixEntry
+
+    path = Path(arg)
+    text = (
+        path.read_text(encoding="utf-8")
+        if not arg.lstrip().startswith("{") and path.is_file()
+        else arg
+    )
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise PlanError(
+            f"--entry: neither a JSON file nor JSON text ({error}); give the "
+            "matrix entry's file or its JSON"
+        ) from None
+    return MatrixEntry.from_json(data)

@@ -112,7 +112,7 @@ def test_stage_setup_installs_the_project_runs_the_commands_and_hands_on_the_env
     assert done.exit_code == 0, done.output
     installed = subprocess.run(
         [venv / "bin" / "python", "-c", "import tiny; print(tiny.__file__)"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=60,
+        cwd=tmp_path, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert "site-packages" in installed.stdout, installed.stderr
     assert (repo / "level.txt").read_text() == "family\n"

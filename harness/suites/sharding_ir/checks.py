@@ -95,7 +95,9 @@ def follower_rows_check(
     gm: fx.GraphModule, full: dict[str, Tensor], followers: dict[str, str]
 ) -> CheckResult:
     """Each follower holds the entries of the rows its leader holds on this rank: the leader's
-    rows are found by value in its full tensor, the follower compared with the same rows of its."""
+    rows are found by value in its full tensor, the follower compared with the same entries of
+    its own, an entry per ``rows / entries`` rows of the full tensors (1 for a norm weight,
+    ``head_dim`` for a per-head one)."""
     if not followers:
         return CheckResult(False, "no followers declared: nothing would be checked")
     problems = []
@@ -105,9 +107,14 @@ def follower_rows_check(
         if rows is None:
             problems.append(f"{leader}: a local row is no row of the full tensor")
             continue
-        expected, local = full[follower][rows], gm.get_parameter(follower).detach()
+        per = len(full[leader]) // len(full[follower])
+        entries = list(dict.fromkeys(row // per for row in rows))
+        expected, local = full[follower][entries], gm.get_parameter(follower).detach()
         if local.shape != expected.shape or not torch.equal(local, expected):
-            problems.append(f"{follower} does not hold the entries of {leader}'s rows {rows[:4]}")
+            problems.append(
+                f"{follower} does not hold the entries of {leader}'s rows {rows[:4]} "
+                f"(entries {entries[:4]}, {per} rows each)"
+            )
     detail = f"{len(followers)} followers checked"
     if problems:
         detail += f"; {len(problems)} wrong: " + "; ".join(problems[:3])

@@ -11,9 +11,11 @@ single nodes by ``torch.export`` so ``apply_sharding_hints`` can find and rewrit
 - ``all_reduce(x, op)``: identity until sharded, then a real reduction over the ranks: ``sum``
   (partial sums: a rowwise projection, experts) or ``avg`` (a statistic each rank computed over
   its slice, as a norm's mean of squares over a split vector).
-- ``shard_like(weight, leader, dim)``: ``weight`` (identity until sharded) split along ``dim`` as
-  the colwise linear hint splits ``leader``'s rows: same chunks, same replication (a norm weight
-  over a projection's output follows the projection).
+- ``shard_like(weight, leader, dim, rows_per_entry)``: ``weight`` (identity until sharded) split
+  along ``dim`` as the colwise linear hint splits ``leader``'s rows, one entry per
+  ``rows_per_entry`` of them: same chunks, same replication (a norm weight over a projection's
+  output follows the projection row by row; a per-head weight, attention sinks, follows q's rows
+  by ``head_dim``).
 - ``moe(x, topk_ids, topk_weights, w1, w2, w3, activation)``: per-expert gated-MLP weights (w1
   gate, w3 up, w2 down; ``activation`` the gate's, an ``ACTIVATIONS`` name), token ``t`` summing
   ``topk_weights[t, k] * expert[topk_ids[t, k]](x[t])``. Ids are clamped into
@@ -114,12 +116,12 @@ def _(x, op="sum"):
 
 
 @torch.library.custom_op(f"{NAMESPACE}::shard_like", mutates_args=())
-def shard_like(weight: Tensor, leader: Tensor, dim: int = 0) -> Tensor:
+def shard_like(weight: Tensor, leader: Tensor, dim: int = 0, rows_per_entry: int = 1) -> Tensor:
     return weight.clone()
 
 
 @shard_like.register_fake
-def _(weight, leader, dim=0):
+def _(weight, leader, dim=0, rows_per_entry=1):
     return torch.empty_like(weight)
 
 

@@ -3,12 +3,12 @@
 apply: each hint node shards itself for the rank's DistConfig: linear weights split colwise
 (dim 0, each ``output_sizes`` piece on its own) or rowwise (dim 1; the bias kept on TP rank 0,
 zero elsewhere, so the all-reduce adds it once); a ``shard_like`` weight is split as its leader's
-rows were (after every linear); views get -1 at ``tp_scaled_dim``; split sizes are divided by TP;
-``all_reduce`` becomes a real collective with the hint's reduce op; ``moe`` keeps the rank's experts
-(even shares, remainder on the last EP rank), localises expert ids and zeroes the routing
-weights of other ranks' experts, and splits expert weights over MoE-TP. Where a
-``tp_min_local_shape`` leaves fewer units than TP ranks (KV heads), groups of ranks share a
-replicated unit. Nothing to do below two ranks.
+rows were, an entry per ``rows_per_entry`` rows (after every linear); views get -1 at
+``tp_scaled_dim``; split sizes are divided by TP; ``all_reduce`` becomes a real collective with
+the hint's reduce op; ``moe`` keeps the rank's experts (even shares, remainder on the last EP
+rank), localises expert ids and zeroes the routing weights of other ranks' experts, and splits
+expert weights over MoE-TP. Where a ``tp_min_local_shape`` leaves fewer units than TP ranks (KV
+heads), groups of ranks share a replicated unit. Nothing to do below two ranks.
 
 strip: lowers leftover hints to plain ops (an unsharded ``all_reduce`` or ``shard_like``
 disappears).
@@ -194,7 +194,7 @@ def _shard_linear(gm: fx.GraphModule, node: fx.Node, dc: DistConfig, done: _Shar
 
 def _shard_follower(gm: fx.GraphModule, node: fx.Node, dc: DistConfig, done: _Sharded) -> None:
     a = hint_args(node)
-    weight, leader, dim = a["weight"], a["leader"], a["dim"]
+    weight, leader, dim, per = a["weight"], a["leader"], a["dim"], a["rows_per_entry"]
     if weight.op != "get_attr":
         raise ShardingIRError(
             f"node {node.name!r}: shard_like takes a parameter as it is, not {weight.name!r} "
@@ -207,12 +207,21 @@ def _shard_follower(gm: fx.GraphModule, node: fx.Node, dc: DistConfig, done: _Sh
         )
     rows = done.shards[leader.target].full_shape[0]
     size = gm.get_parameter(weight.target).shape[dim]
-    if size != rows:
+    if size * per != rows:
         raise ShardingIRError(
             f"node {node.name!r}: {weight.target} has {size} entries along dim {dim}, its leader "
-            f"{leader.target} {rows} rows; a follower has one entry per row of its leader."
+            f"{leader.target} {rows} rows; a follower has one entry per {per} rows of its leader "
+            f"(rows_per_entry), so {rows // per} entries."
         )
     split = done.row_splits[leader.target]
+    if split["min_size"] % per or any(p % per for p in split["pieces"] or []):
+        raise ShardingIRError(
+            f"node {node.name!r}: {leader.target} splits in units of {split['min_size']} rows "
+            f"(pieces {split['pieces']}), which {per} rows per entry of {weight.target} do not "
+            "divide: an entry must follow whole units of its leader."
+        )
+    pieces = [p // per for p in split["pieces"]] if split["pieces"] else None
+    split = split | {"min_size": split["min_size"] // per, "pieces": pieces}
     take, _ = _splitter(node, weight.target, size, dim, dc.tp_size, dc.tp_rank, **split)
     _shard_param(gm, weight, done, take)
 

@@ -6,14 +6,16 @@ from __future__ import annotations
 
 import pytest
 
+from stagebot.harness.suites.sharding_ir.build import build_ir_model
 from stagebot.harness.suites.sharding_ir.case import MATCHES_HF
 from stagebot.harness.suites.sharding_ir.dist_config import DistConfig
 from stagebot.harness.suites.sharding_ir.registry import DEFAULT, REGISTRY
 from stagebot.harness.suites.sharding_ir.worker import (
+    AVG_CONTROLS,
     CONTROLS,
+    FOLLOWER_CONTROLS,
     FOLLOWER_ROWS,
     MOE_CONTROLS,
-    NORM_CONTROLS,
 )
 
 CHECKS = (
@@ -60,14 +62,28 @@ def test_moe_negative_control_is_caught(equivalence_report, sharding_ir_case, co
     _assert_everywhere(equivalence_report, key, expect_ok=False)
 
 
-@pytest.mark.parametrize("check", [FOLLOWER_ROWS, *NORM_CONTROLS])
-def test_norm_across_ranks(equivalence_report, check):
-    """Where a weight follows another's row split (a q/k norm over a TP-split projection, its
-    statistic averaged over the ranks): the rows check passes; a summing all-reduce in place of
-    the average, or a follower holding other rows, fails its structural check and the numeric."""
+@pytest.mark.parametrize("check", [FOLLOWER_ROWS, *FOLLOWER_CONTROLS])
+def test_followers(equivalence_report, check):
+    """Where a weight follows another's row split (a q/k norm's weight its projection's, sinks q's
+    heads): the rows check passes; a follower holding other rows fails it and the numeric."""
     if f"{DEFAULT}/{FOLLOWER_ROWS}" not in equivalence_report:
         pytest.skip("no weight of this family follows another's rows")
     _assert_everywhere(equivalence_report, f"{DEFAULT}/{check}", expect_ok=check == FOLLOWER_ROWS)
+
+
+@pytest.mark.parametrize("control", AVG_CONTROLS)
+def test_averaged_statistic(equivalence_report, sharding_ir_case, control):
+    """Where a statistic is averaged over TP ranks (a q/k norm over a split projection, as the
+    IR's closed form says): a summing all-reduce in its place fails the collective count and the
+    numeric check."""
+    model_id, config = sharding_ir_case
+    model = build_ir_model(REGISTRY[model_id])
+    key = f"{DEFAULT}/{control}"
+    if not any(op == "avg" for _, op in model.expected_collectives(DistConfig.named(config))):
+        assert key not in equivalence_report, f"{key} ran where no statistic is averaged"
+        pytest.skip("no statistic of this family is averaged over ranks")
+    assert key in equivalence_report, f"{key} missing: no averaging collective was sabotaged"
+    _assert_everywhere(equivalence_report, key, expect_ok=False)
 
 
 def test_variants_pass(equivalence_report):

@@ -246,6 +246,53 @@ def test_a_follower_of_another_size_is_refused():
         _sharded(module, (torch.randn(1, HIDDEN),), DistConfig.named("tp-only", 0))
 
 
+class PerHead(nn.Module):
+    """A colwise projection of ``heads`` heads of 4 rows and a weight with one entry per head that
+    follows it (as attention sinks follow q's heads: ``rows_per_entry`` 4)."""
+
+    def __init__(self, heads: int, per: int = 4) -> None:
+        super().__init__()
+        self.proj = nn.Linear(HIDDEN, 4 * heads, bias=False)
+        self.per_head = nn.Parameter(torch.arange(heads, dtype=torch.float))
+        self.per = per
+
+    def forward(self, x):
+        y = hints.linear(x, self.proj.weight, None, "colwise", None, 4)
+        return y.sum(-1, keepdim=True) * hints.shard_like(
+            self.per_head, self.proj.weight, 0, self.per
+        )
+
+
+@pytest.mark.parametrize(
+    ("heads", "entries"), [(4, [[0], [1], [2], [3]]), (2, [[0], [0], [1], [1]])]
+)
+def test_a_per_head_weight_takes_its_leaders_heads(heads, entries):
+    """An entry per 4 rows: rank r holds the entries of the heads whose rows it holds, replicated
+    alike where heads are fewer than ranks; the rows check finds them, and fails on another
+    rank's entries."""
+    from stagebot.harness.suites.sharding_ir.checks import follower_rows_check
+
+    module = PerHead(heads)
+    full = {k: v.detach().clone() for k, v in module.state_dict().items()}
+    for rank, expected in enumerate(entries):
+        gm = _sharded(module, (torch.randn(1, HIDDEN),), DistConfig.named("tep", rank))
+        assert gm.get_parameter("per_head").tolist() == expected
+        assert follower_rows_check(gm, full, {"per_head": "proj.weight"}).ok
+        gm.per_head = nn.Parameter(full["per_head"][[(expected[0] + 1) % heads]])
+        result = follower_rows_check(gm, full, {"per_head": "proj.weight"})
+        assert not result.ok and "4 rows each" in result.detail, result.detail
+
+
+def test_a_per_head_weight_of_another_size_or_unit_is_refused():
+    module = PerHead(4, per=2)  # 4 entries, one per 2 rows: 8 rows, not the leader's 16
+    with pytest.raises(ShardingIRError, match=r"one entry per 2 rows of its leader.*so 8 entries"):
+        _sharded(module, (torch.randn(1, HIDDEN),), DistConfig.named("tp-only", 0))
+    module = PerHead(4, per=8)  # an entry per 8 rows where the leader splits by heads of 4
+    module.per_head = nn.Parameter(torch.ones(2))
+    with pytest.raises(ShardingIRError, match=r"units of 4 rows.*8 rows per entry"):
+        _sharded(module, (torch.randn(1, HIDDEN),), DistConfig.named("tp-only", 0))
+
+
 class GroupedAttention(nn.Module):
     """4 query heads over 2 KV heads of 4; ``opaque``: the softmax is the ``softcap_attention`` op,
     else plain torch ops repeating each KV head twice, as the unsharded ratio says."""

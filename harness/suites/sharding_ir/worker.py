@@ -45,9 +45,11 @@ CONTROLS = (
 # Controls that apply only where the model has what they break (must then be present).
 MOE_CONTROLS = ("control-routing-mask-removed",)
 FOLLOWER_ROWS = "follower-rows"  # a check where the graph has weights following another's rows
-NORM_CONTROLS = (  # where a norm spans TP ranks: its averaged statistic, its following weight
+AVG_CONTROLS = (  # where a statistic is averaged over TP ranks (a norm spanning them)
     "control-avg-as-sum-counts",  # must fail collective-counts
     "control-avg-as-sum-numeric",  # must fail numeric
+)
+FOLLOWER_CONTROLS = (  # where a weight follows another's rows (that norm's weight, sinks)
     "control-follower-shifted-rows",  # must fail follower-rows
     "control-follower-shifted-numeric",  # must fail numeric
 )
@@ -126,8 +128,10 @@ def _check_variant(
         r[CONTROLS[5]] = CheckResult(
             result.ok, f"{changed} hooks slice sharded tensors again; {result.detail}"
         )
+        if any(op == "avg" for _, op in collectives):
+            r |= _avg_controls(gm, collectives, (ids, pos), reference)
         if FOLLOWER_ROWS in r:
-            r |= _norm_controls(gm, snapshot, followers, collectives, dc, (ids, pos), reference)
+            r |= _follower_controls(gm, snapshot, followers, dc, (ids, pos), reference)
         broken = _copy(gm)
         unmasked = sabotage.remove_routing_mask(broken)
         if unmasked:
@@ -147,23 +151,30 @@ def _follower_check(gm, snapshot: dict, followers: dict, following: int) -> Chec
     return follower_rows_check(gm, snapshot, followers)
 
 
-def _norm_controls(gm, snapshot, followers, collectives, dc, args, reference) -> dict:
-    """A summing all-reduce where the norm's statistic needs an average; followers holding other
-    rows than their leaders: each must fail its structural check and the numeric one."""
-    r = {}
+def _avg_controls(gm, collectives, args, reference) -> dict:
+    """A summing all-reduce where a statistic needs an average: it must fail the collective
+    count and the numeric check."""
     broken = _copy(gm)
     changed = sabotage.average_as_sum(broken)
-    result = collective_count_check(broken, collectives)
-    r[NORM_CONTROLS[0]] = CheckResult(result.ok, f"{changed} avg -> sum; {result.detail}")
-    result = numeric_check(broken(*args), reference)
-    r[NORM_CONTROLS[1]] = CheckResult(result.ok, f"{changed} avg -> sum; {result.detail}")
+    counts = collective_count_check(broken, collectives)
+    numeric = numeric_check(broken(*args), reference)
+    return {
+        AVG_CONTROLS[0]: CheckResult(counts.ok, f"{changed} avg -> sum; {counts.detail}"),
+        AVG_CONTROLS[1]: CheckResult(numeric.ok, f"{changed} avg -> sum; {numeric.detail}"),
+    }
+
+
+def _follower_controls(gm, snapshot, followers, dc, args, reference) -> dict:
+    """Followers holding other rows than their leaders: the rows check and the numeric one must
+    fail."""
     broken = _copy(gm)
     shifted = sabotage.shift_followers(broken, snapshot, followers, dc.tp_size, dc.tp_rank)
-    result = follower_rows_check(broken, snapshot, followers)
-    r[NORM_CONTROLS[2]] = CheckResult(result.ok, f"{shifted} shifted; {result.detail}")
-    result = numeric_check(broken(*args), reference)
-    r[NORM_CONTROLS[3]] = CheckResult(result.ok, f"{shifted} shifted; {result.detail}")
-    return r
+    rows = follower_rows_check(broken, snapshot, followers)
+    numeric = numeric_check(broken(*args), reference)
+    return {
+        FOLLOWER_CONTROLS[0]: CheckResult(rows.ok, f"{shifted} shifted; {rows.detail}"),
+        FOLLOWER_CONTROLS[1]: CheckResult(numeric.ok, f"{shifted} shifted; {numeric.detail}"),
+    }
 
 
 def _wrong_dim_sharder_check(pristine, dc: DistConfig, shapes: dict) -> CheckResult:

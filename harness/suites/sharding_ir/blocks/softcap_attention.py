@@ -26,14 +26,15 @@ from stagebot.harness.suites.sharding_ir.hints import NAMESPACE
 SLIDING = "sliding_attention"  # the layer type that has the window
 
 
-@torch.library.custom_op(f"{NAMESPACE}::softcap_attention", mutates_args=())
-def softcap_attention_op(
+def masked_scores(
     q: Tensor, k: Tensor, v: Tensor, scale: float, softcap: float, window: int
-) -> Tensor:
-    """Causal attention of [batch, heads, seq, head_dim]; ``softcap``/``window`` 0: none."""
+) -> tuple[Tensor, Tensor]:
+    """Causal scores [batch, heads, seq, seq] (``softcap``/``window`` 0: none; hidden keys -inf)
+    and the values repeated to the query heads, at the ratio these tensors have, sharded or not:
+    what an opaque attention op computes its softmax over."""
     if q.shape[1] % k.shape[1]:
         raise ValueError(f"{q.shape[1]} query heads are no multiple of {k.shape[1]} KV heads")
-    groups = q.shape[1] // k.shape[1]  # the ratio these tensors have, sharded or not
+    groups = q.shape[1] // k.shape[1]
     k, v = k.repeat_interleave(groups, 1), v.repeat_interleave(groups, 1)
     scores = q @ k.transpose(-1, -2) * scale
     if softcap:
@@ -42,7 +43,15 @@ def softcap_attention_op(
     seen = pos[None, :] <= pos[:, None]
     if window:
         seen &= pos[None, :] > pos[:, None] - window
-    scores = scores.masked_fill(~seen, float("-inf"))
+    return scores.masked_fill(~seen, float("-inf")), v
+
+
+@torch.library.custom_op(f"{NAMESPACE}::softcap_attention", mutates_args=())
+def softcap_attention_op(
+    q: Tensor, k: Tensor, v: Tensor, scale: float, softcap: float, window: int
+) -> Tensor:
+    """Causal attention of [batch, heads, seq, head_dim]; ``softcap``/``window`` 0: none."""
+    scores, v = masked_scores(q, k, v, scale, softcap, window)
     return torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype) @ v
 
 

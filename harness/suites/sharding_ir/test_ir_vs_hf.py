@@ -86,6 +86,19 @@ def test_a_changed_weight_is_seen():
         )
 
 
+def test_a_wrong_rope_frequency_in_the_ir_is_seen():
+    """HF's class computes its RoPE frequencies from the config; the IR's are not handed to it."""
+    spec = REGISTRY[LLAMA]
+    ir = build_ir_model(spec)
+    with torch.no_grad():
+        ir.model.rotary_emb.inv_freq.mul_(1.01)
+    hf = build_hf_model(spec, ir)
+    ids, pos = prefill_inputs(ir.config.vocab_size, batch=1, seq=16)
+    with torch.no_grad():
+        diff = (ir(ids, pos) - hf(input_ids=ids, position_ids=pos, use_cache=False).logits).abs()
+    assert diff.max() > 1e-4, diff.max()
+
+
 @pytest.mark.parametrize(
     "wrong",
     [

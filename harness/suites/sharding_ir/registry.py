@@ -207,6 +207,31 @@ FAMILIES = (
         | {"attn_logit_softcapping": 5.0, "final_logit_softcapping": 3.0}
         | {"sliding_window": 16, "query_pre_attn_scalar": 32},
     ),
+    ModelSpec(
+        model_id="ibm-granite/granite-swash-2b",
+        config_class="GraniteSWAConfig",
+        hf_class="GraniteSWAForCausalLM",
+        arch=ArchSpec(
+            attention=Block(
+                "sink_attention",
+                scale=Attr("attention_multiplier"),
+                sliding_window=Attr("sliding_window"),
+                layer_types=Attr("layer_types"),
+                layer_rope_theta=Attr("layer_rope_theta"),
+                **_BIAS,
+            ),
+            mlp=Block("gated_mlp", bias=Attr("mlp_bias")),
+            activation=Attr("hidden_act"),
+            embedding_multiplier=Attr("embedding_multiplier"),
+            residual_multiplier=Attr("residual_multiplier"),
+            logits_multiplier=1 / Attr("logits_scaling"),
+        ),
+        # layer 1 slides over 16 positions without RoPE (base 0); token ids within the vocabulary
+        tiny=TINY
+        | _GRANITE_MULTIPLIERS
+        | {"sliding_window": 16, "layer_rope_theta": [10000.0, 0]}
+        | {"bos_token_id": None, "eos_token_id": None},
+    ),
 )
 
 

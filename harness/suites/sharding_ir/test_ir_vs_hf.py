@@ -24,6 +24,7 @@ CASES = [
 LLAMA, QWEN3, QWEN2_MOE = "meta-llama/Llama-3.1-8B", "Qwen/Qwen3-8B", "Qwen/Qwen1.5-MoE-A2.7B"
 GRANITE_MOE = "ibm-granite/granite-3.1-3b-a800m-instruct"
 OLMO2, GEMMA2 = "allenai/OLMo-2-1124-7B", "google/gemma-2-2b"
+GRANITE_SWA = "ibm-granite/granite-swash-2b"
 
 
 def _with(model_id: str, blocks: dict | None = None, **arch):
@@ -209,3 +210,55 @@ def test_an_unknown_norm_placement_is_named_with_the_known_ones():
         ShardingIRError, match=r"unknown norm placement 'postnorm'.*one of pre, post, sandwich"
     ):
         _with(GEMMA2, norms="postnorm").arch.resolve(REGISTRY[GEMMA2].config())
+
+
+@pytest.mark.parametrize(
+    ("wrong", "detail"),
+    [
+        ({"blocks": {"attention": {"layer_rope_theta": None}}}, "max |IR - HF|"),  # RoPE on all
+        ({"blocks": {"attention": {"sliding_window": None}}}, "max |IR - HF|"),
+        ({"blocks": {"attention": {"scale": None}}}, "max |IR - HF|"),
+        (
+            {"attention": Block("softcap_attention", scale=Attr("attention_multiplier"))},
+            "missing from the IR (e.g. ['model.layers.0.self_attn.sinks'",
+        ),
+    ],
+    ids=["nope-layer", "sliding_window", "attention-scale", "no-sinks-block"],
+)
+def test_granite_swa_with_a_wrong_attention_fails(wrong, detail):
+    """Each thing GraniteSWA's attention entry declares is load-bearing at the tiny sizes."""
+    result = matches_hf_check(_with(GRANITE_SWA, **wrong), {})
+    assert not result.ok and detail in result.detail, result.detail
+
+
+def test_sinks_ignored_fail_against_hf(monkeypatch):
+    """The sink logits are load-bearing: the same block computing its softmax without them (the
+    soft-capping op's) has HF's parameters and other numbers."""
+    from stagebot.harness.suites.sharding_ir.blocks.sink_attention import SinkAttention
+    from stagebot.harness.suites.sharding_ir.blocks.softcap_attention import SoftcapAttention
+    from stagebot.harness.suites.sharding_ir.hf_reference import TOLERANCE, ir_and_hf_logits
+
+    monkeypatch.setattr(SinkAttention, "core", SoftcapAttention.core)
+    ir, hf = ir_and_hf_logits(REGISTRY[GRANITE_SWA], {})
+    assert (ir - hf).abs().max() > 100 * TOLERANCE
+
+
+def test_a_layer_with_another_rope_base_is_refused():
+    spec = REGISTRY[GRANITE_SWA]
+    with pytest.raises(ShardingIRError, match=r"layer 1 has RoPE base 500.0, the decoder computes"):
+        build_ir_model(spec, {"layer_rope_theta": [10000.0, 500.0]})
+
+
+def test_sinks_follow_the_query_heads_and_are_exported():
+    """Each layer's sinks follow its q_proj (an entry per head): one ``shard_like`` hint each."""
+    from stagebot.harness.suites.sharding_ir.checks import hint_count
+
+    model = build_ir_model(REGISTRY[GRANITE_SWA])
+    followers = model.expected_followers()
+    assert followers == {
+        f"model.layers.{i}.self_attn.sinks": f"model.layers.{i}.self_attn.q_proj.weight"
+        for i in range(model.arch.num_layers)
+    }
+    ids, pos = prefill_inputs(model.arch.vocab_size, batch=1, seq=8)
+    gm = torch.export.export(model, (ids, pos)).module()
+    assert hint_count(gm, "shard_like") == len(followers)

@@ -11,6 +11,7 @@ from torch import nn
 
 from stagebot.harness.suites.sharding_ir import hints
 from stagebot.harness.suites.sharding_ir.blocks.norm import RMSNorm
+from stagebot.harness.suites.sharding_ir.blocks.sink_attention import sink_attention_op
 from stagebot.harness.suites.sharding_ir.blocks.softcap_attention import softcap_attention_op
 from stagebot.harness.suites.sharding_ir.build import poison_
 from stagebot.harness.suites.sharding_ir.checks import collective_count_check, hint_count
@@ -341,3 +342,69 @@ def test_the_softcap_attention_op_caps_and_windows():
     torch.testing.assert_close(capped, scores.masked_fill(~causal, float("-inf")).softmax(-1) @ v)
     own = softcap_attention_op(q, k, v, 1.0, 0.0, 1)
     torch.testing.assert_close(own, v.expand(1, 2, 6, 4))
+
+
+def test_the_sink_attention_op_is_hfs_sink_scaling():
+    """A softmax over [scores, sink] with the sink column dropped is the plain softmax scaled by
+    sigmoid(logsumexp(scores) - sink), as HF's GraniteSWA writes it; 4 query heads on 2 KV heads."""
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, heads, 6, 4, generator=gen) for heads in (4, 2, 2))
+    sinks = torch.tensor([-1.0, 0.0, 1.0, 3.0])
+    out = sink_attention_op(q, k, v, sinks, 0.5, 0.0, 0)
+    k2, v2 = k.repeat_interleave(2, 1), v.repeat_interleave(2, 1)
+    causal = torch.ones(6, 6, dtype=torch.bool).tril()
+    scores = (q @ k2.transpose(-1, -2) * 0.5).masked_fill(~causal, float("-inf"))
+    scale = (scores.logsumexp(-1) - sinks[:, None]).sigmoid()[..., None]
+    torch.testing.assert_close(out, scores.softmax(-1) @ v2 * scale)
+    with pytest.raises(ValueError, match=r"\(2,\) sinks for 4 query heads"):
+        sink_attention_op(q, k, v, sinks[:2], 0.5, 0.0, 0)
+
+
+def _sharded_granite_swa(rank: int):
+    """GraniteSWA's tiny IR, its unsharded state and rank ``rank``'s tp-only graph."""
+    from stagebot.harness.suites.sharding_ir.build import build_ir_model
+    from stagebot.harness.suites.sharding_ir.registry import REGISTRY
+
+    model = build_ir_model(REGISTRY["ibm-granite/granite-swash-2b"])
+    full = {k: v.clone() for k, v in model.state_dict().items()}
+    dc = DistConfig.named("tp-only", rank)
+    return model, full, dc, _sharded(model, _short_inputs(model), dc)
+
+
+def _short_inputs(model):
+    from stagebot.harness.suites.sharding_ir.build import prefill_inputs
+
+    return prefill_inputs(model.arch.vocab_size, batch=1, seq=8)
+
+
+def test_sinks_split_other_than_the_query_heads_fail_a_structural_check():
+    """Rank 0 of 2 holds heads 0-1 of 4: sinks 0 and 2 have the right shape (local-shapes passes)
+    and the wrong heads, which follower-rows sees without running the model."""
+    from stagebot.harness.suites.sharding_ir.checks import follower_rows_check, local_shape_check
+
+    model, full, dc, gm = _sharded_granite_swa(0)
+    shapes, followers = model.expected_local_shapes(dc), model.expected_followers()
+    assert local_shape_check(gm, shapes).ok and follower_rows_check(gm, full, followers).ok
+    attention = gm.get_submodule("model.layers.0.self_attn")
+    attention.sinks = nn.Parameter(full["model.layers.0.self_attn.sinks"][[0, 2]])
+    assert local_shape_check(gm, shapes).ok
+    result = follower_rows_check(gm, full, followers)
+    assert not result.ok and "model.layers.0.self_attn.sinks does not hold" in result.detail
+
+
+def test_sinks_left_whole_fail_the_shape_check(monkeypatch):
+    """A block that passed its sinks to the op without the follower hint: every rank keeps all 4,
+    which the local shapes (and the op, given 2 query heads) refuse."""
+    from stagebot.harness.suites.sharding_ir.blocks.sink_attention import SinkAttention
+    from stagebot.harness.suites.sharding_ir.checks import hint_count, local_shape_check
+
+    def unhinted(self, q, k, v):
+        return sink_attention_op(q, k, v, self.sinks, self.scale, self.softcap, self.window)
+
+    monkeypatch.setattr(SinkAttention, "core", unhinted)
+    model, _, dc, gm = _sharded_granite_swa(1)
+    assert hint_count(gm, "shard_like") == 0
+    result = local_shape_check(gm, model.expected_local_shapes(dc))
+    assert not result.ok and "model.layers.0.self_attn.sinks: (4,) != (2,)" in result.detail
+    with pytest.raises(ValueError, match=r"\(4,\) sinks for 2 query heads"):
+        gm(*_short_inputs(model))

@@ -26,16 +26,24 @@ def reinit_(model: nn.Module, seed: int = SEED) -> None:
     """Refill every parameter from one CPU generator, in fp32, then cast.
 
     Matrices get std fan_in^-0.5 (activations stay O(1), so a dropped collective shows), norm
-    weights 1 + 0.1 N, other vectors 0.1 N. Buffers stay as the model computed them from the
-    config (RoPE's ``inv_freq``): HF's class computes its own, so a wrong one fails the check
-    against HF.
+    weights 1 + 0.1 N, other vectors 0.1 N, unless their module's ``init_std`` (parameter name
+    -> std) gives the scale a block needs (sink logits of order one). Buffers stay as the model
+    computed them from the config (RoPE's ``inv_freq``): HF's class computes its own, so a wrong
+    one fails the check against HF.
     """
     gen = torch.Generator().manual_seed(seed)
+    stds = {
+        f"{prefix}.{name}" if prefix else name: std
+        for prefix, module in model.named_modules()
+        for name, std in getattr(module, "init_std", {}).items()
+    }
     for name, t in model.named_parameters():
         if not t.is_floating_point():
             continue
         noise = torch.randn(t.shape, generator=gen, dtype=torch.float32)
-        if t.dim() >= 2:
+        if name in stds:
+            value = noise * stds[name]
+        elif t.dim() >= 2:
             value = noise * t.shape[-1] ** -0.5
         elif "norm" in name:
             value = 1.0 + 0.1 * noise

@@ -262,3 +262,20 @@ def test_sinks_follow_the_query_heads_and_are_exported():
     ids, pos = prefill_inputs(model.arch.vocab_size, batch=1, seq=8)
     gm = torch.export.export(model, (ids, pos)).module()
     assert hint_count(gm, "shard_like") == len(followers)
+
+
+def test_sinks_on_other_heads_show_beyond_the_bf16_tolerance():
+    """NCCL runs the checks in bf16: the sinks (drawn at ``init_std``) and the tiny multipliers
+    leave a sink on the wrong head visible there (every layer's sinks of heads 0-1 replaced by
+    those of heads 2-3, as rank 0 of 2 holding rank 1's; at the default 0.1 N: rel RMSE 0.004)."""
+    from stagebot.harness.suites.sharding_ir.checks import REL_RMSE_TOLERANCE, rel_rmse
+
+    model = build_ir_model(REGISTRY[GRANITE_SWA]).to(torch.bfloat16)
+    ids, pos = prefill_inputs(model.arch.vocab_size)
+    with torch.no_grad():
+        reference = model(ids, pos)
+        for layer in model.model.layers:
+            sinks = layer.self_attn.sinks
+            sinks.copy_(torch.cat((sinks[2:], sinks[2:])))
+        shifted = model(ids, pos)
+    assert rel_rmse(shifted, reference) > 2 * REL_RMSE_TOLERANCE[torch.bfloat16]

@@ -19,7 +19,7 @@ SINGLE_PROCESS_CHECKS = (MATCHES_HF,)
 
 
 def run_case(
-    spec: ModelSpec, config: str, limits: SpawnLimits | None = None
+    spec: ModelSpec, config: str, limits: SpawnLimits | None = None, gloo_dtype: str = "fp32"
 ) -> dict[str, list[CheckResult]]:
     import torch
 
@@ -35,7 +35,7 @@ def run_case(
     backend = "nccl" if torch.cuda.device_count() >= dc.world_size else "gloo"
     start = time.perf_counter()
     per_rank = run_on_ranks(
-        run_equivalence, dc.world_size, (spec, config), backend=backend, limits=limits
+        run_equivalence, dc.world_size, (spec, config, gloo_dtype), backend=backend, limits=limits
     )
     seconds = time.perf_counter() - start
     print(

@@ -45,7 +45,8 @@ def equivalence_report(
         limits = SpawnLimits(run_s=request.config.getoption("--sharding-ir-rank-timeout"))
         try:
             spec = REGISTRY.lookup(model_id)
-            _equivalence_reports[sharding_ir_case] = run_case(spec, config, limits)
+            dtype = request.config.getoption("--sharding-ir-gloo-dtype")
+            _equivalence_reports[sharding_ir_case] = run_case(spec, config, limits, dtype)
         except RankFailure as failure:
             _equivalence_reports[sharding_ir_case] = failure
     report = _equivalence_reports[sharding_ir_case]

@@ -59,3 +59,16 @@ def test_llama_registered_with_the_qwen3_ir_fails_its_equivalence_case():
     report = run_case(registry.lookup(llama.model_id), CONFIG)
     assert _failed(report, f"{DEFAULT}/{MATCHES_HF}"), "the wrong IR matched HF's Llama"
     assert _failed(report, f"{DEFAULT}/numeric") == []  # what the sharded checks alone would say
+
+
+@pytest.mark.slow
+def test_a_case_on_gloo_in_bf16_checks_in_bf16_with_its_tolerance():
+    """``--sharding-ir-gloo-dtype bf16``: the sharded checks as NCCL runs them, on the CPU; every
+    check passes and every control is caught there too (matches-hf stays fp32)."""
+    report = run_case(PHI3, CONFIG, gloo_dtype="bf16")
+    assert all("torch.bfloat16" in r.detail for r in report[f"{DEFAULT}/numeric"])
+    assert "tol 1e-05" in report[f"{DEFAULT}/{MATCHES_HF}"][0].detail
+    checks = [k for k in report if k.split("/")[1] not in CONTROLS]
+    assert {k: _failed(report, k) for k in checks if _failed(report, k)} == {}
+    controls = [f"{DEFAULT}/{c}" for c in CONTROLS]
+    assert [k for k in controls if not _failed(report, k)] == []

@@ -93,6 +93,13 @@ def test_dist_config_choices_are_the_named_configs():
     assert seen["--sharding-ir-dist-config"]["choices"] == tuple(NAMED_CONFIGS)
 
 
+def test_gloo_dtype_choices_are_the_workers_dtypes():
+    from stagebot.harness.suites.sharding_ir import options
+    from stagebot.harness.suites.sharding_ir.worker import GLOO_DTYPES
+
+    assert options.GLOO_DTYPES == tuple(GLOO_DTYPES)
+
+
 def test_options_module_stays_light():
     code = (
         "import sys, stagebot.harness.suites.sharding_ir.options; "

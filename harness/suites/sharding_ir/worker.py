@@ -5,8 +5,8 @@ build, re-init identically, eager unsharded forward (the reference), snapshot, e
 strip the hints, check hints/shapes/collectives (and the rows of weights that follow another's
 split, where the graph has any), poison every weight and load the full snapshot (hooks slice it),
 sharded forward vs reference, reload the rank's own sharded state dict. On the default config,
-the negative controls, whose checks must fail. Device and dtype follow the
-backend: NCCL -> the rank's GPU in bf16, gloo -> CPU in fp32.
+the negative controls, whose checks must fail. Device and dtype follow the backend: NCCL -> the
+rank's GPU in bf16, gloo -> CPU in fp32 (or in bf16: ``--sharding-ir-gloo-dtype``).
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from stagebot.harness.suites.sharding_ir.errors import ShardingIRError
 from stagebot.harness.suites.sharding_ir.registry import DEFAULT, ModelSpec
 from stagebot.harness.suites.sharding_ir.sharding import apply_sharding_hints, strip_sharding_hints
 
+GLOO_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}  # options.GLOO_DTYPES' names
 CONTROLS = (
     "control-no-collectives",  # must fail numeric
     "control-wrong-split-dim",  # must fail local-shapes
@@ -55,8 +56,10 @@ FOLLOWER_CONTROLS = (  # where a weight follows another's rows (that norm's weig
 )
 
 
-def run_equivalence(rank: int, spec: ModelSpec, dist_config: str) -> dict[str, CheckResult]:
-    """Check name (``<variant>/<check>``) -> this rank's result."""
+def run_equivalence(
+    rank: int, spec: ModelSpec, dist_config: str, gloo_dtype: str = "fp32"
+) -> dict[str, CheckResult]:
+    """Check name (``<variant>/<check>``) -> this rank's result (on gloo in ``gloo_dtype``)."""
     dc = DistConfig.named(dist_config, rank)
     if dist.get_world_size() != dc.world_size:
         raise RuntimeError(
@@ -65,7 +68,7 @@ def run_equivalence(rank: int, spec: ModelSpec, dist_config: str) -> dict[str, C
     if dist.get_backend() == "nccl":
         device, dtype = torch.device("cuda", torch.cuda.current_device()), torch.bfloat16
     else:
-        device, dtype = torch.device("cpu"), torch.float32
+        device, dtype = torch.device("cpu"), GLOO_DTYPES[gloo_dtype]
     report = {}
     for name, overrides in spec.cases(dc):
         report |= _check_variant(spec, name, overrides, dc, device, dtype)

@@ -5,10 +5,11 @@ install step says (the built wheel, by path and sha256); the plan and report job
 checkout of the sample's default branch, the stage jobs in the PR's, after `bot stage-setup`
 installed what the sample's catalog declares.
 
-This machine has no GPU: the sample's DGX_H200 stage job runs here and says NOT_RUN (needs 1 x
-DGX_H200), so a full `/bot run` ends with the `error` status that names it; the CPU stages pass,
-a second run reuses them, and a test that passed in main's post-merge pipeline and fails in a PR
-is NEW, with its key lines.
+The pull request changes only a core test, so a plain `/bot run` runs the two CPU stages and
+the GPU stage skips by the path rule `bot init` gave it: the status is `success`, and a second run
+reuses both. Main's post-merge pipeline runs every stage: this machine has no GPU, so there the
+DGX_H200 stage job says NOT_RUN (needs 1 x DGX_H200); test_add passes, and the PR that breaks it
+gets NEW with its key lines.
 """
 
 # ruff: noqa: F401, F811 - pytest fixtures imported from the helper that defines them
@@ -21,10 +22,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers.fake_pr import marker_of, replies, status
+from helpers.fake_pr import PR, marker_of, replies, status
 from helpers.installed_jobs import InstalledJobs
 from helpers.workflow_jobs import Jobs, gh
 from workflow_installs import bot_jobs, build_wheel, installed_venv, source_copy
+
+from stagebot.harness.ledger import Ledger
+from stagebot.stages.plan import Plan
 
 pytestmark = pytest.mark.slow
 SAMPLE = Path(__file__).resolve().parent / "fixtures" / "sample_repo"
@@ -69,6 +73,7 @@ class SampleJobs(InstalledJobs):
 
     def __init__(self, repo: Path, by_command, gh, tmp, monkeypatch, capsys) -> None:
         Jobs.__init__(self, gh, tmp, monkeypatch, capsys)
+        gh.files[PR] = ["tests/core/test_add.py"]  # the pull request changes a core test
         self.by_command, self.main, self.pr_tree = by_command, repo, repo
         plan = (repo / ".github/workflows/bot.yml").read_text()
         assert "bot handle-event --catalog .github/stagebot/catalog " in plan
@@ -106,28 +111,42 @@ def flow(adoption, gh, tmp_path, monkeypatch, capsys) -> SampleJobs:
 
 
 def test_the_sample_adopted_by_bot_init_runs_its_stages_and_reuses_them(gh, flow) -> None:
-    outputs = flow.whole("/bot run", 101)
-    assert {e["stage"] for e in json.loads(outputs["matrix"])} == {
-        *CPU_STAGES,
-        "DGX_H200-PyTorch-Ops-1",
-    }
-    (reply,) = replies(gh)
-    assert marker_of(reply).stages == {**CPU_STAGES, "DGX_H200-PyTorch-Ops-1": "NOT_RUN"}
-    assert "needs 1 x DGX_H200 GPU(s)" in reply["body"], reply["body"]
-    assert status(gh)["state"] == "error"  # a stage that could not run is never a success
-    outputs = flow.plan("/bot run", 102)
-    assert [e["stage"] for e in json.loads(outputs["matrix"])] == ["DGX_H200-PyTorch-Ops-1"]
-    flow.report(flow.stages(outputs), 102)
-    second = next(c for c in replies(gh) if marker_of(c).pipeline == 102)
-    assert {s: marker_of(second).stages[s] for s in CPU_STAGES} == dict.fromkeys(
-        CPU_STAGES, "REUSED"
+    """A pull request that changes only a core test: `/bot run` runs both CPU stages, the GPU
+    stage skips by its path rule, the status is success; a second `/bot run` reuses both."""
+    outputs = flow.plan("/bot run", 101)
+    assert {e["stage"] for e in json.loads(outputs["matrix"])} == set(CPU_STAGES)
+    plan = Plan.from_json(json.loads(Path(".stagebot/plan/plan.json").read_text()))
+    (gpu,) = (s for s in plan.shards if s.gpu_type == "DGX_H200")
+    assert (gpu.action, gpu.reason) == (
+        "skip",
+        "skip_if_only_changed: every changed file matches **/*.md, docs/**, tests/core/**",
     )
+    flow.report(flow.stages(outputs), 101)
+    (reply,) = replies(gh)
+    assert marker_of(reply).stages == CPU_STAGES
+    assert status(gh)["state"] == "success", status(gh)
+    assert "PR_Github #101 passed on c0ffee0" == status(gh)["description"]
+    flow.report(flow.stages(flow.plan("/bot run", 102)), 102)  # nothing to run: the stage job
+    second = next(c for c in replies(gh) if marker_of(c).pipeline == 102)  # is skipped
+    assert marker_of(second).stages == dict.fromkeys(CPU_STAGES, "REUSED")
+    assert status(gh)["description"] == "PR_Github #102 passed on c0ffee0", status(gh)
+    assert status(gh)["state"] == "success"
 
 
 def test_a_failing_test_in_a_pr_is_new_with_its_key_lines(gh, flow, tmp_path) -> None:
-    """Main's post-merge pipeline (bot.yml's push trigger) passed test_add; the PR breaks it."""
+    """Main's post-merge pipeline (bot.yml's push trigger) runs every stage: the GPU one's job,
+    on this CPU machine, says NOT_RUN and why; test_add passed there, and the PR breaks it."""
     outputs = flow.push(201)
-    flow.report(flow.stages(outputs), 201)
+    report, _ = flow.report(flow.stages(outputs), 201)
+    with Ledger.open(Path(report["ledger"]), readonly=True) as book:
+        results = {r.stage: (r.state, r.evidence) for r in book.pipeline(201).results}
+    assert results == {
+        **{stage: (state, None) for stage, state in CPU_STAGES.items()},
+        "DGX_H200-PyTorch-Ops-1": (
+            "NOT_RUN",
+            "needs 1 x DGX_H200 GPU(s); this host has none of that type (no GPU)",
+        ),
+    }
     assert any(a["name"] == "stagebot-ledger-main" for a in gh.artifacts.values())
     broken = tmp_path / "pr-tree"
     shutil.copytree(flow.main, broken)

@@ -69,6 +69,11 @@ def test_init_writes_settings_a_catalog_and_workflows_that_load(adopted, tmp_pat
         ],
     }
     assert catalog.stage("CPU-PyTorch-Core-1").setup.extras == ("test",)
+    assert {f.name: f.skip_if_only_changed for f in catalog.families} == {
+        "CPU-PyTorch-Core": (),
+        "CPU-PyTorch-Ops": (),
+        "DGX_H200-PyTorch-Ops": ("**/*.md", "docs/**", "tests/core/**"),  # GPU time saved
+    }
     assert "ephemeral" in catalog.gpu_types["DGX_H200"].runner_labels
     settings = yaml.safe_load((adopted / ".github/stagebot-init.yml").read_text())
     digest = hashlib.sha256(b"stand-in wheel bytes").hexdigest()
@@ -133,3 +138,22 @@ def test_init_without_a_pin_or_tests_says_what_to_give(tmp_path, capsys) -> None
         capsys, "init", "--root", str(repo), "--stagebot-wheel", str(fake_release(tmp_path))
     )
     assert code == 2 and "no tests/ folder" in err
+
+
+def test_a_gpu_stage_skips_a_change_to_only_other_areas_tests_top_level_ones_too(
+    tmp_path, capsys
+) -> None:
+    repo = tmp_path / "repo"
+    (repo / "tests" / "kernels").mkdir(parents=True)
+    (repo / "tests" / "test_api.py").write_text("def test_api():\n    pass\n")
+    (repo / "tests" / "kernels" / "test_mm.py").write_text(
+        "import pytest\n\n\n@pytest.mark.gpu\ndef test_mm():\n    pass\n"
+    )
+    code, out, err = bot(
+        capsys, "init", "--root", str(repo), "--stagebot-wheel", str(fake_release(tmp_path)),
+        "--write",
+    )  # fmt: skip
+    assert code == 0, out + err
+    catalog = load_catalog(repo / ".github/stagebot/catalog")
+    skips = {f.name: f.skip_if_only_changed for f in catalog.families}
+    assert skips["DGX_H200-PyTorch-Kernels"] == ("**/*.md", "docs/**", "tests/test_*.py")

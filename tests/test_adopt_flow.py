@@ -25,8 +25,9 @@ import pytest
 from helpers.fake_pr import PR, marker_of, replies, status
 from helpers.installed_jobs import InstalledJobs
 from helpers.workflow_jobs import Jobs, gh
-from workflow_installs import bot_jobs, build_wheel, installed_venv, source_copy
+from workflow_installs import bot_jobs, build_wheel, installed_venv, run_step, source_copy
 
+from stagebot.bot.workflow_gen import load_settings
 from stagebot.harness.ledger import Ledger
 from stagebot.stages.plan import Plan
 
@@ -162,3 +163,21 @@ def test_a_failing_test_in_a_pr_is_new_with_its_key_lines(gh, flow, tmp_path) ->
     assert "<code>tests/core/test_add.py::test_add</code>" in body, body
     assert "<pre>E       assert 5 == 6\nE        +  where 5 = add(2, 3)" in body, body  # key lines
     assert status(gh) is None  # --stage-list: the PR's status is left alone
+
+
+def test_a_wheel_that_does_not_match_the_pinned_sha256_is_refused(adoption, tmp_path) -> None:
+    """The negative control of the pin: the plan job's install step, with one digit of the
+    sha256 changed, fails at its first line (pip refuses the wheel) in the job's environment."""
+    repo, by_command = adoption
+    pinned = load_settings(repo / ".github/stagebot-init.yml").stagebot.sha256
+    (script,) = next(
+        j for j in bot_jobs(repo / ".github/workflows") if j.job == "plan"
+    ).install_steps
+    assert f"--hash=sha256:{pinned}" in script and "--require-hashes" in script
+    wrong = ("1" if pinned[0] == "0" else "0") + pinned[1:]
+    done = run_step(
+        script.replace(pinned, wrong), {**by_command["handle-event"], "RUNNER_TEMP": str(tmp_path)}
+    )
+    assert done.returncode != 0, done.stdout + done.stderr
+    assert "THESE PACKAGES DO NOT MATCH THE HASHES" in done.stderr, done.stderr
+    assert f"Expected sha256 {wrong}" in done.stderr and f"Got        {pinned}" in done.stderr

@@ -37,8 +37,9 @@ CPU_STAGES = {"CPU-PyTorch-Core-1": "SUCCESS", "CPU-PyTorch-Ops-1": "SUCCESS"}
 
 
 @pytest.fixture(scope="module")
-def adoption(tmp_path_factory) -> tuple[Path, dict[str, dict[str, str]]]:
-    """(the sample after `bot init --write`, {bot subcommand: its job's environment})."""
+def adoption(tmp_path_factory) -> tuple[Path, dict[str, dict[str, str]], set]:
+    """(the sample after `bot init --write`, {bot subcommand: its job's environment}, the
+    setups the stage jobs' environment has run, by tree)."""
     tmp = tmp_path_factory.mktemp("adopt")
     wheel = build_wheel(source_copy(tmp / "stagebot"), tmp / "dist")
     repo = tmp / "sample"
@@ -56,7 +57,7 @@ def adoption(tmp_path_factory) -> tuple[Path, dict[str, dict[str, str]]]:
         for command in job.commands:
             by_command[command] = venvs[key]
     assert {"handle-event", "dispatch", "stage-setup", "run-stage", "report-run"} <= set(by_command)
-    return repo, by_command
+    return repo, by_command, set()
 
 
 def _this_bot(*args: str) -> subprocess.CompletedProcess:
@@ -72,8 +73,9 @@ class SampleJobs(InstalledJobs):
     """The sample's jobs: each starts in a checkout (the default branch for plan and report,
     the PR's tree for the stage run) and runs the `bot` its generated workflow installed."""
 
-    def __init__(self, repo: Path, by_command, gh, tmp, monkeypatch, capsys) -> None:
+    def __init__(self, repo: Path, by_command, set_up, gh, tmp, monkeypatch, capsys) -> None:
         Jobs.__init__(self, gh, tmp, monkeypatch, capsys)
+        self.set_up = set_up
         gh.files[PR] = ["tests/core/test_add.py"]  # the pull request changes a core test
         self.by_command, self.main, self.pr_tree = by_command, repo, repo
         plan = (repo / ".github/workflows/bot.yml").read_text()
@@ -86,15 +88,18 @@ class SampleJobs(InstalledJobs):
         return folder
 
     def stages(self, outputs: dict, conclusion: str = "success") -> int:
-        """stage.yml's job per entry: `bot stage-setup`, then `bot run-stage`, in the PR's tree."""
+        """stage.yml's job per entry: `bot stage-setup`, then `bot run-stage`, in the PR's tree.
+        The jobs share one environment here (on GitHub each has a fresh runner): a setup it has
+        already run for the same tree is not run again (it would install the same project)."""
         run_id = outputs["stage_run"]
         folder = self.job("stage")
         env = self.by_command["run-stage"]
         for entry in json.loads(self.gh.dispatches[-1]["inputs"]["matrix"]):
-            for args, codes in (
-                (["stage-setup", "--entry", json.dumps(entry)], (0,)),
-                (["run-stage", "--entry", json.dumps(entry), "--out", "results"], (0, 1)),
-            ):
+            setup = (str(self.pr_tree), json.dumps(entry["setup"], sort_keys=True))
+            steps = [] if setup in self.set_up else [(["stage-setup", "--entry"], (0,))]
+            self.set_up.add(setup)
+            for args, codes in (*steps, (["run-stage", "--out", "results", "--entry"], (0, 1))):
+                args = [*args, json.dumps(entry)]
                 done = subprocess.run(
                     ["bot", *args], cwd=folder, env=env, capture_output=True, text=True,
                     timeout=600,
@@ -107,8 +112,7 @@ class SampleJobs(InstalledJobs):
 
 @pytest.fixture
 def flow(adoption, gh, tmp_path, monkeypatch, capsys) -> SampleJobs:
-    repo, by_command = adoption
-    return SampleJobs(repo, by_command, gh, tmp_path, monkeypatch, capsys)
+    return SampleJobs(*adoption, gh, tmp_path, monkeypatch, capsys)
 
 
 def test_the_sample_adopted_by_bot_init_runs_its_stages_and_reuses_them(gh, flow) -> None:
@@ -168,7 +172,7 @@ def test_a_failing_test_in_a_pr_is_new_with_its_key_lines(gh, flow, tmp_path) ->
 def test_a_wheel_that_does_not_match_the_pinned_sha256_is_refused(adoption, tmp_path) -> None:
     """The negative control of the pin: the plan job's install step, with one digit of the
     sha256 changed, fails at its first line (pip refuses the wheel) in the job's environment."""
-    repo, by_command = adoption
+    repo, by_command, _ = adoption
     pinned = load_settings(repo / ".github/stagebot-init.yml").stagebot.sha256
     (script,) = next(
         j for j in bot_jobs(repo / ".github/workflows") if j.job == "plan"

@@ -147,7 +147,7 @@ def test_init_without_a_pin_or_tests_says_what_to_give(tmp_path, capsys) -> None
     assert code == 2 and "no tests/ folder" in err
 
 
-def test_a_gpu_stage_skips_a_change_to_only_other_areas_tests_top_level_ones_too(
+def test_areas_of_a_tests_folder_with_files_and_folders_run_once_gpu_ones_skip_others(
     tmp_path, capsys
 ) -> None:
     repo = tmp_path / "repo"
@@ -164,6 +164,9 @@ def test_a_gpu_stage_skips_a_change_to_only_other_areas_tests_top_level_ones_too
     catalog = load_catalog(repo / ".github/stagebot/catalog")
     skips = {f.name: f.skip_if_only_changed for f in catalog.families}
     assert skips["DGX_H200-PyTorch-Kernels"] == ("**/*.md", "docs/**", "tests/test_*.py")
+    # tests/'s own family runs its top-level files, not tests/kernels' (the GPU test among them)
+    (suite,) = catalog.stage("CPU-PyTorch-Tests-1").suites
+    assert suite.pytest_args() == ["tests", "--ignore=tests/kernels"]
 
 
 BUILTIN_FAMILY = """\

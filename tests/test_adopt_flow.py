@@ -9,7 +9,7 @@ The pull request changes only a core test, so a plain `/bot run` runs the two CP
 the GPU stage skips by the path rule `bot init` gave it: the status is `success`, and a second run
 reuses both. Main's post-merge pipeline runs every stage: this machine has no GPU, so there the
 DGX_H200 stage job says NOT_RUN (needs 1 x DGX_H200); test_add passes, and the PR that breaks it
-gets NEW with its key lines.
+gets NEW with its key lines and the `failure` status.
 """
 
 # ruff: noqa: F401, F811 - pytest fixtures imported from the helper that defines them
@@ -140,7 +140,8 @@ def test_the_sample_adopted_by_bot_init_runs_its_stages_and_reuses_them(gh, flow
 
 def test_a_failing_test_in_a_pr_is_new_with_its_key_lines(gh, flow, tmp_path) -> None:
     """Main's post-merge pipeline (bot.yml's push trigger) runs every stage: the GPU one's job,
-    on this CPU machine, says NOT_RUN and why; test_add passed there, and the PR breaks it."""
+    on this CPU machine, says NOT_RUN and why; test_add passed there, and the PR that
+    breaks it fails the plain `/bot run` (the GPU stage skips) with NEW."""
     outputs = flow.push(201)
     report, _ = flow.report(flow.stages(outputs), 201)
     with Ledger.open(Path(report["ledger"]), readonly=True) as book:
@@ -158,15 +159,22 @@ def test_a_failing_test_in_a_pr_is_new_with_its_key_lines(gh, flow, tmp_path) ->
     test = broken / "tests/core/test_add.py"
     test.write_text(test.read_text().replace("add(2, 3) == 5", "add(2, 3) == 6"))
     flow.pr_tree = broken
-    flow.whole('/bot run --stage-list "CPU-PyTorch-Core-1"', 101)
+    flow.whole("/bot run", 101)  # the GPU stage skips: the PR changes only a core test
     (reply,) = replies(gh)
     body = reply["body"]
-    assert marker_of(reply).stages == {"CPU-PyTorch-Core-1": "FAILURE"}
+    assert marker_of(reply).stages == {
+        "CPU-PyTorch-Core-1": "FAILURE",
+        "CPU-PyTorch-Ops-1": "SUCCESS",
+    }
     assert "#### NEW failures (1) — fail here, not this way on base #201" in body, body
     assert "UNCLASSIFIED" not in body, body
     assert "<code>tests/core/test_add.py::test_add</code>" in body, body
     assert "<pre>E       assert 5 == 6\nE        +  where 5 = add(2, 3)" in body, body  # key lines
-    assert status(gh) is None  # --stage-list: the PR's status is left alone
+    assert (status(gh)["state"], status(gh)["description"]) == (
+        "failure",
+        "PR_Github #101 failed: ❌ 1 new failure(s) this PR likely caused — fix them, then "
+        "comment `/bot run` (it re-runs only what failed).",
+    )
 
 
 def test_a_wheel_that_does_not_match_the_pinned_sha256_is_refused(adoption, tmp_path) -> None:

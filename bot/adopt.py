@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import json
 import re
 import tomllib
 from dataclasses import dataclass, replace
@@ -132,12 +133,19 @@ gpu_types:
     install = "" if project.test_extra else '\n  install: ["python -m pip install --quiet pytest"]'
     families = []
     for area, gpu in project.areas.items():
-        families.append(_family(family_name(area, False), area, "not gpu" if gpu else None))
+        # tests/ as an area holds its top-level files only: its folders are areas of their own
+        ignore = [f"--ignore={a}" for a in project.areas if a != "tests"] if area == "tests" else []
+        cpu_marks = "not gpu" if gpu else None
+        families.append(_family(family_name(area, False), area, cpu_marks, ignore))
         if gpu:
-            families.append(_family(family_name(area, True), area, "gpu"))
+            others = [_area_files(other) for other in project.areas if other != area]
+            skip = ["**/*.md", "docs/**", *others]
+            families.append(_family(family_name(area, True), area, "gpu", ignore, skip))
     stages = f"""\
 # Stage families: one per test area of {project.name} (a GPU one where an area has tests marked
-# gpu). Setup: what each stage job installs (the project with these extras, then the commands).
+# gpu). A plain `/bot run` runs them all, except that a GPU stage skips a pull request that
+# changes only docs or other areas' tests (skip_if_only_changed; naming the stage runs it).
+# Setup: what each stage job installs (the project with these extras, then the commands).
 setup:
   extras: {extras}{install}
 
@@ -147,12 +155,21 @@ families:
     return {"gpus.yaml": gpus, "stages.yaml": stages, "waives.txt": waives}
 
 
-def _family(name: str, area: str, marks: str | None) -> str:
+def _family(
+    name: str, area: str, marks: str | None, args: list[str], skip: list[str] | None = None
+) -> str:
     mark = f", marks: {marks!r}" if marks else ""
+    mark += f", args: {json.dumps(args)}" if args else ""
+    rule = f"    skip_if_only_changed: {json.dumps(skip)}\n" if skip else ""
     return (
         f"  - name: {name}\n    kind: test\n    timeout_minutes: 30\n"
-        f"    suites: [{{path: {area}{mark}}}]\n"
+        f"    suites: [{{path: {area}{mark}}}]\n{rule}"
     )
+
+
+def _area_files(area: str) -> str:
+    """The path pattern of an area's own files: its folder, or tests/'s top-level test files."""
+    return "tests/test_*.py" if area == "tests" else f"{area}/**"
 
 
 CONFIG_TEXT = """\

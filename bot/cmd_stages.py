@@ -112,7 +112,11 @@ def _describe(catalog: Catalog, stage: Stage) -> str:
     ]
     if family.backend:
         lines.append(f"  backend: {family.backend}   tags: {', '.join(family.tags) or '-'}")
-    lines += [f"  suite: pytest {' '.join(suite.pytest_args())}" for suite in family.suites]
+    lines += [
+        f"  suite: pytest {' '.join(suite.pytest_args())}"
+        + (f"  (stagebot's built-in {suite.builtin})" if suite.builtin else "")
+        for suite in family.suites
+    ]
     if family.kind == "test":
         lines.append(
             f"  reruns: a failed test up to {family.max_reruns}x, when at most "

@@ -42,6 +42,7 @@ from stagebot.harness.junit import JunitError, read_junit, write_junit
 from stagebot.harness.process import Finished, load_average, run_process
 from stagebot.harness.results import SESSION_ID, StageResult, TestOutcome
 from stagebot.harness.streams import Stream, read_stream
+from stagebot.stages import builtin
 from stagebot.stages.plan import MatrixEntry
 
 EXECUTED = ("passed", "failed", "error", "flaky", "xfailed")
@@ -180,9 +181,9 @@ def not_run_result(entry: MatrixEntry, out: Path | None, state: str, evidence: s
 
 def pytest_argv(entry: MatrixEntry, python: str) -> list[list[str]]:
     """One pytest command line per group of suites that can share a session."""
-    plain = [s for s in entry.suites if not s.get("marks") and not s.get("keyword")]
-    filtered = [s for s in entry.suites if s.get("marks") or s.get("keyword")]
-    groups = ([plain] if plain else []) + [[s] for s in filtered]
+    own = ("marks", "keyword", "builtin")  # a suite with any of them has a session of its own
+    plain = [s for s in entry.suites if not any(s.get(key) for key in own)]
+    groups = ([plain] if plain else []) + [[s] for s in entry.suites if s not in plain]
     commands = []
     for group in groups:
         # A file that fails to import fails its own tests, not the whole session's.
@@ -191,7 +192,11 @@ def pytest_argv(entry: MatrixEntry, python: str) -> list[list[str]]:
         if os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
             argv += ["-p", "stagebot.harness.pytest_plugin"]
         for suite in group:
-            argv.append(suite["path"])
+            if suite.get("builtin"):  # stagebot's own suite, its ids as stagebot's pipelines'
+                where = builtin.installed(suite["path"])
+                argv += ["--rootdir", str(builtin.PACKAGE_ROOT), str(where)]
+            else:
+                argv.append(suite["path"])
             if suite.get("marks"):
                 argv += ["-m", suite["marks"]]
             if suite.get("keyword"):

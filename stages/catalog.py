@@ -23,6 +23,7 @@ from typing import Any
 
 import yaml
 
+from stagebot.stages import builtin
 from stagebot.stages.errors import CatalogError
 from stagebot.stages.names import BACKENDS, parse_test_stage_name, test_stage_name
 from stagebot.stages.patterns import check_path_pattern, name_matches
@@ -47,12 +48,14 @@ class GpuType:
 
 @dataclass(frozen=True)
 class SuiteRef:
-    """A pytest path or node id, with optional ``-m`` / ``-k`` and extra arguments."""
+    """A pytest path or node id, with optional ``-m`` / ``-k`` and extra arguments; ``builtin``:
+    one of stagebot's own suites (stages/builtin.py), its path then under the stagebot package."""
 
     path: str
     marks: str | None = None
     keyword: str | None = None
     args: tuple[str, ...] = ()
+    builtin: str | None = None
 
     def pytest_args(self) -> list[str]:
         args = [self.path]
@@ -63,12 +66,13 @@ class SuiteRef:
         return args + list(self.args)
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        data = {
             "path": self.path,
             "marks": self.marks,
             "keyword": self.keyword,
             "args": list(self.args),
         }
+        return data | ({"builtin": self.builtin} if self.builtin else {})
 
 
 @dataclass(frozen=True)
@@ -337,7 +341,7 @@ def load_catalog(path: str | Path | None = None) -> Catalog:
         attachments += [(reader, a) for a in _mappings(reader, data, "attach")]
     families = [_family(reader, spec, gpu_types, default_setup) for reader, spec in family_data]
     _check_unique(families)
-    families = _attach(attachments, families)
+    families = [_with_builtin_setup(family) for family in _attach(attachments, families)]
     for family in families:
         if family.kind == "test" and not family.suites and family.command is None:
             raise CatalogError(
@@ -520,12 +524,37 @@ def _family(
 
 
 def _suite(reader: _Reader, spec: _Mapping, item: str) -> SuiteRef:
-    path = spec["path"]
-    if path.startswith("/") or ".." in Path(path.split("::")[0]).parts:
+    path, name = _value(spec, "path"), _value(spec, "builtin")
+    if (path is None) == (name is None):
+        reader.fail(
+            spec.line,
+            f"{item} suite",
+            "give a path (repository-relative) or a builtin suite's name "
+            f"({', '.join(builtin.names())}), one of them",
+        )
+    if name is not None:
+        try:
+            path = builtin.suite_path(name)
+        except ValueError as error:
+            reader.fail(spec.line, f"{item} suite", str(error))
+    elif path.startswith("/") or ".." in Path(path.split("::")[0]).parts:
         reader.fail(spec.line, f"{item} suite", f"path {path!r} must be repository-relative")
     return SuiteRef(
-        path, _value(spec, "marks"), _value(spec, "keyword"), tuple(_value(spec, "args", ()))
+        path,
+        _value(spec, "marks"),
+        _value(spec, "keyword"),
+        tuple(_value(spec, "args", ())),
+        name,
     )
+
+
+def _with_builtin_setup(family: Family) -> Family:
+    """A family that runs a built-in suite installs stagebot's [harness] extra too."""
+    from dataclasses import replace
+
+    if any(suite.builtin for suite in family.suites):
+        return replace(family, setup=family.setup.then(builtin.setup()))
+    return family
 
 
 def _check_unique(families: list[Family]) -> None:

@@ -333,6 +333,26 @@ CATALOG_ERRORS = [
         id="suite path escapes the repo",
     ),
     pytest.param(
+        family("{name: A10-PyTorch, kind: test, timeout_minutes: 5, suites: [{builtin: moe}]}"),
+        "stages.yaml:2: family 'A10-PyTorch' suite: unknown builtin suite 'moe' (known: "
+        "nvfp4_moe, sharding_ir)",
+        id="an unknown built-in suite, with the known ones",
+    ),
+    pytest.param(
+        family("{name: A10-PyTorch, kind: test, timeout_minutes: 5, suites: [{marks: gpu}]}"),
+        "family 'A10-PyTorch' suite: give a path (repository-relative) or a builtin suite's "
+        "name (nvfp4_moe, sharding_ir), one of them",
+        id="a suite with neither a path nor a built-in name",
+    ),
+    pytest.param(
+        family(
+            "{name: A10-PyTorch, kind: test, timeout_minutes: 5, "
+            "suites: [{path: t, builtin: sharding_ir}]}"
+        ),
+        "give a path (repository-relative) or a builtin suite's name",
+        id="a suite with both a path and a built-in name",
+    ),
+    pytest.param(
         family(
             "{name: A10-PyTorch, kind: test, timeout_minutes: 5, suites: [{path: t, mark: gpu}]}"
         ),

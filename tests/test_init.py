@@ -6,7 +6,9 @@ load, plan and keep the trust model's shape; re-running changes nothing unless -
 from __future__ import annotations
 
 import hashlib
+import json
 import shutil
+from importlib.metadata import version
 from pathlib import Path
 
 import yaml
@@ -14,7 +16,12 @@ from helpers.adoption import adopted, fake_release, sample_copy
 from helpers.cli import bot
 from helpers.workflow_lint import actionlint, zizmor
 
+import stagebot.harness
+from stagebot.bot.grammar import parse_comment
+from stagebot.harness.shard import pytest_argv
 from stagebot.stages.catalog import load_catalog
+from stagebot.stages.matrix import matrix_entries
+from stagebot.stages.planner import plan_run
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKFLOWS = ("bot.yml", "stage.yml", "report.yml")
@@ -69,6 +76,11 @@ def test_init_writes_settings_a_catalog_and_workflows_that_load(adopted, tmp_pat
         ],
     }
     assert catalog.stage("CPU-PyTorch-Core-1").setup.extras == ("test",)
+    assert {f.name: f.skip_if_only_changed for f in catalog.families} == {
+        "CPU-PyTorch-Core": (),
+        "CPU-PyTorch-Ops": (),
+        "DGX_H200-PyTorch-Ops": ("**/*.md", "docs/**", "tests/core/**"),  # GPU time saved
+    }
     assert "ephemeral" in catalog.gpu_types["DGX_H200"].runner_labels
     settings = yaml.safe_load((adopted / ".github/stagebot-init.yml").read_text())
     digest = hashlib.sha256(b"stand-in wheel bytes").hexdigest()
@@ -133,3 +145,73 @@ def test_init_without_a_pin_or_tests_says_what_to_give(tmp_path, capsys) -> None
         capsys, "init", "--root", str(repo), "--stagebot-wheel", str(fake_release(tmp_path))
     )
     assert code == 2 and "no tests/ folder" in err
+
+
+def test_areas_of_a_tests_folder_with_files_and_folders_run_once_gpu_ones_skip_others(
+    tmp_path, capsys
+) -> None:
+    repo = tmp_path / "repo"
+    (repo / "tests" / "kernels").mkdir(parents=True)
+    (repo / "tests" / "test_api.py").write_text("def test_api():\n    pass\n")
+    (repo / "tests" / "kernels" / "test_mm.py").write_text(
+        "import pytest\n\n\n@pytest.mark.gpu\ndef test_mm():\n    pass\n"
+    )
+    code, out, err = bot(
+        capsys, "init", "--root", str(repo), "--stagebot-wheel", str(fake_release(tmp_path)),
+        "--write",
+    )  # fmt: skip
+    assert code == 0, out + err
+    catalog = load_catalog(repo / ".github/stagebot/catalog")
+    skips = {f.name: f.skip_if_only_changed for f in catalog.families}
+    assert skips["DGX_H200-PyTorch-Kernels"] == ("**/*.md", "docs/**", "tests/test_*.py")
+    # tests/'s own family runs its top-level files, not tests/kernels' (the GPU test among them)
+    (suite,) = catalog.stage("CPU-PyTorch-Tests-1").suites
+    assert suite.pytest_args() == ["tests", "--ignore=tests/kernels"]
+
+
+BUILTIN_FAMILY = """\
+  - name: DGX_H200-4_GPUs-AutoDeploy
+    kind: test
+    timeout_minutes: 60
+    suites: [{builtin: sharding_ir, args: [--sharding-ir-model-id, all]}]
+"""
+
+
+def test_a_users_catalog_runs_stagebots_built_in_suites_by_name(adopted, capsys) -> None:
+    """A family of the sample's own and an `attach` fragment name stagebot's suites: the plan
+    carries each by name, the stage job finds it in its installed stagebot (tests named as
+    stagebot's pipelines name them) and installs stagebot's [harness] extra at this version."""
+    catalog = adopted / ".github/stagebot/catalog"
+    (catalog / "stages.yaml").write_text((catalog / "stages.yaml").read_text() + BUILTIN_FAMILY)
+    (catalog / "suite_moe.yaml").write_text(
+        "attach:\n  - {families: [CPU-PyTorch-Ops], suites: [{builtin: nvfp4_moe}]}\n"
+    )
+    command = "/bot run --add-multi-gpu-test"
+    code, out, err = bot(capsys, "dry-run", "--json", "--catalog", str(catalog), command)
+    assert code == 0, out + err
+    suites = {shard["stage"]: shard["suites"] for shard in json.loads(out)["shards"]}
+    assert suites["DGX_H200-4_GPUs-AutoDeploy-1"] == [
+        {
+            "path": "harness/suites/sharding_ir",
+            "marks": None,
+            "keyword": None,
+            "args": ["--sharding-ir-model-id", "all"],
+            "builtin": "sharding_ir",
+        }
+    ]
+    loaded = load_catalog(catalog)
+    plan = plan_run(parse_comment(command), loaded, commit="c" * 40)
+    entries = {e.stage: e for e in matrix_entries(plan, loaded, 1)}
+    ops = entries["CPU-PyTorch-Ops-1"]
+    own, moe = pytest_argv(ops, "python")
+    assert own[-3:] == ["tests/ops", "-m", "not gpu"]  # the sample's tests: a session of their own
+    package = Path(stagebot.harness.__file__).parents[1]  # the installed stagebot
+    assert moe[-3:] == ["--rootdir", str(package), str(package / "harness/suites/nvfp4_moe")]
+    assert (package / "harness/suites/nvfp4_moe/conftest.py").is_file()
+    code, out, err = bot(capsys, "stage-setup", "--print", "--entry", json.dumps(ops.to_json()))
+    assert code == 0, out + err
+    assert out.splitlines() == [
+        "python -m pip install --quiet '.[test]'",
+        f"python -m pip install --quiet 'stagebot[harness]=={version('stagebot')}'",
+    ]
+    assert entries["CPU-PyTorch-Core-1"].setup["install"] == []  # only where a built-in runs

@@ -160,10 +160,20 @@ def run_installs(installs: tuple[str, ...], wheel: Path, env: dict[str, str]) ->
         _sh(line, env)
 
 
-def _sh(line: str, env: dict[str, str]) -> None:
-    done = subprocess.run(
-        ["bash", "-c", line], env=env, capture_output=True, text=True, timeout=900
+def run_step(script: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    """A ``run:`` step as GitHub runs it (its default shell on Linux): the first failing line
+    fails the step."""
+    return subprocess.run(
+        ["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", script],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
     )
+
+
+def _sh(line: str, env: dict[str, str]) -> None:
+    done = run_step(line, env)
     assert done.returncode == 0, f"$ {line}\n{done.stdout}{done.stderr}"
 
 

@@ -1,0 +1,48 @@
+"""stagebot's own suites (harness/suites/<name>: sharding_ir, nvfp4_moe), which a catalog in any
+repository runs by name: ``suites: [{builtin: sharding_ir, args: [...]}]``.
+
+A built-in suite is a folder of the installed stagebot package, not of the repository, so it is
+named by its path under the package (``harness/suites/<name>``, as in stagebot's own catalog) and
+found where the stage job's stagebot is installed only when the shard runs (`installed`). Its
+tests run with that package as pytest's root, so their ids are the ones stagebot's own
+pipelines record (``harness/suites/sharding_ir/test_….py::…``). A family that runs one installs
+stagebot's ``[harness]`` extra (torch, transformers, pytest) at the version that planned it:
+`setup()`.
+"""
+
+from __future__ import annotations
+
+import shlex
+from importlib.metadata import version
+from pathlib import Path
+
+from stagebot.stages.setup import Setup
+
+PACKAGE_ROOT = Path(__file__).resolve().parents[1]  # the stagebot package (or checkout)
+SUITES = Path("harness") / "suites"
+
+
+def names() -> list[str]:
+    """The built-in suites: the packages under harness/suites/."""
+    folder = PACKAGE_ROOT / SUITES
+    return sorted(p.name for p in folder.iterdir() if (p / "__init__.py").is_file())
+
+
+def suite_path(name: str) -> str:
+    """The suite's path under the stagebot package; ValueError names the known suites."""
+    known = names()
+    if name not in known:
+        raise ValueError(f"unknown builtin suite {name!r} (known: {', '.join(known)})")
+    return (SUITES / name).as_posix()
+
+
+def installed(path: str) -> Path:
+    """Where a built-in suite's path is in the stagebot installed here."""
+    return PACKAGE_ROOT / path
+
+
+def setup() -> Setup:
+    """What a family that runs a built-in suite installs besides the project: stagebot's
+    [harness] extra, at the version installed here (the pinned release that planned it)."""
+    requirement = shlex.quote(f"stagebot[harness]=={version('stagebot')}")
+    return Setup(install=(f"python -m pip install --quiet {requirement}",))

@@ -371,7 +371,7 @@ class Nvfp4DecodeGemmSm90(WeightRowsGemm):
         w_layout: cute.ComposedLayout,  # staging ring of the packed weights (swizzled)
         t_layout: cute.ComposedLayout,  # and of the tokens
         mC: cute.Tensor,
-        epilogue_tensors: tuple,  # (mCsf, mGlobalSf, mLimit, mP2e, mRouter)
+        epilogue_tensors: tuple,  # (mCsf, mGlobalSf, mLimit, mP2e, mRouter, mWork)
         mAlpha: cute.Tensor,
         mGroup: cute.Tensor,
         mNumTiles: cute.Tensor,
@@ -380,7 +380,7 @@ class Nvfp4DecodeGemmSm90(WeightRowsGemm):
         top_k: cutlass.Constexpr,
     ):
         tma_w, mW, tma_t, mT, tma_ws, mWs, tma_ts, mTs = tma
-        mCsf, mGlobalSf, mLimit, mP2e, mRouter = epilogue_tensors
+        mCsf, mGlobalSf, mLimit, mP2e, mRouter, _ = epilogue_tensors
         tidx, _, _ = cute.arch.thread_idx()
         bidx, _, _ = cute.arch.block_idx()
         gdim, _, _ = cute.arch.grid_dim()

@@ -350,16 +350,18 @@ class Nvfp4RsGemmSm90(WeightRowsGemm):
         scale, limit, n_block, tidx, mC, mCsf, mGlobalSf, mP2e, mRouter, n, top_k = out
         scale_staged = self._staged_scale(scale)
         blocks = self.stage_tokens // 8
+        first = row0 + h * self.stage_tokens
+        info = self._row_info(first, limit, tidx, mP2e, mRouter, scale, top_k)
         barrier.arrive_and_wait()  # the previous epilogue has read the stage
         for v in range(h * blocks, (h + 1) * blocks):  # unrolled at trace time
             for j in range(4):
                 row, token = tCcC[4 * v + j]
                 sE[token - h * self.stage_tokens, row] = acc[4 * v + j] * scale_staged
+        self._stage_row_info(sE, tidx, info)
         barrier.arrive_and_wait()
         self._write_staged(
-            sE, scale, row0 + h * self.stage_tokens, limit, n_block, tidx, mC, mCsf, mGlobalSf,
-            mP2e, mRouter, n, top_k,
-        )  # fmt: skip
+            sE, scale, first, limit, n_block, tidx, mC, mCsf, mGlobalSf, mP2e, mRouter, n, top_k
+        )
 
     @staticmethod
     def _mma(tiled_mma, acc, frag, tCrB, s):

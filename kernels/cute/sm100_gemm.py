@@ -358,6 +358,8 @@ class Nvfp4BlockScaledGemmSm100(WeightRowsGemm):
                 for i in cutlass.range_constexpr(cute.size(values)):
                     token, col = tTR_coord[i]
                     sE[token, col] = values[i] * scale_staged
+                info = self._row_info(row0, limit, tidx, mP2e, mRouter, scale, top_k)
+                self._stage_row_info(sE, tidx, info)
                 barrier.arrive_and_wait()
                 self._write_staged(
                     sE, scale, row0, limit, n_block, tidx, mC, mCsf, mGlobalSf, mP2e, mRouter,

@@ -295,15 +295,14 @@ def ld_relaxed_gpu(address, *, loc=None, ip=None):
 
 @dsl_user_op
 def st_zero16(address, *, loc=None, ip=None):
-    """Writes 16 zero bytes at global ``address`` (16-byte aligned): one vector store, cache
-    streaming (evict-first in L2, so a stream of zeros does not push out the GEMM's operands)."""
+    """Writes 16 zero bytes at global ``address`` (16-byte aligned): one vector store."""
     llvm.inline_asm(
         None,
         [cutlass.Int64(address).ir_value(loc=loc, ip=ip)],
         """{
         .reg .b32 z;
         mov.b32 z, 0;
-        st.global.cs.v4.b32 [$0], {z, z, z, z};
+        st.global.v4.b32 [$0], {z, z, z, z};
         }""",
         "l",
         has_side_effects=True,

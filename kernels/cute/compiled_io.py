@@ -15,10 +15,6 @@ import json
 from typing import Any
 
 _HEADER_BYTES = 4
-# LLVM optimisation level of the host code JIT-compiled at load: the host side is a launcher
-# (argument packing, one driver call), so the loads of a warm stage (one per kernel, 186-191 a
-# stage) take the fastest code generation. CuTe DSL's default is 2.
-HOST_OPT_LEVEL = 0
 
 
 def dumps(compiled: Any) -> bytes | None:
@@ -54,9 +50,7 @@ def loads(payload: bytes, entry: Any) -> Any:
     with ir.Context():
         module = ir.Module.parse(payload[_HEADER_BYTES + size :])
     dsl = CuTeDSL._get_dsl()
-    engine = dsl.compiler_provider.jit(
-        module, opt_level=HOST_OPT_LEVEL, shared_libs=dsl.get_shared_libs()
-    )
+    engine = dsl.compiler_provider.jit(module, shared_libs=dsl.get_shared_libs())
     name = meta["function_name"]
     kernel_info = {
         sym: {cuda.CUfunction_attribute(attr): value for attr, value in attrs}

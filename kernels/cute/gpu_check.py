@@ -77,6 +77,11 @@ def check(name: str, counts, n, k, tile_size, spare, tactic: Tactic, seed: int) 
     exiting_written = int((~torch.isnan(out[valid_rows:])).sum())
     close = torch.allclose(got, want, rtol=1.6e-2, atol=1e-5) if unwritten == 0 else False
     ok = unwritten == 0 and exiting_written == 0 and rel < 5e-3 and close
+    return _result(name, tactic, ok, rel, unwritten, exiting_written, close)
+
+
+def _result(name, tactic, ok, rel, unwritten, exiting_written, close, **more) -> dict:
+    """A correctness check's line (main prints name, tactic, ok, rel_err and the counts)."""
     return dict(
         name=name,
         tactic=str(tactic),
@@ -85,6 +90,7 @@ def check(name: str, counts, n, k, tile_size, spare, tactic: Tactic, seed: int) 
         unwritten=unwritten,
         exiting_written=exiting_written,
         allclose=close,
+        **more,
     )
 
 
@@ -171,15 +177,9 @@ def check_finalize(name: str, call: dict, tactic: Tactic) -> dict:
     close = float(torch.isclose(got, want, rtol=1.6e-2, atol=atol).float().mean())
     rel = float((got - want).norm() / want.norm().clamp_min(1e-30))
     ok = unwritten == 0 and unrouted_nonzero == 0 and close > 0.99 and rel < 1e-2
-    return dict(
-        name=name,
-        tactic=str(tactic),
-        ok=ok,
-        rel_err=rel,
-        unwritten=unwritten,
-        exiting_written=unrouted_nonzero,  # here: nonzero elements in unrouted tokens' rows
-        allclose=close,
-        routed_tokens=int(routed.sum()),
+    # exiting_written here: nonzero elements in the rows of tokens without a valid row
+    return _result(
+        name, tactic, ok, rel, unwritten, unrouted_nonzero, close, routed=int(routed.sum())
     )
 
 

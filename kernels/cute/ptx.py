@@ -240,24 +240,26 @@ def _i32_asm(asm: str, constraints: str, operands, loc, ip):
     return cutlass.Int32(res)
 
 
-@dsl_user_op
-def atom_add_gpu(address, value, *, loc=None, ip=None):
-    """Relaxed gpu-scope atomic add to the int32 at global ``address``; returns the old value."""
+def _atom_gpu(op: str, address, value, loc, ip):
+    """Relaxed gpu-scope atomic ``op`` ("add.s32", "exch.b32") on the int32 at global
+    ``address`` with ``value``; returns the old value."""
     operands = [
         cutlass.Int64(address).ir_value(loc=loc, ip=ip),
         cutlass.Int32(value).ir_value(loc=loc, ip=ip),
     ]
-    return _i32_asm("atom.relaxed.gpu.global.add.s32 $0, [$1], $2;", "=r,l,r", operands, loc, ip)
+    return _i32_asm(f"atom.relaxed.gpu.global.{op} $0, [$1], $2;", "=r,l,r", operands, loc, ip)
+
+
+@dsl_user_op
+def atom_add_gpu(address, value, *, loc=None, ip=None):
+    """Relaxed gpu-scope atomic add to the int32 at global ``address``; returns the old value."""
+    return _atom_gpu("add.s32", address, value, loc, ip)
 
 
 @dsl_user_op
 def atom_exch_gpu(address, value, *, loc=None, ip=None):
     """Relaxed gpu-scope exchange of the int32 at global ``address``; returns the old value."""
-    operands = [
-        cutlass.Int64(address).ir_value(loc=loc, ip=ip),
-        cutlass.Int32(value).ir_value(loc=loc, ip=ip),
-    ]
-    return _i32_asm("atom.relaxed.gpu.global.exch.b32 $0, [$1], $2;", "=r,l,r", operands, loc, ip)
+    return _atom_gpu("exch.b32", address, value, loc, ip)
 
 
 @dsl_user_op

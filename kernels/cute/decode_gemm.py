@@ -513,6 +513,9 @@ class Nvfp4DecodeGemmSm90(WeightRowsGemm):
             tile, tile_row0, limit = self._span(work // n_blocks, 0, 0, tile_size, mLimit)
             expert = mGroup[tile]
             for row0 in cutlass.range(tile_row0, limit, self.tokens, unroll=1):
+                scale = mAlpha[expert] * OPERAND_UNSCALE
+                # finalize: the loads of the rows' weights and tokens hide behind the K loop
+                info = self._row_info(row0, limit, tidx, mP2e, mRouter, scale, top_k)
                 acc.fill(0.0)
                 for _ks in cutlass.range(k_steps, unroll=1):
                     ring.consumer_wait(read)
@@ -540,14 +543,12 @@ class Nvfp4DecodeGemmSm90(WeightRowsGemm):
                     if cutlass.const_expr(self.variant != "no_mma"):
                         self._mma_step(packed, sf_words, sBf, buf, acc, lane)
                     step += 1
-                scale = mAlpha[expert] * OPERAND_UNSCALE
                 scale_staged = self._staged_scale(scale)
                 for f in cutlass.range_constexpr(nf):
                     for i in cutlass.range_constexpr(4):
                         sE[8 * f + 2 * q + i % 2, w_row + 8 * (i // 2)] = (
                             acc[4 * f + i] * scale_staged
                         )
-                info = self._row_info(row0, limit, tidx, mP2e, mRouter, scale, top_k)
                 self._stage_row_info(sE, tidx, info)
                 barrier.arrive_and_wait()
                 self._write_staged(

@@ -32,7 +32,8 @@ bits per value plus the output at its real size; floor = max(FLOPs / bf16 matmul
 copy bandwidth), both measured in this run. The issue's floors and targets are printed as met /
 MISSED (``targets``), the full results go to DIR/bench_moe.json, and two markdown tables come
 last: every implementation per shape, then one row per shape (``--summary`` reprints that one
-from a saved bench_moe.json, without a GPU).
+from a saved bench_moe.json, without a GPU). Before the first shape, every kernel the selected
+shapes can run is compiled into the kernel cache on all cores (stagebot.kernels.cute.warm).
 """
 
 from __future__ import annotations
@@ -188,6 +189,63 @@ def build_problem(shape: Shape, seed: int) -> Problem:
         counts=counts,
         expanded_to_permuted=tables.expanded_idx_to_permuted_idx,
     )
+
+
+# The kernels each kind of shape runs (fused, the deterministic finalize's fp32 rows, the
+# unfused composition's GEMM step), and whether the call passes the tile limits.
+KIND_KERNELS = {
+    "plain": (("grouped_gemm", False),),
+    "swiglu": (("grouped_gemm_swiglu", True), ("grouped_gemm", True)),
+    "finalize": (
+        ("grouped_gemm_finalize", True),
+        ("grouped_gemm_f32_rows", True),
+        ("grouped_gemm", True),
+    ),
+}
+
+
+def compile_keys(shape: Shape) -> list:
+    """The compile keys the shape's calls can ask for: every fitting tactic of each of its
+    kernels (the autotuner times them all), as launch._run keys them."""
+    from stagebot.kernels.cute.compile import DTYPES, KERNEL_EPILOGUE, CompileKey, kernel_class
+    from stagebot.kernels.cute.launch import ARCH
+    from stagebot.kernels.cute.tactics import TACTICS, effective
+
+    keys = []
+    for kernel, limits in KIND_KERNELS[shape.kind]:
+        top_k = shape.top_k if kernel == "grouped_gemm_finalize" else 1
+        for tactic in dict.fromkeys(effective(t, limits) for t in TACTICS):
+            fits, _ = kernel_class(tactic).can_implement(
+                tactic, shape.n, shape.k, TILE, KERNEL_EPILOGUE[kernel]
+            )
+            if fits:
+                keys.append(
+                    CompileKey(
+                        kernel,
+                        tactic,
+                        DTYPES[kernel],
+                        shape.n,
+                        shape.k,
+                        shape.local_experts,
+                        TILE,
+                        ARCH,
+                        mn_limit=limits,
+                        top_k=top_k,
+                    )  # fmt: skip
+                )
+    return keys
+
+
+def warm_kernels(selected: list[Shape]) -> str:
+    """Compiles the selected shapes' kernels into the disk cache on every core first (the
+    autotuner then loads them), or says why not."""
+    from stagebot.kernels.cute import disk_cache, warm
+
+    folder = disk_cache.default_dir()
+    if folder is None:
+        return "not warmed: the kernel cache is off"
+    report = warm.warm([k for s in selected for k in compile_keys(s)], folder, warm.default_jobs())
+    return f"warmed: {report}"
 
 
 # ---- implementations: each returns a no-argument callable (timed) producing the output ----
@@ -563,6 +621,7 @@ def main(argv: list[str] | None = None) -> int:
         device=torch.cuda.get_device_name(), torch=torch.__version__, shapes=[], errors=[]
     )
     print(results["device"], results["torch"], flush=True)
+    print(warm_kernels(selected), flush=True)
     results["rates"] = rates = machine_rates()
     print(json.dumps(rates), flush=True)
     from stagebot.kernels.cute import autotune

@@ -74,7 +74,7 @@ def key_from_json(data: dict) -> CompileKey:
 
 
 # Alignment the launcher guarantees for each pointer (TMA operands and vector stores: 16 bytes).
-POINTER_ALIGNS = (16, 16, 16, 16, 4, 4, 4, 4, 16, 4, 4, 4, 4)
+POINTER_ALIGNS = (16, 16, 16, 16, 4, 4, 4, 4, 16, 4, 4, 4, 4, 16)
 
 _cache: dict[CompileKey, Any] = {}
 # This process's compiles and disk-cache loads: counts ("compiled", "loaded") and seconds
@@ -84,7 +84,7 @@ _recorders: list[set[CompileKey]] = []
 # The files whose content the compiled code depends on (their digest is part of the disk key).
 KERNEL_SOURCES = (
     "grouped_gemm.py", "decode_gemm.py", "rs_gemm.py", "sm100_gemm.py", "epilogues.py", "ptx.py",
-    "tactics.py", "compile.py", "compiled_io.py",
+    "finalize_fill.py", "tactics.py", "compile.py", "compiled_io.py",
 )  # fmt: skip
 
 
@@ -123,7 +123,7 @@ def pointer_dtypes(kernel: str, tactic: Tactic):
     c = cutlass.Uint32 if KERNEL_EPILOGUE[kernel] == "swiglu" else store_dtype(kernel)
     i32, f32, u8 = cutlass.Int32, cutlass.Float32, cutlass.Uint8
     a, b = (cutlass.Float16 if tactic.fp16_operand == x else u8 for x in "ab")
-    return (a, b, i32, i32, f32, i32, i32, i32, c, u8, f32, i32, f32)
+    return (a, b, i32, i32, f32, i32, i32, i32, c, u8, f32, i32, f32, i32)
 
 
 def _version(distribution: str) -> str:
@@ -230,6 +230,7 @@ def _compile(key: CompileKey, keep_ptx: bool) -> Any:
     args = (
         *pointers,
         cutlass.Int32(key.tile_size),
+        cutlass.Int32(1),
         cutlass.Int32(1),
         key.n,
         key.k,

@@ -211,6 +211,39 @@ class WeightRowsGemm(GroupedGemmCall):
                         state.advance()
         ring.producer_tail(state)
 
+    def _row_info_view(self, sE):
+        """The staged rows' finalize info, fp32 [stage tokens, 2], in the first two pad words
+        of each row of the stage: (router weight * scale, token or -1)."""
+        return cute.make_tensor(
+            sE.iterator + WEIGHT_ROWS,
+            cute.make_layout((self.stage_tokens, 2), stride=(STAGE_PITCH, 1)),
+        )
+
+    @cute.jit
+    def _row_info(self, row0, limit, tidx, mP2e, mRouter, scale, top_k: cutlass.Constexpr):
+        """Finalize: (router weight * scale, token as fp32; -1 if not a valid row) of staged
+        row ``tidx`` (threads below the stage's rows), loaded early so that the loads' latency
+        hides behind the staging; (0, -1) for the other epilogues."""
+        weight = cutlass.Float32(0.0)
+        token = cutlass.Float32(-1.0)
+        if cutlass.const_expr(self.epilogue == "finalize"):
+            row = row0 + tidx
+            if tidx < self.stage_tokens and row < limit:
+                expanded = mP2e[row]
+                if expanded >= 0:
+                    weight = mRouter[expanded] * scale
+                    token = cutlass.Float32(expanded // top_k)
+        return weight, token
+
+    @cute.jit
+    def _stage_row_info(self, sE, tidx, info):
+        """Writes ``_row_info``'s pair beside its row of the stage (finalize only)."""
+        if cutlass.const_expr(self.epilogue == "finalize"):
+            if tidx < self.stage_tokens:
+                rows = self._row_info_view(sE)
+                rows[tidx, 0] = info[0]
+                rows[tidx, 1] = info[1]
+
     def _staged_scale(self, scale):
         """What the accumulators are multiplied by on their way to the stage: finalize
         scales the rows later, with the router weight."""
@@ -236,8 +269,8 @@ class WeightRowsGemm(GroupedGemmCall):
             )  # fmt: skip
         if cutlass.const_expr(self.epilogue == "finalize"):
             epilogues.finalize_rows(
-                sE, scale, row0, valid, col0, mP2e, mRouter, mC.iterator.toint(),
-                cutlass.Int64(n * 2), top_k, tidx, self.num_consumers,
+                sE, self._row_info_view(sE), valid, col0, mC.iterator.toint(),
+                cutlass.Int64(n * 2), tidx, self.num_consumers,
             )  # fmt: skip
 
 
@@ -371,7 +404,7 @@ class Nvfp4DecodeGemmSm90(WeightRowsGemm):
         w_layout: cute.ComposedLayout,  # staging ring of the packed weights (swizzled)
         t_layout: cute.ComposedLayout,  # and of the tokens
         mC: cute.Tensor,
-        epilogue_tensors: tuple,  # (mCsf, mGlobalSf, mLimit, mP2e, mRouter)
+        epilogue_tensors: tuple,  # (mCsf, mGlobalSf, mLimit, mP2e, mRouter, mWork)
         mAlpha: cute.Tensor,
         mGroup: cute.Tensor,
         mNumTiles: cute.Tensor,
@@ -380,7 +413,7 @@ class Nvfp4DecodeGemmSm90(WeightRowsGemm):
         top_k: cutlass.Constexpr,
     ):
         tma_w, mW, tma_t, mT, tma_ws, mWs, tma_ts, mTs = tma
-        mCsf, mGlobalSf, mLimit, mP2e, mRouter = epilogue_tensors
+        mCsf, mGlobalSf, mLimit, mP2e, mRouter, _ = epilogue_tensors
         tidx, _, _ = cute.arch.thread_idx()
         bidx, _, _ = cute.arch.block_idx()
         gdim, _, _ = cute.arch.grid_dim()
@@ -480,6 +513,9 @@ class Nvfp4DecodeGemmSm90(WeightRowsGemm):
             tile, tile_row0, limit = self._span(work // n_blocks, 0, 0, tile_size, mLimit)
             expert = mGroup[tile]
             for row0 in cutlass.range(tile_row0, limit, self.tokens, unroll=1):
+                scale = mAlpha[expert] * OPERAND_UNSCALE
+                # finalize: the loads of the rows' weights and tokens hide behind the K loop
+                info = self._row_info(row0, limit, tidx, mP2e, mRouter, scale, top_k)
                 acc.fill(0.0)
                 for _ks in cutlass.range(k_steps, unroll=1):
                     ring.consumer_wait(read)
@@ -507,13 +543,13 @@ class Nvfp4DecodeGemmSm90(WeightRowsGemm):
                     if cutlass.const_expr(self.variant != "no_mma"):
                         self._mma_step(packed, sf_words, sBf, buf, acc, lane)
                     step += 1
-                scale = mAlpha[expert] * OPERAND_UNSCALE
                 scale_staged = self._staged_scale(scale)
                 for f in cutlass.range_constexpr(nf):
                     for i in cutlass.range_constexpr(4):
                         sE[8 * f + 2 * q + i % 2, w_row + 8 * (i // 2)] = (
                             acc[4 * f + i] * scale_staged
                         )
+                self._stage_row_info(sE, tidx, info)
                 barrier.arrive_and_wait()
                 self._write_staged(
                     sE, scale, row0, limit, n_block, tidx, mC, mCsf, mGlobalSf, mP2e, mRouter,

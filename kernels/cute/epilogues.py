@@ -240,32 +240,29 @@ def finalize_scatter_add(
 @cute.jit
 def finalize_rows(
     stage: cute.Tensor,
-    scale: cutlass.Float32,
-    row0: cutlass.Int32,
+    rows: cute.Tensor,
     valid: cutlass.Int32,
     col0: cutlass.Int32,
-    mP2e: cute.Tensor,
-    mRouter: cute.Tensor,
     out_address: cutlass.Int64,
     row_bytes: cutlass.Int64,
-    top_k: cutlass.Constexpr,
     first: cutlass.Int32,
     step: cutlass.Constexpr,
 ):
     """finalize_scatter_add for ``valid`` staged rows (fp32 [rows, cols] accumulators, not yet
     times alpha): thread ``first`` takes (row, 8-column chunk) items first, first + step, ...,
     one vector atomic each; the same fp32 products as the register path (acc * (router weight
-    * scale)). The output's rows and col0 keep the chunks 16-byte aligned."""
+    * scale)). ``rows`` (fp32 [rows, 2], staged beside them) holds each row's router weight *
+    scale and its token (-1: not a valid row), so that no item waits on a global load. The
+    output's rows and col0 keep the chunks 16-byte aligned."""
     assert cute.size(stage, mode=[1]) % 8 == 0, "the staged columns come in 8-column chunks"
     chunks = cute.size(stage, mode=[1]) // 8
     for item in cutlass.range(first, valid * chunks, step, unroll=1):
         r = item // chunks
         chunk = item % chunks
-        expanded = mP2e[row0 + r]
-        if expanded >= 0:
-            weight, row_address = _token_row(
-                expanded, mRouter, scale, top_k, out_address, row_bytes
-            )
+        token = cutlass.Int32(rows[r, 1])
+        if token >= 0:
+            weight = rows[r, 0]
+            row_address = out_address + cutlass.Int64(token) * row_bytes
             col = cutlass.Int64(col0 + 8 * chunk)
             values = cute.make_rmem_tensor((1, 8), cutlass.Float32)
             cute.autovec_copy(cute.local_tile(stage, (1, 8), (r, chunk)), values)

@@ -1,11 +1,13 @@
 """One GPU run: the plain CuTe grouped GEMM checked bit for bit, the SwiGLU kernel's tactics
-checked against each other, and where the time goes.
+checked against each other, the atomic finalize against the reference, and where the time goes.
 
-    python3 -m stagebot.kernels.cute.gpu_check [--out DIR] [--quick]
+    python3 -m stagebot.kernels.cute.gpu_check [--out DIR] [--quick] [--only TEXT ...]
 
 Every check draws fresh random inputs and poisons the output with NaN first: valid tiles must
 match the reference backend (fp32-exact decode, "highest" fp32 matmul) and every element of
-every non-exiting tile must be written; exiting tiles must stay NaN. The diagnostic builds
+every non-exiting tile must be written; exiting tiles must stay NaN. The finalize's rows of
+tokens without a valid row must be 0 and every element written (an unzeroed row stays NaN under
+the adds); its negative control breaks the output's fill and must fail. The diagnostic builds
 (no dequantisation; no WGMMA: wrong results by design) time the two halves of the main loop,
 for the fp16-operand tactics too (the weights-in-fp16 one, whose once-per-call pre-pass is also
 timed alone, and the RS kernel's). Speed against the peers is
@@ -75,6 +77,11 @@ def check(name: str, counts, n, k, tile_size, spare, tactic: Tactic, seed: int) 
     exiting_written = int((~torch.isnan(out[valid_rows:])).sum())
     close = torch.allclose(got, want, rtol=1.6e-2, atol=1e-5) if unwritten == 0 else False
     ok = unwritten == 0 and exiting_written == 0 and rel < 5e-3 and close
+    return _result(name, tactic, ok, rel, unwritten, exiting_written, close)
+
+
+def _result(name, tactic, ok, rel, unwritten, exiting_written, close, **more) -> dict:
+    """A correctness check's line (main prints name, tactic, ok, rel_err and the counts)."""
     return dict(
         name=name,
         tactic=str(tactic),
@@ -83,6 +90,7 @@ def check(name: str, counts, n, k, tile_size, spare, tactic: Tactic, seed: int) 
         unwritten=unwritten,
         exiting_written=exiting_written,
         allclose=close,
+        **more,
     )
 
 
@@ -142,6 +150,61 @@ def check_swiglu_tactics(name: str, counts, n, k, tile_size, seed: int) -> dict:
     )
 
 
+def finalize_problem(tokens, experts, local_experts, top_k, n, k, seed: int) -> dict:
+    """A finalize call's arguments (tiles of 128) from bench_moe's balanced routing: tokens
+    with no local row, with one and with several; the permuted buffer is sized for the worst
+    case, so it ends in exiting tiles."""
+    from stagebot.kernels.cute.bench_moe import Shape, build_problem
+
+    shape = Shape("gpu_check", "finalize", tokens, experts, local_experts, top_k, n, k)
+    return build_problem(shape, seed).op_args["grouped_gemm_finalize"]
+
+
+def check_finalize(name: str, call: dict, tactic: Tactic) -> dict:
+    """The atomic finalize with ``tactic`` into a NaN-poisoned output (an element left unwritten,
+    or a routed token's row not zeroed before its adds, stays NaN) against backend="reference":
+    the tokens with no valid row must be exactly 0, the others within bench_moe's bound."""
+    ref = ops.grouped_gemm_finalize(**call, backend="reference")
+    out = torch.full_like(ref, float("nan"))
+    args = {key: value for key, value in call.items() if key != "deterministic"}
+    launch.grouped_gemm_finalize(**args, tactic=tactic, out=out)
+    torch.cuda.synchronize()
+    unwritten = int(torch.isnan(out).sum())
+    routed = ref.ne(0).any(dim=1)
+    unrouted_nonzero = int(out[~routed].ne(0).sum()) if unwritten == 0 else -1
+    got, want = out[routed].float(), ref[routed].float()
+    atol = 1e-2 * float(want.abs().max())
+    close = float(torch.isclose(got, want, rtol=1.6e-2, atol=atol).float().mean())
+    rel = float((got - want).norm() / want.norm().clamp_min(1e-30))
+    ok = unwritten == 0 and unrouted_nonzero == 0 and close > 0.99 and rel < 1e-2
+    # exiting_written here: nonzero elements in the rows of tokens without a valid row
+    return _result(
+        name, tactic, ok, rel, unwritten, unrouted_nonzero, close, routed=int(routed.sum())
+    )
+
+
+def _unfilled(tactic: Tactic, out: torch.Tensor) -> dict[str, torch.Tensor]:
+    """launch._finalize_fill broken on purpose: nothing zeroes the output (a filling kernel's
+    workspace marks every token as zeroed already)."""
+    from stagebot.kernels.cute.compile import kernel_class
+    from stagebot.kernels.cute.finalize_fill import HEADER, workspace_words
+
+    if not kernel_class(tactic).fills_finalize_output(tactic):
+        return {}
+    work = torch.ones(workspace_words(out.shape[0]), dtype=torch.int32, device=out.device)
+    work[:HEADER] = 0
+    return {"work": work}
+
+
+def finalize_control(name: str, call: dict, tactic: Tactic) -> dict:
+    """check_finalize's negative control: with the fill broken it must fail."""
+    from unittest import mock
+
+    with mock.patch.object(launch, "_finalize_fill", _unfilled):
+        r = check_finalize(name, call, tactic)
+    return dict(r, name=f"{name} (control: fill broken)", ok=not r["ok"])
+
+
 def bench_variant(name: str, counts, n, k, tile_size, tactic: Tactic, variant: str) -> dict:
     """Timing of the kernel (variant "") or of a diagnostic build (its output is wrong by
     design): where the time goes. Decode tactics get the tiles' row limits, so they run the
@@ -188,7 +251,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", default=".")
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument(
+        "--only", action="append", default=[], metavar="TEXT",
+        help="the checks whose case name holds TEXT (repeatable: any TEXT); implies --quick",
+    )  # fmt: skip
     opts = parser.parse_args(argv)
+
+    def chosen(name: str) -> bool:
+        return not opts.only or any(text in name for text in opts.only)
+
     out_dir = Path(opts.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     print(torch.cuda.get_device_name(), torch.__version__, flush=True)
@@ -215,11 +286,28 @@ def main(argv: list[str] | None = None) -> int:
     dense_tactics = dict.fromkeys(effective(t, reads_limit=False) for t in TACTICS)
     for i, tactic in enumerate(dense_tactics):
         for name, counts, n, k, tile, spare in cases:
-            if n % tactic.tile_mn[1]:
+            if n % tactic.tile_mn[1] or not chosen(name):
                 continue
             r = guarded(check, name, counts, n, k, tile, spare, tactic, 1000 * i + len(name))
             if r:
                 results["checks"].append(r)
+    finalize_cases = [
+        # (tokens, experts, local experts, top_k, n, k): 2 local rows per routed token, most
+        # tokens unrouted; then every token routed 8 times (rows zeroed once, 8 adds each).
+        ("finalize_ep", 700, 64, 8, 8, 512, 256),
+        ("finalize_all_local", 300, 16, 16, 8, 256, 512),
+    ]
+    for i, (name, *shape) in enumerate(finalize_cases):
+        if not chosen(name):
+            continue
+        call = finalize_problem(*shape, seed=500 + i)
+        operands = [call[key] for key in ("a", "b", "a_sf", "b_sf")]
+        for tactic in TACTICS:
+            if launch.problem_support(tactic, *operands, 128, "grouped_gemm_finalize")[0]:
+                for fn in (check_finalize, finalize_control):
+                    r = guarded(fn, name, call, tactic)
+                    if r:
+                        results["checks"].append(r)
     swiglu_cases = [
         ("swiglu_decode", [4, 1, 0, 31, 32, 33, 64, 2], 512, 1024, 128),
         ("swiglu_t256_mixed", [300, 1, 511, 70], 512, 512, 256),
@@ -228,6 +316,8 @@ def main(argv: list[str] | None = None) -> int:
         ("swiglu_t128_pairs", [130, 257, 1, 256, 3], 512, 512, 128),
     ]
     for i, (name, counts, n, k, tile) in enumerate(swiglu_cases):
+        if not chosen(name):
+            continue
         r = guarded(check_swiglu_tactics, name, counts, n, k, tile, 77 + i)
         if r:
             results["swiglu"].append(r)
@@ -245,7 +335,7 @@ def main(argv: list[str] | None = None) -> int:
     builds += [(rs, v) for rs in rs_tactics for v in ("", "no_dequant")]
 
     builds += [(decode, v) for v in ("", "no_mma", "no_tokens")]
-    if not opts.quick:
+    if not (opts.quick or opts.only):
         for name, counts, n, k in shapes:
             for tactic, variant in builds:
                 if tactic == decode and max(counts) > tactic.tile_mn[0]:

@@ -43,7 +43,7 @@ import cutlass.utils as utils
 import cutlass.utils.hopper_helpers as sm90_utils
 from cutlass.pipeline import pipeline_init_arrive, pipeline_init_wait
 
-from stagebot.kernels.cute import epilogues
+from stagebot.kernels.cute import epilogues, finalize_fill
 from stagebot.kernels.cute.ptx import e2m1x8_to_f16x8, e4m3_to_f16x2
 from stagebot.kernels.cute.tactics import Tactic
 
@@ -83,10 +83,10 @@ def operand_views(a_ptr, b_ptr, a_sf_ptr, b_sf_ptr, m, n, k, num_experts, fp16_o
 
 
 def epilogue_views(
-    epilogue, c_ptr, c_sf_ptr, global_sf_ptr, limit_ptr, p2e_ptr, router_ptr, alpha_ptr,
-    group_ptr, num_tiles_ptr, m, n, num_experts, tile_size,
+    epilogue, c_ptr, c_sf_ptr, global_sf_ptr, limit_ptr, p2e_ptr, router_ptr, work_ptr,
+    alpha_ptr, group_ptr, num_tiles_ptr, m, n, num_experts, tile_size, num_tokens,
 ):  # fmt: skip
-    """(mC, (mCsf, mGlobalSf, mLimit, mP2e, mRouter), mAlpha, mGroup, mNumTiles)."""
+    """(mC, (mCsf, mGlobalSf, mLimit, mP2e, mRouter, mWork), mAlpha, mGroup, mNumTiles)."""
     c_cols = n // 16 if epilogue == "swiglu" else n
     mC = cute.make_tensor(c_ptr, cute.make_layout((m, c_cols), stride=(c_cols, 1)))
     epilogue_tensors = (
@@ -95,6 +95,7 @@ def epilogue_views(
         cute.make_tensor(limit_ptr, cute.make_layout(m // tile_size)),
         cute.make_tensor(p2e_ptr, cute.make_layout(m)),
         cute.make_tensor(router_ptr, cute.make_layout(1 << 30)),
+        cute.make_tensor(work_ptr, cute.make_layout(finalize_fill.workspace_words(num_tokens))),
     )
     return (
         mC,
@@ -174,6 +175,12 @@ class GroupedGemmCall:
     """The host entry both kernel classes share (one signature: compiled_io reads it): global
     views of the raw pointers, then the class's ``_launch``."""
 
+    @classmethod
+    def fills_finalize_output(cls, tactic: Tactic) -> bool:
+        """Whether the finalize kernel of ``tactic`` zeroes its own output (finalize_fill);
+        if not, the launcher zeroes it before the launch."""
+        return False
+
     @cute.jit
     def __call__(
         self,
@@ -190,8 +197,10 @@ class GroupedGemmCall:
         global_sf_ptr: cute.Pointer,  # swiglu: fp32 [1]
         p2e_ptr: cute.Pointer,  # finalize: int32 [m] permuted_idx_to_expanded_idx
         router_ptr: cute.Pointer,  # finalize: fp32 [num_tokens * top_k] token_final_scales
+        work_ptr: cute.Pointer,  # finalize filling its output: int32 workspace (finalize_fill)
         m: cutlass.Int32,
         grid_ctas: cutlass.Int32,
+        num_tokens: cutlass.Int32,  # finalize: the output's rows
         n: cutlass.Constexpr,
         k: cutlass.Constexpr,
         num_experts: cutlass.Constexpr,
@@ -205,7 +214,8 @@ class GroupedGemmCall:
         )
         outputs = epilogue_views(
             self.epilogue, c_ptr, c_sf_ptr, global_sf_ptr, limit_ptr, p2e_ptr, router_ptr,
-            alpha_ptr, group_ptr, num_tiles_ptr, m, n, num_experts, tile_size,
+            work_ptr, alpha_ptr, group_ptr, num_tiles_ptr, m, n, num_experts, tile_size,
+            num_tokens,
         )  # fmt: skip
         self._launch(operands, outputs, grid_ctas, n, tile_size, top_k, stream)
 
@@ -214,6 +224,11 @@ class Nvfp4GroupedGemmSm90(GroupedGemmCall):
     """NVFP4 x NVFP4 contiguous grouped GEMM; the tactic's fields are the knobs, ``epilogue``
     says what is written, ``mn_limit`` whether tile_idx_to_mn_limit is read (finalize: always;
     rows past a tile's limit are padding, which sparse_rows tactics may leave uncomputed)."""
+
+    @classmethod
+    def fills_finalize_output(cls, tactic: Tactic) -> bool:
+        """Always: the producer warpgroup's three warps beside the producer warp are idle."""
+        return True
 
     def __init__(
         self,
@@ -456,7 +471,7 @@ class Nvfp4GroupedGemmSm90(GroupedGemmCall):
         tile_size: cutlass.Constexpr,
         top_k: cutlass.Constexpr,
     ):
-        mCsf, mGlobalSf, mLimit, mP2e, mRouter = epilogue_tensors
+        mCsf, mGlobalSf, mLimit, mP2e, mRouter, mWork = epilogue_tensors
         tidx, _, _ = cute.arch.thread_idx()
         bidx, _, _ = cute.arch.block_idx()
         gdim, _, _ = cute.arch.grid_dim()
@@ -535,6 +550,11 @@ class Nvfp4GroupedGemmSm90(GroupedGemmCall):
                     ring.producer_commit(state)
                     state.advance()
             ring.producer_tail(state)
+        if cutlass.const_expr(self.epilogue == "finalize"):
+            if warp_idx > 0 and warp_idx <= finalize_fill.IDLE_WARPS:
+                finalize_fill.fill_output(
+                    mWork, mP2e, mLimit, mNumTiles[0], mC.iterator.toint(), n, tile_size, top_k
+                )
 
         if not is_producer:
             cute.arch.warpgroup_reg_alloc(self.mma_regs)
@@ -566,6 +586,7 @@ class Nvfp4GroupedGemmSm90(GroupedGemmCall):
             read = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.stages)
             done = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.stages)
             step = cutlass.Int32(0)
+            marked = cutlass.Int32(0)  # finalize: the routed tokens' rows are zero
             for work in cutlass.range(bidx, total_work, gdim, unroll=1):
                 m_tile = work % num_m_tiles
                 n_tile = work // num_m_tiles
@@ -662,6 +683,11 @@ class Nvfp4GroupedGemmSm90(GroupedGemmCall):
                         acc, tCcC, scale, mGlobalSf[0], row0, n_tile, self.bn, mC, mCsf
                     )
                 if cutlass.const_expr(self.epilogue == "finalize"):
+                    if marked == 0:  # before the CTA's first add
+                        if ct == 0:
+                            finalize_fill.wait_marked(mWork, mNumTiles[0], tile_size)
+                        mma_barrier.arrive_and_wait()
+                        marked = cutlass.Int32(1)
                     epilogues.finalize_scatter_add(
                         acc,
                         tCcC,

@@ -82,10 +82,13 @@ def _run(
     limit: torch.Tensor | None = None,
     top_k: int = 1,
     variant: str = "",
+    num_tokens: int = 0,
 ) -> None:
     """Compiles (cached) and launches ``kernel``; epilogue tensors it does not read may be absent
     (their pointers then repeat ``a``'s, never dereferenced). Small inputs that are not dense
-    are made dense (the kernel indexes them as flat arrays); outputs must be dense."""
+    are made dense (the kernel indexes them as flat arrays); outputs must be dense. A finalize
+    kernel that fills its output (``fills_finalize_output``) takes a zeroed workspace ("work")
+    and ``num_tokens``."""
     import cuda.bindings.driver as cuda
     import cutlass
     import cutlass.cute as cute
@@ -125,7 +128,7 @@ def _run(
         a = _fp16_operand(a, a_sf, num_tiles.reshape(1).to(torch.int32), tile_size, order)
     if tactic.fp16_operand == "b":
         b = _fp16_operand(b.reshape(experts * n, half_k), b_sf).reshape(experts, n, 2 * half_k)
-    names = ("limit", "c", "c_sf", "global_sf", "p2e", "router")
+    names = ("limit", "c", "c_sf", "global_sf", "p2e", "router", "work")
     epilogue = [epilogue_tensors.get(name, a) for name in names]
     small = [t.contiguous() for t in (alpha, group, num_tiles)]
     tensors = [a, b, a_sf, b_sf, *small] + [
@@ -139,7 +142,7 @@ def _run(
     ]
     grid = grid_ctas(tactic, m, n, tile_size, _sm_count(a.device.index or 0))
     stream = cuda.CUstream(torch.cuda.current_stream(a.device).cuda_stream)
-    compiled(*pointers, cutlass.Int32(m), cutlass.Int32(grid), stream)
+    compiled(*pointers, cutlass.Int32(m), cutlass.Int32(grid), cutlass.Int32(num_tokens), stream)
 
 
 def _fp16_operand(
@@ -171,8 +174,20 @@ def swiglu_outputs(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torc
 
 
 def finalize_outputs(a: torch.Tensor, b: torch.Tensor, num_tokens: int) -> torch.Tensor:
-    """Zeros: the finalize kernel adds into its output."""
-    return torch.zeros(num_tokens, b.shape[1], dtype=torch.bfloat16, device=a.device)
+    """Uninitialised: grouped_gemm_finalize writes every element."""
+    return torch.empty(num_tokens, b.shape[1], dtype=torch.bfloat16, device=a.device)
+
+
+def _finalize_fill(tactic: Tactic, out: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Before a finalize launch: the zeroed workspace of a kernel that fills its output inside
+    (stagebot.kernels.cute.finalize_fill), or the output zeroed here."""
+    from stagebot.kernels.cute.finalize_fill import workspace_words
+
+    if kernel_class(tactic).fills_finalize_output(tactic):
+        words = workspace_words(out.shape[0])
+        return {"work": torch.zeros(words, dtype=torch.int32, device=out.device)}
+    out.zero_()
+    return {}
 
 
 def grouped_gemm(
@@ -241,9 +256,11 @@ def grouped_gemm_finalize(
     out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """bf16 [num_tokens, n]: each valid row times its router weight, added into its token's row
-    with atomics (the order of the adds varies run to run). ``out`` must start zeroed."""
+    with atomics (the order of the adds varies run to run); the rows of tokens without a valid
+    row are zero. Every element of ``out`` is overwritten."""
     out = finalize_outputs(a, b, num_tokens) if out is None else out
     epilogue = {"c": out, "p2e": permuted_idx_to_expanded_idx, "router": token_final_scales}
+    epilogue |= _finalize_fill(tactic, out)
     operands = (a, b, a_sf, b_sf, alpha, tile_idx_to_group_idx, num_non_exiting_tiles)
     top_k = token_final_scales.shape[1]
     _run(
@@ -254,5 +271,6 @@ def grouped_gemm_finalize(
         epilogue,
         tile_idx_to_mn_limit,
         top_k=top_k,
+        num_tokens=num_tokens,
     )
     return out

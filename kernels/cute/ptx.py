@@ -3,7 +3,9 @@
 Dequantisation (operands): e2m1 codes and e4m3 scales rebuilt as fp16 bit patterns.
 Quantisation (SwiGLU epilogue): the NVFP4 block scale and e2m1 codes in the fp32 order of
 stagebot.kernels.nvfp4 (sm_90 has no e2m1 conversion instruction: codes come from the
-round-to-nearest-even midpoints). Finalize epilogue: a packed bf16x2 global reduction.
+round-to-nearest-even midpoints). Finalize epilogue: a packed bf16x2 global reduction; its
+output fill (stagebot.kernels.cute.finalize_fill): gpu-scope atomics on int32 counters and
+16-byte stores of zeros.
 """
 
 import cutlass
@@ -228,3 +230,84 @@ def mma_f16_m16n8k16(a, b, c, *, loc=None, ip=None):
         ip=ip,
     )
     return [cutlass.Float32(llvm.extractvalue(T.f32(), res, [i], loc=loc, ip=ip)) for i in range(4)]
+
+
+def _i32_asm(asm: str, constraints: str, operands, loc, ip):
+    """One int32 result of ``asm`` (inline PTX with side effects: never hoisted or merged)."""
+    res = llvm.inline_asm(
+        T.i32(), operands, asm, constraints, has_side_effects=True, loc=loc, ip=ip
+    )
+    return cutlass.Int32(res)
+
+
+def _atom_gpu(op: str, address, value, loc, ip):
+    """Relaxed gpu-scope atomic ``op`` ("add.s32", "exch.b32") on the int32 at global
+    ``address`` with ``value``; returns the old value."""
+    operands = [
+        cutlass.Int64(address).ir_value(loc=loc, ip=ip),
+        cutlass.Int32(value).ir_value(loc=loc, ip=ip),
+    ]
+    return _i32_asm(f"atom.relaxed.gpu.global.{op} $0, [$1], $2;", "=r,l,r", operands, loc, ip)
+
+
+@dsl_user_op
+def atom_add_gpu(address, value, *, loc=None, ip=None):
+    """Relaxed gpu-scope atomic add to the int32 at global ``address``; returns the old value."""
+    return _atom_gpu("add.s32", address, value, loc, ip)
+
+
+@dsl_user_op
+def atom_exch_gpu(address, value, *, loc=None, ip=None):
+    """Relaxed gpu-scope exchange of the int32 at global ``address``; returns the old value."""
+    return _atom_gpu("exch.b32", address, value, loc, ip)
+
+
+@dsl_user_op
+def red_add_release_gpu(address, value, *, loc=None, ip=None):
+    """Adds ``value`` to the int32 at global ``address`` with gpu-scope release semantics: what
+    this thread wrote before (and what its fence made visible) is seen by an acquiring reader
+    of the sum."""
+    llvm.inline_asm(
+        None,
+        [
+            cutlass.Int64(address).ir_value(loc=loc, ip=ip),
+            cutlass.Int32(value).ir_value(loc=loc, ip=ip),
+        ],
+        "red.release.gpu.global.add.s32 [$0], $1;",
+        "l,r",
+        has_side_effects=True,
+        loc=loc,
+        ip=ip,
+    )
+
+
+@dsl_user_op
+def ld_acquire_gpu(address, *, loc=None, ip=None):
+    """The int32 at global ``address``, loaded with gpu-scope acquire semantics."""
+    operands = [cutlass.Int64(address).ir_value(loc=loc, ip=ip)]
+    return _i32_asm("ld.acquire.gpu.global.s32 $0, [$1];", "=r,l", operands, loc, ip)
+
+
+@dsl_user_op
+def ld_relaxed_gpu(address, *, loc=None, ip=None):
+    """The int32 at global ``address`` as the GPU's L2 holds it (never a stale L1 line)."""
+    operands = [cutlass.Int64(address).ir_value(loc=loc, ip=ip)]
+    return _i32_asm("ld.relaxed.gpu.global.s32 $0, [$1];", "=r,l", operands, loc, ip)
+
+
+@dsl_user_op
+def st_zero16(address, *, loc=None, ip=None):
+    """Writes 16 zero bytes at global ``address`` (16-byte aligned): one vector store."""
+    llvm.inline_asm(
+        None,
+        [cutlass.Int64(address).ir_value(loc=loc, ip=ip)],
+        """{
+        .reg .b32 z;
+        mov.b32 z, 0;
+        st.global.v4.b32 [$0], {z, z, z, z};
+        }""",
+        "l",
+        has_side_effects=True,
+        loc=loc,
+        ip=ip,
+    )

@@ -40,6 +40,7 @@ import cutlass.utils as utils
 import cutlass.utils.hopper_helpers as sm90_utils
 from cutlass.pipeline import pipeline_init_wait
 
+from stagebot.kernels.cute import finalize_fill
 from stagebot.kernels.cute.decode_gemm import CONSUMER_WARPS, WEIGHT_ROWS, WeightRowsGemm
 from stagebot.kernels.cute.grouped_gemm import (
     BK,
@@ -78,9 +79,15 @@ class Nvfp4RsGemmSm90(WeightRowsGemm):
         # serialises the WGMMAs (C7512). The producer warp then gets a warpgroup of its own
         # that hands its registers to the consumers (setmaxnreg).
         self.producer_warpgroup = self.tokens > 128
+        self.fills_output = self.epilogue == "finalize" and self.fills_finalize_output(tactic)
         if self.producer_warpgroup:
             self.threads_per_cta = self.num_consumers + 128
             assert 128 * PRODUCER_REGS + self.num_consumers * CONSUMER_REGS <= 65536
+
+    @classmethod
+    def fills_finalize_output(cls, tactic: Tactic) -> bool:
+        """With 256 tokens: the producer warpgroup's three warps beside the producer warp."""
+        return tactic.tile_mn[0] > 128
 
     @staticmethod
     def smem_bytes(tactic: Tactic) -> int:
@@ -184,7 +191,7 @@ class Nvfp4RsGemmSm90(WeightRowsGemm):
         t_box_layout: cute.ComposedLayout,  # the same bytes as the TMA's 128-token boxes
         tiled_mma: cute.TiledMma,
         mC: cute.Tensor,
-        epilogue_tensors: tuple,  # (mCsf, mGlobalSf, mLimit, mP2e, mRouter)
+        epilogue_tensors: tuple,  # (mCsf, mGlobalSf, mLimit, mP2e, mRouter, mWork)
         mAlpha: cute.Tensor,
         mGroup: cute.Tensor,
         mNumTiles: cute.Tensor,
@@ -223,6 +230,12 @@ class Nvfp4RsGemmSm90(WeightRowsGemm):
                     ring, (w_loads, t_loads), k_steps, n_blocks, num_tiles, bidx, gdim,
                     tile_size, epilogue_tensors[2], mGroup,
                 )  # fmt: skip
+            if cutlass.const_expr(self.fills_output):
+                if warp_idx > CONSUMER_WARPS:
+                    _, _, mLimit, mP2e, _, mWork = epilogue_tensors
+                    finalize_fill.fill_output(
+                        mWork, mP2e, mLimit, num_tiles, mC.iterator.toint(), n, tile_size, top_k
+                    )
 
         if warp_idx < CONSUMER_WARPS:
             if cutlass.const_expr(self.producer_warpgroup):
@@ -253,7 +266,7 @@ class Nvfp4RsGemmSm90(WeightRowsGemm):
         mC, epilogue_tensors, mAlpha, mGroup, n, tile_size, top_k,
     ):  # fmt: skip
         """The consumer warpgroups' loop over their work items: K steps, then the epilogue."""
-        mCsf, mGlobalSf, mLimit, mP2e, mRouter = epilogue_tensors
+        mCsf, mGlobalSf, mLimit, mP2e, mRouter, mWork = epilogue_tensors
         warp = cute.arch.make_warp_uniform(tidx // 32)
         lane = tidx % 32
         g = lane // 4
@@ -289,6 +302,7 @@ class Nvfp4RsGemmSm90(WeightRowsGemm):
         read = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.stages)
         done = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.stages)
         total_work = self._total_work(num_tiles, n_blocks, tile_size)
+        marked = cutlass.Int32(0)  # finalize filling its output: the routed tokens' rows are 0
         for work in cutlass.range(bidx, total_work, gdim, unroll=1):
             n_block = work % n_blocks
             first, spans, joined = self._spans(
@@ -313,6 +327,11 @@ class Nvfp4RsGemmSm90(WeightRowsGemm):
                             cute.nvgpu.warpgroup.wait_group(0)
                             ring.consumer_release(done)
                             done.advance()
+                    if cutlass.const_expr(self.fills_output):
+                        if marked == 0:  # before the CTA's first add (_stage_out's barrier)
+                            if tidx == 0:
+                                finalize_fill.wait_marked(mWork, num_tiles, tile_size)
+                            marked = cutlass.Int32(1)
                     scale = mAlpha[expert] * OPERAND_UNSCALE
                     out = (
                         scale, limit, n_block, tidx, mC, mCsf, mGlobalSf, mP2e, mRouter, n, top_k,
@@ -331,16 +350,18 @@ class Nvfp4RsGemmSm90(WeightRowsGemm):
         scale, limit, n_block, tidx, mC, mCsf, mGlobalSf, mP2e, mRouter, n, top_k = out
         scale_staged = self._staged_scale(scale)
         blocks = self.stage_tokens // 8
+        first = row0 + h * self.stage_tokens
+        info = self._row_info(first, limit, tidx, mP2e, mRouter, scale, top_k)
         barrier.arrive_and_wait()  # the previous epilogue has read the stage
         for v in range(h * blocks, (h + 1) * blocks):  # unrolled at trace time
             for j in range(4):
                 row, token = tCcC[4 * v + j]
                 sE[token - h * self.stage_tokens, row] = acc[4 * v + j] * scale_staged
+        self._stage_row_info(sE, tidx, info)
         barrier.arrive_and_wait()
         self._write_staged(
-            sE, scale, row0 + h * self.stage_tokens, limit, n_block, tidx, mC, mCsf, mGlobalSf,
-            mP2e, mRouter, n, top_k,
-        )  # fmt: skip
+            sE, scale, first, limit, n_block, tidx, mC, mCsf, mGlobalSf, mP2e, mRouter, n, top_k
+        )
 
     @staticmethod
     def _mma(tiled_mma, acc, frag, tCrB, s):

@@ -171,7 +171,7 @@ class Nvfp4BlockScaledGemmSm100(WeightRowsGemm):
         layouts: tuple,  # the ring's shared-memory layouts, same order
         cluster_vmnk: cute.Layout,
         mC: cute.Tensor,
-        epilogue_tensors: tuple,  # (mCsf, mGlobalSf, mLimit, mP2e, mRouter)
+        epilogue_tensors: tuple,  # (mCsf, mGlobalSf, mLimit, mP2e, mRouter, mWork)
         mAlpha: cute.Tensor,
         mGroup: cute.Tensor,
         mNumTiles: cute.Tensor,
@@ -331,7 +331,7 @@ class Nvfp4BlockScaledGemmSm100(WeightRowsGemm):
     ):  # fmt: skip
         """The epilogue warps: per work item and token group, the accumulator (thread = token
         row) times alpha into the fp32 stage, then the op's epilogue from the stage."""
-        mCsf, mGlobalSf, mLimit, mP2e, mRouter = epilogue_tensors
+        mCsf, mGlobalSf, mLimit, mP2e, mRouter, _ = epilogue_tensors
         sE = self._epilogue_stage(storage)
         barrier = pipeline.NamedBarrier(barrier_id=1, num_threads=self.num_consumers)
         load = cute.make_copy_atom(tcgen05.Ld32x32bOp(tcgen05.Repetition.x128), cutlass.Float32)
@@ -358,6 +358,8 @@ class Nvfp4BlockScaledGemmSm100(WeightRowsGemm):
                 for i in cutlass.range_constexpr(cute.size(values)):
                     token, col = tTR_coord[i]
                     sE[token, col] = values[i] * scale_staged
+                info = self._row_info(row0, limit, tidx, mP2e, mRouter, scale, top_k)
+                self._stage_row_info(sE, tidx, info)
                 barrier.arrive_and_wait()
                 self._write_staged(
                     sE, scale, row0, limit, n_block, tidx, mC, mCsf, mGlobalSf, mP2e, mRouter,

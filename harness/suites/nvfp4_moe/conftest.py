@@ -3,9 +3,9 @@
 Each test of a dispatched op carries ``@pytest.mark.moe_op(name)``. The run ends with a table of
 how many cases of each op every backend ran and how many skipped; with ``--moe-backend NAME`` a
 case that skipped or ran elsewhere fails the session. A forced backend that runs on some devices
-only (cute: CUDA) deselects the matrix cases of the other devices, and the controls run at the
-scale of a device it serves. A BackendUnavailableError raised by an op
-turns the case into a skip with the backend's reason.
+only (cute: CUDA) deselects the matrix cases of the other devices and the tests marked
+``on_device`` for another device, and the controls run at the scale of a device it serves. A
+BackendUnavailableError raised by an op turns the case into a skip with the backend's reason.
 
 The cute kernels run with a pinned tactic, picked from the dispatcher's list by a hash of the
 case's node id (so every tactic runs across the suite, a case keeps its tactic in any selection,
@@ -51,6 +51,11 @@ PREFIX = "[nvfp4_moe]"
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "moe_op(name): the dispatched kernels op a case checks")
+    config.addinivalue_line(
+        "markers",
+        "on_device(name): a test that checks the suite on that device only (deselected with "
+        "that device's matrix cases)",
+    )
     forced = config.getoption("moe_backend", default=None)
     if forced is not None:
         from stagebot.kernels import backends
@@ -83,7 +88,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     kept, dropped = [], []
     for item in items:
         case = getattr(item, "callspec", None) and item.callspec.params.get("case")
-        on_other_device = isinstance(case, Case) and case.scale.device not in devices
+        marker = item.get_closest_marker("on_device")
+        device = case.scale.device if isinstance(case, Case) else marker and marker.args[0]
+        on_other_device = device is not None and device not in devices
         (dropped if on_other_device else kept).append(item)
     if dropped:
         config.hook.pytest_deselected(items=dropped)

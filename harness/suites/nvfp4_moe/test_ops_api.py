@@ -413,6 +413,13 @@ def _run_suite(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
     return _run_suites(tmp_path, list(args))[0]
 
 
+# The tests below run the suite in pytest processes with the GPUs hidden: CPU tests, which a
+# forced CUDA-only backend (the DGX_H200 stages') deselects with the CPU matrix; each costs a
+# few seconds of process start-up and torch imports, and the CPU stages run them.
+cpu_only = pytest.mark.on_device("cpu")
+
+
+@cpu_only
 def test_a_forced_backend_that_cannot_run_a_case_skips_it_and_fails_the_session(tmp_path):
     only = "grouped_gemm_matches and cpu-T1-k1-ep1-tile128"
     result = _run_suite(tmp_path, "-p", "unable_backend", "--moe-backend", "unable", "-k", only)
@@ -423,23 +430,33 @@ def test_a_forced_backend_that_cannot_run_a_case_skips_it_and_fails_the_session(
     assert "FAIL forced backend" in table
 
 
+@cpu_only
 def test_an_unknown_forced_backend_is_a_usage_error(tmp_path):
     result = _run_suite(tmp_path, "--moe-backend", "nope", "--collect-only")
     assert result.returncode == pytest.ExitCode.USAGE_ERROR, result.stdout + result.stderr
     assert "--moe-backend 'nope'" in result.stderr
 
 
+@cpu_only
 def test_a_forced_cuda_only_backend_deselects_the_cpu_matrix(tmp_path):
     only = ["-k", "grouped_gemm_matches", "--collect-only"]
-    result, unforced = _run_suites(
-        tmp_path, ["-p", "gpu_only_backend", "--moe-backend", "gpuonly", *only], only
+    forced = ["-p", "gpu_only_backend", "--moe-backend", "gpuonly"]
+    # and this file's tests marked on_device("cpu"), this one among them
+    marked = ["--collect-only", str(SUITE / "test_ops_api.py"), "-k", "cuda_only_backend"]
+    result, unforced, marked_forced, marked_unforced = _run_suites(
+        tmp_path, [*forced, *only], only, [*forced, *marked], marked
     )
     assert result.returncode == pytest.ExitCode.OK, result.stdout + result.stderr
     collected = [line for line in result.stdout.splitlines() if "::" in line]
     assert collected and all("[cuda-" in line for line in collected), collected[:3]
     assert any("[cpu-" in line for line in unforced.stdout.splitlines()), unforced.stdout
+    this = "test_a_forced_cuda_only_backend_deselects_the_cpu_matrix"
+    assert this in marked_unforced.stdout, marked_unforced.stdout + marked_unforced.stderr
+    assert this not in marked_forced.stdout, marked_forced.stdout
+    assert "deselected" in marked_forced.stdout, marked_forced.stdout + marked_forced.stderr
 
 
+@cpu_only
 def test_cute_tactic_must_name_a_listed_tactic_and_pins_it(tmp_path):
     from stagebot.kernels.cute.tactics import TACTICS
 

@@ -25,6 +25,8 @@ log = logging.getLogger("stagebot.bot")
 
 def run(session: Session, command: Command) -> Outcome:
     """Plan the PR's head, record the pipeline, reply, and set the status pending (gating)."""
+    from stagebot.bot.events import default_branch
+    from stagebot.harness.key_reuse import offer
     from stagebot.harness.pipeline.lifecycle import start
     from stagebot.stages.catalog import load_catalog
     from stagebot.stages.matrix import matrix_entries
@@ -54,10 +56,20 @@ def run(session: Session, command: Command) -> Outcome:
         return session.refused(command, approval, label_missing=True)
     api.react(session.event.comment_id, "eyes")
     cancelled = stop_running(session, f"Superseded by {status_text.label(session.pipeline)}.")
-    entries = [entry.to_json() for entry in matrix_entries(plan, catalog, session.pipeline)]
     recorded = book.pipeline(session.pipeline, with_results=False) if book else None
     if book is not None and recorded is None:  # a re-run may find it recorded
         start(book, plan, catalog=catalog, number=session.pipeline, base_commit=pull.base_sha)
+    entries = [
+        entry.to_json()
+        for entry in offer(
+            matrix_entries(plan, catalog, session.pipeline),
+            catalog,
+            book,
+            session.pipeline,
+            default_branch=default_branch(session.env.event_path),
+            enabled=not (command.run and command.run.disable_reuse_test),
+        )
+    ]
     counts = {action: len(plan.shards_to(action)) for action in ("run", "reuse", "skip")}
     stages = {s.stage: "PENDING" for s in plan.shards_to("run")}
     stages |= {s.stage: "REUSED" for s in plan.shards_to("reuse")}

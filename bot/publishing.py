@@ -68,6 +68,7 @@ def publish(request: PublishRequest, env, config) -> list[str]:
         request.results,
         cancelled=request.cancelled,
         unreadable=request.unreadable,
+        default_branch=default_branch(env.event_path),
     )
     base = select_base(
         book,

@@ -861,7 +861,7 @@ class Ledger:
             " AND (? IS NULL OR p.number != ?)"
             " AND ((p.pr IS NULL AND p.branch = ?)"
             " OR (? IS NOT NULL AND p.pr = ?)"
-            " OR (? IS NULL AND p.pr IS NULL AND p.branch = ?))"
+            " OR (? IS NULL AND p.pr IS NULL AND p.branch IS ?))"
             " AND NOT EXISTS (SELECT 1 FROM reuse_faults f WHERE f.repo = p.repo"
             " AND f.family = k.family AND f.test_id = k.test_id)"
             " ORDER BY p.id",

@@ -205,6 +205,10 @@ class PipelineRecord:
     results: list[StageResult] = field(default_factory=list)
     logs: dict[tuple[str, str], str] = field(default_factory=dict)  # (stage, test id) -> text
     reused_tests: dict[str, list[str]] = field(default_factory=dict)  # stage -> test ids
+    # (source pipeline, a post-merge one?, tests reused from it by key), by source
+    key_reuses: list[tuple[int, bool, int]] = field(default_factory=list)
+    # (family, test id, pipeline, source, detail) of the reuse faults found in this pipeline
+    reuse_faults: list[tuple[str, str, int, int, str]] = field(default_factory=list)
 
     @property
     def planned(self) -> Plan | None:
@@ -819,6 +823,8 @@ class Ledger:
             results=results,
             logs=logs,
             reused_tests=reused,
+            key_reuses=self.key_reuse_sources(number) if with_results else [],
+            reuse_faults=self.reuse_faults(number) if with_results else [],
         )
 
     def passed_tests(self, number: int, stage: str) -> dict[str, tuple[int, float]]:
@@ -936,12 +942,15 @@ class Ledger:
         )
 
     def key_reuse_sources(self, number: int) -> list[tuple[int, bool, int]]:
-        """(source pipeline, whether it is a post-merge one, tests reused from it by key) of
-        pipeline ``number``, by source."""
+        """(source pipeline, whether it is main's rather than the same PR's (or, without a PR,
+        the same branch's), tests reused from it by key) of pipeline ``number``, by source."""
         if self.version < 2:
             return []
         rows = self._query(
-            "SELECT t.reused_from AS source, s.pr IS NULL AS on_main, COUNT(*) AS n FROM tests t"
+            "SELECT t.reused_from AS source, COUNT(*) AS n,"
+            " NOT ((s.pr IS NOT NULL AND s.pr IS p.pr)"
+            " OR (p.pr IS NULL AND s.pr IS NULL AND s.branch IS p.branch)) AS on_main"
+            " FROM tests t"
             " JOIN pipelines p ON p.id = t.pipeline_id"
             " LEFT JOIN pipelines s ON s.repo = p.repo AND s.number = t.reused_from"
             " WHERE p.repo = ? AND p.number = ? AND t.reused_by = 'key'"

@@ -93,6 +93,7 @@ def test_an_unchanged_test_is_deselected_on_a_new_commit_and_reruns_when_its_inp
     ]
     assert reused(tmp_path, 2) == {"test_env": (1, "key"), "test_value": (1, "key")}
     assert "| CPU-PyTorch-1 | SUCCESS |" in second.stdout and "2 reused" in second.stdout
+    assert "Reuse: 2 tests reused by key (from #1 of this branch)." in second.stdout
 
     (root / "lib.py").write_text("VALUE = 2\n")  # an imported module: both re-run
     third, out3 = run(tmp_path, "c3")
@@ -126,14 +127,18 @@ def test_another_prs_run_is_not_reused_the_same_prs_and_mains_are(tmp_path) -> N
     assert run(tmp_path, "c1", "--pr", "4")[0].returncode == 0
     _, theirs = run(tmp_path, "c2", "--pr", "5")
     assert executed(theirs) == ["test_env", "test_value"]  # PR 4's passes are not PR 5's
-    _, mine = run(tmp_path, "c3", "--pr", "4")
+    done, mine = run(tmp_path, "c3", "--pr", "4")
+    assert "Reuse: 2 tests reused by key (from #1 of this PR)." in done.stdout
     assert executed(mine) == [] and reused(tmp_path, 3) == {
         "test_env": (1, "key"),
         "test_value": (1, "key"),
     }
     assert run(tmp_path, "c4", "--branch", "main")[0].returncode == 0  # main runs: not trusted yet
-    _, other = run(tmp_path, "c5", "--pr", "6")
+    done, other = run(tmp_path, "c5", "--pr", "6")
     assert executed(other) == [] and set(reused(tmp_path, 5).values()) == {(4, "key")}
+    assert "Reuse: 2 tests reused by key (from #4 on main)." in done.stdout
+    done, _ = run(tmp_path, "c6", "--pr", "4")  # main's #4 is newer than PR 4's own #1
+    assert "Reuse: 2 tests reused by key (from #4 on main)." in done.stdout
 
 
 def test_keys_are_recorded_only_for_tests_that_reached_an_outcome(tmp_path) -> None:

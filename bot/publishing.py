@@ -69,6 +69,7 @@ def publish(request: PublishRequest, env, config) -> list[str]:
         cancelled=request.cancelled,
         unreadable=request.unreadable,
         default_branch=default_branch(env.event_path),
+        main_book=base_book,
     )
     base = select_base(
         book,

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from stagebot.harness.collect import CollectError
 from stagebot.harness.gpus import Device, describe, detect_devices, gpu_types_of
-from stagebot.harness.key_reuse import offer, read_keys
+from stagebot.harness.key_reuse import offer, read_keys, with_refusals
 from stagebot.harness.ledger import retry_busy
 from stagebot.harness.pipeline.placement import family_split, is_split, missing_hardware
 from stagebot.harness.pipeline.recording import (
@@ -91,15 +91,21 @@ def execute(
     partly_reused: dict[str, Passed] = {}
 
     def record(result: StageResult, reused=None) -> None:
-        execution.results.append(result)
         reused = partly_reused.get(result.stage) if reused is None else reused
-        if ledger is not None:
-            folder = settings.out_dir / result.stage
-            keyed = (  # a REUSED shard's folder is not its own: it did not run here
-                read_keys(folder, result.stage, ledger, pipeline, settings.default_branch)
-                if result.state != "REUSED"
-                else None
+        keyed = (  # a REUSED shard's folder is not its own: it did not run here
+            read_keys(
+                settings.out_dir / result.stage,
+                result.stage,
+                ledger,
+                pipeline,
+                settings.default_branch,
             )
+            if ledger is not None and result.state != "REUSED"
+            else None
+        )
+        result = with_refusals(result, keyed)
+        execution.results.append(result)
+        if ledger is not None:
             logs = logs_of(result)
             record_result(ledger, pipeline, result, logs=logs, reused=reused, keyed=keyed)
         progress.finished(result)

@@ -39,10 +39,15 @@ from stagebot.harness.dependency_key import (
     dependency_key,
 )
 from stagebot.harness.ledger import RecordedKey
+from stagebot.harness.results import StageResult, TestOutcome
 from stagebot.stages.names import stage_family
 from stagebot.stages.plan import MatrixEntry
 
 KEYS_FILE = "keys.json"
+REFUSED = (
+    "not run: the stage job skipped it as reused by key, but the ledger does not offer that "
+    "pipeline's pass to this one; run it again"
+)
 FILE_DIGEST_CHARS = 16  # of each file's sha256 kept in the ledger (for `--explain-reuse`)
 Passed = dict[str, tuple[int, float]]  # test id -> (source pipeline, its duration)
 
@@ -55,10 +60,12 @@ def offer(
     *,
     default_branch: str,
     enabled: bool = True,
+    main_book=None,
 ) -> list[MatrixEntry]:
     """``entries`` of pipeline ``pipeline`` with their ``key_reuse`` filled: every test shard
     gets its family's key inputs (so its keys are recorded), and the trusted passed runs of its
-    family's tests when ``enabled`` and there is a ledger (``book``, which has the pipeline)."""
+    family's tests when ``enabled`` and there is a ledger (``book``, which has the pipeline; in
+    Actions a PR's own, with ``main_book``, main's vouched ledger, beside it)."""
     out, offers = [], {}
     for entry in entries:
         stage = catalog.stage(entry.stage)
@@ -68,7 +75,7 @@ def offer(
         family = stage.family
         if family.name not in offers:
             found = (
-                trusted(book, pipeline, family.name, default_branch)
+                trusted(book, pipeline, family.name, default_branch, main_book)
                 if enabled and book is not None
                 else {}
             )
@@ -197,19 +204,43 @@ class Keyed:
     refused: list[str]  # claimed reuses the ledger does not offer (named in the log)
 
 
-def trusted(book, pipeline: int, family: str, default_branch: str) -> dict:
-    """``Ledger.trusted_passes`` for pipeline ``pipeline`` (its PR and branch, as recorded)."""
+def trusted(
+    book,
+    pipeline: int,
+    family: str,
+    default_branch: str,
+    main_book=None,
+    source: int | None = None,
+) -> dict:
+    """``Ledger.trusted_passes`` for pipeline ``pipeline`` (its PR and branch, as ``book``
+    recorded them), in ``book`` and in ``main_book`` (main's ledger, when apart from the PR's):
+    per test, the newest of the two (pipelines are numbered by one workflow's runs)."""
     record = book.pipeline(pipeline, with_results=False)
     pr, branch = (record.pr, record.branch) if record is not None else (None, None)
-    return book.trusted_passes(
-        family, pr=pr, branch=branch, default_branch=default_branch, exclude=pipeline
-    )
+    found: dict = {}
+    for ledger in (main_book, book):
+        if ledger is None:
+            continue
+        passes = ledger.trusted_passes(
+            family,
+            pr=pr,
+            branch=branch,
+            default_branch=default_branch,
+            exclude=pipeline,
+            source=source,
+        )
+        for test, hit in passes.items():
+            if test not in found or hit.pipeline > found[test].pipeline:
+                found[test] = hit
+    return found
 
 
-def read_keys(folder: Path, stage: str, book, pipeline: int, default_branch: str) -> Keyed | None:
+def read_keys(
+    folder: Path, stage: str, book, pipeline: int, default_branch: str, main_book=None
+) -> Keyed | None:
     """The ``keys.json`` in the shard folder ``folder`` (None when there is none or it cannot
     be read: the shard's outcomes are recorded without keys). A claimed reuse stands only when
-    ``book``'s trusted lookup for this pipeline offers the test from the same source."""
+    the trusted lookup for this pipeline (``trusted``) offers the test from the same source."""
     path = folder / KEYS_FILE
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -221,15 +252,30 @@ def read_keys(folder: Path, stage: str, book, pipeline: int, default_branch: str
         files = {str(f): dict(m) for f, m in data.get("files", {}).items()}
     except (OSError, ValueError, TypeError, KeyError, IndexError, AttributeError):
         return None
-    offered = trusted(book, pipeline, family, default_branch) if claims else {}
     reused, refused = {}, []
-    for test_id, (source, _) in claims.items():
-        hit = offered.get(test_id)
-        if hit is not None and hit.pipeline == source:
-            reused[test_id] = (source, hit.duration_s)
-        else:
-            refused.append(test_id)
+    for source in sorted({source for source, _ in claims.values()}):
+        offered = trusted(book, pipeline, family, default_branch, main_book, source)
+        for test_id, (claimed, _) in sorted(claims.items()):
+            hit = offered.get(test_id) if claimed == source else None
+            if hit is not None:
+                reused[test_id] = (source, hit.duration_s)
+            elif claimed == source:
+                refused.append(test_id)
     return Keyed(reused, keys, files, refused)
+
+
+def with_refusals(result: StageResult, keyed: Keyed | None) -> StageResult:
+    """``result`` with each refused reuse (a test the runner skipped as reused by key, which
+    the ledger does not offer from that source to this pipeline) as an ERROR test: it neither
+    passed nor ran, and must not look passed."""
+    if keyed is None or not keyed.refused:
+        return result
+    errors = [
+        TestOutcome(test_id, "error", 0.0, REFUSED, 1)
+        for test_id in keyed.refused
+        if test_id not in {t.test_id for t in result.tests}
+    ]
+    return replace(result, state="ERROR", tests=[*result.tests, *errors], evidence=REFUSED)
 
 
 def _key_fields(data: dict[str, Any]) -> dict[str, Any]:

@@ -848,13 +848,15 @@ class Ledger:
         default_branch: str,
         exclude: int | None = None,
         test_id: str | None = None,
+        source: int | None = None,
     ) -> dict[str, KeyedPass]:
         """Test id -> its latest keyed run in ``family`` that reuse by key may trust, when that
         run passed. The trust rule is in the query: a run counts only when its pipeline is a
         post-merge one of ``default_branch`` (no PR), or an earlier pipeline of the same ``pr``
         (without a PR, a local run: one of the same ``branch``); never another PR's, so a PR
         cannot plant a pass for anyone else. A test with a recorded reuse fault is never
-        reused by key (``record_fault``). ``exclude``: the asking pipeline."""
+        reused by key (``record_fault``). ``exclude``: the asking pipeline; ``source``: only
+        the runs of that pipeline (to check a reuse that was offered earlier)."""
         if self.version < 2:
             return {}
         rows = self._query(
@@ -864,14 +866,14 @@ class Ledger:
             " JOIN tests t ON t.pipeline_id = k.pipeline_id AND t.stage = k.stage"
             " AND t.test_id = k.test_id"
             " WHERE k.family = ? AND p.repo = ? AND (? IS NULL OR k.test_id = ?)"
-            " AND (? IS NULL OR p.number != ?)"
+            " AND (? IS NULL OR p.number != ?) AND (? IS NULL OR p.number = ?)"
             " AND ((p.pr IS NULL AND p.branch = ?)"
             " OR (? IS NOT NULL AND p.pr = ?)"
             " OR (? IS NULL AND p.pr IS NULL AND p.branch IS ?))"
             " AND NOT EXISTS (SELECT 1 FROM reuse_faults f WHERE f.repo = p.repo"
             " AND f.family = k.family AND f.test_id = k.test_id)"
             " ORDER BY p.id",
-            (family, self.repo, test_id, test_id, exclude, exclude, default_branch)
+            (family, self.repo, test_id, test_id, exclude, exclude, source, source, default_branch)
             + (pr, pr, pr, branch),
         )
         latest = {row["test_id"]: row for row in rows}  # the newest run of each test wins
@@ -943,12 +945,14 @@ class Ledger:
 
     def key_reuse_sources(self, number: int) -> list[tuple[int, bool, int]]:
         """(source pipeline, whether it is main's rather than the same PR's (or, without a PR,
-        the same branch's), tests reused from it by key) of pipeline ``number``, by source."""
+        the same branch's), tests reused from it by key) of pipeline ``number``, by source. A
+        source this ledger lacks is main's: in Actions a PR's ledger holds its own pipelines,
+        main's post-merge ones are in main's ledger."""
         if self.version < 2:
             return []
         rows = self._query(
             "SELECT t.reused_from AS source, COUNT(*) AS n,"
-            " NOT ((s.pr IS NOT NULL AND s.pr IS p.pr)"
+            " s.id IS NULL OR NOT ((s.pr IS NOT NULL AND s.pr IS p.pr)"
             " OR (p.pr IS NULL AND s.pr IS NULL AND s.branch IS p.branch)) AS on_main"
             " FROM tests t"
             " JOIN pipelines p ON p.id = t.pipeline_id"

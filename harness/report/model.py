@@ -84,10 +84,10 @@ class Report:
         ledger's (the bot's own words around a number: not escaped, so "#12" stays as written)."""
         return Trusted(f"pipeline #{self.pipeline}" if self.local else label(self.pipeline or 0))
 
-    def key_reuse_line(self) -> str:
+    def key_reuse_line(self) -> Trusted:
         """ "N tests reused by key (from #M on main, #K of this PR)": how many of this pipeline's
         tests were not run because their dependency key matched, and whose runs stand for
-        them (docs/reuse.md)."""
+        them (docs/reuse.md). The bot's own words around numbers: not escaped."""
         total = sum(count for _, _, count in self.key_reuses)
         own = "this branch" if self.pr is None else "this PR"
         name = (lambda n: f"#{n}") if self.local else label
@@ -96,7 +96,8 @@ class Report:
         sources = ([f"{', '.join(main)} on main"] if main else []) + (
             [f"{', '.join(mine)} of {own}"] if mine else []
         )
-        return f"{total} test{'s' if total != 1 else ''} reused by key (from {', '.join(sources)})"
+        plural = "s" if total != 1 else ""
+        return Trusted(f"{total} test{plural} reused by key (from {', '.join(sources)})")
 
     def reuse_fault_lines(self) -> list[str]:
         """One line per reuse fault the audit found in this pipeline."""

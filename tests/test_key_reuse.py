@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 from fixtures.botrun import bot, results
@@ -151,3 +153,39 @@ def test_keys_are_recorded_only_for_tests_that_reached_an_outcome(tmp_path) -> N
         outcomes = {t for (t,) in db.execute("SELECT test_id FROM tests")}
         keys = {t for (t,) in db.execute("SELECT test_id FROM test_keys")}
     assert FIXTURES.exists() and keys == outcomes and outcomes
+
+
+def explain(tmp: Path, test_id: str) -> subprocess.CompletedProcess:
+    """`bot stages --explain-reuse` in the repository (its root is where the keys are read)."""
+    return subprocess.run(
+        [sys.executable, "-c", "from stagebot.bot.cli import main; main()", "stages"]
+        + ["--catalog", str(tmp / "catalog.yaml"), "--ledger", str(tmp / "ledger.sqlite")]
+        + ["--explain-reuse", test_id],
+        cwd=tmp / "repo",
+        capture_output=True,
+        text=True,
+        timeout=600,  # only stops a hang
+    )
+
+
+def test_explain_reuse_says_whether_and_which_input_changed(tmp_path) -> None:
+    root = repo(tmp_path)
+    assert run(tmp_path, "c1")[0].returncode == 0
+    test_id = "tests/test_a.py::test_value"
+    same = explain(tmp_path, test_id)
+    assert same.returncode == 0, same.stderr
+    assert "  would be reused by key: yes, from #1 (by branch (none) only" in same.stdout
+    assert "  changed: nothing" in same.stdout
+
+    (root / "lib.py").write_text("VALUE = 1  # edited\n")
+    changed = explain(tmp_path, test_id)
+    assert "  would be reused by key: no (an input changed)" in changed.stdout
+    assert "  changed: files changed: lib.py" in changed.stdout.splitlines()
+
+    (root / "data.json").write_text("{}")  # beside conftest.py, which locates itself
+    added = explain(tmp_path, test_id).stdout.splitlines()
+    assert "  changed: files added: data.json" in added
+
+    unknown = explain(tmp_path, "tests/test_a.py::test_missing")
+    assert unknown.returncode == 2 and "has no dependency key for" in unknown.stderr
+    assert "Traceback" not in unknown.stderr

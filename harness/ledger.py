@@ -902,6 +902,29 @@ class Ledger:
                 (self.repo, family, clean(test_id), pipeline, source, clean(detail), _now()),
             )
 
+    def key_reused(self, number: int) -> list[tuple[str, str, int]]:
+        """(stage, test id, source pipeline) of each test pipeline ``number`` reused by key."""
+        if self.version < 2:
+            return []
+        rows = self._query(
+            "SELECT t.stage, t.test_id, t.reused_from FROM tests t"
+            " JOIN pipelines p ON p.id = t.pipeline_id"
+            " WHERE p.repo = ? AND p.number = ? AND t.reused_by = 'key'"
+            " ORDER BY t.stage, t.test_id",
+            (self.repo, number),
+        )
+        return [(r["stage"], r["test_id"], r["reused_from"]) for r in rows]
+
+    def add_meta(self, number: int, key: str, item: Any) -> None:
+        """Append ``item`` to the list ``meta[key]`` of pipeline ``number``."""
+        with self._write() as db:
+            pid = self._id(number)
+            meta = json.loads(
+                db.execute("SELECT meta FROM pipelines WHERE id = ?", (pid,)).fetchone()[0]
+            )
+            meta.setdefault(key, []).append(item)
+            db.execute("UPDATE pipelines SET meta = ? WHERE id = ?", (json.dumps(meta), pid))
+
     def reuse_faults(self, pipeline: int | None = None) -> list[tuple[str, str, int, int, str]]:
         """(family, test id, pipeline, source, detail) of each recorded reuse fault (of the
         reuses in ``pipeline`` when given), oldest first."""

@@ -10,19 +10,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from fixtures.botrun import bot, results
+from helpers.key_reuse import CATALOG, executed, reused, run
 
 from stagebot.harness.key_reuse import KEYS_FILE
 
-CATALOG = """
-gpu_types:
-  CPU: {device_names: [], runner_labels: [ubuntu-latest]}
-families:
-  - name: CPU-PyTorch
-    kind: test
-    timeout_minutes: 5
-    suites: [{path: tests/test_a.py}]
-"""
 TEST = """import os
 
 import lib
@@ -47,32 +38,8 @@ def repo(tmp: Path) -> Path:
     (root / "conftest.py").write_text(
         "import sys, os\nsys.path.insert(0, os.path.dirname(__file__))\n"
     )
-    (tmp / "catalog.yaml").write_text(CATALOG)
+    (tmp / "catalog.yaml").write_text(CATALOG.format(suite="tests/test_a.py"))
     return root
-
-
-def run(tmp: Path, commit: str, *flags: str, comment="/bot run", env=None):
-    out = tmp / f"out-{commit}"
-    done = bot(
-        "run", "--catalog", str(tmp / "catalog.yaml"), "--ledger", str(tmp / "ledger.sqlite"),
-        "--root", str(tmp / "repo"), "--commit", commit, "--out", str(out), *flags, comment,
-        env=env,
-    )  # fmt: skip
-    return done, out
-
-
-def executed(out: Path) -> list[str]:
-    return sorted(t["test_id"].split("::")[1] for r in results(out).values() for t in r["tests"])
-
-
-def reused(tmp: Path, pipeline: int) -> dict[str, tuple[int, str]]:
-    with sqlite3.connect(tmp / "ledger.sqlite") as db:
-        rows = db.execute(
-            "SELECT t.test_id, t.reused_from, t.reused_by FROM tests t JOIN pipelines p"
-            " ON p.id = t.pipeline_id WHERE p.number = ? AND t.reused_from IS NOT NULL",
-            (pipeline,),
-        ).fetchall()
-    return {test.split("::")[1]: (source, how) for test, source, how in rows}
 
 
 def test_an_unchanged_test_is_deselected_on_a_new_commit_and_reruns_when_its_input_changes(

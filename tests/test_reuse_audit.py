@@ -11,19 +11,10 @@ import sqlite3
 from pathlib import Path
 
 from fixtures.botrun import bot
-from test_key_reuse import executed, reused, run
+from helpers.key_reuse import CATALOG, executed, reused, run
 
 from stagebot.harness.reuse_audit import sample
 
-CATALOG = """
-gpu_types:
-  CPU: {device_names: [], runner_labels: [ubuntu-latest]}
-families:
-  - name: CPU-PyTorch
-    kind: test
-    timeout_minutes: 5
-    suites: [{path: tests/test_blind.py}]
-"""
 TEST = """from pathlib import Path
 
 FOLDER = "res" + "ources"  # no literal names the file: the key cannot see it
@@ -45,7 +36,7 @@ def repo(tmp: Path) -> Path:
     (root / "resources").mkdir()
     (root / "tests" / "test_blind.py").write_text(TEST)
     (root / "resources" / "value.txt").write_text("1")
-    (tmp / "catalog.yaml").write_text(CATALOG)
+    (tmp / "catalog.yaml").write_text(CATALOG.format(suite="tests/test_blind.py"))
     return root
 
 

@@ -26,6 +26,7 @@ log = logging.getLogger("stagebot.bot")
 def run(session: Session, command: Command) -> Outcome:
     """Plan the PR's head, record the pipeline, reply, and set the status pending (gating)."""
     from stagebot.bot.custody import fetched_main_ledger
+    from stagebot.bot.dispatch_inputs import fitting
     from stagebot.bot.events import default_branch
     from stagebot.harness.key_reuse import offer
     from stagebot.harness.pipeline.lifecycle import start
@@ -79,7 +80,7 @@ def run(session: Session, command: Command) -> Outcome:
     finally:
         if main_book is not None:
             main_book.close()
-    entries = [entry.to_json() for entry in entries]
+    entries = [entry.to_json() for entry in fitting(entries)]
     counts = {action: len(plan.shards_to(action)) for action in ("run", "reuse", "skip")}
     stages = {s.stage: "PENDING" for s in plan.shards_to("run")}
     stages |= {s.stage: "REUSED" for s in plan.shards_to("reuse")}

@@ -19,6 +19,7 @@ def plan_post_merge(
     ledger_path: Path | None,
     connect: Callable,
 ) -> Outcome:
+    from stagebot.bot.dispatch_inputs import fitting
     from stagebot.bot.grammar import parse_comment
     from stagebot.bot.main_ledger import RECORDED_WHERE
     from stagebot.harness.key_reuse import offer
@@ -49,7 +50,7 @@ def plan_post_merge(
         )
     finally:
         ledger.close()
-    entries = [e.to_json() for e in entries]
+    entries = [e.to_json() for e in fitting(entries)]
     return Outcome(
         f"post-merge pipeline #{pipeline} on {event.sha[:7]}: {len(entries)} shard(s) to run",
         run=True,

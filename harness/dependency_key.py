@@ -163,7 +163,7 @@ def dependency_key(
     ``Repository`` for the keys of many tests of one checkout. ``waives`` (the catalog's) only
     with a ``Family``: ``FamilyInputs`` holds its own."""
     repo = root if isinstance(root, Repository) else Repository(root)
-    inputs = TestInputs.read(repo, test_id.split("::")[0])
+    inputs = repo.inputs(test_id.split("::")[0])
     if not isinstance(family, FamilyInputs):
         family = FamilyInputs.of(family, waives)
     catalog_entry = {"entry": family.entry}
@@ -198,6 +198,13 @@ class Repository:
         self._digests: dict[str, str] = {}
         self._facts: dict[str, ModuleFacts] = {}
         self._data: dict[str, frozenset[str]] = {}
+        self._inputs: dict[str, TestInputs] = {}
+
+    def inputs(self, test_file: str) -> TestInputs:
+        """``TestInputs.read`` of ``test_file``, once per checkout (its tests share it)."""
+        if test_file not in self._inputs:
+            self._inputs[test_file] = TestInputs.read(self, test_file)
+        return self._inputs[test_file]
 
     def facts(self, root: str, path: str) -> ModuleFacts:
         if path not in self._facts:
@@ -212,7 +219,7 @@ class Repository:
             facts = self.facts(self.root, module)
             folder = str(PurePosixPath(module).parent)
             found: set[str] = set()
-            if facts.locates_itself:
+            if False:
                 beside = self.under.get(folder, ())
                 found.update(p for p in beside if str(PurePosixPath(p).parent) == folder)
             for literal in facts.literals:

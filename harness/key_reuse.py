@@ -49,6 +49,7 @@ REFUSED = (
     "pipeline's pass to this one; run it again"
 )
 FILE_DIGEST_CHARS = 16  # of each file's sha256 kept in the ledger (for `--explain-reuse`)
+DIGEST_CHARS = 16  # of a key and part digests a matrix entry carries (64 bits: equality only)
 Passed = dict[str, tuple[int, float]]  # test id -> (source pipeline, its duration)
 
 
@@ -79,20 +80,40 @@ def offer(
                 if enabled and book is not None
                 else {}
             )
-            offers[family.name] = {
-                test: [
-                    hit.key,
-                    hit.parts.get("environment", ""),
-                    hit.parts.get("gpu", ""),
-                    hit.pipeline,
-                    hit.duration_s,
-                ]
-                for test, hit in sorted(found.items())
-            }
+            offers[family.name] = _compact(found)
         inputs = FamilyInputs.of(family, catalog.waives)
-        reuse = {"family": inputs.to_json(), "candidates": offers[family.name]}
+        reuse = {"family": inputs.to_json(), **offers[family.name]}
         out.append(replace(entry, key_reuse=reuse))
     return out
+
+
+def _compact(found: dict) -> dict[str, Any]:
+    """The offered passes as a matrix entry carries them (its JSON travels in a dispatch's
+    inputs, at most 60,000 characters): each distinct (source, environment, gpu) once in
+    ``sources``; per test, its code key's first ``DIGEST_CHARS`` and its source's index."""
+    sources: list[list] = []
+    index: dict[tuple, int] = {}
+    candidates = {}
+    for test, hit in sorted(found.items()):
+        where = (
+            hit.pipeline,
+            hit.parts.get("environment", "")[:DIGEST_CHARS],
+            hit.parts.get("gpu", "")[:DIGEST_CHARS],
+        )
+        if where not in index:
+            index[where] = len(sources)
+            sources.append(list(where))
+        candidates[test] = [hit.key[:DIGEST_CHARS], index[where]]
+    return {"sources": sources, "candidates": candidates}
+
+
+def without_offers(entries: list[MatrixEntry]) -> list[MatrixEntry]:
+    """``entries`` offering nothing (their keys are still recorded): for a matrix too long
+    for a dispatch with the offers in it."""
+    return [
+        replace(e, key_reuse={**e.key_reuse, "sources": [], "candidates": {}}) if e.key_reuse else e
+        for e in entries
+    ]
 
 
 def gpu_driver(entry: MatrixEntry) -> str:
@@ -134,22 +155,23 @@ class KeyCheck:
         )
         share = set(entry.tests) if entry.tests else None
         dropped: Counter[str] = Counter()
-        for test_id, offered in sorted(entry.key_reuse.get("candidates", {}).items()):
-            code, environment, gpu, source, duration = offered
+        sources = entry.key_reuse.get("sources", [])
+        for test_id, (code, at) in sorted(entry.key_reuse.get("candidates", {}).items()):
+            source, environment, gpu = sources[at]
             if (share is not None and test_id not in share) or test_id in entry.reused_tests:
                 continue
             key = check.key(test_id)
-            if key.code != code:
+            if key.code[:DIGEST_CHARS] != code:
                 continue
             mismatch = [
                 part
                 for part, recorded in (("environment", environment), ("gpu", gpu))
-                if key.parts[part] != recorded
+                if key.parts[part][:DIGEST_CHARS] != recorded
             ]
             if mismatch:
                 dropped[" and ".join(mismatch)] += 1
                 continue
-            check.reused[test_id] = (source, duration)
+            check.reused[test_id] = (source, 0.0)  # the ledger's duration is recorded
         check.notes = [
             f"{n} test(s) with unchanged code not reused: their {what} differ(s) on this runner"
             for what, n in sorted(dropped.items())

@@ -156,3 +156,21 @@ def test_explain_reuse_says_whether_and_which_input_changed(tmp_path) -> None:
     unknown = explain(tmp_path, "tests/test_a.py::test_missing")
     assert unknown.returncode == 2 and "has no dependency key for" in unknown.stderr
     assert "Traceback" not in unknown.stderr
+
+
+def test_offers_too_long_for_a_dispatch_are_dropped_not_the_dispatch() -> None:
+    """A matrix travels in a workflow_dispatch's inputs (60,000 characters): when the offers
+    would not fit, the entries go without them (the tests run), keeping their key inputs."""
+    from helpers.contracts import example
+
+    from stagebot.bot.dispatch_inputs import fitting
+    from stagebot.stages.plan import MatrixEntry
+
+    data = example("matrix_entry")
+    many = {f"tests/test_x.py::test_{i}": ["5be0c2d1e8f4a7b6", 0] for i in range(400)}
+    entry = MatrixEntry.from_json({**data, "key_reuse": {**data["key_reuse"], "candidates": many}})
+    assert fitting([entry]) == [entry]  # 400 tests fit
+    dropped = fitting([entry] * 3, limit=len(json.dumps(entry.to_json())) * 2)
+    assert len(dropped) == 3 and all(e.key_reuse["candidates"] == {} for e in dropped)
+    assert all(e.key_reuse["sources"] == [] for e in dropped)
+    assert dropped[0].key_reuse["family"] == entry.key_reuse["family"]

@@ -219,7 +219,7 @@ class Repository:
             facts = self.facts(self.root, module)
             folder = str(PurePosixPath(module).parent)
             found: set[str] = set()
-            if False:
+            if facts.locates_itself:
                 beside = self.under.get(folder, ())
                 found.update(p for p in beside if str(PurePosixPath(p).parent) == folder)
             for literal in facts.literals:

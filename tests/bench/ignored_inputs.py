@@ -101,6 +101,11 @@ MUTANTS = {
         "for name, found in values.items() if name not in other",
         "for name, found in values.items()",
     ),
+    "a package's plug-ins not expanded": (
+        G,
+        "    if name.endswith(SUBMODULES):",
+        "    if False:",
+    ),
 }
 
 

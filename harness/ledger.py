@@ -561,9 +561,10 @@ class Ledger:
                 for t in result.tests
             ]
             for how, reused in (("commit", reused_tests), ("key", key_reused)):
-                rows += [
+                rows += [  # a test the shard ran keeps its own outcome, whatever was claimed
                     (pid, result.stage, test_id, "passed", duration, None, 1, source, how, None)
                     for test_id, (source, duration) in (reused or {}).items()
+                    if test_id not in finished
                 ]
             db.executemany(
                 "INSERT OR REPLACE INTO tests (pipeline_id, stage, test_id, outcome, duration_s,"

@@ -143,3 +143,16 @@ def test_a_version_1_ledger_is_migrated_and_read_only_it_is_read(tmp_path: Path)
         assert set(passes(book, branch="main")) == {"t.py::a"}
     with sqlite3.connect(path) as db:
         assert db.execute("PRAGMA user_version").fetchone()[0] == 2
+
+
+def test_a_test_the_shard_ran_keeps_its_outcome_whatever_was_claimed(book: Ledger) -> None:
+    source = run(book, branch="main")
+    number = book.start_pipeline(command=RUN, commit="c2", branch="main")
+    failed = Outcome("t.py::a", "failed", 1.0, "AssertionError")
+    book.record_result(number, shard([failed], "FAILURE"), key_reused={"t.py::a": (source, 1.0)})
+    (row,) = book.connection.execute(
+        "SELECT outcome, reused_by FROM tests t JOIN pipelines p ON p.id = t.pipeline_id"
+        " WHERE p.number = ?",
+        (number,),
+    ).fetchall()
+    assert tuple(row) == ("failed", None)

@@ -78,7 +78,7 @@ def _record_run(
     result, logs = _taken(folder, shard)
     keyed = (
         read_keys(folder / shard.stage, shard.stage, book, number, *where)
-        if result is not None and result.state != "ERROR"
+        if result is not None
         else None
     )
     if result is None and shard.stage in unreadable:

@@ -39,6 +39,7 @@ COMMANDS: dict[str, str] = {
     "docs": "stagebot.bot.cmd_docs:docs",
     "init": "stagebot.bot.cmd_init:init",
     "doctor": "stagebot.bot.cmd_doctor:doctor",
+    "audit-reuse": "stagebot.bot.cmd_audit_reuse:audit_reuse",
 }
 
 # `bot --help`: every command in one section, with its whole one-line description (written here,
@@ -52,8 +53,9 @@ SECTIONS: tuple[tuple[str, dict[str, str]], ...] = (
             "dry-run": "Show the plan of a /bot comment: every shard, its action and why.",
             "parse": "Show the /bot command a PR comment holds.",
             "stages": "Show the stage catalog, one stage, or which stages run a test.",
+            "audit-reuse": "Run a sample of the tests a pipeline reused by key; record faults.",
             "report": "Render a recorded pipeline's report (markdown, HTML or JSON).",
-            "run-stage": "Run one shard from a matrix entry, without a ledger (a CI fan-out job).",
+            "run-stage": "Run one shard from a matrix entry, without a ledger (one CI job).",
             "kernels": "Compile the CuTe DSL kernels ahead of time (needs the [kernels] extra).",
             "help": "Show the /bot command language; `bot help COMMAND`: that command's help.",
             "docs": "Write stagebot's command reference (docs/reference.md) from the commands.",

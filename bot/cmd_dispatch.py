@@ -19,9 +19,8 @@ from pathlib import Path
 
 import click
 
+from stagebot.bot.dispatch_inputs import MAX_MATRIX
 from stagebot.stages.errors import StagebotError
-
-MAX_MATRIX = 60_000  # workflow_dispatch inputs share a 65,535-character payload
 
 
 @click.command("dispatch")

@@ -29,20 +29,40 @@ from stagebot.stages.suggest import unknown
     "(default: out/ledger.sqlite when it exists).",
 )
 @click.option("--branch", default="main", show_default=True, help="The history's branch.")
+@click.option(
+    "--explain-reuse",
+    "explain_id",
+    metavar="ID",
+    help="Whether this test's latest run (in --ledger) would be reused by dependency key on "
+    "this checkout, and which input changed (docs/reuse.md).",
+)
 def stages(
-    catalog, list_all: bool, stage_name: str | None, test_id: str | None, ledger, branch
+    catalog,
+    list_all: bool,
+    stage_name: str | None,
+    test_id: str | None,
+    ledger,
+    branch,
+    explain_id: str | None,
 ) -> None:
-    """Show the stage catalog: every stage (the default, or --list), one (--stage), or the
-    stages that run a test (--test)."""
-    given = [
-        flag
-        for flag, value in (("--list", list_all), ("--stage", stage_name), ("--test", test_id))
-        if value
-    ]
+    """Show the stage catalog: every stage (the default, or --list), one (--stage), the
+    stages that run a test (--test), or why a test would or would not be reused by key
+    (--explain-reuse)."""
+    options = (
+        ("--list", list_all),
+        ("--stage", stage_name),
+        ("--test", test_id),
+        ("--explain-reuse", explain_id),
+    )
+    given = [flag for flag, value in options if value]
     if len(given) > 1:
-        raise click.UsageError(f"give one of --list, --stage NAME, --test ID (got {given})")
+        raise click.UsageError(
+            f"give one of --list, --stage NAME, --test ID, --explain-reuse ID (got {given})"
+        )
     loaded = load_catalog(catalog)
-    if stage_name:
+    if explain_id:
+        click.echo(_explain(loaded, ledger, _repository_relative(explain_id)))
+    elif stage_name:
         click.echo(_describe(loaded, _find_stage(loaded, stage_name)))
     elif test_id:
         test_id = _repository_relative(test_id)
@@ -52,6 +72,18 @@ def stages(
             click.echo(history)
     else:
         click.echo(_table(loaded.stages))
+
+
+def _explain(catalog: Catalog, ledger: Path | None, test_id: str) -> str:
+    from stagebot.bot.run_options import default_ledger
+    from stagebot.bot.worktree import repository_root
+    from stagebot.harness.ledger import Ledger
+    from stagebot.harness.reuse_explain import explain_reuse
+
+    root = repository_root(Path.cwd())
+    ledger = ledger or default_ledger(root)
+    with Ledger.open(ledger, readonly=True) as book:
+        return "\n".join(explain_reuse(book, test_id, root, catalog))
 
 
 def _repository_relative(test_id: str) -> str:

@@ -25,6 +25,10 @@ log = logging.getLogger("stagebot.bot")
 
 def run(session: Session, command: Command) -> Outcome:
     """Plan the PR's head, record the pipeline, reply, and set the status pending (gating)."""
+    from stagebot.bot.custody import fetched_main_ledger
+    from stagebot.bot.dispatch_inputs import fitting
+    from stagebot.bot.events import default_branch
+    from stagebot.harness.key_reuse import offer
     from stagebot.harness.pipeline.lifecycle import start
     from stagebot.stages.catalog import load_catalog
     from stagebot.stages.matrix import matrix_entries
@@ -54,10 +58,29 @@ def run(session: Session, command: Command) -> Outcome:
         return session.refused(command, approval, label_missing=True)
     api.react(session.event.comment_id, "eyes")
     cancelled = stop_running(session, f"Superseded by {status_text.label(session.pipeline)}.")
-    entries = [entry.to_json() for entry in matrix_entries(plan, catalog, session.pipeline)]
     recorded = book.pipeline(session.pipeline, with_results=False) if book else None
     if book is not None and recorded is None:  # a re-run may find it recorded
         start(book, plan, catalog=catalog, number=session.pipeline, base_commit=pull.base_sha)
+    reuse = book is not None and not (command.run and command.run.disable_reuse_test)
+    main_book = (
+        fetched_main_ledger(api, session.config, session.ledger.path.with_name("main.sqlite"))
+        if reuse
+        else None
+    )
+    try:
+        entries = offer(
+            matrix_entries(plan, catalog, session.pipeline),
+            catalog,
+            book,
+            session.pipeline,
+            default_branch=default_branch(session.env.event_path),
+            enabled=reuse,
+            main_book=main_book,
+        )
+    finally:
+        if main_book is not None:
+            main_book.close()
+    entries = [entry.to_json() for entry in fitting(entries)]
     counts = {action: len(plan.shards_to(action)) for action in ("run", "reuse", "skip")}
     stages = {s.stage: "PENDING" for s in plan.shards_to("run")}
     stages |= {s.stage: "REUSED" for s in plan.shards_to("reuse")}

@@ -20,6 +20,8 @@ bot_login: github-actions[bot] # who the bot posts as; only its replies' markers
                                # (default: $STAGEBOT_BOT_LOGIN, which `bot app-token` sets to the
                                # GitHub App's login, else github-actions[bot])
 rate_limit: 10                 # /bot comments of one person answered per PR and hour (default 10)
+reuse_audit_rate: 0.05         # the share of tests reused by key that `bot audit-reuse` runs for
+                               # real (0 to 1; default 0.05, at least one when any was reused)
 ```
 
 Migration from login allowlists: a bare login is refused with the fix in the message; write
@@ -52,6 +54,7 @@ KEYS = (
     "report_workflow",
     "bot_login",
     "rate_limit",
+    "reuse_audit_rate",
 )
 USER_LISTS = ("allowlist", "approvers")
 
@@ -72,6 +75,7 @@ class BotConfig:
     report_workflow: str = "report.yml"
     bot_login: str = "github-actions[bot]"
     rate_limit: int = 10  # /bot comments one person may have answered per PR and hour
+    reuse_audit_rate: float = 0.05  # the share of reused-by-key tests `bot audit-reuse` runs
     source: str = "(defaults)"
     given: tuple[str, ...] = ()  # the keys the file set
 
@@ -131,6 +135,8 @@ def _load_file(path: str | Path | None) -> BotConfig:
             values[key] = _user_ids(key, value_node, where)
         elif key == "rate_limit":
             values[key] = _positive(key, value_node, where)
+        elif key == "reuse_audit_rate":
+            values[key] = _share(key, value_node, where)
         else:
             values[key] = _string(key, value_node, where)
     return BotConfig(**values, source=str(file), given=tuple(values))
@@ -159,6 +165,20 @@ def _positive(key: str, node: yaml.Node, where: str) -> int:
     if node.tag != "tag:yaml.org,2002:int" or not str(value).isdigit() or int(value) < 1:
         raise ConfigError(f"{where}: {key} must be a positive whole number, e.g. {key}: 10")
     return int(value)
+
+
+def _share(key: str, node: yaml.Node, where: str) -> float:
+    value = node.value if isinstance(node, yaml.ScalarNode) else None
+    try:
+        share = float(value) if node.tag in _NUMBERS else None
+    except (TypeError, ValueError):
+        share = None
+    if share is None or not 0 <= share <= 1:
+        raise ConfigError(f"{where}: {key} must be a number from 0 to 1, e.g. {key}: 0.05")
+    return share
+
+
+_NUMBERS = ("tag:yaml.org,2002:float", "tag:yaml.org,2002:int")
 
 
 def _user_ids(key: str, node: yaml.Node, where: str) -> tuple[int, ...]:

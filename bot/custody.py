@@ -153,6 +153,20 @@ def open_main_ledger(connect: Callable, path: Path | None) -> tuple[Ledger | Non
     return Ledger.open(path, readonly=True), []
 
 
+def fetched_main_ledger(api, config, dest: Path) -> Ledger | None:
+    """Main's newest ledger, fetched to ``dest`` and opened read-only when the bot vouched for
+    it, for reuse by key to offer main's post-merge passes to a PR (harness/key_reuse.py);
+    None when there is none or it cannot be had (the PR then reuses only its own)."""
+    from stagebot.bot.ledger_transport import fetch_main_ledger
+    from stagebot.stages.errors import StagebotError
+
+    try:
+        found, _ = fetch_main_ledger(api, config, dest)
+        return open_main_ledger(lambda: api, dest)[0] if found else None
+    except StagebotError:
+        return None
+
+
 def record_main_ledger(api, ledger: Path, run_id: int | None) -> str:
     """Post-merge: record the saved ledger's digest as the stagebot/ledger status of the commit
     the next pipeline will look at (main_ledger.vouching_commit) before it uses the ledger."""

@@ -19,8 +19,10 @@ def plan_post_merge(
     ledger_path: Path | None,
     connect: Callable,
 ) -> Outcome:
+    from stagebot.bot.dispatch_inputs import fitting
     from stagebot.bot.grammar import parse_comment
     from stagebot.bot.main_ledger import RECORDED_WHERE
+    from stagebot.harness.key_reuse import offer
     from stagebot.harness.pipeline.lifecycle import start
     from stagebot.stages.catalog import load_catalog
     from stagebot.stages.matrix import matrix_entries
@@ -39,9 +41,16 @@ def plan_post_merge(
         pipeline = run_number or ((book.latest_number() or 0) + 1 if book else 1)
         if book is not None:  # the default branch's history, which PR pipelines compare with
             start(book, plan, catalog=loaded, branch=event.default_branch, number=pipeline)
+        entries = offer(
+            matrix_entries(plan, loaded, pipeline),
+            loaded,
+            book,
+            pipeline,
+            default_branch=event.default_branch,
+        )
     finally:
         ledger.close()
-    entries = [e.to_json() for e in matrix_entries(plan, loaded, pipeline)]
+    entries = [e.to_json() for e in fitting(entries)]
     return Outcome(
         f"post-merge pipeline #{pipeline} on {event.sha[:7]}: {len(entries)} shard(s) to run",
         run=True,

@@ -68,6 +68,8 @@ def publish(request: PublishRequest, env, config) -> list[str]:
         request.results,
         cancelled=request.cancelled,
         unreadable=request.unreadable,
+        default_branch=default_branch(env.event_path),
+        main_book=base_book,
     )
     base = select_base(
         book,

@@ -48,6 +48,7 @@ from stagebot.harness.pytest_plugin import waive_matches
 from stagebot.stages.catalog import Family, Waive
 
 PARTS = ("test", "files", "suite_args", "catalog", "environment", "gpu")
+CODE_PARTS = PARTS[:4]  # what the plan can compare; environment and gpu only the runner knows
 PYTEST_CONFIGS = ("pytest.ini", "pyproject.toml", "tox.ini", "setup.cfg", "conftest.py")
 UNSET = "<unset>"
 
@@ -89,6 +90,47 @@ def current_environment(gpu_type: str = "CPU", gpu_driver: str = "none") -> Envi
 
 
 @dataclass(frozen=True)
+class FamilyInputs:
+    """What a key takes from a stage family's catalog entry, as plain data: it travels in a
+    matrix entry to the runner, which has no catalog."""
+
+    name: str
+    gpu_type: str
+    suite_args: str  # the digest of the suites' pytest arguments
+    entry: str  # the digest of the entry, all but its name, where it is written, its suites
+    waives: tuple[tuple[str, str], ...] = ()  # (test id pattern, reason) on its GPU type
+
+    @classmethod
+    def of(cls, family: Family, waives: Iterable[Waive] = ()) -> FamilyInputs:
+        catalog_entry = {
+            name: value
+            for name, value in dataclasses.asdict(family).items()
+            if name not in ("name", "source", "suites")  # the name is in "test"
+        }
+        return cls(
+            family.name,
+            family.gpu_type,
+            _digest([suite.pytest_args() for suite in family.suites]),
+            _digest(catalog_entry),
+            tuple(sorted((w.test_id, w.reason) for w in waives if w.applies_to(family.gpu_type))),
+        )
+
+    def to_json(self) -> dict[str, str]:
+        """Without the waives: a matrix entry carries them already (``from_json``)."""
+        return {
+            "name": self.name,
+            "gpu_type": self.gpu_type,
+            "suite_args": self.suite_args,
+            "entry": self.entry,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, str], waives: Iterable[Mapping[str, str]]):
+        pairs = tuple(sorted((w["test_id"], w["reason"]) for w in waives))
+        return cls(data["name"], data["gpu_type"], data["suite_args"], data["entry"], pairs)
+
+
+@dataclass(frozen=True)
 class DependencyKey:
     test_id: str
     family: str
@@ -100,32 +142,38 @@ class DependencyKey:
     def digest(self) -> str:
         return _digest(self.parts)[:32]
 
+    @property
+    def code(self) -> str:
+        """The digest of the parts a plan can compare (``CODE_PARTS``): the lookup key."""
+        return code_digest(self.parts)
+
+
+def code_digest(parts: Mapping[str, str]) -> str:
+    return _digest({part: parts.get(part) for part in CODE_PARTS})[:32]
+
 
 def dependency_key(
     root: str | Path | Repository,
     test_id: str,
-    family: Family,
+    family: Family | FamilyInputs,
     environment: Environment,
     waives: Iterable[Waive] = (),
 ) -> DependencyKey:
     """The key of ``test_id`` (a pytest node id relative to ``root``) in ``family``; pass one
-    ``Repository`` for the keys of many tests of one checkout."""
+    ``Repository`` for the keys of many tests of one checkout. ``waives`` (the catalog's) only
+    with a ``Family``: ``FamilyInputs`` holds its own."""
     repo = root if isinstance(root, Repository) else Repository(root)
-    inputs = TestInputs.read(repo, test_id.split("::")[0])
-    catalog_entry = {
-        name: value
-        for name, value in dataclasses.asdict(family).items()
-        if name not in ("name", "source", "suites")  # the name is in "test"
-    }
+    inputs = repo.inputs(test_id.split("::")[0])
+    if not isinstance(family, FamilyInputs):
+        family = FamilyInputs.of(family, waives)
+    catalog_entry = {"entry": family.entry}
     catalog_entry["waives"] = sorted(
-        [waive.test_id, waive.reason, waive.gpu_type or ""]
-        for waive in waives
-        if waive_matches(test_id, waive.test_id) and waive.applies_to(family.gpu_type)
+        [pattern, reason] for pattern, reason in family.waives if waive_matches(test_id, pattern)
     )
     parts = {
         "test": _digest([test_id, family.name]),
         "files": _digest(inputs.files),
-        "suite_args": _digest([suite.pytest_args() for suite in family.suites]),
+        "suite_args": family.suite_args,
         "catalog": _digest(catalog_entry),
         "environment": _digest(environment.described(inputs.environment)),
         "gpu": _digest([environment.gpu_type, environment.gpu_driver]),
@@ -150,6 +198,13 @@ class Repository:
         self._digests: dict[str, str] = {}
         self._facts: dict[str, ModuleFacts] = {}
         self._data: dict[str, frozenset[str]] = {}
+        self._inputs: dict[str, TestInputs] = {}
+
+    def inputs(self, test_file: str) -> TestInputs:
+        """``TestInputs.read`` of ``test_file``, once per checkout (its tests share it)."""
+        if test_file not in self._inputs:
+            self._inputs[test_file] = TestInputs.read(self, test_file)
+        return self._inputs[test_file]
 
     def facts(self, root: str, path: str) -> ModuleFacts:
         if path not in self._facts:

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from stagebot.harness.collect import CollectError
 from stagebot.harness.gpus import Device, describe, detect_devices, gpu_types_of
+from stagebot.harness.key_reuse import offer, read_keys, with_refusals
 from stagebot.harness.ledger import retry_busy
 from stagebot.harness.pipeline.placement import family_split, is_split, missing_hardware
 from stagebot.harness.pipeline.recording import (
@@ -60,6 +61,7 @@ class Settings:
     debug: bool = False
     shard_timeout_s: float | None = None  # every shard's timeout instead of the catalog's
     devices: list[Device] | None = None  # None: detect this host's GPUs
+    default_branch: str = "main"  # whose post-merge pipelines reuse by key trusts
 
 
 @dataclass
@@ -89,10 +91,23 @@ def execute(
     partly_reused: dict[str, Passed] = {}
 
     def record(result: StageResult, reused=None) -> None:
-        execution.results.append(result)
         reused = partly_reused.get(result.stage) if reused is None else reused
+        keyed = (  # a REUSED shard's folder is not its own: it did not run here
+            read_keys(
+                settings.out_dir / result.stage,
+                result.stage,
+                ledger,
+                pipeline,
+                settings.default_branch,
+            )
+            if ledger is not None and result.state != "REUSED"
+            else None
+        )
+        result = with_refusals(result, keyed)
+        execution.results.append(result)
         if ledger is not None:
-            record_result(ledger, pipeline, result, logs=logs_of(result), reused=reused)
+            logs = logs_of(result)
+            record_result(ledger, pipeline, result, logs=logs, reused=reused, keyed=keyed)
         progress.finished(result)
 
     cache: dict[str, dict[str, float]] = {}
@@ -104,6 +119,15 @@ def execute(
 
     # A reused shard of a split family is only decided after the split (see _split).
     entries = matrix_entries(plan, catalog, pipeline, actions=("run", "reuse"))
+    options = plan.parsed_command().run
+    entries = offer(
+        entries,
+        catalog,
+        ledger,
+        pipeline,
+        default_branch=settings.default_branch,
+        enabled=not (options and options.disable_reuse_test),
+    )
     reuse = {shard.stage for shard in plan.shards_to("reuse")}
     for entry in entries:
         if entry.stage in reuse and not is_split(entry):

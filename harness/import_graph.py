@@ -41,6 +41,7 @@ SKIP_DIRS = {
 
 # Calls whose first argument names a module to import: followed when it is a literal, blind
 # otherwise.
+SUBMODULES = ".*"  # an import name's suffix: every module under that folder
 _IMPORT_CALLS = {"import_module", "__import__", "run_module", "run_path", "spec_from_file_location"}
 # Calls that start another program: it may run repository code that no import shows.
 _PROCESS_CALLS = {
@@ -117,6 +118,9 @@ def repository_files(root: str) -> tuple[str, ...]:
 
 def resolve(index: Mapping[str, tuple[str, ...]], name: str) -> list[str]:
     """The files ``import name`` runs: the module and its parent packages (nearest match)."""
+    if name.endswith(SUBMODULES):  # every module under a folder (``_own_submodule``)
+        folder = name.removesuffix(SUBMODULES).replace(".", "/") + "/"
+        return sorted({p for paths in index.values() for p in paths if p.startswith(folder)})
     found = []
     parts = name.split(".")
     for end in range(1, len(parts) + 1):
@@ -142,7 +146,8 @@ def _facts(path: str, source: str) -> ModuleFacts:
         tree = ast.parse(source, filename=path)
     except (SyntaxError, ValueError) as error:
         return ModuleFacts((), (), (), (f"unparsable: {type(error).__name__}",))
-    return _Reader(PurePosixPath(path).parent.parts).read(tree)
+    posix = PurePosixPath(path)
+    return _Reader(posix.parent.parts, posix.name == "__init__.py").read(tree)
 
 
 class _Reader(ast.NodeVisitor):
@@ -151,8 +156,9 @@ class _Reader(ast.NodeVisitor):
     when it is a ``for`` target over such a table (``for name in MODULES``, ``for key, name in
     TABLE.items()``): the only computed names followed."""
 
-    def __init__(self, package: tuple[str, ...]):
+    def __init__(self, package: tuple[str, ...], is_package: bool = False):
         self.package = package
+        self.is_package = is_package  # an __init__.py: ``__name__`` names its folder
         self.constants: dict[str, tuple[str, ...]] = {}  # names that can only be these literals
         self.bound: list[dict[str, tuple[str, ...]]] = []  # loop targets over those, innermost last
         self.programs: dict[str, str] = {}  # names that can only be shutil.which("program")
@@ -228,7 +234,9 @@ class _Reader(ast.NodeVisitor):
         followed = self._outside_program(first) or self._python_child(first, node)
         if name in _IMPORT_CALLS and (owner is not None or name == "__import__"):
             modules = self._strings(first)
-            if modules is None:
+            if modules is None and self._own_submodule(first):
+                self.imports.append(".".join(self.package) + SUBMODULES)
+            elif modules is None:
                 self._blind(node, f"{name}() of a computed name")
             elif name in ("import_module", "__import__", "run_module"):
                 self.imports += modules
@@ -247,6 +255,21 @@ class _Reader(ast.NodeVisitor):
             self._environment_name(first, node)
         self.calls.append((name, node.lineno, followed))
         self.generic_visit(node)
+
+    def _own_submodule(self, node: ast.expr | None) -> bool:
+        """``f"{__name__}.{…}"`` in a package's ``__init__.py`` (plug-ins found with
+        ``pkgutil.iter_modules(__path__)``): some module of its own folder, so every module
+        under that folder counts (over-inclusion is safe)."""
+        if not self.is_package or not isinstance(node, ast.JoinedStr) or len(node.values) < 2:
+            return False
+        head, dot = node.values[0], node.values[1]
+        return (
+            isinstance(head, ast.FormattedValue)
+            and isinstance(head.value, ast.Name)
+            and head.value.id == "__name__"
+            and isinstance(dot, ast.Constant)
+            and str(dot.value).startswith(".")
+        )
 
     def visit_Subscript(self, node: ast.Subscript) -> None:
         if _is_environ(node.value) and isinstance(node.ctx, ast.Load):

@@ -20,6 +20,14 @@ API (also used by the GitHub adapter)::
     ledger.test_outcomes(n)                         # (stage family, test id) -> outcome
     ledger.test_history("main") / failure_evidence("main")  # what harness/flakiness.py reads
     ledger.latest_validating(pr) / record_validated(...)    # what harness/reuse_policy.py uses
+    ledger.trusted_passes(family, pr=..., branch=..., default_branch="main")  # reuse by key
+    ledger.latest_key(test_id) / key_reuse_sources(n) / record_fault(...) / reuse_faults()
+
+Schema version 2 adds the dependency keys (docs/reuse.md): ``test_keys`` (one row per test a
+shard ran to an outcome: its key, its six parts' digests, why it is conservative), ``key_files``
+(per pipeline and test file, the digests of the files the key read), ``reuse_faults`` and
+``tests.reused_by`` ('commit' | 'key', beside ``reused_from``). A version-1 ledger is migrated
+when opened for writing (``MIGRATIONS``) and read as it is when opened read-only.
 
 The store holds no policy: which pipeline may validate a commit (harness/reuse_policy.py) and
 which tests are flaky (harness/flakiness.py) are decided over what it returns.
@@ -31,7 +39,8 @@ import json
 import os
 import sqlite3
 import time
-from collections.abc import Callable, Iterator
+import zlib
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -46,7 +55,7 @@ from stagebot.stages.names import stage_family
 from stagebot.stages.plan import Plan
 
 T = TypeVar("T")
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 DEFAULT_BUSY_TIMEOUT_S = 30.0
 BUSY_TIMEOUT_ENV = "STAGEBOT_LEDGER_BUSY_TIMEOUT"
 RECORD_PATIENCE_S = 60.0
@@ -98,6 +107,42 @@ CREATE TABLE IF NOT EXISTS tests (
 CREATE INDEX IF NOT EXISTS pipelines_by_commit ON pipelines (repo, commit_id);
 CREATE INDEX IF NOT EXISTS tests_by_stage ON tests (stage);
 """
+# Version n+1 from version n: MIGRATIONS[n + 1]. A new ledger is SCHEMA and then every migration.
+MIGRATIONS = {
+    2: """
+ALTER TABLE tests ADD COLUMN reused_by TEXT;
+UPDATE tests SET reused_by = 'commit' WHERE reused_from IS NOT NULL;
+CREATE TABLE test_keys (
+    pipeline_id INTEGER NOT NULL REFERENCES pipelines(id),
+    stage TEXT NOT NULL,
+    test_id TEXT NOT NULL,
+    family TEXT NOT NULL,
+    key TEXT NOT NULL,
+    parts TEXT NOT NULL,
+    conservative TEXT,
+    test_file TEXT NOT NULL,
+    PRIMARY KEY (pipeline_id, stage, test_id)
+);
+CREATE INDEX test_keys_by_family ON test_keys (family, test_id);
+CREATE TABLE key_files (
+    pipeline_id INTEGER NOT NULL REFERENCES pipelines(id),
+    test_file TEXT NOT NULL,
+    files BLOB NOT NULL,
+    PRIMARY KEY (pipeline_id, test_file)
+);
+CREATE TABLE reuse_faults (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    repo TEXT NOT NULL,
+    family TEXT NOT NULL,
+    test_id TEXT NOT NULL,
+    pipeline INTEGER NOT NULL,
+    source INTEGER NOT NULL,
+    detail TEXT NOT NULL,
+    recorded_at TEXT NOT NULL
+);
+""",
+}
+READABLE_VERSIONS = (1, SCHEMA_VERSION)  # a read-only open also takes a version-1 ledger
 
 
 class LedgerError(StagebotError):
@@ -160,12 +205,57 @@ class PipelineRecord:
     results: list[StageResult] = field(default_factory=list)
     logs: dict[tuple[str, str], str] = field(default_factory=dict)  # (stage, test id) -> text
     reused_tests: dict[str, list[str]] = field(default_factory=dict)  # stage -> test ids
+    # (source pipeline, a post-merge one?, tests reused from it by key), by source
+    key_reuses: list[tuple[int, bool, int]] = field(default_factory=list)
+    # (family, test id, pipeline, source, detail) of the reuse faults found in this pipeline
+    reuse_faults: list[tuple[str, str, int, int, str]] = field(default_factory=list)
 
     @property
     def planned(self) -> Plan | None:
         """The recorded Plan, read back typed; None for a pipeline recorded without one (a
         reuse-pipeline validation). PlanError when the stored plan is not a Plan."""
         return Plan.from_json(self.plan) if self.plan else None
+
+
+@dataclass(frozen=True)
+class RecordedKey:
+    """A test's dependency key as its run recorded it (harness/dependency_key.py computes it)."""
+
+    test_id: str
+    family: str
+    key: str  # the digest of the code parts (test, files, suite_args, catalog): the lookup
+    parts: dict[str, str]  # each of the six parts -> its digest
+    conservative: str | None  # why ``files`` is the whole repository's digest, or None
+    test_file: str
+
+
+@dataclass(frozen=True)
+class KeyedPass:
+    """A trusted pipeline's passed run of a test, with the key it ran under."""
+
+    test_id: str
+    key: str
+    parts: dict[str, str]
+    pipeline: int
+    on_main: bool  # a post-merge pipeline of the default branch (else: this PR's own)
+    duration_s: float
+
+
+@dataclass(frozen=True)
+class KeyRun:
+    """The newest recorded key of a test: where it ran, how it ended, its parts and files."""
+
+    pipeline: int
+    pr: int | None
+    branch: str | None
+    stage: str
+    family: str
+    outcome: str
+    key: str
+    parts: dict[str, str]
+    conservative: str | None
+    test_file: str
+    files: dict[str, str]  # {} when conservative (the whole repository's files are not kept)
 
 
 def busy_timeout_s() -> float:
@@ -185,6 +275,7 @@ class Ledger:
         self.path = path
         self.readonly = readonly
         self.repo = repo
+        self.version = SCHEMA_VERSION
 
     # -- opening ---------------------------------------------------------------------------
     @classmethod
@@ -253,15 +344,18 @@ class Ledger:
             self.connection.execute("PRAGMA journal_mode = WAL")
         with self._write():
             version = self.connection.execute("PRAGMA user_version").fetchone()[0]
-            if version not in (0, SCHEMA_VERSION):
+            if version > SCHEMA_VERSION:
                 raise LedgerError(
                     f"ledger {self.path} has schema version {version}; this stagebot reads "
                     f"version {SCHEMA_VERSION} (upgrade stagebot or use another --ledger)"
                 )
-            if version == 0:
-                for statement in filter(str.strip, SCHEMA.split(";")):
+            scripts = [SCHEMA] if version == 0 else []
+            scripts += [MIGRATIONS[n] for n in range(max(version, 1) + 1, SCHEMA_VERSION + 1)]
+            for script in scripts:
+                for statement in filter(str.strip, script.split(";")):
                     self.connection.execute(statement)
-                self.connection.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            self.connection.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        self.version = SCHEMA_VERSION
 
     def _harden(self) -> None:
         """A read-only open is of a file that may come from untrusted hands (a restored cache,
@@ -302,7 +396,11 @@ class Ledger:
             self.connection.execute("COMMIT")
         if new_ok and version == 0 and not tables:
             return
-        if version == SCHEMA_VERSION and LEDGER_TABLES <= tables:
+        if LEDGER_TABLES <= tables and (
+            version == SCHEMA_VERSION
+            or (version in READABLE_VERSIONS and (self.readonly or new_ok))
+        ):
+            self.version = version  # an older one is migrated by _set_up_once
             return
         if version > SCHEMA_VERSION and LEDGER_TABLES <= tables:
             raise LedgerError(
@@ -417,22 +515,36 @@ class Ledger:
         *,
         logs: dict[str, str] | None = None,
         reused_tests: dict[str, tuple[int, float]] | None = None,
+        key_reused: dict[str, tuple[int, float]] | None = None,
+        keys: Iterable[RecordedKey] = (),
+        key_files: Mapping[str, Mapping[str, str]] | None = None,
     ) -> None:
-        """Store one shard's StageResult and its tests (replacing an earlier record of it).
+        """Store one shard's StageResult and its tests (replacing an earlier record of it), in
+        one transaction: a shard's tests and their keys are recorded together or not at all.
 
         ``reused_tests``: test id -> (pipeline it passed in, its duration), for tests skipped
-        because they passed before; they count as passed on this commit for the next reuse.
+        because they passed before on this commit; ``key_reused``: the same for tests skipped
+        because their dependency key matched a trusted passed run (``reused_by`` 'key'). Both
+        count as passed on this commit for the next reuse. ``keys``: the keys of the tests the
+        shard ran, kept only for tests the result holds an outcome of (a test a crash cut off
+        has none, so gets no key); ``key_files``: test file -> {file: digest} of those keys.
         """
         logs = logs or {}
         # SQLite refuses lone surrogates (bytes that were not UTF-8): store them as \xNN
         record = clean_json(result.to_json())
+        finished = {t.test_id for t in result.tests}
+        keys = [k for k in keys if k.test_id in finished]
         with self._write() as db:
             pid = self._id(pipeline)
-            db.execute("DELETE FROM tests WHERE pipeline_id = ? AND stage = ?", (pid, result.stage))
+            for table in ("tests", "test_keys"):
+                db.execute(
+                    f"DELETE FROM {table} WHERE pipeline_id = ? AND stage = ?", (pid, result.stage)
+                )
             db.execute(
                 "INSERT OR REPLACE INTO shards VALUES (?, ?, ?, ?, ?)",
                 (pid, result.stage, result.state, result.duration_s, json.dumps(record)),
             )
+            shard_reused = result.reused_from if result.state == "REUSED" else None
             rows = [
                 (
                     pid,
@@ -442,16 +554,49 @@ class Ledger:
                     t.duration_s,
                     clean(t.evidence) if t.evidence is not None else None,
                     t.attempts,
-                    result.reused_from if result.state == "REUSED" else None,
+                    shard_reused,
+                    "commit" if shard_reused is not None else None,
                     clean(logs[t.test_id]) if logs.get(t.test_id) else None,
                 )
                 for t in result.tests
             ]
-            rows += [
-                (pid, result.stage, test_id, "passed", duration, None, 1, source, None)
-                for test_id, (source, duration) in (reused_tests or {}).items()
-            ]
-            db.executemany("INSERT OR REPLACE INTO tests VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+            for how, reused in (("commit", reused_tests), ("key", key_reused)):
+                rows += [  # a test the shard ran keeps its own outcome, whatever was claimed
+                    (pid, result.stage, test_id, "passed", duration, None, 1, source, how, None)
+                    for test_id, (source, duration) in (reused or {}).items()
+                    if test_id not in finished
+                ]
+            db.executemany(
+                "INSERT OR REPLACE INTO tests (pipeline_id, stage, test_id, outcome, duration_s,"
+                " evidence, attempts, reused_from, reused_by, log)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                rows,
+            )
+            db.executemany(
+                "INSERT OR REPLACE INTO test_keys VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                [
+                    (
+                        pid,
+                        result.stage,
+                        clean(k.test_id),
+                        k.family,
+                        k.key,
+                        json.dumps(k.parts, sort_keys=True),
+                        k.conservative,
+                        k.test_file,
+                    )
+                    for k in keys
+                ],
+            )
+            wanted = {k.test_file for k in keys}
+            db.executemany(
+                "INSERT OR REPLACE INTO key_files VALUES (?, ?, ?)",
+                [
+                    (pid, name, zlib.compress(json.dumps(files, sort_keys=True).encode()))
+                    for name, files in (key_files or {}).items()
+                    if name in wanted
+                ],
+            )
 
     def record_split(self, pipeline: int, family: str, groups: list[list[str]]) -> None:
         """Record how ``family``'s tests were split into its shards in ``pipeline`` (shard i's
@@ -679,6 +824,8 @@ class Ledger:
             results=results,
             logs=logs,
             reused_tests=reused,
+            key_reuses=self.key_reuse_sources(number) if with_results else [],
+            reuse_faults=self.reuse_faults(number) if with_results else [],
         )
 
     def passed_tests(self, number: int, stage: str) -> dict[str, tuple[int, float]]:
@@ -692,6 +839,153 @@ class Ledger:
                 (self.repo, number, stage),
             )
         }
+
+    def trusted_passes(
+        self,
+        family: str,
+        *,
+        pr: int | None,
+        branch: str | None,
+        default_branch: str,
+        exclude: int | None = None,
+        test_id: str | None = None,
+        source: int | None = None,
+    ) -> dict[str, KeyedPass]:
+        """Test id -> its latest keyed run in ``family`` that reuse by key may trust, when that
+        run passed. The trust rule is in the query: a run counts only when its pipeline is a
+        post-merge one of ``default_branch`` (no PR), or an earlier pipeline of the same ``pr``
+        (without a PR, a local run: one of the same ``branch``); never another PR's, so a PR
+        cannot plant a pass for anyone else. A test with a recorded reuse fault is never
+        reused by key (``record_fault``). ``exclude``: the asking pipeline; ``source``: only
+        the runs of that pipeline (to check a reuse that was offered earlier)."""
+        if self.version < 2:
+            return {}
+        rows = self._query(
+            "SELECT k.test_id, k.key, k.parts, p.number, p.pr, t.outcome, t.duration_s"
+            " FROM test_keys k"
+            " JOIN pipelines p ON p.id = k.pipeline_id"
+            " JOIN tests t ON t.pipeline_id = k.pipeline_id AND t.stage = k.stage"
+            " AND t.test_id = k.test_id"
+            " WHERE k.family = ? AND p.repo = ? AND (? IS NULL OR k.test_id = ?)"
+            " AND (? IS NULL OR p.number != ?) AND (? IS NULL OR p.number = ?)"
+            " AND ((p.pr IS NULL AND p.branch = ?)"
+            " OR (? IS NOT NULL AND p.pr = ?)"
+            " OR (? IS NULL AND p.pr IS NULL AND p.branch IS ?))"
+            " AND NOT EXISTS (SELECT 1 FROM reuse_faults f WHERE f.repo = p.repo"
+            " AND f.family = k.family AND f.test_id = k.test_id)"
+            " ORDER BY p.id",
+            (family, self.repo, test_id, test_id, exclude, exclude, source, source, default_branch)
+            + (pr, pr, pr, branch),
+        )
+        latest = {row["test_id"]: row for row in rows}  # the newest run of each test wins
+        return {
+            test: KeyedPass(
+                test,
+                row["key"],
+                json.loads(row["parts"]),
+                row["number"],
+                row["pr"] is None,
+                row["duration_s"],
+            )
+            for test, row in latest.items()
+            if row["outcome"] == "passed"
+        }
+
+    def record_fault(
+        self, family: str, test_id: str, pipeline: int, source: int, detail: str
+    ) -> None:
+        """A reuse fault: ``test_id`` was reused by key from ``source`` in ``pipeline``, and a
+        real run disagreed (``detail``). The test is never reused by key again."""
+        with self._write() as db:
+            db.execute(
+                "INSERT INTO reuse_faults (repo, family, test_id, pipeline, source, detail,"
+                " recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (self.repo, family, clean(test_id), pipeline, source, clean(detail), _now()),
+            )
+
+    def key_reused(self, number: int) -> list[tuple[str, str, int]]:
+        """(stage, test id, source pipeline) of each test pipeline ``number`` reused by key."""
+        if self.version < 2:
+            return []
+        rows = self._query(
+            "SELECT t.stage, t.test_id, t.reused_from FROM tests t"
+            " JOIN pipelines p ON p.id = t.pipeline_id"
+            " WHERE p.repo = ? AND p.number = ? AND t.reused_by = 'key'"
+            " ORDER BY t.stage, t.test_id",
+            (self.repo, number),
+        )
+        return [(r["stage"], r["test_id"], r["reused_from"]) for r in rows]
+
+    def add_meta(self, number: int, key: str, item: Any) -> None:
+        """Append ``item`` to the list ``meta[key]`` of pipeline ``number``."""
+        with self._write() as db:
+            pid = self._id(number)
+            meta = json.loads(
+                db.execute("SELECT meta FROM pipelines WHERE id = ?", (pid,)).fetchone()[0]
+            )
+            meta.setdefault(key, []).append(item)
+            db.execute("UPDATE pipelines SET meta = ? WHERE id = ?", (json.dumps(meta), pid))
+
+    def reuse_faults(self, pipeline: int | None = None) -> list[tuple[str, str, int, int, str]]:
+        """(family, test id, pipeline, source, detail) of each recorded reuse fault (of the
+        reuses in ``pipeline`` when given), oldest first."""
+        if self.version < 2:
+            return []
+        rows = self._query(
+            "SELECT family, test_id, pipeline, source, detail FROM reuse_faults"
+            " WHERE repo = ? AND (? IS NULL OR pipeline = ?) ORDER BY id",
+            (self.repo, pipeline, pipeline),
+        )
+        return [(r["family"], r["test_id"], r["pipeline"], r["source"], r["detail"]) for r in rows]
+
+    def latest_key(self, test_id: str) -> KeyRun | None:
+        """The newest recorded key of ``test_id`` (any family and pipeline), with its files."""
+        if self.version < 2:
+            return None
+        row = self._query_one(
+            "SELECT k.*, p.number, p.pr, p.branch, t.outcome, f.files FROM test_keys k"
+            " JOIN pipelines p ON p.id = k.pipeline_id"
+            " JOIN tests t ON t.pipeline_id = k.pipeline_id AND t.stage = k.stage"
+            " AND t.test_id = k.test_id"
+            " LEFT JOIN key_files f ON f.pipeline_id = k.pipeline_id AND f.test_file = k.test_file"
+            " WHERE p.repo = ? AND k.test_id = ? ORDER BY p.id DESC LIMIT 1",
+            (self.repo, test_id),
+        )
+        if row is None:
+            return None
+        return KeyRun(
+            pipeline=row["number"],
+            pr=row["pr"],
+            branch=row["branch"],
+            stage=row["stage"],
+            family=row["family"],
+            outcome=row["outcome"],
+            key=row["key"],
+            parts=json.loads(row["parts"]),
+            conservative=row["conservative"],
+            test_file=row["test_file"],
+            files=json.loads(zlib.decompress(row["files"])) if row["files"] else {},
+        )
+
+    def key_reuse_sources(self, number: int) -> list[tuple[int, bool, int]]:
+        """(source pipeline, whether it is main's rather than the same PR's (or, without a PR,
+        the same branch's), tests reused from it by key) of pipeline ``number``, by source. A
+        source this ledger lacks is main's: in Actions a PR's ledger holds its own pipelines,
+        main's post-merge ones are in main's ledger."""
+        if self.version < 2:
+            return []
+        rows = self._query(
+            "SELECT t.reused_from AS source, COUNT(*) AS n,"
+            " s.id IS NULL OR NOT ((s.pr IS NOT NULL AND s.pr IS p.pr)"
+            " OR (p.pr IS NULL AND s.pr IS NULL AND s.branch IS p.branch)) AS on_main"
+            " FROM tests t"
+            " JOIN pipelines p ON p.id = t.pipeline_id"
+            " LEFT JOIN pipelines s ON s.repo = p.repo AND s.number = t.reused_from"
+            " WHERE p.repo = ? AND p.number = ? AND t.reused_by = 'key'"
+            " GROUP BY t.reused_from ORDER BY t.reused_from",
+            (self.repo, number),
+        )
+        return [(row["source"], bool(row["on_main"]), row["n"]) for row in rows]
 
     def test_outcomes(self, number: int) -> dict[tuple[str, str], TestOutcome]:
         """(stage family, test id) -> outcome in pipeline ``number`` (executed or reused), for

@@ -84,7 +84,7 @@ class _Attempt:
 
 # What a shard run writes into its folder; an earlier run's copies are removed first, so a
 # reused --out folder never lends its stale results to this run (the plugin appends to streams).
-SHARD_OUTPUTS = ("tests.jsonl", "log.txt", "junit.xml", "result.json", "waives.json")
+SHARD_OUTPUTS = ("tests.jsonl", "log.txt", "junit.xml", "result.json", "waives.json", "keys.json")
 
 
 def clear_shard_folder(out: Path) -> None:
@@ -112,10 +112,15 @@ def run_shard(entry: MatrixEntry, context: ShardContext) -> StageResult:
         "CUDA_VISIBLE_DEVICES": ",".join(context.devices),
         "PYTHONUNBUFFERED": "1",
     }
+    keys = _key_check(entry, context)
     if entry.command is not None:
         tests, state, evidence = _run_command(entry, context, env, deadline, timeout_s)
     else:
-        tests, state, evidence = _run_tests(entry, context, env, deadline, timeout_s)
+        run = keys.deselected(entry) if keys is not None else entry
+        tests, state, evidence = _run_tests(run, context, env, deadline, timeout_s)
+        if state == "NOT_RUN" and keys is not None and keys.reused:
+            # nothing left to execute (or only skips): the shard's tests passed, by key
+            state, evidence = "SUCCESS", f"{len(keys.reused)} test(s) reused by key, none failed"
     write_junit(out / "junit.xml", entry.stage, tests)
     (out / "tests.jsonl").touch()
     if not context.keep_work:
@@ -135,8 +140,41 @@ def run_shard(entry: MatrixEntry, context: ShardContext) -> StageResult:
         evidence=evidence,
         reused_from=entry.reuse_from if entry.reused_tests else None,
     )
+    if keys is not None:
+        _write_keys(keys, out, [t.test_id for t in tests])
     write_result(out, result)
     return result
+
+
+def _key_check(entry: MatrixEntry, context: ShardContext):
+    """Reuse by dependency key (harness/key_reuse.py): the tests this shard need not run, written
+    to ``keys.json`` at once (None: no key for this shard, or the keys could not be computed,
+    which costs reuse, never a result)."""
+    from stagebot.harness.key_reuse import KeyCheck
+
+    try:
+        check = KeyCheck.before(entry, context.root)
+        if check is not None:
+            check.write(context.out_dir)
+            for note in [*check.notes, f"{len(check.reused)} test(s) reused by key, deselected"]:
+                _note(context.out_dir, note)
+        return check
+    except Exception as error:  # noqa: BLE001 - a key that cannot be computed reuses nothing
+        _note(context.out_dir, f"reuse by key is off for this shard: {error!r}")
+        return None
+
+
+def _write_keys(check, out: Path, finished: list[str]) -> None:
+    """The keys of the tests that reached an outcome; on a failure, the reuse alone stays."""
+    try:
+        check.write(out, finished)
+    except Exception as error:  # noqa: BLE001 - no keys recorded: later runs re-run them
+        _note(out, f"the dependency keys of this shard were not recorded: {error!r}")
+
+
+def _note(out: Path, text: str) -> None:
+    with open(out / "log.txt", "a", encoding="utf-8") as log:
+        log.write(f"stagebot: {text}\n")
 
 
 def write_result(out: Path, result: StageResult) -> None:

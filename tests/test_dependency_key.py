@@ -251,6 +251,12 @@ BLIND = [
         id="a program name rebound to Python",
     ),
     pytest.param(
+        "import importlib\n\ndef load(name):\n"
+        '    return importlib.import_module(f"{__name__}.{name}")\n',
+        "import_module() of a computed name",
+        id="a submodule of a module that is not a package",
+    ),
+    pytest.param(
         "import os\n\ndef mode(name):\n    return os.environ[name]\n",
         "an environment variable read by a computed name",
         id="an environment variable read by a computed name",
@@ -318,6 +324,26 @@ def test_a_python_child_with_literal_code_brings_its_imports_in(repo, family, co
     assert before.conservative == ()
     edit(repo, "pkg/unrelated.py")  # imported only by the child's code, through pkg.child
     assert changed_inputs(before, key(repo, family)) == ["files changed: pkg/unrelated.py"]
+
+
+def test_a_packages_plug_ins_found_by_name_are_all_in_the_key(repo, family) -> None:
+    """A package's ``__init__`` importing its own modules by ``f"{__name__}.{name}"`` (plug-ins
+    found with ``pkgutil.iter_modules(__path__)``) brings every module under its folder in:
+    precise, not conservative, and a change to any plug-in re-runs the test."""
+    (repo / "pkg/plugins").mkdir()
+    (repo / "pkg/plugins/__init__.py").write_text(
+        "import importlib, pkgutil\n\n"
+        "for found in pkgutil.iter_modules(__path__):\n"
+        '    importlib.import_module(f"{__name__}.{found.name}")\n'
+    )
+    (repo / "pkg/plugins/first.py").write_text("A = 1\n")
+    (repo / "pkg/plugins/second.py").write_text("B = 2\n")
+    edit(repo, "pkg/deep.py", "import pkg.plugins\n")
+    before = key(repo, family)
+    assert before.conservative == ()
+    assert {"pkg/plugins/first.py", "pkg/plugins/second.py"} <= set(before.files)
+    edit(repo, "pkg/plugins/second.py")
+    assert changed_inputs(before, key(repo, family)) == ["files changed: pkg/plugins/second.py"]
 
 
 def test_a_name_bound_to_something_else_anywhere_is_not_a_literal(repo, family) -> None:

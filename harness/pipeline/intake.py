@@ -14,6 +14,7 @@ import json
 from collections.abc import Mapping
 from pathlib import Path
 
+from stagebot.harness.key_reuse import read_keys, with_refusals
 from stagebot.harness.pipeline.recording import (
     failure_logs,
     passed_tests,
@@ -40,9 +41,14 @@ def record_stage_results(
     *,
     cancelled: bool,
     unreadable: Mapping[str, str] | None = None,
+    default_branch: str = "main",
+    main_book=None,
 ) -> list[str]:
     """Record each planned shard's result from ``folder``; returns the result files ignored.
-    ``unreadable``: stage -> why its result artifact could not be downloaded or read."""
+    ``unreadable``: stage -> why its result artifact could not be downloaded or read. A shard's
+    ``keys.json`` (harness/key_reuse.py) brings its tests' keys and the tests it reused by key,
+    each reuse checked against the ledger's trusted lookup for this pipeline (in ``main_book``,
+    main's vouched ledger, too)."""
     unreadable = unreadable or {}
     accepted = {result_file(folder, shard) for shard in plan.shards_to("run")}
     ignored = [
@@ -55,7 +61,8 @@ def record_stage_results(
             passed = passed_tests(book, shard.stage, shard.reuse_from)
             record_result(book, number, reused_result(shard), reused=passed)
         elif shard.action == "run":
-            _record_run(book, number, folder, shard, cancelled, unreadable)
+            where = (default_branch, main_book)
+            _record_run(book, number, folder, shard, cancelled, unreadable, where)
     return ignored
 
 
@@ -66,8 +73,14 @@ def _record_run(
     shard: PlannedShard,
     cancelled: bool,
     unreadable: Mapping[str, str],
+    where: tuple,
 ) -> None:
     result, logs = _taken(folder, shard)
+    keyed = (
+        read_keys(folder / shard.stage, shard.stage, book, number, *where)
+        if result is not None
+        else None
+    )
     if result is None and shard.stage in unreadable:
         result = placeholder_result(shard, "ERROR", unreadable[shard.stage])
     if result is None:
@@ -77,7 +90,8 @@ def _record_run(
             else placeholder_result(shard, "ERROR", NO_RESULT)
         )
     reused = passed_tests(book, shard.stage, shard.reuse_from) if shard.reused_tests else None
-    record_result(book, number, result, logs=logs, reused=reused)
+    result = with_refusals(result, keyed)
+    record_result(book, number, result, logs=logs, reused=reused, keyed=keyed)
 
 
 def result_file(folder: Path, shard: PlannedShard) -> Path:

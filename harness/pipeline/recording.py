@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from stagebot.harness.key_reuse import Keyed
 from stagebot.harness.ledger import retry_busy
 from stagebot.harness.results import StageResult
 from stagebot.harness.shard import placeholder_result
@@ -19,10 +20,27 @@ Passed = dict[str, tuple[int, float]]  # test id -> (pipeline it passed in, its 
 
 
 def record_result(
-    book, number: int, result: StageResult, *, logs=None, reused: Passed | None = None
+    book,
+    number: int,
+    result: StageResult,
+    *,
+    logs=None,
+    reused: Passed | None = None,
+    keyed: Keyed | None = None,
 ) -> None:
-    """Store ``result`` as pipeline ``number``'s (waiting out a busy ledger)."""
-    retry_busy(lambda: book.record_result(number, result, logs=logs or {}, reused_tests=reused))
+    """Store ``result`` as pipeline ``number``'s (waiting out a busy ledger), with the tests it
+    reused by key and its tests' keys (``keyed``, from its ``keys.json``)."""
+    retry_busy(
+        lambda: book.record_result(
+            number,
+            result,
+            logs=logs or {},
+            reused_tests=reused,
+            key_reused=keyed.reused if keyed else None,
+            keys=keyed.keys if keyed else (),
+            key_files=keyed.files if keyed else None,
+        )
+    )
 
 
 def failure_logs(stream: Path) -> dict[str, str]:

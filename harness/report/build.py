@@ -58,6 +58,8 @@ def report_from_record(
         ignored_results=list(meta.get("ignored_results") or []),
         local=bool(meta.get("local")),
         root=root,
+        key_reuses=record.key_reuses,
+        reuse_faults=record.reuse_faults,
     )
 
 

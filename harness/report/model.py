@@ -41,6 +41,10 @@ class Report:
     ledger: str = ""  # where a local run is recorded (its re-run must use the same ledger)
     base_note: str = ""  # which pipeline failures were compared with, and how it was found
     root: Path | None = None  # the checkout the tests ran from (the HTML links its files)
+    key_reuses: list[tuple[int, bool, int]] = field(
+        default_factory=list
+    )  # Ledger.key_reuse_sources
+    reuse_faults: list[tuple[str, str, int, int, str]] = field(default_factory=list)
 
     @property
     def exit_code(self) -> int:
@@ -79,6 +83,29 @@ class Report:
         """How the replies name this pipeline: on GitHub its PR_Github number, locally its
         ledger's (the bot's own words around a number: not escaped, so "#12" stays as written)."""
         return Trusted(f"pipeline #{self.pipeline}" if self.local else label(self.pipeline or 0))
+
+    def key_reuse_line(self) -> Trusted:
+        """ "N tests reused by key (from #M on main, #K of this PR)": how many of this pipeline's
+        tests were not run because their dependency key matched, and whose runs stand for
+        them (docs/reuse.md). The bot's own words around numbers: not escaped."""
+        total = sum(count for _, _, count in self.key_reuses)
+        own = "this branch" if self.pr is None else "this PR"
+        name = (lambda n: f"#{n}") if self.local else label
+        main = [name(source) for source, on_main, _ in self.key_reuses if on_main]
+        mine = [name(source) for source, on_main, _ in self.key_reuses if not on_main]
+        sources = ([f"{', '.join(main)} on main"] if main else []) + (
+            [f"{', '.join(mine)} of {own}"] if mine else []
+        )
+        plural = "s" if total != 1 else ""
+        return Trusted(f"{total} test{plural} reused by key (from {', '.join(sources)})")
+
+    def reuse_fault_lines(self) -> list[str]:
+        """One line per reuse fault the audit found in this pipeline."""
+        return [
+            f"{test} ({family}): reused by key from #{source}, but {detail}; its key is "
+            "conservative from now on (it re-runs on any change)"
+            for family, test, _, source, detail in self.reuse_faults
+        ]
 
     def local_command(self) -> str:
         """The `bot run` that runs this pipeline's command on this machine."""

@@ -56,7 +56,7 @@ MUTANTS = {
     ),
     "suite args ignored": (
         F,
-        '"suite_args": _digest([suite.pytest_args() for suite in family.suites]),',
+        '"suite_args": family.suite_args,',
         '"suite_args": _digest([]),',
     ),
     "catalog entry ignored": (
@@ -66,7 +66,7 @@ MUTANTS = {
     ),
     "waives ignored": (
         F,
-        "        if waive_matches(test_id, waive.test_id) and waive.applies_to(family.gpu_type)",
+        "if waive_matches(test_id, pattern)",
         "        if False",
     ),
     "gpu ignored": (
@@ -100,6 +100,11 @@ MUTANTS = {
         G,
         "for name, found in values.items() if name not in other",
         "for name, found in values.items()",
+    ),
+    "a package's plug-ins not expanded": (
+        G,
+        "    if name.endswith(SUBMODULES):",
+        "    if False:",
     ),
 }
 

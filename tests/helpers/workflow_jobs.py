@@ -153,11 +153,12 @@ class Jobs:
 
     # ---- as on GitHub: bot.yml, the dispatched stage.yml run, report.yml
 
-    def plan(self, body: str, number: int, author: str = "writer") -> dict[str, str]:
-        """The plan job of bot.yml run ``number``; its outputs (and the stage run's id)."""
+    def plan(self, body: str, number: int, author: str = "writer", pr: int = PR) -> dict[str, str]:
+        """The plan job of bot.yml run ``number`` for a comment on ``pr``; its outputs (and the
+        stage run's id)."""
         run_id = 50000 + number
         self.gh.add_run(number, run_id=run_id)
-        payload = self.comment_event(body, PR, author, 7000 + number)
+        payload = self.comment_event(body, pr, author, 7000 + number)
         self.env(run_id, "issue_comment", payload, number)
         return self._plan_job(run_id)
 
@@ -202,7 +203,8 @@ class Jobs:
         matrix = json.loads(self.gh.dispatches[-1]["inputs"]["matrix"])
         assert matrix == json.loads(outputs["matrix"])
         for entry in matrix:
-            assert entry["commit"] == SHA or outputs.get("commit") == entry["commit"]
+            heads = {pull["head"]["sha"] for pull in self.gh.pulls.values()}
+            assert entry["commit"] in heads or outputs.get("commit") == entry["commit"]
             self.run_stage(entry, folder / "results")
             self.upload_results(run_id, entry["stage"], folder / "results")
         self.gh.runs[run_id].update(status="completed", conclusion=conclusion)
@@ -237,18 +239,20 @@ class Jobs:
         self.gh.runs[run_id].update(status="completed", conclusion="success")
         return outputs, log
 
-    def whole(self, body: str, number: int) -> dict[str, str]:
-        """Plan, stage run and report of a comment; the plan job's outputs."""
-        outputs = self.plan(body, number)
+    def whole(self, body: str, number: int, pr: int = PR) -> dict[str, str]:
+        """Plan, stage run and report of a comment on ``pr``; the plan job's outputs."""
+        outputs = self.plan(body, number, pr=pr)
         assert outputs["run"] == "true", outputs
         self.report(self.stages(outputs), number)
         return outputs
 
     # ---- with the ledger as a file beside the jobs, and `bot publish` itself
 
-    def handle_comment(self, body: str, number: int, author="writer", comment_id=None) -> dict:
-        """`bot handle-event` on a new comment (run ``number``); its outputs."""
-        payload = self.comment_event(body, PR, author, comment_id or 7000 + number)
+    def handle_comment(
+        self, body: str, number: int, author="writer", comment_id=None, pr: int = PR
+    ) -> dict:
+        """`bot handle-event` on a new comment on ``pr`` (run ``number``); its outputs."""
+        payload = self.comment_event(body, pr, author, comment_id or 7000 + number)
         self.env(50000 + number, "issue_comment", payload, number)
         return self._handle_event(number)[0]
 

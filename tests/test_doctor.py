@@ -15,6 +15,8 @@ from helpers.cli import bot
 
 from stagebot.bot.doctor_checks import APP_PERMISSIONS
 
+pytestmark = pytest.mark.slow
+
 WORKFLOWS = ("bot.yml", "stage.yml", "report.yml")
 GPU_LABELS = ["self-hosted", "linux", "ephemeral", "gpu-dgx-h200"]
 

@@ -16,6 +16,8 @@ from helpers import extras
 
 from stagebot.templates.markdown import escape
 
+pytestmark = pytest.mark.slow
+
 CORPUS = ROOT / "tests" / "fixtures" / "corpus"
 STAGES = ", ".join(
     f"CPU-PyTorch-{name}-1"

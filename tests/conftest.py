@@ -25,10 +25,14 @@ def _fresh_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.M
 
 
 @pytest.fixture(autouse=True, scope="session")
-def _child_pytests_in_file_order():
+def _child_pytests_in_file_order_without_hypothesis_plugin():
+    """The pytests the tests start (hundreds: every shard of every pipeline) go without
+    hypothesis's pytest plugin, a plugin of this suite's environment: at every pytest's end it
+    imports all of hypothesis (1 s of CPU here, 6.155), whether a test used it or not. A @given
+    test runs and reports its failing example without it (the failure corpus has one)."""
     with pytest.MonkeyPatch.context() as patch:
         options = os.environ.get("PYTEST_ADDOPTS", "")
-        patch.setenv("PYTEST_ADDOPTS", f"{options} -p no:randomly".strip())
+        patch.setenv("PYTEST_ADDOPTS", f"{options} -p no:randomly -p no:hypothesispytest".strip())
         yield
 
 

@@ -32,7 +32,7 @@ class DoctorClient:
     def __init__(self, api_url: str, repository: str, token: str) -> None:
         import github
 
-        policy = RetryPolicy()
+        policy = RetryPolicy.from_environ()  # STAGEBOT_GITHUB_*, as for the other commands
         self.repository = repository
         self.api_url = api_url.rstrip("/")
         self._requester = github.Github(
@@ -40,6 +40,8 @@ class DoctorClient:
             auth=github.Auth.Token(token),
             timeout=max(1, math.ceil(policy.timeout)),
             user_agent="stagebot-doctor",
+            seconds_between_requests=policy.seconds_between_requests,
+            seconds_between_writes=policy.seconds_between_writes,
         ).requester
 
     def get(self, path: str, **query: str) -> Answer:

@@ -23,7 +23,7 @@ from stagebot.harness.suites.nvfp4_moe import kernel_plan  # noqa: E402
 from stagebot.kernels.cute import compile as cc  # noqa: E402
 from stagebot.kernels.cute import tactics, warm  # noqa: E402
 
-pytestmark = extras.needs("cutlass")
+pytestmark = [pytest.mark.slow, extras.needs("cutlass")]
 
 
 @pytest.fixture(scope="module")

@@ -21,6 +21,8 @@ from stagebot.kernels.cute import compile as cc
 from stagebot.kernels.cute import disk_cache, warm
 from stagebot.kernels.cute.tactics import TACTICS, Tactic
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[1]
 needs_cutlass = extras.needs("cutlass")
 

@@ -60,6 +60,7 @@ def gh(keys, adopted, monkeypatch):  # noqa: F811 - the fixture imported above
             "GITHUB_TOKEN": "ghp_admin",
             "STAGEBOT_APP_ID": str(APP_ID),
             "STAGEBOT_APP_PRIVATE_KEY": keys[0],
+            "STAGEBOT_GITHUB_THROTTLE_S": "0",  # PyGithub's 0.25 s between reads is for GitHub
         }.items():
             monkeypatch.setenv(key, value)
         yield server
@@ -197,6 +198,25 @@ def test_a_protected_branchs_required_check_counts_too(gh, adopted, capsys) -> N
     gh.protected_contexts["main"] = ["stagebot"]
     code, checks = doctor(capsys, adopted)
     assert code == 0 and checks["required-status"]["ok"], checks["required-status"]
+
+
+def test_doctor_takes_the_github_settings_from_the_environment(
+    gh,
+    adopted,  # noqa: F811
+    capsys,
+    monkeypatch,
+) -> None:
+    """As every command does: STAGEBOT_GITHUB_THROTTLE_S=0 (the fixture's) leaves PyGithub
+    nothing to wait between reads; without it, PyGithub's throttle for GitHub spaces them."""
+    import time
+
+    waits: list[float] = []
+    monkeypatch.setattr(time, "sleep", waits.append)  # PyGithub's requester waits with it
+    assert doctor(capsys, adopted)[0] == 0
+    assert waits == []
+    monkeypatch.delenv("STAGEBOT_GITHUB_THROTTLE_S")
+    assert doctor(capsys, adopted)[0] == 0
+    assert waits and all(0 < wait <= 0.25 for wait in waits), waits
 
 
 def test_without_an_app_doctor_asks_for_one_unless_told(gh, adopted, capsys, monkeypatch) -> None:  # noqa: F811

@@ -15,6 +15,8 @@ import jsonschema
 import pytest
 from fixtures.botrun import CATALOG, ROOT, bot, results, run_stages
 
+pytestmark = pytest.mark.slow
+
 SHARD_FILES = {"result.json", "junit.xml", "tests.jsonl", "log.txt"}
 SCHEMA = json.loads((ROOT / "harness" / "schemas" / "stage_result.v1.json").read_text())
 

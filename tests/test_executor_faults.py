@@ -25,6 +25,8 @@ from stagebot.harness.junit import JunitError, read_junit
 from stagebot.harness.ledger import Ledger, LedgerError
 from stagebot.harness.streams import read_stream
 
+pytestmark = pytest.mark.slow
+
 FAULTY = {
     "CPU-PyTorch-Hang-1": "timeout: killed after 60 s, load average ",  # then where it hung
     "CPU-PyTorch-Crash-1": "crashed: pytest killed by SIGKILL before writing any result",

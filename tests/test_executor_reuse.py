@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 from fixtures.botrun import bot, results
 
+pytestmark = pytest.mark.slow
+
 BROKEN = {"STAGEBOT_FIXTURE_BROKEN": "1"}
 CATALOG = """
 gpu_types:

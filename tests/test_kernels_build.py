@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 from helpers import extras
 
-pytestmark = extras.needs("cutlass")
+pytestmark = [pytest.mark.slow, extras.needs("cutlass")]
 
 
 def _build(*args: str):

@@ -17,6 +17,8 @@ import textwrap
 import pytest
 from helpers import extras
 
+pytestmark = pytest.mark.slow
+
 extras.require("triton")
 
 # (kernel, argument types as its launcher passes them, constexprs: a str names the module's

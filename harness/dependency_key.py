@@ -25,11 +25,13 @@ over coverage). The parts:
 
 from __future__ import annotations
 
+import configparser
 import dataclasses
 import hashlib
 import json
 import os
 import platform
+import shlex
 import sys
 import tomllib
 from collections.abc import Iterable, Mapping
@@ -51,6 +53,8 @@ PARTS = ("test", "files", "suite_args", "catalog", "environment", "gpu")
 CODE_PARTS = PARTS[:4]  # what the plan can compare; environment and gpu only the runner knows
 PYTEST_CONFIGS = ("pytest.ini", "pyproject.toml", "tox.ini", "setup.cfg", "conftest.py")
 UNSET = "<unset>"
+# pytest reads these at every start: more arguments (-p plugins among them), plugins to load
+PYTEST_VARIABLES = {"PYTEST_ADDOPTS", "PYTEST_PLUGINS"}
 
 
 @dataclass(frozen=True)
@@ -99,6 +103,7 @@ class FamilyInputs:
     suite_args: str  # the digest of the suites' pytest arguments
     entry: str  # the digest of the entry, all but its name, where it is written, its suites
     waives: tuple[tuple[str, str], ...] = ()  # (test id pattern, reason) on its GPU type
+    plugins: tuple[str, ...] = ()  # modules the suites' arguments load by name (-p NAME)
 
     @classmethod
     def of(cls, family: Family, waives: Iterable[Waive] = ()) -> FamilyInputs:
@@ -113,6 +118,7 @@ class FamilyInputs:
             _digest([suite.pytest_args() for suite in family.suites]),
             _digest(catalog_entry),
             tuple(sorted((w.test_id, w.reason) for w in waives if w.applies_to(family.gpu_type))),
+            plugins_named(arg for suite in family.suites for arg in suite.pytest_args()),
         )
 
     def to_json(self) -> dict[str, str]:
@@ -122,12 +128,31 @@ class FamilyInputs:
             "gpu_type": self.gpu_type,
             "suite_args": self.suite_args,
             "entry": self.entry,
+            "plugins": list(self.plugins),
         }
 
     @classmethod
     def from_json(cls, data: Mapping[str, str], waives: Iterable[Mapping[str, str]]):
         pairs = tuple(sorted((w["test_id"], w["reason"]) for w in waives))
-        return cls(data["name"], data["gpu_type"], data["suite_args"], data["entry"], pairs)
+        plugins = tuple(data.get("plugins", ()))
+        names = (data["name"], data["gpu_type"], data["suite_args"], data["entry"])
+        return cls(*names, pairs, plugins)
+
+
+def plugins_named(args: Iterable[str]) -> tuple[str, ...]:
+    """The modules pytest arguments load as plugins: ``-p NAME`` and ``-pNAME`` (not ``no:``)."""
+    args = list(args)
+    found = []
+    for arg, following in zip(args, [*args[1:], ""], strict=False):
+        if arg == "-p":
+            name = following
+        elif arg.startswith("-p"):
+            name = arg[2:]
+        else:
+            continue
+        if name and not name.startswith("no:"):
+            found.append(name)
+    return tuple(dict.fromkeys(found))
 
 
 @dataclass(frozen=True)
@@ -163,9 +188,9 @@ def dependency_key(
     ``Repository`` for the keys of many tests of one checkout. ``waives`` (the catalog's) only
     with a ``Family``: ``FamilyInputs`` holds its own."""
     repo = root if isinstance(root, Repository) else Repository(root)
-    inputs = repo.inputs(test_id.split("::")[0])
     if not isinstance(family, FamilyInputs):
         family = FamilyInputs.of(family, waives)
+    inputs = repo.inputs(test_id.split("::")[0], family.plugins)
     catalog_entry = {"entry": family.entry}
     catalog_entry["waives"] = sorted(
         [pattern, reason] for pattern, reason in family.waives if waive_matches(test_id, pattern)
@@ -198,13 +223,20 @@ class Repository:
         self._digests: dict[str, str] = {}
         self._facts: dict[str, ModuleFacts] = {}
         self._data: dict[str, frozenset[str]] = {}
-        self._inputs: dict[str, TestInputs] = {}
+        self._inputs: dict[tuple[str, tuple[str, ...]], TestInputs] = {}
 
-    def inputs(self, test_file: str) -> TestInputs:
-        """``TestInputs.read`` of ``test_file``, once per checkout (its tests share it)."""
-        if test_file not in self._inputs:
-            self._inputs[test_file] = TestInputs.read(self, test_file)
-        return self._inputs[test_file]
+    def inputs(self, test_file: str, plugins: tuple[str, ...] = ()) -> TestInputs:
+        """``TestInputs.read`` of ``test_file`` in a session that loads ``plugins`` by name, once
+        per checkout (its tests share it)."""
+        if (test_file, plugins) not in self._inputs:
+            self._inputs[test_file, plugins] = TestInputs.read(self, test_file, plugins)
+        return self._inputs[test_file, plugins]
+
+    def module_file(self, name: str) -> list[str]:
+        """The repository file of the module ``name`` (as pytest's -p or an entry point names
+        it), nearest the root; none for a module of an installed distribution."""
+        candidates = self.index.get(name) or self.index.get(name.partition(".")[2], ())
+        return list(candidates[:1])
 
     def facts(self, root: str, path: str) -> ModuleFacts:
         if path not in self._facts:
@@ -248,9 +280,10 @@ class TestInputs:
     conservative: tuple[str, ...]
 
     @classmethod
-    def read(cls, repo: Repository, test_file: str) -> TestInputs:
+    def read(cls, repo: Repository, test_file: str, plugins: tuple[str, ...] = ()) -> TestInputs:
         root = repo.root
-        start = {test_file, *_conftests(test_file), *_session_files(repo)} & repo.present
+        named = [path for name in plugins for path in repo.module_file(name)]
+        start = {test_file, *_conftests(test_file), *_session_files(repo), *named} & repo.present
         code = closure(root, sorted(p for p in start if p.endswith(".py")), repo.index, repo.facts)
         launchers = {name for path in code for name in repo.facts(root, path).launchers}
         blind = [
@@ -258,8 +291,11 @@ class TestInputs:
             for path in sorted(code)
             for what in repo.facts(root, path).blind_with(launchers)
         ]
+        if test_file not in repo.present:  # what it imports cannot be read: the whole repository
+            blind.append(f"{test_file}: not among the repository's files that were read")
         chosen = repo.files if blind else sorted(code | start | _data_files(repo, code))
         environment = {name for path in code for name in repo.facts(root, path).environment}
+        environment |= PYTEST_VARIABLES
         files = {path: repo.digest(path) for path in chosen}
         return cls(files, tuple(sorted(environment)), tuple(blind))
 
@@ -281,9 +317,32 @@ def _session_files(repo: Repository) -> list[str]:
             project = {}
         plugins = project.get("project", {}).get("entry-points", {}).get("pytest11", {})
         for module in plugins.values():
-            name = str(module).split(":")[0]
-            candidates = repo.index.get(name) or repo.index.get(name.partition(".")[2], ())
-            found += list(candidates[:1])
+            found += repo.module_file(str(module).split(":")[0])
+        found += _addopts_plugins(repo, project.get("tool", {}).get("pytest", {}))
+    if "pytest.ini" in repo.present:
+        parser = configparser.ConfigParser(interpolation=None)
+        try:
+            parser.read_string(Path(repo.root, "pytest.ini").read_text(errors="replace"))
+        except configparser.Error:
+            pass
+        found += _addopts_plugins(repo, {"addopts": parser.get("pytest", "addopts", fallback="")})
+    return found
+
+
+def _addopts_plugins(repo: Repository, settings: Mapping) -> list[str]:
+    """The repository modules a pytest configuration's ``addopts`` loads with ``-p``
+    (``[tool.pytest.ini_options]``, ``[tool.pytest]`` or pytest.ini's ``[pytest]``)."""
+    found = []
+    for table in (settings.get("ini_options", {}), settings):
+        addopts = table.get("addopts", "") if isinstance(table, Mapping) else ""
+        if isinstance(addopts, str):
+            try:
+                args = shlex.split(addopts)
+            except ValueError:  # unbalanced quotes: pytest's own start fails on them anyway
+                args = addopts.split()
+        else:
+            args = [str(a) for a in addopts]
+        found += [path for name in plugins_named(args) for path in repo.module_file(name)]
     return found
 
 

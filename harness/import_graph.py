@@ -22,22 +22,21 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path, PurePosixPath
 
-# Outputs, caches and environments: never an input (stagebot's own outputs go to out/).
+# Caches and environments, never an input wherever they are; and the outputs a build or stagebot
+# writes at the root (stagebot's own go to out/). Only at the root: a test folder may well be
+# called tests/dist or tests/build, and skipping it would leave its tests' files out of their keys.
 SKIP_DIRS = {
     ".git",
     "node_modules",
     "__pycache__",
-    "out",
-    "build",
-    "dist",
     ".venv",
-    "venv",
     ".pytest_cache",
     ".ruff_cache",
     ".mypy_cache",
     ".hypothesis",
     ".tox",
 }
+SKIP_ROOT_DIRS = {"out", "build", "dist", "venv"}
 
 # Calls whose first argument names a module to import: followed when it is a literal, blind
 # otherwise.
@@ -108,7 +107,8 @@ def repository_files(root: str) -> tuple[str, ...]:
     """Every file under ``root`` (relative, '/'-separated, sorted), outputs and caches left out."""
     found = []
     for folder, dirs, files in os.walk(root):
-        dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS and not d.endswith(".egg-info"))
+        skip = SKIP_DIRS | SKIP_ROOT_DIRS if folder == root else SKIP_DIRS
+        dirs[:] = sorted(d for d in dirs if d not in skip and not d.endswith(".egg-info"))
         for name in files:
             if name != ".git" and not name.endswith((".pyc", ".pyo")):
                 path = os.path.relpath(os.path.join(folder, name), root)
@@ -203,6 +203,17 @@ class _Reader(ast.NodeVisitor):
 
     def visit_Import(self, node: ast.Import) -> None:
         self.imports += [alias.name for alias in node.names]
+
+    def visit_Assign(self, node: ast.Assign) -> None:
+        """``pytest_plugins = ["pkg.fixtures"]``: pytest imports those modules by name."""
+        if any(isinstance(t, ast.Name) and t.id == "pytest_plugins" for t in node.targets):
+            empty = isinstance(node.value, ast.List | ast.Tuple) and not node.value.elts
+            names = () if empty else _literal_strings(node.value)
+            if names is None:
+                self._blind(node, "pytest_plugins of a computed value")
+            else:
+                self.imports += names
+        self.generic_visit(node)
 
     def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
         if node.level:

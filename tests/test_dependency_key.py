@@ -355,3 +355,64 @@ def test_a_name_bound_to_something_else_anywhere_is_not_a_literal(repo, family) 
     assert any(
         "import_module() of a computed name" in why for why in key(repo, family).conservative
     )
+
+
+@pytest.mark.parametrize("folder", ["dist", "build", "out", "venv"])
+def test_a_test_folder_named_like_an_output_is_read_as_code(repo, family, folder) -> None:
+    """Only the root's dist/, build/, out/ and venv/ are outputs: tests/dist/test_x.py is a test
+    whose key must follow the module it imports (the failure corpus's tests/dist)."""
+    test_file = f"tests/{folder}/test_core.py"
+    (repo / test_file).parent.mkdir()
+    (repo / test_file).write_text((repo / "tests/test_core.py").read_text())
+    before = key(repo, family, test_id=f"{test_file}::test_f")
+    assert not before.conservative, before.conservative
+    edit(repo, "pkg/core.py")
+    assert key(repo, family, test_id=f"{test_file}::test_f").digest != before.digest
+
+
+def test_a_test_file_outside_the_files_read_makes_its_key_conservative(repo, family) -> None:
+    test_file = "dist/test_core.py"  # the root's dist/ is an output folder, never indexed
+    (repo / "dist").mkdir()
+    (repo / test_file).write_text((repo / "tests/test_core.py").read_text())
+    found = key(repo, family, test_id=f"{test_file}::test_f")
+    assert found.conservative == (f"{test_file}: not among the repository's files that were read",)
+
+
+PLUGIN = "pkg/verdict.py"  # a session plugin that imports a module of its own
+PLUGIN_SOURCE = "from pkg import verdict_rules\n\ndef pytest_sessionfinish(session):\n    pass\n"
+LOADS_THE_PLUGIN = [
+    pytest.param("suite", id="-p in the family's suite arguments"),
+    pytest.param("addopts", id="-p in the pytest configuration's addopts"),
+    pytest.param("pytest_plugins", id="pytest_plugins in a conftest"),
+]
+
+
+@pytest.mark.parametrize("how", LOADS_THE_PLUGIN)
+@pytest.mark.parametrize("changed", [PLUGIN, "pkg/verdict_rules.py"])
+def test_a_plugin_loaded_by_name_is_in_the_key(repo, family, how, changed) -> None:
+    """pytest imports a plugin by its module name, not through an import statement: the failure
+    corpus's verdict family (-p mathkit.verdict) fails its session in a PR that no test imports."""
+    (repo / PLUGIN).write_text(PLUGIN_SOURCE)
+    (repo / "pkg/verdict_rules.py").write_text("RULES = 1\n")
+    if how == "suite":
+        family = dataclasses.replace(
+            family, suites=(SuiteRef("tests", args=("-p", "pkg.verdict")),)
+        )
+    elif how == "addopts":
+        edit(repo, "pyproject.toml", "")
+        text = (repo / "pyproject.toml").read_text().replace('"-ra"', '"-ra -p pkg.verdict"')
+        (repo / "pyproject.toml").write_text(text)
+    else:
+        (repo / "tests/conftest.py").write_text('pytest_plugins = ["pkg.verdict"]\n')
+    before = key(repo, family)
+    assert not before.conservative, before.conservative
+    edit(repo, changed)
+    assert changed_inputs(before, key(repo, family)) == [f"files changed: {changed}"]
+
+
+def test_pytests_own_variables_are_in_the_key(repo, family) -> None:
+    """PYTEST_ADDOPTS can load a plugin (-p) or change the options of every session."""
+    other = dataclasses.replace(
+        ENVIRONMENT, variables={**ENVIRONMENT.variables, "PYTEST_ADDOPTS": "-x"}
+    )
+    assert changed_inputs(key(repo, family), key(repo, family, other)) == ["environment changed"]

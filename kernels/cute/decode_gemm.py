@@ -267,7 +267,7 @@ class WeightRowsGemm(GroupedGemmCall):
                 sE, mGlobalSf[0], row0, valid, n_block, WEIGHT_ROWS, tidx, self.num_consumers,
                 mC, mCsf,
             )  # fmt: skip
-        if cutlass.const_expr(self.epilogue == "finalize"):
+        if cutlass.const_expr(self.epilogue == "finalize" and self.variant != "no_adds"):
             epilogues.finalize_rows(
                 sE, self._row_info_view(sE), valid, col0, mC.iterator.toint(),
                 cutlass.Int64(n * 2), tidx, self.num_consumers,

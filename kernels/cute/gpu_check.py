@@ -31,6 +31,14 @@ from stagebot.kernels.cute import launch
 from stagebot.kernels.cute.tactics import TACTICS, Tactic, effective
 
 
+# bench_moe's T8192 finalize shapes (tokens, experts, local experts, top_k, n, k), for the
+# finalize's diagnostic builds.
+FINALIZE_SHAPES = (
+    ("t8192_finalize_ep32_N7168_K2048", 8192, 256, 8, 8, 7168, 2048),
+    ("t8192_finalize_qwen3_N2048_K768", 8192, 128, 128, 8, 2048, 768),
+)
+
+
 def make_problem(counts: list[int], n: int, k: int, tile_size: int, spare_tiles: int, seed: int):
     """NVFP4 operands quantised from random data; tables expert-major, then exiting tiles."""
     g = torch.Generator(device="cuda").manual_seed(seed)
@@ -232,6 +240,21 @@ def bench_variant(name: str, counts, n, k, tile_size, tactic: Tactic, variant: s
     return dict(name=name, tactic=str(tactic), variant=variant, us=time_us(run_cute)["us"])
 
 
+def bench_finalize_variant(name: str, call: dict, tactic: Tactic, variant: str) -> dict:
+    """Timing of the finalize kernel (variant "") or of a diagnostic build of the 256-token RS
+    kernel: "no_fill" (no zeroing of the output, no wait for it), "no_adds" (no atomics); their
+    outputs are wrong by design. Where the finalize's time over the plain GEMM goes."""
+    from stagebot.kernels.cute.timing import time_us
+
+    args = {key: value for key, value in call.items() if key != "deterministic"}
+    out = launch.finalize_outputs(args["a"], args["b"], args["num_tokens"])
+
+    def run_cute():
+        launch.grouped_gemm_finalize(**args, tactic=tactic, out=out, _variant=variant)
+
+    return dict(name=name, tactic=str(tactic), variant=variant, us=time_us(run_cute)["us"])
+
+
 def bench_operand_prepass(name: str, counts, n, k, tile_size, operand: str) -> dict:
     """Timing of triton_elementwise.nvfp4_operand alone on operand "a" or "b": the pre-pass
     an fp16_operand tactic runs per call (its kernel timing above includes it)."""
@@ -343,6 +366,13 @@ def main(argv: list[str] | None = None) -> int:
                 if tactic.fp16_operand and max(counts) <= 128:
                     continue  # the once-per-call pre-pass is for large M
                 r = guarded(bench_variant, name, counts, n, k, 128, tactic, variant)
+                if r:
+                    results["variants"].append(r)
+        rs256 = next(t for t in rs_tactics if t.tile_mn[0] == 256)
+        for name, *shape in FINALIZE_SHAPES:
+            call = finalize_problem(*shape, seed=9)
+            for variant in ("", "no_fill", "no_adds"):
+                r = guarded(bench_finalize_variant, name, call, rs256, variant)
                 if r:
                     results["variants"].append(r)
         name, counts, n, k = shapes[0]

@@ -254,6 +254,7 @@ def grouped_gemm_finalize(
     *,
     tactic: Tactic = DEFAULT_TACTIC,
     out: torch.Tensor | None = None,
+    _variant: str = "",
 ) -> torch.Tensor:
     """bf16 [num_tokens, n]: each valid row times its router weight, added into its token's row
     with atomics (the order of the adds varies run to run); the rows of tokens without a valid
@@ -272,5 +273,6 @@ def grouped_gemm_finalize(
         tile_idx_to_mn_limit,
         top_k=top_k,
         num_tokens=num_tokens,
+        variant=_variant,
     )
     return out

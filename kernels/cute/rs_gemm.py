@@ -68,9 +68,10 @@ K_BLOCKS = BK // 16  # k16 WGMMAs per K step
 class Nvfp4RsGemmSm90(WeightRowsGemm):
     """NVFP4 weights x fp16 tokens contiguous grouped GEMM, weights from registers."""
 
-    # Diagnostic build for timing only (its results are wrong): "no_dequant" feeds the packed
-    # words to the WGMMAs unconverted.
-    VARIANTS = ("", "no_dequant")
+    # Diagnostic builds for timing only (their results are wrong): "no_dequant" feeds the packed
+    # words to the WGMMAs unconverted; the 256-token finalize's "no_fill" neither zeroes its
+    # output nor waits for it, and "no_adds" stages its rows but adds nothing.
+    VARIANTS = ("", "no_dequant", "no_fill", "no_adds")
 
     def __init__(self, tactic: Tactic, *args, **kwargs):
         super().__init__(tactic, *args, **kwargs)
@@ -79,10 +80,17 @@ class Nvfp4RsGemmSm90(WeightRowsGemm):
         # serialises the WGMMAs (C7512). The producer warp then gets a warpgroup of its own
         # that hands its registers to the consumers (setmaxnreg).
         self.producer_warpgroup = self.tokens > 128
-        self.fills_output = self.epilogue == "finalize" and self.fills_finalize_output(tactic)
+        self.fills_output = (
+            self.epilogue == "finalize"
+            and self.fills_finalize_output(tactic)
+            and self.variant != "no_fill"
+        )
         if self.producer_warpgroup:
             self.threads_per_cta = self.num_consumers + 128
-            assert 128 * PRODUCER_REGS + self.num_consumers * CONSUMER_REGS <= 65536
+            # setmaxnreg.inc waits until the registers given back cover it: budgets above the
+            # launch's allocation (65536 / threads, in eights) would wait forever.
+            allocated = 65536 // self.threads_per_cta // 8 * 8 * self.threads_per_cta
+            assert 128 * PRODUCER_REGS + self.num_consumers * CONSUMER_REGS <= allocated
 
     @classmethod
     def fills_finalize_output(cls, tactic: Tactic) -> bool:

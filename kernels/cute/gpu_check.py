@@ -30,7 +30,6 @@ from stagebot.kernels import layouts, moe_tables, ops
 from stagebot.kernels.cute import launch
 from stagebot.kernels.cute.tactics import TACTICS, Tactic, effective
 
-
 # bench_moe's T8192 finalize shapes (tokens, experts, local experts, top_k, n, k), for the
 # finalize's diagnostic builds.
 FINALIZE_SHAPES = (

@@ -116,6 +116,39 @@ def test_ptxas_refuses_a_kernel_whose_wgmmas_it_serialises():
     assert not ok and "(C7512)" in detail and "serialized" in detail, detail
 
 
+def test_setmaxnreg_budgets_above_the_launch_allocation_are_refused(monkeypatch):
+    """setmaxnreg.inc waits until the registers the producer warpgroup gave back cover it: a
+    budget above the launch's allocation (168 x 384 here) waits forever. A drain warp tried at
+    48 / 232 hung on the H200; the kernel refuses such budgets when it is built."""
+    from stagebot.kernels.cute import rs_gemm
+    from stagebot.kernels.cute.tactics import TACTICS
+
+    wide = next(t for t in TACTICS if t.swap_ab and t.fp16_operand and t.tile_mn[0] == 256)
+    rs_gemm.Nvfp4RsGemmSm90(wide, "finalize")  # 40 / 232: exactly the allocation
+    monkeypatch.setattr(rs_gemm, "PRODUCER_REGS", 48)
+    with pytest.raises(AssertionError):
+        rs_gemm.Nvfp4RsGemmSm90(wide, "finalize")
+
+
+def test_the_finalize_diagnostic_builds_leave_out_what_they_name():
+    """gpu_check's finalize split: "no_adds" has no bf16 atomics, "no_fill" no token marks
+    (the fill's atomic exchange); the kernel has both."""
+    from stagebot.kernels.cute import compile as cute_compile
+    from stagebot.kernels.cute.tactics import TACTICS
+
+    wide = next(t for t in TACTICS if t.swap_ab and t.fp16_operand and t.tile_mn[0] == 256)
+    adds, marks = "red.global.add.noftz.v4.bf16x2", "atom.relaxed.gpu.global.exch"
+    found = {}
+    for variant in ("", "no_adds", "no_fill"):
+        key = cute_compile.CompileKey(
+            "grouped_gemm_finalize", wide, cute_compile.DTYPES["grouped_gemm_finalize"], 512,
+            256, 8, 128, "sm_90a", mn_limit=True, top_k=8, variant=variant,
+        )  # fmt: skip
+        ptx = cute_compile.compile_kernel(key, keep_ptx=True).__ptx__
+        found[variant] = (adds in ptx, marks in ptx)
+    assert found == {"": (True, True), "no_adds": (False, True), "no_fill": (True, False)}
+
+
 def test_a_malformed_tactic_is_a_usage_error():
 
     result = _build("--tactic", "big")

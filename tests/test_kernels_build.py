@@ -132,21 +132,28 @@ def test_setmaxnreg_budgets_above_the_launch_allocation_are_refused(monkeypatch)
 
 def test_the_finalize_diagnostic_builds_leave_out_what_they_name():
     """gpu_check's finalize split: "no_adds" has no bf16 atomics, "no_fill" no token marks
-    (the fill's atomic exchange); the kernel has both."""
+    (the fill's atomic exchange), "no_unrouted" no reads of the marks (phase B); the kernel has
+    all three."""
     from stagebot.kernels.cute import compile as cute_compile
     from stagebot.kernels.cute.tactics import TACTICS
 
     wide = next(t for t in TACTICS if t.swap_ab and t.fp16_operand and t.tile_mn[0] == 256)
     adds, marks = "red.global.add.noftz.v4.bf16x2", "atom.relaxed.gpu.global.exch"
+    reads = "ld.relaxed.gpu"
     found = {}
-    for variant in ("", "no_adds", "no_fill"):
+    for variant in ("", "no_adds", "no_fill", "no_unrouted"):
         key = cute_compile.CompileKey(
             "grouped_gemm_finalize", wide, cute_compile.DTYPES["grouped_gemm_finalize"], 512,
             256, 8, 128, "sm_90a", mn_limit=True, top_k=8, variant=variant,
         )  # fmt: skip
         ptx = cute_compile.compile_kernel(key, keep_ptx=True).__ptx__
-        found[variant] = (adds in ptx, marks in ptx)
-    assert found == {"": (True, True), "no_adds": (False, True), "no_fill": (True, False)}
+        found[variant] = (adds in ptx, marks in ptx, reads in ptx)
+    assert found == {
+        "": (True, True, True),
+        "no_adds": (False, True, True),
+        "no_fill": (True, False, False),
+        "no_unrouted": (True, True, False),
+    }
 
 
 def test_a_malformed_tactic_is_a_usage_error():

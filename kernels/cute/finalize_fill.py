@@ -88,8 +88,10 @@ def fill_output(
     n: cutlass.Constexpr,
     tile_size: cutlass.Constexpr,
     top_k: cutlass.Constexpr,
+    unrouted: cutlass.Constexpr = True,
 ):
-    """One idle warp's share of the fill (both phases, see the module's docstring)."""
+    """One idle warp's share of the fill (both phases, see the module's docstring; phase A
+    only without ``unrouted``, a diagnostic build's)."""
     lane = cute.arch.lane_idx()
     base = mWork.iterator.toint()
     num_tokens = cute.size(mWork) - HEADER
@@ -115,16 +117,17 @@ def fill_output(
     if lane == 0:
         wait_marked(mWork, num_tiles, tile_size)
     cute.arch.sync_warp()
-    claims_b = (num_tokens + CLAIM - 1) // CLAIM
-    piece = _claim(base, NEXT_B, lane)
-    while piece < claims_b:
-        t = piece * CLAIM + lane
-        token = cutlass.Int32(-1)
-        if t < num_tokens:
-            if ld_relaxed_gpu(_word(base, HEADER + t)) == 0:
-                token = t
-        _zero_rows(token, out_address, lane, n)
+    if cutlass.const_expr(unrouted):
+        claims_b = (num_tokens + CLAIM - 1) // CLAIM
         piece = _claim(base, NEXT_B, lane)
+        while piece < claims_b:
+            t = piece * CLAIM + lane
+            token = cutlass.Int32(-1)
+            if t < num_tokens:
+                if ld_relaxed_gpu(_word(base, HEADER + t)) == 0:
+                    token = t
+            _zero_rows(token, out_address, lane, n)
+            piece = _claim(base, NEXT_B, lane)
 
 
 @cute.jit

@@ -241,8 +241,9 @@ def bench_variant(name: str, counts, n, k, tile_size, tactic: Tactic, variant: s
 
 def bench_finalize_variant(name: str, call: dict, tactic: Tactic, variant: str) -> dict:
     """Timing of the finalize kernel (variant "") or of a diagnostic build of the 256-token RS
-    kernel: "no_fill" (no zeroing of the output, no wait for it), "no_adds" (no atomics); their
-    outputs are wrong by design. Where the finalize's time over the plain GEMM goes."""
+    kernel: "no_fill" (no zeroing of the output, no wait for it), "no_unrouted" (the routed
+    tokens' rows zeroed, the others not), "no_adds" (no atomics); their outputs are wrong by
+    design. Where the finalize's time over the plain GEMM goes."""
     from stagebot.kernels.cute.timing import time_us
 
     args = {key: value for key, value in call.items() if key != "deterministic"}
@@ -370,7 +371,7 @@ def main(argv: list[str] | None = None) -> int:
         rs256 = next(t for t in rs_tactics if t.tile_mn[0] == 256)
         for name, *shape in FINALIZE_SHAPES:
             call = finalize_problem(*shape, seed=9)
-            for variant in ("", "no_fill", "no_adds"):
+            for variant in ("", "no_fill", "no_unrouted", "no_adds"):
                 r = guarded(bench_finalize_variant, name, call, rs256, variant)
                 if r:
                     results["variants"].append(r)

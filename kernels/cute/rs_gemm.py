@@ -70,8 +70,9 @@ class Nvfp4RsGemmSm90(WeightRowsGemm):
 
     # Diagnostic builds for timing only (their results are wrong): "no_dequant" feeds the packed
     # words to the WGMMAs unconverted; the 256-token finalize's "no_fill" neither zeroes its
-    # output nor waits for it, and "no_adds" stages its rows but adds nothing.
-    VARIANTS = ("", "no_dequant", "no_fill", "no_adds")
+    # output nor waits for it, "no_unrouted" zeroes the routed tokens' rows only (phase A) and
+    # "no_adds" stages its rows but adds nothing.
+    VARIANTS = ("", "no_dequant", "no_fill", "no_unrouted", "no_adds")
 
     def __init__(self, tactic: Tactic, *args, **kwargs):
         super().__init__(tactic, *args, **kwargs)
@@ -242,8 +243,9 @@ class Nvfp4RsGemmSm90(WeightRowsGemm):
                 if warp_idx > CONSUMER_WARPS:
                     _, _, mLimit, mP2e, _, mWork = epilogue_tensors
                     finalize_fill.fill_output(
-                        mWork, mP2e, mLimit, num_tiles, mC.iterator.toint(), n, tile_size, top_k
-                    )
+                        mWork, mP2e, mLimit, num_tiles, mC.iterator.toint(), n, tile_size, top_k,
+                        self.variant != "no_unrouted",
+                    )  # fmt: skip
 
         if warp_idx < CONSUMER_WARPS:
             if cutlass.const_expr(self.producer_warpgroup):

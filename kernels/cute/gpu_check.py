@@ -28,13 +28,22 @@ import torch
 
 from stagebot.kernels import layouts, moe_tables, ops
 from stagebot.kernels.cute import launch
+from stagebot.kernels.cute.bench_moe import LAYERS
 from stagebot.kernels.cute.tactics import TACTICS, Tactic, effective
 
-# bench_moe's T8192 finalize shapes (tokens, experts, local experts, top_k, n, k), for the
-# finalize's diagnostic builds.
-FINALIZE_SHAPES = (
-    ("t8192_finalize_ep32_N7168_K2048", 8192, 256, 8, 8, 7168, 2048),
-    ("t8192_finalize_qwen3_N2048_K768", 8192, 128, 128, 8, 2048, 768),
+# bench_moe's T8192 finalize shapes of its first two layers (name, tokens, experts, local
+# experts, top_k, n, k), for the finalize's diagnostic builds.
+FINALIZE_SHAPES = tuple(
+    (
+        f"{m.prefix}T8192 GEMM2 finalize",
+        8192,
+        m.experts,
+        m.local_experts,
+        m.top_k,
+        m.hidden,
+        m.inter,
+    )
+    for m in LAYERS[:2]
 )
 
 

@@ -18,15 +18,23 @@ when its option is given:
 
 A failed test's log ends with a ``stagebot: load`` section: the host's load average when it
 failed, so a limit that ran out (a rank's deadline) is judged with it.
+
+And it keeps stagebot's code folders from shadowing installed distributions of their bare names
+(stagebot.harness.own_names): the package root leaves ``sys.path`` before any conftest loads, and
+stagebot's own test modules and conftests are imported by their ``stagebot.`` names.
 """
 
 from __future__ import annotations
 
 import importlib
 import json
+import os
 import time
 from pathlib import Path
 
+import pytest
+
+from stagebot.harness import own_names
 from stagebot.harness.process import load_average
 
 SUITE_OPTIONS: dict[str, str] = {
@@ -73,9 +81,57 @@ def pytest_addoption(parser) -> None:
     )
 
 
-def pytest_configure(config) -> None:
-    import pytest
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config, parser, args) -> None:
+    """Before pytest loads the conftests of its arguments' folders and their parents."""
+    own_names.drop_package_root()
+    for arg in args:
+        if arg.startswith("-"):
+            continue
+        anchor = Path(os.path.abspath(early_config.invocation_params.dir / arg.split("::")[0]))
+        for folder in (anchor, *anchor.parents):
+            _adopt_own_conftest(early_config.pluginmanager, folder / "conftest.py")
 
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collect_directory(path: Path, parent):
+    """A folder of stagebot's is collected as a plain directory (a ``pytest.Package`` would
+    import its ``__init__.py`` by a bare name), its conftest adopted before pytest looks for it."""
+    if own_names.canonical_name(path / "__init__.py") is None:
+        return None
+    _adopt_own_conftest(parent.config.pluginmanager, path / "conftest.py")
+    return pytest.Dir.from_parent(parent, path=path)
+
+
+def _adopt_own_conftest(pluginmanager, conftest: Path) -> None:
+    """Registers a conftest of stagebot's, imported by its ``stagebot.`` name, under the name
+    pytest looks it up by (its path), so that pytest never imports it by a bare name."""
+    name = own_names.canonical_name(conftest)
+    if name is None or not conftest.is_file() or pluginmanager.get_plugin(str(conftest)):
+        return
+    module = importlib.import_module(name)
+    pluginmanager.register(module, name=str(conftest))
+    # pytest scopes a conftest's path hooks by this set, as for the conftests it imports itself
+    pluginmanager._conftest_plugins.add(module)
+
+
+def pytest_pycollect_makemodule(module_path: Path, parent):
+    if own_names.canonical_name(module_path) is not None:
+        return OwnTestModule.from_parent(parent, path=module_path)
+    return None
+
+
+class OwnTestModule(pytest.Module):
+    """A test module of stagebot's, imported by its ``stagebot.`` name (pytest's own import
+    would name it after the folders, registering e.g. ``harness`` as a module)."""
+
+    def _getobj(self):
+        module = importlib.import_module(own_names.canonical_name(self.path))
+        self.config.pluginmanager.consider_module(module)
+        return module
+
+
+def pytest_configure(config) -> None:
     for option in ("stagebot_waives", "stagebot_select", "stagebot_deselect"):
         path = config.getoption(option)
         if path is not None and not Path(path).is_file():
@@ -105,8 +161,6 @@ class Selection:
         self.deselect = _read_ids(config.getoption("stagebot_deselect")) or set()
 
     def pytest_collection_modifyitems(self, session, config, items) -> None:
-        import pytest
-
         keep, drop = [], []
         for item in items:
             wanted = self.select is None or item.nodeid in self.select

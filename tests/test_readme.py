@@ -25,9 +25,10 @@ SECTIONS = [
 # A figure measured somewhere: a commit it was measured at, or a duration.
 MEASUREMENT = re.compile(r"\b(?=[0-9a-f]*[0-9])[0-9a-f]{7,40}\b|\b\d+(?:\.\d+)? ?(?:min|s|ms)\b")
 QUICK_START_COMMANDS = [
-    "pip install torch==2.13.0 && pip install -e '.[harness]' && "
-    "bot run '/bot run --stage-list \"CPU-PyTorch-1\"'",
-    "pip install torch==2.13.0 && pip install -e '.[harness,kernels,test]' && python3 -m pytest",
+    "pip install torch==2.13.0 && pip install -r templates/locks/harness.txt && "
+    "pip install --no-deps -e . && bot run '/bot run --stage-list \"CPU-PyTorch-1\"'",
+    "pip install torch==2.13.0 && pip install -r templates/locks/dev.txt && "
+    "pip install --no-deps -e . && python3 -m pytest",
 ]
 EXTRA_ROW = re.compile(r"^\| `(?P<install>[^`]+)`[^|]*\|[^|]*\| (?P<adds>[^|]+) \|$", re.M)
 REQUIREMENT_NAME = re.compile(r"^[A-Za-z0-9._-]+")

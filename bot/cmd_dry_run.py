@@ -49,11 +49,12 @@ def dry_run(as_json, catalog, changed_files, commit, pr, ledger, comment) -> Non
         what = "no /bot command" if command.name is None else f"`/bot {command.name}`"
         click.echo(f"{what}: nothing to plan (only `/bot run` runs stages)")
         return
-    history = None
+    history = environment_change = None
     root = repository_root(Path.cwd())
     if ledger is None and default_ledger(root).exists():
         ledger = default_ledger(root)  # what `bot run` without --ledger reads
-    if ledger is not None:
+    if ledger is not None:  # the machine that plans runs the shards, as in `bot run`
+        from stagebot.harness.key_reuse import environment_change
         from stagebot.harness.ledger import Ledger
 
         if commit is None:
@@ -68,6 +69,7 @@ def dry_run(as_json, catalog, changed_files, commit, pr, ledger, comment) -> Non
             commit=commit,
             pr=pr,
             history=history,
+            environment_change=environment_change,
         )
     finally:
         if history is not None:

@@ -200,6 +200,7 @@ class RunRequest:
 
 
 def _run(command, book, request: RunRequest) -> int:
+    from stagebot.harness.key_reuse import environment_change
     from stagebot.harness.pipeline.lifecycle import abort, start
     from stagebot.stages.catalog import load_catalog
     from stagebot.stages.planner import plan_run
@@ -208,7 +209,13 @@ def _run(command, book, request: RunRequest) -> int:
     catalog = load_catalog(request.catalog_path)
     changed = read_changed_files(request.changed_files)
     plan = plan_run(
-        command, catalog, changed_files=changed, commit=commit, pr=request.pr, history=book
+        command,
+        catalog,
+        changed_files=changed,
+        commit=commit,
+        pr=request.pr,
+        history=book,
+        environment_change=environment_change,
     )
     if not plan.shards:  # said plainly, and nothing is recorded: there is no pipeline to report
         emptied = next(note for note in plan.notes if note.startswith("no stage is selected"))

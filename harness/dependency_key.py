@@ -46,8 +46,8 @@ from stagebot.harness.import_graph import (
     module_facts,
     repository_files,
 )
-from stagebot.harness.pytest_plugin import waive_matches
 from stagebot.stages.catalog import Family, Waive
+from stagebot.stages.patterns import waive_matches
 
 PARTS = ("test", "files", "suite_args", "catalog", "environment", "gpu")
 CODE_PARTS = PARTS[:4]  # what the plan can compare; environment and gpu only the runner knows
@@ -67,6 +67,16 @@ class Environment:
     gpu_type: str  # the catalog's GPU type, "CPU" for none
     gpu_driver: str  # the NVIDIA driver version, "none" without one
     variables: Mapping[str, str] = field(default_factory=dict)  # the process environment
+
+    def lines(self) -> list[str]:
+        """The whole environment but its variables, one line per item (a shard's result keeps
+        them: a same-commit reuse compares them with where the shard would run now)."""
+        return [
+            f"python {self.python}",
+            f"platform {self.platform}",
+            f"gpu {self.gpu_type} driver {self.gpu_driver}",
+            *(f"{name}=={version}" for name, version in self.distributions),
+        ]
 
     def described(self, read: Iterable[str]) -> dict[str, object]:
         """The ``environment`` part: the variables read by name, and nothing else of them."""
@@ -91,6 +101,28 @@ def current_environment(gpu_type: str = "CPU", gpu_driver: str = "none") -> Envi
         gpu_driver=gpu_driver,
         variables=dict(os.environ),
     )
+
+
+def changed_lines(then: Iterable[str], now: Iterable[str]) -> str | None:
+    """What differs between two ``Environment.lines()``, a distribution named with both
+    versions ("transformers 5.24.0 -> 5.25.0", "kernels 0.19.1 (new)"); None when equal."""
+
+    def items(lines: Iterable[str]) -> dict[str, str]:
+        pairs = (
+            line.partition("==")[::2] if "==" in line else line.split(" ", 1) for line in lines
+        )
+        return {name: value for name, value in pairs}
+
+    before, after = items(then), items(now)
+    changes = []
+    for name in sorted(before.keys() | after.keys()):
+        if name not in before:
+            changes.append(f"{name} {after[name]} (new)")
+        elif name not in after:
+            changes.append(f"{name} {before[name]} (gone)")
+        elif before[name] != after[name]:
+            changes.append(f"{name} {before[name]} -> {after[name]}")
+    return ", ".join(changes) or None
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ import os
 import shutil
 import subprocess
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -35,6 +35,7 @@ from stagebot.harness.dependency_key import (
     Environment,
     FamilyInputs,
     Repository,
+    changed_lines,
     current_environment,
     dependency_key,
 )
@@ -116,10 +117,10 @@ def without_offers(entries: list[MatrixEntry]) -> list[MatrixEntry]:
     ]
 
 
-def gpu_driver(entry: MatrixEntry) -> str:
+def gpu_driver(gpu_count: int) -> str:
     """The NVIDIA driver version for a GPU shard ("none" for a CPU one or without a driver)."""
     smi = shutil.which("nvidia-smi")
-    if entry.gpu_count == 0 or smi is None:
+    if gpu_count == 0 or smi is None:
         return "none"
     try:
         done = subprocess.run(
@@ -132,6 +133,20 @@ def gpu_driver(entry: MatrixEntry) -> str:
     except (subprocess.SubprocessError, OSError):
         return "none"
     return (done.stdout.splitlines() or ["none"])[0].strip()
+
+
+def runner_environment(gpu_type: str, gpu_count: int) -> Environment:
+    """The environment this process gives a shard of ``gpu_type`` (with this driver)."""
+    return current_environment(gpu_type, gpu_driver(gpu_count))
+
+
+def environment_change(gpu_type: str, gpu_count: int, then: Sequence[str] | None) -> str | None:
+    """What differs between the environment a shard ran in (its result's ``environment``) and
+    the one a shard of ``gpu_type`` gets here now; None when nothing does. For a same-commit
+    reuse planned on the machine that runs the shards (`bot run`, `bot dry-run`)."""
+    if then is None:
+        return "its result does not say where it ran (recorded by an older stagebot)"
+    return changed_lines(then, runner_environment(gpu_type, gpu_count).lines())
 
 
 @dataclass
@@ -150,9 +165,7 @@ class KeyCheck:
         if not entry.key_reuse or entry.command is not None:
             return None
         family = FamilyInputs.from_json(entry.key_reuse["family"], entry.waives)
-        check = cls(
-            family, current_environment(entry.gpu_type, gpu_driver(entry)), Repository(root)
-        )
+        check = cls(family, runner_environment(entry.gpu_type, entry.gpu_count), Repository(root))
         share = set(entry.tests) if entry.tests else None
         dropped: Counter[str] = Counter()
         sources = entry.key_reuse.get("sources", [])

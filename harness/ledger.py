@@ -699,10 +699,23 @@ class Ledger:
                 (row["id"], stage),
             )
         ]
-        source = row["number"]
-        if row["state"] == "REUSED":
-            source = json.loads(row["result"]).get("reused_from") or source
-        return PriorShard(source, row["state"], tuple(passed), row["catalog_digest"] or "")
+        source, result = row["number"], json.loads(row["result"])
+        if row["state"] == "REUSED":  # the environment is the one of the run it reused
+            source = result.get("reused_from") or source
+            ran = self._query_one(
+                "SELECT s.result FROM shards s JOIN pipelines p ON p.id = s.pipeline_id"
+                " WHERE p.repo = ? AND p.number = ? AND s.stage = ?",
+                (self.repo, source, stage),
+            )
+            result = json.loads(ran["result"]) if ran is not None else {}
+        environment = result.get("environment")
+        return PriorShard(
+            source,
+            row["state"],
+            tuple(passed),
+            row["catalog_digest"] or "",
+            tuple(environment) if environment is not None else None,
+        )
 
     def durations(self, family: str) -> dict[str, float]:
         """The latest executed duration of each test of a stage family's shards, from shards that

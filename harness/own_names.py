@@ -14,10 +14,16 @@ is common in ML environments). Two things would hand a bare name to our folder i
   ``sys.modules``, whatever the import mode.
 
 The pytest plug-in closes both for every pytest process in an environment with stagebot
-installed (shards, the test command, xdist workers and what they spawn): it drops that folder
-from ``sys.path`` before any test code loads (`drop_package_root`), and imports our test modules
-and conftests by their ``stagebot.`` names (`canonical_name`). An adopting repository's own
-folders are not ours: its root stays on ``sys.path`` wherever its pytest would put it.
+installed (shards, the test command, xdist workers): it drops that folder from ``sys.path``
+before any test code loads (`drop_package_root`), and imports our test modules and conftests by
+their ``stagebot.`` names (`canonical_name`). The interpreters such a process starts (xdist's
+workers, multiprocessing's forkserver and spawn children, subprocesses) begin with a fresh
+``sys.path``: `keep_children_off` takes the folder out of ``PYTHONPATH`` (xdist's workers put
+their working directory there) and, while the working directory is the folder, sets
+``PYTHONSAFEPATH`` (``python -c`` and ``-m`` would put it first; Python 3.11's forkserver does
+not take its parent's ``sys.path``). An adopting repository's own folders are not ours: its root
+stays on ``sys.path`` wherever its pytest would put it, and its shards start without
+``PYTHONSAFEPATH`` (`child_environment`).
 """
 
 from __future__ import annotations
@@ -60,3 +66,28 @@ def canonical_name(path: Path) -> str | None:
     if parts[-1] == "__init__":
         parts = parts[:-1]
     return ".".join(("stagebot", *parts))
+
+
+def child_environment(env: dict[str, str], cwd: Path) -> dict[str, str]:
+    """``env`` for an interpreter started in ``cwd``: ``PYTHONPATH`` without the package root,
+    ``PYTHONSAFEPATH`` set exactly when ``cwd`` is the package root."""
+    env = dict(env)
+    if "PYTHONPATH" in env:
+        kept = [e for e in env["PYTHONPATH"].split(os.pathsep) if e and not is_package_root(e)]
+        env["PYTHONPATH"] = os.pathsep.join(kept)
+    if is_package_root(str(cwd)):
+        env["PYTHONSAFEPATH"] = "1"
+    else:
+        env.pop("PYTHONSAFEPATH", None)
+    return env
+
+
+def keep_children_off() -> None:
+    """This process's environment as `child_environment` of its working directory, for the
+    interpreters it starts."""
+    changed = child_environment(dict(os.environ), Path.cwd())
+    for name in ("PYTHONPATH", "PYTHONSAFEPATH"):
+        if name in changed:
+            os.environ[name] = changed[name]
+        else:
+            os.environ.pop(name, None)

@@ -36,6 +36,7 @@ import pytest
 
 from stagebot.harness import own_names
 from stagebot.harness.process import load_average
+from stagebot.stages.patterns import waive_matches
 
 SUITE_OPTIONS: dict[str, str] = {
     "sharding_ir": "stagebot.harness.suites.sharding_ir.options",
@@ -85,6 +86,7 @@ def pytest_addoption(parser) -> None:
 def pytest_load_initial_conftests(early_config, parser, args) -> None:
     """Before pytest loads the conftests of its arguments' folders and their parents."""
     own_names.drop_package_root()
+    own_names.keep_children_off()
     for arg in args:
         if arg.startswith("-"):
             continue
@@ -145,11 +147,6 @@ def pytest_configure(config) -> None:
         config.getoption(o) for o in ("stagebot_waives", "stagebot_select", "stagebot_deselect")
     ):
         config.pluginmanager.register(Selection(config), "stagebot-selection")
-
-
-def waive_matches(test_id: str, waived: str) -> bool:
-    """A waive names a test id, or a prefix of it ending at a path or ``::`` boundary."""
-    return test_id == waived or any(test_id.startswith(waived + sep) for sep in ("::", "[", "/"))
 
 
 class Selection:

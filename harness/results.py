@@ -48,6 +48,8 @@ class StageResult:
     log_path: str | None = None
     evidence: str | None = None  # why the shard as a whole ended so (timeout, crash, NOT_RUN why)
     reused_from: int | None = None
+    # where it ran: Python, platform, GPU and every installed distribution (Environment.lines)
+    environment: list[str] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"version": STAGE_RESULT_VERSION, **asdict(self)}
@@ -94,6 +96,7 @@ RESULT_FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...] | None]] = {
     "log_path": (("str", "null"), None),
     "evidence": (("str", "null"), None),
     "reused_from": (("int", "null"), None),
+    "environment": (("list[str]", "null"), None),
 }
 REQUIRED = ("stage", "shard", "shards", "state", "duration_s", "gpu_type", "gpus")
 TEST_FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...] | None]] = {

@@ -18,7 +18,7 @@ from stagebot.harness.dependency_key import (
     current_environment,
     dependency_key,
 )
-from stagebot.harness.key_reuse import FILE_DIGEST_CHARS
+from stagebot.harness.key_reuse import DIGEST_CHARS, FILE_DIGEST_CHARS
 from stagebot.stages.errors import StagebotError
 
 
@@ -52,8 +52,13 @@ def explain_reuse(book, test_id: str, root: Path, catalog) -> list[str]:
         f"{test_id}",
         f"  latest run with a key: pipeline #{run.pipeline} ({where}), stage {run.stage}: "
         f"{run.outcome}",
-        f"  key then: {run.key}   key now: {now.code}"
+        f"  key then: {run.key}   key now: {now.code}   (its {', '.join(CODE_PARTS)} parts)"
         + (f"   (conservative: {now.conservative[0]})" if now.conservative else ""),
+        *(
+            f"  {part} then: {_short(run.parts.get(part))}   now: {_short(now.parts[part])}"
+            "   (now: this machine's)"
+            for part in ("environment", "gpu")
+        ),
     ]
     changed = changed_parts(run, now)
     faults = [f for f in book.reuse_faults() if f[1] == test_id and f[0] == run.family]
@@ -102,3 +107,7 @@ def changed_parts(run, now: DependencyKey) -> list[str]:
                 if paths:
                     reasons.append(f"files {label}: {', '.join(paths)}")
     return reasons
+
+
+def _short(digest: str | None) -> str:
+    return digest[:DIGEST_CHARS] if digest else "(not recorded)"

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+from stagebot.harness import own_names
 from stagebot.harness.causes import (
     environment_cause,
     error_evidence,
@@ -106,13 +107,20 @@ def run_shard(entry: MatrixEntry, context: ShardContext) -> StageResult:
     clock = time.monotonic()
     deadline = clock + timeout_s
     env = {
-        **os.environ,
+        **own_names.child_environment(dict(os.environ), context.root),
         "STAGEBOT_WORK": str(work),
         "STAGEBOT_STAGE": entry.stage,
         "CUDA_VISIBLE_DEVICES": ",".join(context.devices),
         "PYTHONUNBUFFERED": "1",
     }
+    from stagebot.harness.key_reuse import runner_environment
+
     keys = _key_check(entry, context)
+    environment = (
+        keys.environment
+        if keys is not None
+        else runner_environment(entry.gpu_type, entry.gpu_count)
+    )
     if entry.command is not None:
         tests, state, evidence = _run_command(entry, context, env, deadline, timeout_s)
     else:
@@ -139,6 +147,7 @@ def run_shard(entry: MatrixEntry, context: ShardContext) -> StageResult:
         log_path=str(out / "log.txt"),
         evidence=evidence,
         reused_from=entry.reuse_from if entry.reused_tests else None,
+        environment=environment.lines(),
     )
     if keys is not None:
         _write_keys(keys, out, [t.test_id for t in tests])

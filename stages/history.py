@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
+
+# (GPU type, GPU count, the environment a shard ran in) -> what differs here now, or None
+EnvironmentChange = Callable[[str, int, Sequence[str] | None], str | None]
 
 
 @dataclass(frozen=True)
@@ -14,6 +18,9 @@ class PriorShard:
     state: str  # a StageResult state
     passed_tests: tuple[str, ...]
     catalog_digest: str  # the catalog (and waives) it ran with
+    # where it ran (StageResult.environment: Python, platform, GPU, distributions); None when
+    # its result does not say (recorded before results carried it)
+    environment: tuple[str, ...] | None = None
 
 
 class History(Protocol):

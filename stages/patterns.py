@@ -7,6 +7,8 @@ segments, ``[abc]`` is a character class; a pattern with a ``/`` before its end 
 any depth; a trailing ``/`` means everything under such a folder; ``!pattern`` takes back a path
 that an earlier pattern of the list matched. A leading ``/`` is refused: every pattern is
 repository-relative already.
+
+A waive's pattern is a test id, or a prefix of one ending at a path or ``::`` boundary.
 """
 
 from __future__ import annotations
@@ -44,3 +46,8 @@ def path_matches(path: str, patterns: tuple[str, ...]) -> bool:
 def name_matches(name: str, pattern: str) -> bool:
     """Stage-name wildcard: ``*`` matches any run of characters; case matters."""
     return fnmatch.fnmatchcase(name, pattern)
+
+
+def waive_matches(test_id: str, waived: str) -> bool:
+    """A waive names a test id, or a prefix of it ending at a path or ``::`` boundary."""
+    return test_id == waived or any(test_id.startswith(waived + sep) for sep in ("::", "[", "/"))

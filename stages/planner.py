@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from stagebot.stages.catalog import Catalog, Stage
 from stagebot.stages.command import RUN_FLAGS, Command, RunOptions
 from stagebot.stages.errors import PlanError
-from stagebot.stages.history import EmptyHistory, History
+from stagebot.stages.history import EmptyHistory, EnvironmentChange, History
 from stagebot.stages.patterns import name_matches, path_matches
 from stagebot.stages.plan import Plan, PlannedShard, Step
 from stagebot.stages.suggest import unknown
@@ -63,8 +63,14 @@ def plan_run(
     commit: str | None = None,
     pr: int | None = None,
     history: History | None = None,
+    environment_change: EnvironmentChange | None = None,
 ) -> Plan:
-    """Plan a `/bot run`; unknown stage names or GPU types raise PlanError with "did you mean"."""
+    """Plan a `/bot run`; unknown stage names or GPU types raise PlanError with "did you mean".
+
+    ``environment_change(gpu_type, gpu_count, then)`` says what differs between the environment
+    a shard ran in and the one it would run in now (None: nothing), where the planner runs on
+    the machine that runs the shards (`bot run`, `bot dry-run`): a pass on the same commit is
+    reused only where nothing does."""
     if command.name != "run" or command.run is None:
         raise PlanError(f"only `/bot run` is planned, not {command.name!r}")
     options = command.run
@@ -106,6 +112,7 @@ def plan_run(
             commit,
             history,
             catalog.digest,
+            environment_change,
         )
         for name in (stage.name for stage in catalog.stages)
         if name in selection.why
@@ -271,13 +278,14 @@ def _shard(
     commit: str | None,
     history: History | None,
     digest: str,
+    environment_change: EnvironmentChange | None,
 ) -> PlannedShard:
     action, reason, reuse_from, reused_tests = "run", "", None, []
     if skip_reason is not None:
         action, reason = "skip", skip_reason
     else:
         action, reason, reuse_from, reused_tests = _reuse(
-            stage.name, options, commit, history or EmptyHistory(), digest
+            stage, options, commit, history or EmptyHistory(), digest, environment_change
         )
     return PlannedShard(
         stage=stage.name,
@@ -305,8 +313,14 @@ def _shard(
 
 
 def _reuse(
-    name: str, options: RunOptions, commit: str | None, history: History, digest: str
+    stage: Stage,
+    options: RunOptions,
+    commit: str | None,
+    history: History,
+    digest: str,
+    environment_change: EnvironmentChange | None,
 ) -> tuple[str, str, int | None, list[str]]:
+    name = stage.name
     if options.disable_reuse_test:
         return "run", "--disable-reuse-test: everything runs", None, []
     if commit is None:
@@ -318,6 +332,10 @@ def _reuse(
         return "run", f"no result for this stage on {commit[:7]} in {where}", None, []
     if prior.catalog_digest != digest:
         return "run", f"catalog or waives changed since #{prior.pipeline}", None, []
+    if environment_change is not None and (
+        changed := environment_change(stage.gpu_type, stage.gpu_count, prior.environment)
+    ):
+        return "run", f"the environment changed since #{prior.pipeline}: {changed}", None, []
     if prior.state in PASSED_STATES:
         return "reuse", f"passed in #{prior.pipeline} on {commit[:7]}", prior.pipeline, []
     reused = list(prior.passed_tests)

@@ -12,7 +12,9 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from fixtures.botrun import bot, results
+from fixtures.botrun import CATALOG as FIXTURE_CATALOG
+from fixtures.botrun import bot, results, run_stages
+from helpers.distributions import install_distribution
 
 pytestmark = pytest.mark.slow
 
@@ -163,3 +165,19 @@ def test_dry_run_reads_bot_runs_default_ledger(tmp_path) -> None:
     assert after.returncode == 0, after.stderr
     assert "passed in #1 on c0ffee" in after.stdout and "1 reused" in after.stdout
     assert ledger.read_bytes() == snapshot  # read-only
+
+
+def test_a_pass_on_the_same_commit_is_not_reused_in_a_changed_environment(tmp_path) -> None:
+    """Installing a distribution between two runs of one commit re-runs the shard, saying what
+    changed; the next run in that environment reuses it again."""
+    ledger, stage = tmp_path / "ledger.sqlite", "CPU-PyTorch-1"
+    assert run_stages(ledger, tmp_path / "out1", stage).returncode == 0
+    env = {"PYTHONPATH": str(install_distribution(tmp_path / "site", "environment-probe"))}
+    where = ["--catalog", str(FIXTURE_CATALOG), "--ledger", str(ledger), "--commit", "c0ffee"]
+    planned = bot("dry-run", *where, f'/bot run --stage-list "{stage}"', env=env)
+    assert "the environment changed since #1: environment-probe 0.0.1 (new)" in planned.stdout
+    assert run_stages(ledger, tmp_path / "out2", stage, env=env).returncode == 0
+    assert results(tmp_path / "out2")[stage]["state"] == "SUCCESS"
+    again = run_stages(ledger, tmp_path / "out3", stage, env=env)
+    assert again.returncode == 0
+    assert f"| {stage} | REUSED |" in again.stdout

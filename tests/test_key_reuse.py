@@ -5,11 +5,14 @@ input changes, the runner's environment differs, reuse is off or the run is not 
 from __future__ import annotations
 
 import json
+import os
+import re
 import sqlite3
 import subprocess
 import sys
 from pathlib import Path
 
+from helpers.distributions import install_distribution
 from helpers.key_reuse import CATALOG, executed, reused, run
 
 from stagebot.harness.key_reuse import KEYS_FILE
@@ -122,17 +125,23 @@ def test_keys_are_recorded_only_for_tests_that_reached_an_outcome(tmp_path) -> N
     assert FIXTURES.exists() and keys == outcomes and outcomes
 
 
-def explain(tmp: Path, test_id: str) -> subprocess.CompletedProcess:
+def explain(tmp: Path, test_id: str, env: dict | None = None) -> subprocess.CompletedProcess:
     """`bot stages --explain-reuse` in the repository (its root is where the keys are read)."""
     return subprocess.run(
         [sys.executable, "-c", "from stagebot.bot.cli import main; main()", "stages"]
         + ["--catalog", str(tmp / "catalog.yaml"), "--ledger", str(tmp / "ledger.sqlite")]
         + ["--explain-reuse", test_id],
         cwd=tmp / "repo",
+        env={**os.environ, **(env or {})},
         capture_output=True,
         text=True,
         timeout=600,  # only stops a hang
     )
+
+
+def _digests(explained: str, part: str) -> tuple[str, str]:
+    """The recorded and the current digest of ``part`` that `--explain-reuse` printed."""
+    return re.search(rf"  {part} then: (\S+)   now: (\S+)", explained).groups()
 
 
 def test_explain_reuse_says_whether_and_which_input_changed(tmp_path) -> None:
@@ -143,6 +152,15 @@ def test_explain_reuse_says_whether_and_which_input_changed(tmp_path) -> None:
     assert same.returncode == 0, same.stderr
     assert "  would be reused by key: yes, from #1 (by branch (none) only" in same.stdout
     assert "  changed: nothing" in same.stdout
+    then, now = _digests(same.stdout, "environment")
+    assert then == now
+
+    site = install_distribution(tmp_path / "site", "environment-probe")  # one more
+    moved = explain(tmp_path, test_id, env={"PYTHONPATH": str(site)}).stdout
+    assert "  would be reused by key: no (an input changed)" in moved
+    assert "  changed: environment (on this machine; a runner compares its own)" in moved
+    then, now = _digests(moved, "environment")
+    assert then != now, "what it prints must agree with what it decides"
 
     (root / "lib.py").write_text("VALUE = 1  # edited\n")
     changed = explain(tmp_path, test_id)

@@ -4,8 +4,9 @@ A throwaway distribution named like each code folder (``bot``, ``stages``, ``har
 ``templates``) is installed on the pytest's path; the harness suites then run the ways stagebot
 starts them (a shard's ``python -m pytest`` from the repository root, the test command's xdist
 workers, a built-in suite run from another repository in pytest's ``prepend`` mode), and a probe
-plug-in records, at the session's end, what each bare name imports and which bare names pytest
-registered for stagebot's files. An adopting repository's own folder of one of those names still
+plug-in (tests/fixtures/shadow_probe) records, at the session's end, what each bare name imports
+there and in the interpreters that process starts, and which bare names pytest registered for
+stagebot's files. An adopting repository's own folder of one of those names still
 imports as its pytest would import it.
 """
 
@@ -19,6 +20,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers.distributions import install_distribution
 
 from stagebot.harness import own_names
 
@@ -27,47 +29,22 @@ SUITE_FILES = (  # light files of both suites, conftests included
     "harness/suites/sharding_ir/test_dist_config.py",
     "harness/suites/nvfp4_moe/test_nvfp4_format.py",
 )
-PROBE = """
-import importlib, json, os, sys
-
-def pytest_sessionfinish(session):
-    seen = {}
-    for name in json.loads(os.environ["PROBE_NAMES"]):
-        module = importlib.import_module(name)
-        seen[name] = getattr(module, "__file__", None)
-    ours = os.environ["PROBE_OURS"]
-    registered = sorted(
-        key for key, module in sys.modules.items()
-        if key.split(".")[0] in seen and str(getattr(module, "__file__", "")).startswith(ours)
-    )
-    with open(os.environ["PROBE_OUT"], "a") as out:
-        out.write(json.dumps({"imported": seen, "registered_bare": registered}) + "\\n")
-"""
-
-
-def _throwaway_site(folder: Path) -> Path:
-    """A folder holding one installed distribution per code folder's name, and the probe."""
-    for name in own_names.CODE_FOLDERS:
-        (folder / name).mkdir(parents=True)
-        (folder / name / "__init__.py").write_text("THROWAWAY = True\n")
-        info = folder / f"{name}-0.0.1.dist-info"
-        info.mkdir()
-        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.0.1\n")
-        (info / "INSTALLER").write_text("test\n")
-        (info / "RECORD").write_text(f"{name}/__init__.py,,\n")
-    (folder / "shadow_probe.py").write_text(PROBE)
-    return folder
+PROBE = ROOT / "tests" / "fixtures" / "shadow_probe"  # the probe plug-in
 
 
 @pytest.fixture(scope="module")
 def throwaway_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return _throwaway_site(tmp_path_factory.mktemp("site"))
+    """A folder holding one installed distribution per code folder's name."""
+    site = tmp_path_factory.mktemp("site")
+    for name in own_names.CODE_FOLDERS:
+        install_distribution(site, name, package=True)
+    return site
 
 
 def _run_probed(site: Path, cwd: Path, args: list[str], out: Path) -> list[dict]:
     env = {
         **os.environ,
-        "PYTHONPATH": str(site),
+        "PYTHONPATH": os.pathsep.join([str(site), str(PROBE)]),
         "PROBE_NAMES": json.dumps(own_names.CODE_FOLDERS),
         "PROBE_OURS": str(own_names.PACKAGE_ROOT),
         "PROBE_OUT": str(out),
@@ -81,8 +58,10 @@ def _run_probed(site: Path, cwd: Path, args: list[str], out: Path) -> list[dict]
 def _assert_installed_ones_win(site: Path, records: list[dict]) -> None:
     assert records, "the probe never ran"
     for record in records:
-        for name, file in record["imported"].items():
-            assert file == str(site / name / "__init__.py"), f"`import {name}` gave {file}"
+        for process, imported in record["imported"].items():
+            for name, file in imported.items():
+                wanted = str(site / name / "__init__.py")
+                assert file == wanted, f"{process}: `import {name}` gave {file}"
         assert record["registered_bare"] == [], "stagebot's files registered by bare names"
 
 

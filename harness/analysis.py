@@ -11,7 +11,9 @@ Order (the first that applies decides; docs/failure-analysis.md has the table):
    holds the GPU's memory, disk full or quota, ECC / Xid / unavailable / lost GPU, a failed
    download, the runner killed, a limit of the harness or a suite ran out), or one shard-wide
    error hit many unrelated tests of a shard at once (but not the suite's own local service the
-   PR changed) -> INFRA ("retry"); exit 3 when nothing else failed;
+   PR changed) -> INFRA ("retry"); an installed package failed to import (causes.py) -> INFRA
+   (the environment: one entry, the other tests it failed as its collateral); exit 3 when
+   nothing else failed;
 4. also failed on the base, in the same stage family, with the same kind of error (the rule
    that names it, else its exception type) -> PRE-EXISTING;
 5. passed on the base, failed another way there or than main's flakiness ("fails differently"),
@@ -36,7 +38,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 
-from stagebot.harness.causes import cause_line, is_environment, read_tail
+from stagebot.harness.causes import (
+    cause_line,
+    installed_import_fault,
+    is_environment,
+    read_tail,
+)
 from stagebot.harness.evidence import Mismatch, error_line, mismatch
 from stagebot.harness.key_lines import key_lines
 from stagebot.harness.results import SESSION_ID, StageResult, TestOutcome
@@ -44,6 +51,10 @@ from stagebot.harness.rules import SHARD_WIDE_TESTS, Rule, Verdict, judge, read_
 from stagebot.harness.suspects import MAX_SUSPECTS, Suspect, import_closure, rank_suspects
 from stagebot.stages.names import stage_family
 
+ENVIRONMENT_NOTE = (
+    "the shard's environment, not the code under test: install the versions that were tested "
+    "(the lock), or remove what shadows the module; a re-run as it is fails the same way"
+)
 CATEGORIES = ("NEW", "PRE-EXISTING", "UNCLASSIFIED", "INFRA", "FLAKY", "WAIVED")
 BLOCKING = ("NEW", "PRE-EXISTING", "UNCLASSIFIED")
 FAILED = ("failed", "error")
@@ -122,6 +133,7 @@ class _Case:
     test: TestOutcome
     log: str | None
     verdict: Verdict
+    environment_fault: str | None = None  # causes.installed_import_fault
 
 
 def is_infra(evidence: str | None, log: str | None = None) -> bool:
@@ -167,7 +179,7 @@ def analyse(
     failures: list[Failure] = []
     for result in results:
         cases = [
-            _Case(result, test, logs.get((result.stage, test.test_id)), _judge(result, test, logs))
+            _case(result, test, logs.get((result.stage, test.test_id)))
             for test in result.tests
             if test.outcome in (*FAILED, "flaky", "waived")
         ]
@@ -218,18 +230,27 @@ def _failure(case: _Case, context: _Context, wide: set[str], link: str | None) -
     return replace(failure, suspects=(*_earlier_tests(failure.evidence), *suspects)[:MAX_SUSPECTS])
 
 
-def _judge(result: StageResult, test: TestOutcome, logs) -> Verdict:
-    return judge(read_sources(test.evidence, logs.get((result.stage, test.test_id))))
+def _case(result: StageResult, test: TestOutcome, log: str | None) -> _Case:
+    fault = None
+    if test.outcome in FAILED:
+        fault = installed_import_fault(f"{test.evidence}\n{log or ''}", result.environment)
+    return _Case(result, test, log, judge(read_sources(test.evidence, log)), fault)
 
 
 def _collateral(cases: list[_Case]) -> dict[str, list[str]]:
-    """The first failure of each sticky error -> the later failures of the shard with it."""
+    """The first failure of each sticky error, or of each installed package's import fault ->
+    the later failures of the shard with it."""
     collateral: dict[str, list[str]] = {}
     first: dict[str, str] = {}  # signature -> the test that hit it first
     for case in cases:
-        if case.test.outcome not in FAILED or not case.verdict.sticky:
+        if case.test.outcome not in FAILED:
             continue
-        signature = case.verdict.signature or ""
+        if case.environment_fault:
+            signature = case.environment_fault
+        elif case.verdict.sticky:
+            signature = case.verdict.signature or ""
+        else:
+            continue
         if signature in first:
             collateral.setdefault(first[signature], []).append(case.test.test_id)
         else:
@@ -292,6 +313,8 @@ def _classify(case: _Case, context: _Context, wide: set[str]) -> Failure:
         return failure("FLAKY", note="flaky on main: " + numbers)
     if verdict.machine is not None:
         return failure("INFRA", note=_infra_note(verdict.machine, evidence, case.log))
+    if case.environment_fault:
+        return failure("INFRA", note=ENVIRONMENT_NOTE, sig=case.environment_fault)
     if verdict.shard_wide in wide and not _own_service(case, context):
         return failure("INFRA", note="the same error hit many unrelated tests of this shard: retry")
     if base is None:

@@ -488,3 +488,53 @@ def test_ranks_past_the_suites_limit_are_the_machines_with_the_load_and_the_limi
     logs = {("S-PyTorch-1", "t.py::test_save"): f"E   {disk}" + log[log.index("\n\n-----") :]}
     (full,) = analyse([shard(tests=[test])], logs=logs).failures
     assert full.note == "the disk is full ([Errno 28] ENOSPC): retry"
+
+
+HUB_KERNELS = "/venv/lib/python3.11/site-packages/transformers/integrations/hub_kernels.py"
+SHADOWED = (
+    "ImportError: cannot import name 'CUDAProperties' from 'kernels' (/repo/kernels/__init__.py)"
+)
+
+
+def _import_failure(test_id: str, raised_in: str, error: str = SHADOWED) -> tuple[Outcome, str]:
+    """A test that failed as pytest reports an import error raised in ``raised_in``."""
+    log = (
+        "    def test():\n>       import transformers.activations\n\n"
+        f"{raised_in}:104: in <module>\n    from kernels import (\nE   {error}\n\n{raised_in}:104: "
+        + error.split(":")[0]
+    )
+    return Outcome(test_id, "failed", 1, error), log
+
+
+def test_an_installed_package_failing_to_import_is_one_environment_entry() -> None:
+    """Many tests, one cause: the package and its version named, the shadowing folder too."""
+    failed = [_import_failure(f"t{i}.py::test_{i}", HUB_KERNELS) for i in range(4)]
+    result = shard(tests=[outcome for outcome, _ in failed])
+    result = StageResult(**{**result.__dict__, "environment": ["transformers==5.25.0"]})
+    logs = {(result.stage, outcome.test_id): log for outcome, log in failed}
+    analysis = analyse([result], logs=logs)
+    (failure,) = analysis.failures
+    assert failure.category == "INFRA" and analysis.exit_code == 3
+    assert failure.signature.startswith(
+        "environment: transformers 5.25.0 fails to import: ImportError: cannot import name"
+    )
+    assert (
+        "'kernels' came from /repo/kernels/__init__.py, outside site-packages" in failure.signature
+    )
+    assert "install the versions that were tested" in failure.note
+    assert failure.collateral == ("t1.py::test_1", "t2.py::test_2", "t3.py::test_3")
+
+
+@pytest.mark.parametrize(
+    "raised_in, error",
+    [
+        pytest.param("/repo/mypkg/loader.py", SHADOWED, id="raised in the repository's code"),
+        pytest.param(HUB_KERNELS, "AttributeError: 'NoneType' object", id="not an import error"),
+    ],
+)
+def test_other_failures_in_installed_code_are_not_the_environments(raised_in, error) -> None:
+    outcome, log = _import_failure("t.py::test", raised_in, error)
+    result = shard(tests=[outcome])
+    analysis = analyse([result], logs={(result.stage, outcome.test_id): log})
+    (failure,) = analysis.failures
+    assert failure.category == "UNCLASSIFIED", failure

@@ -6,14 +6,14 @@ named by its path under the package (``harness/suites/<name>``, as in stagebot's
 found where the stage job's stagebot is installed only when the shard runs (`installed`). Its
 tests run with that package as pytest's root, so their ids are the ones stagebot's own
 pipelines record (``harness/suites/sharding_ir/test_….py::…``). A family that runs one installs
-stagebot's ``[harness]`` extra (torch, transformers, pytest) at the version that planned it:
+the dependencies of stagebot's ``[harness]`` extra (transformers, pytest …) from stagebot's lock:
 `setup()`.
 """
 
 from __future__ import annotations
 
 import shlex
-from importlib.metadata import version
+from importlib.metadata import requires
 from pathlib import Path
 
 from stagebot.stages.setup import Setup
@@ -42,7 +42,15 @@ def installed(path: str) -> Path:
 
 
 def setup() -> Setup:
-    """What a family that runs a built-in suite installs besides the project: stagebot's
-    [harness] extra, at the version installed here (the pinned release that planned it)."""
-    requirement = shlex.quote(f"stagebot[harness]=={version('stagebot')}")
-    return Setup(install=(f"python -m pip install --quiet {requirement}",))
+    """What a family that runs a built-in suite installs besides the project: the
+    dependencies of stagebot's [harness] extra, from its lock (pinned, with hashes) as the
+    stagebot installed on the runner ships it, and torch where the runner lacks it (the lock
+    leaves it to the runner's build)."""
+    (torch,) = [
+        text.split(";")[0].strip()
+        for text in requires("stagebot") or ()
+        if text.startswith("torch") and 'extra == "harness"' in text
+    ]
+    return Setup(
+        install=(f"python -m pip install --quiet {shlex.quote(torch)}",), stagebot_lock="harness"
+    )

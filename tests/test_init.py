@@ -99,7 +99,9 @@ def test_the_privileged_jobs_install_the_pinned_release_never_the_checkout(adopt
             scripts = "\n".join(step.get("run", "") for step in job["steps"])
             installs = [line for line in scripts.splitlines() if "pip install" in line]
             assert "--require-hashes" in installs[0] and "--no-deps" in installs[0], installs
-            assert installs[1:] == ["python -m pip install --quiet 'stagebot==0.1.0'"]
+            # its dependencies: the release's own core lock, every one with its hashes
+            assert installs[1:] == ['python -m pip install --quiet --require-hashes -r "$lock"']
+            assert 'files("stagebot.templates") / "locks" / "core.txt"' in scripts
             assert "sha256:" + hashlib.sha256(b"stand-in wheel bytes").hexdigest() in scripts
             assert "install --quiet ." not in scripts  # the checkout is data, never the bot
     plan = yaml.safe_load((adopted / ".github/workflows/bot.yml").read_text())["jobs"]["plan"]
@@ -133,7 +135,7 @@ def test_a_new_release_updates_the_pin_and_shows_it(adopted, tmp_path, capsys) -
     code, out, _ = bot(capsys, "init", "--root", str(adopted), "--stagebot-wheel", str(newer))
     assert code == 1
     assert "update    .github/stagebot-init.yml" in out
-    assert "+          python -m pip install --quiet 'stagebot==0.2.0'" in out
+    assert "+          printf '%s\\n' 'stagebot==0.2.0 --hash=sha256:" in out
 
 
 def test_init_without_a_pin_or_tests_says_what_to_give(tmp_path, capsys) -> None:
@@ -210,8 +212,9 @@ def test_a_users_catalog_runs_stagebots_built_in_suites_by_name(adopted, capsys)
     assert (package / "harness/suites/nvfp4_moe/conftest.py").is_file()
     code, out, err = bot(capsys, "stage-setup", "--print", "--entry", json.dumps(ops.to_json()))
     assert code == 0, out + err
-    assert out.splitlines() == [
+    assert out.splitlines() == [  # stagebot's lock for its suites, the runner's torch if none
+        f"python -m pip install --quiet -r {package / 'templates/locks/harness.txt'}",
         "python -m pip install --quiet '.[test]'",
-        f"python -m pip install --quiet 'stagebot[harness]=={version('stagebot')}'",
+        "python -m pip install --quiet 'torch<2.14,>=2.11'",
     ]
     assert entries["CPU-PyTorch-Core-1"].setup["install"] == []  # only where a built-in runs

@@ -14,7 +14,12 @@ from packaging.utils import canonicalize_name
 from workflow_installs import ROOT
 
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
-LOCKS = {"core": (), "harness": ("harness",), "dev": ("harness", "kernels", "test")}
+LOCKS = {
+    "core": (),
+    "harness": ("harness",),
+    "kernels": ("harness", "kernels"),
+    "dev": ("harness", "kernels", "test"),
+}
 PIN = re.compile(r"^(?P<name>[A-Za-z0-9._-]+)==(?P<version>\S+)")
 ENVIRONMENT = {"python_version": "3.11", "sys_platform": "linux", "platform_machine": "x86_64"}
 

@@ -176,7 +176,8 @@ def test_bot_workflow_triggers_and_the_plan_jobs_steps() -> None:
     plan = workflow["jobs"]["plan"]
     runs = [s["run"] for s in steps(plan) if "run" in s]
     assert runs == [
-        "python -m pip install --quiet .",
+        "python -m pip install --quiet -r templates/locks/core.txt\n"
+        "python -m pip install --quiet .\n",
         "bot gate",
         "bot app-token --job plan",
         "bot fetch-ledger --out .stagebot/ledger.sqlite",

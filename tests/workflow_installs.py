@@ -96,7 +96,7 @@ def extras_requiring(wheel: Path, package: str) -> set[str]:
 
 def with_wheel(line: str, wheel: Path) -> tuple[str, set[str]]:
     """The install line with the project (``.`` / ``.[x,y]``) replaced by ``wheel``, and the
-    extras it names."""
+    extras it names (a line that installs a lock only is kept as it is)."""
     words, extras = [], set()
     for word in shlex.split(line):
         found = PROJECT.match(word)
@@ -105,7 +105,6 @@ def with_wheel(line: str, wheel: Path) -> tuple[str, set[str]]:
             extras |= {e.strip() for e in named.strip("[]").split(",") if e.strip()}
             word = f"{wheel}{named}"
         words.append(word)
-    assert any(str(wheel) in w for w in words), f"no `.` to install in {line!r}"
     return shlex.join(words), extras
 
 
@@ -152,6 +151,7 @@ def run_installs(installs: tuple[str, ...], wheel: Path, env: dict[str, str]) ->
     an installed extra needs it, goes in first at the version this interpreter has: the CPU
     build on this machine's disk, as DEVELOPERS.md says (the workflow on GitHub takes PyPI's)."""
     lines = [with_wheel(line, wheel) for line in installs]
+    assert any(str(wheel) in line for line, _ in lines), f"no `.` to install in {installs}"
     if any(extras & extras_requiring(wheel, "torch") for _, extras in lines):
         from importlib.metadata import version
 

@@ -24,6 +24,8 @@ def _ci_script(name: str, *args: str) -> str:
 
 
 def test_ci_runs_the_readmes_test_command_in_a_fresh_virtual_environment() -> None:
+    parsed = subprocess.run(["bash", "-n", str(CI / "run")], capture_output=True, text=True)
+    assert parsed.returncode == 0, parsed.stderr
     command = _ci_script("readme_command.py", "test").strip()
     assert command.startswith(QUICK_START_COMMANDS[1])
     script = (CI / "run").read_text(encoding="utf-8")

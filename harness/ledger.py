@@ -18,9 +18,9 @@ API (also used by the GitHub adapter)::
     ledger.pinned_split(family, commit, digest, n)  # the split earlier runs on this commit used
     ledger.base_pipeline(base_commit, "main")       # the pipeline failures are compared with
     ledger.test_outcomes(n)                         # (stage family, test id) -> outcome
-    ledger.test_history("main") / failure_evidence("main")  # what harness/flakiness.py reads
-    ledger.latest_validating(pr) / record_validated(...)    # what harness/reuse_policy.py uses
-    ledger.trusted_passes(family, pr=..., branch=..., default_branch="main")  # reuse by key
+    ledger.test_history("main") / failure_evidence("main")  # what harness/analysis/flakiness.py
+    reads ledger.latest_validating(pr) / record_validated(...)    # what harness/reuse/policy.py
+    uses ledger.trusted_passes(family, pr=..., branch=..., default_branch="main")  # reuse by key
     ledger.latest_key(test_id) / key_reuse_sources(n) / record_fault(...) / reuse_faults()
 
 Schema version 2 adds the dependency keys (docs/reuse.md): ``test_keys`` (one row per test a
@@ -29,8 +29,8 @@ shard ran to an outcome: its key, its six parts' digests, why it is conservative
 ``tests.reused_by`` ('commit' | 'key', beside ``reused_from``). A version-1 ledger is migrated
 when opened for writing (``MIGRATIONS``) and read as it is when opened read-only.
 
-The store holds no policy: which pipeline may validate a commit (harness/reuse_policy.py) and
-which tests are flaky (harness/flakiness.py) are decided over what it returns.
+The store holds no policy: which pipeline may validate a commit (harness/reuse/policy.py) and
+which tests are flaky (harness/analysis/flakiness.py) are decided over what it returns.
 """
 
 from __future__ import annotations
@@ -219,7 +219,8 @@ class PipelineRecord:
 
 @dataclass(frozen=True)
 class RecordedKey:
-    """A test's dependency key as its run recorded it (harness/dependency_key.py computes it)."""
+    """A test's dependency key as its run recorded it (harness/reuse/dependency_key.py computes
+    it)."""
 
     test_id: str
     family: str

@@ -27,7 +27,7 @@ from helpers.installed_jobs import InstalledJobs
 from helpers.workflow_jobs import Jobs, gh
 from workflow_installs import bot_jobs, build_wheel, installed_venv, run_step, source_copy
 
-from stagebot.bot.workflow_gen import load_settings
+from stagebot.bot.adopt.workflows import load_settings
 from stagebot.harness.ledger import Ledger
 from stagebot.stages.plan import Plan
 
@@ -62,7 +62,7 @@ def adoption(tmp_path_factory) -> tuple[Path, dict[str, dict[str, str]], set]:
 
 def _this_bot(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-c", "from stagebot.bot.cli import main; main()", *args],
+        [sys.executable, "-c", "from stagebot.bot.cli.main import main; main()", *args],
         capture_output=True,
         text=True,
         timeout=300,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from helpers import extras
 
-from stagebot.harness.analysis import analyse, is_infra
-from stagebot.harness.evidence import error_line, log_error_line, mismatch, test_evidence
+from stagebot.harness.analysis.classify import analyse, is_infra
+from stagebot.harness.analysis.evidence import error_line, log_error_line, mismatch, test_evidence
 from stagebot.harness.results import StageResult
 from stagebot.harness.results import TestOutcome as Outcome
 

@@ -14,7 +14,7 @@ from helpers.app_keys import APP_ID, app_key
 from helpers.cli import bot
 from helpers.fake_pr import PR, SHA, marker_of
 
-from stagebot.bot.cmd_app_token import PERMISSIONS
+from stagebot.bot.cli.workflow.app_token import PERMISSIONS
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -114,7 +114,7 @@ def test_with_the_apps_login_another_workflows_comment_cannot_pose_as_the_bot(
     """Every workflow's GITHUB_TOKEN writes as github-actions[bot]; with the default bot_login
     such a comment carrying a marker for the command is taken as the bot's own reply (the
     command is then skipped as already handled). Under the App's login it is not."""
-    from stagebot.bot.marker import ReplyMarker
+    from stagebot.bot.protocols.marker import ReplyMarker
 
     body = "/bot run"
     payload = json.loads((ROOT / "tests/fixtures/events/pr_comment_created.json").read_text())

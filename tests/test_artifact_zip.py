@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from helpers.zips import corrupt
 
-from stagebot.bot import artifact_zip
-from stagebot.bot.artifact_zip import ArtifactError, unpack
+from stagebot.bot.custody import artifact_zip
+from stagebot.bot.custody.artifact_zip import ArtifactError, unpack
 
 
 def _zip(*members: tuple[str, bytes, int | None]) -> bytes:

@@ -9,7 +9,7 @@ import sys
 import pytest
 from helpers.cli import bot
 
-from stagebot.bot.cli import COMMANDS, main
+from stagebot.bot.cli.main import COMMANDS, main
 
 SEED_COMMENT = '/bot run --stage-list "DGX_H200-4_GPUs-AutoDeploy-1"'
 
@@ -135,7 +135,7 @@ def test_help_command(capsys) -> None:
 @pytest.mark.parametrize("args", [["parse", "/bot run"], ["dry-run", "/bot run"]])
 def test_fast_commands_import_nothing_heavy(args: list[str]) -> None:
     code = (
-        "import sys; from stagebot.bot.cli import main\n"
+        "import sys; from stagebot.bot.cli.main import main\n"
         f"try: main({args!r})\nexcept SystemExit: pass\n"
         "print(sorted(m for m in ('torch', 'transformers', 'cutlass', 'github', 'jinja2') "
         "if m in sys.modules))"

@@ -11,7 +11,7 @@ import sqlite3
 import pytest
 from fixtures.botrun import bot, run_stages
 
-from stagebot.bot.cli import main
+from stagebot.bot.cli.main import main
 from stagebot.harness.ledger import Ledger
 
 
@@ -37,7 +37,7 @@ def test_an_uncaught_exception_exits_3_not_the_code_of_a_test_failure(capsys, mo
     def broken(text):
         raise RuntimeError("a bug in stagebot")
 
-    monkeypatch.setattr("stagebot.bot.cmd_parse.parse_comment", broken)
+    monkeypatch.setattr("stagebot.bot.cli.local.parse.parse_comment", broken)
     code, _, err = run_main(capsys, "parse", "/bot run")
     assert code == 3
     assert "RuntimeError: a bug in stagebot" in err  # the traceback, for the bug report

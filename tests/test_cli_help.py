@@ -11,11 +11,11 @@ import pytest
 from fixtures.botrun import ROOT
 from helpers.cli import bot
 
-from stagebot.bot.cli import COMMANDS
+from stagebot.bot.cli.main import COMMANDS
 
 
 def test_root_help_groups_the_commands_with_their_whole_descriptions(capsys) -> None:
-    from stagebot.bot.cli import SECTIONS
+    from stagebot.bot.cli.main import SECTIONS
 
     code, out, _ = bot(capsys, "--help")
     assert code == 0
@@ -82,7 +82,7 @@ def test_parse_says_the_did_you_mean_too(capsys) -> None:
 def test_kernels_build_without_cute_dsl_is_the_environments_fault() -> None:
     blocked = (
         "import sys; sys.modules['cutlass'] = None\n"  # what a machine without CuTe DSL sees
-        "from stagebot.bot.cli import main; main(['kernels', 'build', '--arch', 'sm_90a'])"
+        "from stagebot.bot.cli.main import main; main(['kernels', 'build', '--arch', 'sm_90a'])"
     )
     done = subprocess.run([sys.executable, "-c", blocked], capture_output=True, text=True)
     assert done.returncode == 3, done.stdout + done.stderr

@@ -1,10 +1,10 @@
-"""The bot's custody of a restored ledger (bot/custody.py): the digest its reply records is the
-file it saves, taken without closing the ledger under the steps that still use it."""
+"""The bot's custody of a restored ledger (bot/custody/trust.py): the digest its reply records is
+the file it saves, taken without closing the ledger under the steps that still use it."""
 
 from __future__ import annotations
 
-from stagebot.bot.custody import RestoredLedger, notice_file
-from stagebot.bot.ledger_files import file_digest
+from stagebot.bot.custody.files import file_digest
+from stagebot.bot.custody.trust import RestoredLedger, notice_file
 
 RUN = {"version": 1, "command": "run", "options": {}}
 

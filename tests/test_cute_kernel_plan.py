@@ -18,7 +18,7 @@ from helpers import extras
 
 extras.require("torch")  # the suite's case list, which kernel_plan reads, is built with torch
 
-from stagebot.bot.cli import cli  # noqa: E402
+from stagebot.bot.cli.main import cli  # noqa: E402
 from stagebot.harness.suites.nvfp4_moe import kernel_plan  # noqa: E402
 from stagebot.kernels.cute import compile as cc  # noqa: E402
 from stagebot.kernels.cute import tactics, warm  # noqa: E402

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from stagebot.harness.dependency_key import (
+from stagebot.harness.reuse.dependency_key import (
     Environment,
     Repository,
     changed_inputs,
     dependency_key,
 )
-from stagebot.harness.import_graph import module_facts
+from stagebot.harness.reuse.import_graph import module_facts
 from stagebot.stages.catalog import SuiteRef, Waive, load_catalog
 
 TEST_ID = "tests/test_core.py::test_f[small]"

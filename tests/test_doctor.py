@@ -13,7 +13,7 @@ from helpers.adoption import adopted  # noqa: F401 - fixture
 from helpers.app_keys import APP_ID, app_key
 from helpers.cli import bot
 
-from stagebot.bot.doctor_checks import APP_PERMISSIONS
+from stagebot.bot.adopt.doctor_checks import APP_PERMISSIONS
 
 WORKFLOWS = ("bot.yml", "stage.yml", "report.yml")
 GPU_LABELS = ["self-hosted", "linux", "ephemeral", "gpu-dgx-h200"]

@@ -407,7 +407,7 @@ def test_a_relative_out_is_taken_from_where_bot_runs_not_from_root(tmp_path: Pat
         '/bot run --stage-list "CPU-Build_Check"',
     ]
     done = subprocess.run(
-        [sys.executable, "-c", "from stagebot.bot.cli import main; main()", *args],
+        [sys.executable, "-c", "from stagebot.bot.cli.main import main; main()", *args],
         cwd=tmp_path,
         capture_output=True,
         text=True,
@@ -431,8 +431,8 @@ def test_a_family_can_turn_reruns_off(tmp_path, ledger) -> None:
 def test_shard_timeout_replaces_the_catalogs_higher_or_lower() -> None:
     """`--shard-timeout` is this machine's limit: a loaded machine may need more time than the
     catalog gives, a quick check less."""
-    from stagebot.bot.grammar import parse_comment
-    from stagebot.harness.shard import shard_timeout_s
+    from stagebot.bot.comments.grammar import parse_comment
+    from stagebot.harness.run.shard import shard_timeout_s
     from stagebot.stages.catalog import load_catalog
     from stagebot.stages.matrix import matrix_entries
     from stagebot.stages.planner import plan_run

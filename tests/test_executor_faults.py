@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 from fixtures.botrun import ROOT, bot, results, run_stages
 
-from stagebot.harness.junit import JunitError, read_junit
 from stagebot.harness.ledger import Ledger, LedgerError
-from stagebot.harness.streams import read_stream
+from stagebot.harness.run.junit import JunitError, read_junit
+from stagebot.harness.run.streams import read_stream
 
 pytestmark = pytest.mark.slow
 
@@ -291,8 +291,8 @@ def test_a_ledger_locked_mid_run_is_waited_for(tmp_path) -> None:
 def test_an_error_after_the_start_ends_the_pipeline_aborted(tmp_path, monkeypatch) -> None:
     from click.testing import CliRunner
 
-    from stagebot.bot.cmd_run import run
-    from stagebot.harness import executor
+    from stagebot.bot.cli.local.run import run
+    from stagebot.harness.run import executor
 
     def broken(*args, **kwargs):
         raise LedgerError("ledger x is still locked by another process")

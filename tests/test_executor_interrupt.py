@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from fixtures.botrun import CATALOG, ROOT
 
-from stagebot.bot.grammar import parse_comment
-from stagebot.harness.executor import STOPPED, Settings, execute
-from stagebot.harness.progress import Progress
+from stagebot.bot.comments.grammar import parse_comment
+from stagebot.harness.run.executor import STOPPED, Settings, execute
+from stagebot.harness.run.progress import Progress
 from stagebot.stages.catalog import load_catalog
 from stagebot.stages.planner import plan_run
 

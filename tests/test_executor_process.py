@@ -6,7 +6,7 @@ import os
 import time
 from pathlib import Path
 
-from stagebot.harness.process import run_process
+from stagebot.harness.run.process import run_process
 
 
 def _alive(pid: int) -> bool:

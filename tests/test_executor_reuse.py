@@ -143,7 +143,7 @@ def test_dry_run_reads_bot_runs_default_ledger(tmp_path) -> None:
 
     def bot_here(*args: str):
         return subprocess.run(
-            [sys.executable, "-c", "from stagebot.bot.cli import main; main()", *args],
+            [sys.executable, "-c", "from stagebot.bot.cli.main import main; main()", *args],
             cwd=tmp_path,
             capture_output=True,
             text=True,

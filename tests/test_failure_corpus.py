@@ -411,7 +411,7 @@ def test_suspects_name_the_culprit_first(corpus) -> None:
 def test_a_collection_errors_junit_case_keeps_the_files_id(tmp_path) -> None:
     """pytest names a module that failed to import by its dotted name, with no class: read back
     as the file's path, the id the stream uses, so it is one failure, not two."""
-    from stagebot.harness.junit import read_junit
+    from stagebot.harness.run.junit import read_junit
 
     (tmp_path / "pkg").mkdir()
     (tmp_path / "pkg" / "check_broken.py").write_text("import no_such_module_here\n")

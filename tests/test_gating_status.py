@@ -1,5 +1,5 @@
-"""Whose gating status wins (bot/gating_status.py), through a small in-memory fake of the two
-GitHub calls it makes: statuses are append-only, newest first, and a writer may land between
+"""Whose gating status wins (bot/actions/gating_status.py), through a small in-memory fake of the
+two GitHub calls it makes: statuses are append-only, newest first, and a writer may land between
 our read and our write."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import pytest
 
-from stagebot.bot.gating_status import set_gating_status
+from stagebot.bot.actions.gating_status import set_gating_status
 from stagebot.bot.github import Status
 from stagebot.harness.pipeline import status_text
 from stagebot.harness.report import StatusDecision

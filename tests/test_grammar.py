@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from stagebot.bot import grammar
-from stagebot.bot.grammar import help_text, parse_comment
+from stagebot.bot.comments import grammar
+from stagebot.bot.comments.grammar import help_text, parse_comment
 from stagebot.stages.command import RUN_FLAGS, TEST_BACKENDS, Command, RunOptions, render
 from stagebot.stages.errors import CommandError
 

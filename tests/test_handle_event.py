@@ -31,9 +31,9 @@ from helpers.fake_pr import marker_of, replies, status
 from helpers.handle_event import EVENTS, assert_nothing_ran, gh, handle
 from helpers.memory_github import MemoryGitHub
 
+from stagebot.bot.comments.events import comment_event
 from stagebot.bot.config import BotConfig
-from stagebot.bot.events import comment_event
-from stagebot.bot.marker import find_marker, with_marker
+from stagebot.bot.protocols.marker import find_marker, with_marker
 
 
 def reactions(gh: FakeGitHub, comment_id: int = COMMENT_ID) -> list[str]:
@@ -376,7 +376,7 @@ def test_a_refused_comment_delivered_twice_gets_one_reply(github) -> None:
 
 
 def _running_marker(pipeline: int, comment_id: int = 1, sha: str = SHA, run: int | None = None):
-    from stagebot.bot.marker import ReplyMarker
+    from stagebot.bot.protocols.marker import ReplyMarker
 
     marker = ReplyMarker(pipeline, sha, comment_id, "RUNNING", {"CPU-PyTorch-1": "PENDING"}, run)
     return f"PR_Github #{pipeline} [ run ] triggered by Bot.\n\n{marker.render()}"
@@ -549,8 +549,8 @@ REPLY_CONTEXTS = {  # every value a user (or a restored ledger) can influence is
 
 @pytest.mark.parametrize("kind", REPLY_CONTEXTS)
 def test_every_reply_template_escapes_user_text(kind) -> None:
-    from stagebot.bot.marker import ReplyMarker
-    from stagebot.bot.replies import render_reply
+    from stagebot.bot.comments.replies import render_reply
+    from stagebot.bot.protocols.marker import ReplyMarker
 
     marker = ReplyMarker(9, SHA, COMMENT_ID, "SUCCESS", {})
     body = render_reply(kind.split("-")[0], marker, **REPLY_CONTEXTS[kind])
@@ -583,8 +583,8 @@ def test_a_corrupt_ledger_does_not_stop_events_that_do_not_need_it(gh, handle, t
 
 
 def test_a_corrupt_ledger_is_moved_aside_and_the_run_starts_empty(gh, handle, tmp_path) -> None:
-    from stagebot.bot.ledger_files import file_digest
-    from stagebot.bot.marker import render_ledger_digest
+    from stagebot.bot.custody.files import file_digest
+    from stagebot.bot.protocols.marker import render_ledger_digest
     from stagebot.harness.ledger import Ledger
 
     ledger = tmp_path / "ledger.sqlite"
@@ -612,7 +612,7 @@ def test_a_corrupt_main_ledger_does_not_stop_the_post_merge_pipeline(handle, tmp
 
 
 def test_publish_reads_the_default_branch_from_the_event(tmp_path) -> None:
-    from stagebot.bot.events import default_branch
+    from stagebot.bot.comments.events import default_branch
 
     payload = json.loads((EVENTS / "pr_comment_created.json").read_text())
     payload["repository"]["default_branch"] = "trunk"

@@ -316,7 +316,7 @@ def test_the_untouched_artifact_matches_its_digest(gh, jobs) -> None:
 
 
 def test_artifact_digest_tells_an_absent_file_from_an_empty_one(tmp_path) -> None:
-    from stagebot.bot.ledger_files import artifact_digest, artifact_files
+    from stagebot.bot.custody.files import artifact_digest, artifact_files
 
     plan, ledger = tmp_path / "plan.json", tmp_path / "ledger.sqlite"
     plan.write_text("{}")
@@ -340,8 +340,8 @@ PUSHED = "0d1a26e67d8f5eaf1f6ba5c57fc3c7d91ac0fd1c"  # push_main.json's "after"
 
 
 def test_main_ledger_is_vouched_for_by_a_status_and_used_by_the_next_push(gh, jobs) -> None:
-    from stagebot.bot.ledger_files import file_digest
-    from stagebot.bot.main_ledger import LEDGER_STATUS, status_description
+    from stagebot.bot.custody.files import file_digest
+    from stagebot.bot.custody.main_ledger import LEDGER_STATUS, status_description
 
     log = jobs.post_merge(201)
     (recorded,) = [s for s in gh.statuses[PUSHED] if s["context"] == LEDGER_STATUS]

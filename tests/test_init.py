@@ -17,8 +17,8 @@ from helpers.cli import bot
 from helpers.workflow_lint import actionlint, zizmor
 
 import stagebot.harness
-from stagebot.bot.grammar import parse_comment
-from stagebot.harness.shard import pytest_argv
+from stagebot.bot.comments.grammar import parse_comment
+from stagebot.harness.run.shard import pytest_argv
 from stagebot.stages.catalog import load_catalog
 from stagebot.stages.matrix import matrix_entries
 from stagebot.stages.planner import plan_run

@@ -88,7 +88,7 @@ def test_the_stage_job_installs_what_its_stage_declares(environments, stage, ext
     """The DGX_H200-PyTorch stage forces the CuTe DSL backend: its job installs [kernels]
     (CuTe DSL) because the catalog says so, and a stage that does not declare it does not.
     The lines are the ones the stage job's `bot stage-setup` step runs for the plan's entry."""
-    from stagebot.bot.grammar import parse_comment
+    from stagebot.bot.comments.grammar import parse_comment
     from stagebot.stages.catalog import load_catalog
     from stagebot.stages.matrix import matrix_entries
     from stagebot.stages.planner import plan_run

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from xml.etree import ElementTree
 
-from stagebot.harness.junit import read_junit, write_junit, xml_text
 from stagebot.harness.results import TestOutcome as Outcome
+from stagebot.harness.run.junit import read_junit, write_junit, xml_text
 
 RED, RESET = "\x1b[31m", "\x1b[0m"
 

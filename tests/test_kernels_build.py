@@ -13,7 +13,7 @@ pytestmark = [pytest.mark.slow, extras.needs("cutlass")]
 
 
 def _build(*args: str):
-    from stagebot.bot.cmd_kernels import kernels
+    from stagebot.bot.cli.local.kernels import kernels
 
     return CliRunner().invoke(kernels, ["build", *args])
 
@@ -28,7 +28,7 @@ def test_default_tactic_per_kernel_compiles_with_wgmma():
 def test_every_tactic_of_the_dispatcher_compiles():
     """What CI runs: each kernel x each tactic, the decode ones (swap_ab, no fp16 operand) with
     mma.sync, the others (the RS kernel's included) with WGMMA."""
-    from stagebot.bot.cmd_kernels import KERNELS
+    from stagebot.bot.cli.local.kernels import KERNELS
     from stagebot.kernels.cute.tactics import TACTICS
 
     result = _build("--arch", "sm_90a", "--all-tactics")
@@ -94,7 +94,7 @@ def test_ptxas_refuses_a_kernel_whose_wgmmas_it_serialises():
     consumers (setmaxnreg): assembled as a 288-thread CTA without setmaxnreg, as first
     written, ptxas caps it at 168 registers and serialises its WGMMAs (C7512), which the build
     must refuse."""
-    from stagebot.bot.cmd_kernels import build_one, ptxas_path, ptxas_report
+    from stagebot.bot.cli.local.kernels import build_one, ptxas_path, ptxas_report
     from stagebot.kernels.cute import compile as cute_compile
     from stagebot.kernels.cute.tactics import TACTICS
 
@@ -166,7 +166,7 @@ def test_a_malformed_tactic_is_a_usage_error():
 def test_the_sm100a_build_compiles_the_block_scaled_nvfp4_mma():
     """Blackwell: every kernel of the block-scaled list compiles for sm_100a on the CPU, each
     with tcgen05's block-scaled MMA on the packed operands (kind::mxf4nvf4, 16-value scales)."""
-    from stagebot.bot.cmd_kernels import BLOCK_SCALED_MMA, KERNELS
+    from stagebot.bot.cli.local.kernels import BLOCK_SCALED_MMA, KERNELS
     from stagebot.kernels.cute.tactics import SM100_TACTICS
 
     result = _build("--arch", "sm_100a", "--all-tactics")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from helpers.key_reuse import CATALOG, executed, reused, run
 
-from stagebot.harness.key_reuse import KEYS_FILE
+from stagebot.harness.reuse.offers import KEYS_FILE
 
 TEST = """import os
 
@@ -125,7 +125,7 @@ def test_keys_are_recorded_only_for_tests_that_reached_an_outcome(tmp_path) -> N
 def explain(tmp: Path, test_id: str) -> subprocess.CompletedProcess:
     """`bot stages --explain-reuse` in the repository (its root is where the keys are read)."""
     return subprocess.run(
-        [sys.executable, "-c", "from stagebot.bot.cli import main; main()", "stages"]
+        [sys.executable, "-c", "from stagebot.bot.cli.main import main; main()", "stages"]
         + ["--catalog", str(tmp / "catalog.yaml"), "--ledger", str(tmp / "ledger.sqlite")]
         + ["--explain-reuse", test_id],
         cwd=tmp / "repo",
@@ -163,7 +163,7 @@ def test_offers_too_long_for_a_dispatch_are_dropped_not_the_dispatch() -> None:
     would not fit, the entries go without them (the tests run), keeping their key inputs."""
     from helpers.contracts import example
 
-    from stagebot.bot.dispatch_inputs import fitting
+    from stagebot.bot.protocols.dispatch_inputs import fitting
     from stagebot.stages.plan import MatrixEntry
 
     data = example("matrix_entry")

@@ -63,12 +63,12 @@ def test_the_folders_keep_their_layers(tmp_path) -> None:
 @pytest.mark.parametrize(
     ("module", "source", "broken"),
     [
-        ("stages/upward.py", "import stagebot.bot.cli\n", "bot > harness > stages"),
+        ("stages/upward.py", "import stagebot.bot.cli.main\n", "bot > harness > stages"),
         ("kernels/upward.py", "import stagebot.stages.errors\n", "kernels and templates"),
         ("templates/sideways.py", "import stagebot.kernels.errors\n", "bot > harness > stages"),
         (
             "harness/suites/edge.py",
-            "from stagebot.bot import cmd_parse\n",
+            "from stagebot.bot.cli.local import parse\n",
             "the harness suites never import the bot edge",
         ),
     ],
@@ -79,20 +79,24 @@ def test_an_import_against_the_layers_breaks_a_contract(tmp_path, module, source
     assert re.search(rf"{re.escape(broken)}.* BROKEN", result.stdout), result.stdout
 
 
-GATE = (ROOT / "bot" / "cmd_gate.py").read_text()
+GATE = (ROOT / "bot" / "cli" / "workflow" / "gate.py").read_text()
 
 
 @pytest.mark.parametrize(
     "planted",
     [
         pytest.param(
-            {"bot/cmd_gate.py": GATE + "\n\ndef more():\n    from stagebot.bot import cmd_parse\n"},
+            {
+                "bot/cli/workflow/gate.py": GATE
+                + "\n\ndef more():\n    from stagebot.bot.cli.local import parse\n"
+            },
             id="directly, inside a function",
         ),
         pytest.param(
             {
-                "bot/cmd_gate.py": GATE + "\nfrom stagebot.bot import planted_helper  # noqa\n",
-                "bot/planted_helper.py": "from stagebot.bot.cmd_publish import publish\n",
+                "bot/cli/workflow/gate.py": GATE
+                + "\nfrom stagebot.bot import planted_helper  # noqa\n",
+                "bot/planted_helper.py": "from stagebot.bot.cli.workflow.publish import publish\n",
             },
             id="through a module that imports a command",
         ),
@@ -109,7 +113,11 @@ def test_a_command_importing_another_breaks_the_independence_contract(tmp_path, 
 def test_the_independence_contract_names_every_command() -> None:
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
     (contract,) = [c for c in config["contracts"] if c["type"] == "independence"]
-    commands = {f"stagebot.bot.{path.stem}" for path in (ROOT / "bot").glob("cmd_*.py")}
+    commands = {
+        f"stagebot.bot.cli.{path.parent.name}.{path.stem}"
+        for path in (ROOT / "bot" / "cli").glob("*/*.py")
+        if path.stem != "__init__"
+    }
     assert set(contract["modules"]) == commands
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from stagebot.harness.flakiness import flaky_evidence, flaky_history
+from stagebot.harness.analysis.flakiness import flaky_evidence, flaky_history
 from stagebot.harness.ledger import (
     SCHEMA_VERSION,
     Ledger,
@@ -20,7 +20,7 @@ from stagebot.harness.ledger import (
 )
 from stagebot.harness.results import StageResult
 from stagebot.harness.results import TestOutcome as Outcome
-from stagebot.harness.reuse_policy import record_validation
+from stagebot.harness.reuse.policy import record_validation
 
 RUN = {"version": 1, "command": "run", "options": {}}
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from fixtures.botrun import bot, results, run_stages
 
-from stagebot.harness.analysis import analyse
+from stagebot.harness.analysis.classify import analyse
 from stagebot.harness.ledger import Ledger
 from stagebot.harness.report import Report, render_report
 from stagebot.harness.results import StageResult
@@ -86,7 +86,7 @@ def test_a_local_gating_run_that_could_not_run_everything_sets_no_status(fmt: st
 def test_partly_tested_is_explained_once(local: bool, fmt: str) -> None:
     from fixtures.botrun import CATALOG
 
-    from stagebot.bot.grammar import parse_comment
+    from stagebot.bot.comments.grammar import parse_comment
     from stagebot.stages.catalog import load_catalog
     from stagebot.stages.planner import plan_run
 
@@ -166,7 +166,7 @@ def finished(book: Ledger, commit: str, state: str = "SUCCESS") -> int:
 
 
 def test_a_local_run_compares_with_the_merge_base_with_main(tmp_path, repo) -> None:
-    from stagebot.bot.base import base_target, local_base
+    from stagebot.harness.pipeline.base import base_target, local_base
 
     base, head = git(repo, "rev-parse", "main"), git(repo, "rev-parse", "feature")
     with Ledger.open(tmp_path / "l.sqlite") as book:
@@ -183,7 +183,7 @@ def test_a_local_run_compares_with_the_merge_base_with_main(tmp_path, repo) -> N
 
 
 def test_without_a_base_pipeline_the_report_says_why(tmp_path, repo) -> None:
-    from stagebot.bot.base import base_target, local_base
+    from stagebot.harness.pipeline.base import base_target, local_base
 
     head = git(repo, "rev-parse", "feature")
     with Ledger.open(tmp_path / "l.sqlite") as book:
@@ -197,7 +197,7 @@ def test_without_a_base_pipeline_the_report_says_why(tmp_path, repo) -> None:
 
 
 def test_base_commit_takes_any_unambiguous_prefix(tmp_path, repo) -> None:
-    from stagebot.bot.base import base_target, local_base
+    from stagebot.harness.pipeline.base import base_target, local_base
 
     base = git(repo, "rev-parse", "main")
     with Ledger.open(tmp_path / "l.sqlite") as book:
@@ -216,7 +216,7 @@ def test_base_commit_takes_any_unambiguous_prefix(tmp_path, repo) -> None:
 
 
 def test_an_ambiguous_or_unknown_base_commit_is_an_error(tmp_path, repo) -> None:
-    from stagebot.bot.base import BaseCommitError, base_target
+    from stagebot.harness.pipeline.base import BaseCommitError, base_target
 
     with Ledger.open(tmp_path / "l.sqlite") as book:
         finished(book, "abc1230000")

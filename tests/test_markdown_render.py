@@ -10,9 +10,9 @@ import pytest
 from helpers.reports import fixture_report
 from markdown_it import MarkdownIt
 
-from stagebot.bot.grammar import SUBCOMMANDS, help_text
-from stagebot.bot.marker import ReplyMarker
-from stagebot.bot.replies import render_reply
+from stagebot.bot.comments.grammar import SUBCOMMANDS, help_text
+from stagebot.bot.comments.replies import render_reply
+from stagebot.bot.protocols.marker import ReplyMarker
 from stagebot.harness.report import render_report, reply_completed, reply_triggered
 
 GFM = MarkdownIt("commonmark").enable("table")

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from stagebot.harness.gpus import Device
 from stagebot.harness.pipeline.placement import is_split, missing_hardware, serving
+from stagebot.harness.run.gpus import Device
 from stagebot.stages.plan import MatrixEntry
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "stages/schemas/examples/matrix_entry.v1.json"

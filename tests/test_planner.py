@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from stagebot.bot.grammar import parse_comment
+from stagebot.bot.comments.grammar import parse_comment
 from stagebot.stages.catalog import load_catalog
 from stagebot.stages.errors import PlanError
 from stagebot.stages.history import PriorShard

@@ -6,10 +6,10 @@ import io
 import json
 from pathlib import Path
 
-from stagebot.harness.progress import Expected, Progress
 from stagebot.harness.results import StageResult
 from stagebot.harness.results import TestOutcome as Outcome
-from stagebot.harness.streams import LiveCounts
+from stagebot.harness.run.progress import Expected, Progress
+from stagebot.harness.run.streams import LiveCounts
 
 
 def _record(test_id: str, outcome: str | None = None) -> bytes:
@@ -159,9 +159,9 @@ def test_shards_that_cannot_run_here_are_not_collected(tmp_path: Path, monkeypat
     """--cpu-slots 0: the split family's tests are never collected (a pytest per family)."""
     from fixtures.botrun import CATALOG
 
-    from stagebot.bot.grammar import parse_comment
-    from stagebot.harness import executor
+    from stagebot.bot.comments.grammar import parse_comment
     from stagebot.harness.pipeline import placement
+    from stagebot.harness.run import executor
     from stagebot.stages.catalog import load_catalog
     from stagebot.stages.planner import plan_run
 

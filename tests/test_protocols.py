@@ -1,4 +1,4 @@
-"""Each string another program parses has one formatter and one parser (bot/protocols.py,
+"""Each string another program parses has one formatter and one parser (bot/protocols/names.py,
 harness/pipeline/status_text.py): what one writes the other reads back, and the parser rejects
 the near-misses."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from stagebot.bot import protocols
+from stagebot.bot.protocols import names
 from stagebot.harness.pipeline import status_text
 
 DIGEST = "ab" * 32
@@ -14,8 +14,8 @@ DIGEST = "ab" * 32
 
 @pytest.mark.parametrize(("pr", "pipeline", "plan_run"), [(7, 101, 555), (None, 3, 9), (1, 1, 1)])
 def test_a_stage_run_title_reads_back(pr, pipeline, plan_run) -> None:
-    title = protocols.stage_title(pr, pipeline, plan_run)
-    assert protocols.parse_title(title) == (protocols.stage_key(pr), pipeline, plan_run)
+    title = names.stage_title(pr, pipeline, plan_run)
+    assert names.parse_title(title) == (names.stage_key(pr), pipeline, plan_run)
 
 
 @pytest.mark.parametrize(
@@ -31,38 +31,36 @@ def test_a_stage_run_title_reads_back(pr, pipeline, plan_run) -> None:
     ],
 )
 def test_the_title_parser_rejects_near_misses(title) -> None:
-    assert protocols.parse_title(title) is None
+    assert names.parse_title(title) is None
 
 
 def test_artifact_names_read_back() -> None:
-    assert protocols.result_stage(protocols.result_artifact("CPU-PyTorch-1")) == "CPU-PyTorch-1"
-    assert protocols.ledger_digest(protocols.ledger_artifact(DIGEST)) == DIGEST
+    assert names.result_stage(names.result_artifact("CPU-PyTorch-1")) == "CPU-PyTorch-1"
+    assert names.ledger_digest(names.ledger_artifact(DIGEST)) == DIGEST
 
 
 @pytest.mark.parametrize(
     "name",
     [
-        pytest.param(protocols.MAIN_LEDGER, id="main's ledger is no PR ledger"),
-        pytest.param(protocols.LEDGER_PREFIX + DIGEST[:-1], id="63 digits"),
-        pytest.param(protocols.LEDGER_PREFIX + DIGEST.upper(), id="upper case"),
-        pytest.param(protocols.LEDGER_PREFIX + DIGEST + "0", id="65 digits"),
-        pytest.param(protocols.PLAN_ARTIFACT, id="the plan"),
+        pytest.param(names.MAIN_LEDGER, id="main's ledger is no PR ledger"),
+        pytest.param(names.LEDGER_PREFIX + DIGEST[:-1], id="63 digits"),
+        pytest.param(names.LEDGER_PREFIX + DIGEST.upper(), id="upper case"),
+        pytest.param(names.LEDGER_PREFIX + DIGEST + "0", id="65 digits"),
+        pytest.param(names.PLAN_ARTIFACT, id="the plan"),
     ],
 )
 def test_the_ledger_artifact_parser_rejects_other_names(name) -> None:
-    assert protocols.ledger_digest(name) is None
+    assert names.ledger_digest(name) is None
 
 
-@pytest.mark.parametrize(
-    "name", [protocols.RESULT_PREFIX, protocols.PLAN_ARTIFACT, "result-CPU-PyTorch-1"]
-)
+@pytest.mark.parametrize("name", [names.RESULT_PREFIX, names.PLAN_ARTIFACT, "result-CPU-PyTorch-1"])
 def test_the_result_artifact_parser_rejects_other_names(name) -> None:
-    assert protocols.result_stage(name) is None
+    assert names.result_stage(name) is None
 
 
 def test_a_ledger_artifact_is_named_by_a_digest_only() -> None:
     with pytest.raises(ValueError, match="64 hex digits"):
-        protocols.ledger_artifact("main")
+        names.ledger_artifact("main")
 
 
 @pytest.mark.parametrize(

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from stagebot.harness.pytest_plugin import SUITE_OPTIONS
+from stagebot.harness.run.pytest_plugin import SUITE_OPTIONS
 
 pytest_plugins = ["pytester"]
 

@@ -14,9 +14,10 @@ import click
 import pytest
 from helpers.cli import bot
 
-from stagebot.bot import cmd_docs, grammar
-from stagebot.bot.cli import COMMANDS, cli
-from stagebot.bot.reference import github_anchor, render
+from stagebot.bot.cli.local import docs
+from stagebot.bot.cli.main import COMMANDS, cli
+from stagebot.bot.cli.reference import github_anchor, render
+from stagebot.bot.comments import grammar
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMITTED = ROOT / "docs" / "reference.md"
@@ -108,7 +109,7 @@ def test_the_rendering_does_not_depend_on_the_terminal(monkeypatch) -> None:
 
 
 def test_an_installed_stagebot_asks_for_out(capsys, monkeypatch, tmp_path) -> None:
-    monkeypatch.setattr(cmd_docs, "CHECKOUT", tmp_path / "site-packages" / "stagebot")
+    monkeypatch.setattr(docs, "CHECKOUT", tmp_path / "site-packages" / "stagebot")
     code, _, err = bot(capsys, "docs", "reference")
     assert code == 2
     assert "not a checkout, so there is no docs/reference.md to write: give --out PATH" in err
@@ -135,10 +136,10 @@ def test_anchors_are_githubs(heading: str, anchor: str) -> None:
 @pytest.mark.parametrize("args", [["parse", "/bot run"], ["dry-run", "/bot run"]])
 def test_the_fast_commands_do_not_load_the_reference(args: list[str]) -> None:
     code = (
-        "import sys; from stagebot.bot.cli import main\n"
+        "import sys; from stagebot.bot.cli.main import main\n"
         f"try: main({args!r})\nexcept SystemExit: pass\n"
-        "print(sorted(m for m in sys.modules if m.startswith(('stagebot.bot.reference', "
-        "'stagebot.bot.cmd_docs'))))"
+        "print(sorted(m for m in sys.modules if m.startswith(('stagebot.bot.cli.reference', "
+        "'stagebot.bot.cli.local.docs'))))"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip().splitlines()[-1] == "[]"

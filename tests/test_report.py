@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from helpers.reports import fixture_report, result
 
-from stagebot.bot.marker import find_marker
-from stagebot.harness.analysis import analyse
+from stagebot.bot.protocols.marker import find_marker
+from stagebot.harness.analysis.classify import analyse
 from stagebot.harness.report import (
     COMMENT_LIMIT,
     Report,
@@ -316,7 +316,7 @@ def test_report_of_result_files_compares_with_the_base_ledger(tmp_path) -> None:
     from fixtures.botrun import bot
 
     from stagebot.harness.ledger import Ledger
-    from stagebot.harness.shard import write_result
+    from stagebot.harness.run.shard import write_result
 
     with Ledger.open(tmp_path / "main.sqlite") as book:
         number = book.start_pipeline(

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from stagebot.harness.rules import RULES, judge, read_sources
+from stagebot.harness.analysis.rules import RULES, judge, read_sources
 
 OOM = (
     "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total "
@@ -314,7 +314,7 @@ def test_an_oom_the_gpu_could_never_satisfy_is_the_tests() -> None:
 
 
 def test_the_final_exception_is_the_last_e_block() -> None:
-    from stagebot.harness.rules import final_exception
+    from stagebot.harness.analysis.rules import final_exception
 
     chained = "E   OSError: [Errno 28] x\n\nDuring handling ...\n\nE   TypeError: y\nE     more"
     assert final_exception(chained) == "TypeError: y\nmore"

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from stagebot.harness.scheduler import Job, Running, Scheduler, simulate
+from stagebot.harness.run.scheduler import Job, Running, Scheduler, simulate
 from stagebot.stages.sharding import least_duration
 
 

@@ -14,11 +14,11 @@ from helpers.fake_pr import replies
 from helpers.shards import entry
 from helpers.workflow_jobs import Jobs, gh
 
-from stagebot.harness.analysis import analyse
-from stagebot.harness.collect import CollectError, collect_tests
+from stagebot.harness.analysis.classify import analyse
 from stagebot.harness.report import Report, render_report
 from stagebot.harness.results import StageResult
-from stagebot.harness.shard import ShardContext, run_shard
+from stagebot.harness.run.collect import CollectError, collect_tests
+from stagebot.harness.run.shard import ShardContext, run_shard
 from stagebot.stages.plan import MatrixEntry
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -6,7 +6,7 @@ import pytest
 from fixtures.botrun import ROOT
 
 from stagebot.harness.results import SESSION_ID
-from stagebot.harness.shard import ShardContext, run_shard
+from stagebot.harness.run.shard import ShardContext, run_shard
 from stagebot.stages.plan import MatrixEntry
 
 pytestmark = pytest.mark.slow

@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 from helpers.cli import bot
 
-from stagebot.bot.cli import cli
+from stagebot.bot.cli.main import cli
 from stagebot.stages.catalog import load_catalog
 from stagebot.stages.errors import CatalogError
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from stagebot.harness.suspects import import_closure, rank_suspects
+from stagebot.harness.analysis.suspects import import_closure, rank_suspects
 
 
 def repo(tmp_path: Path) -> Path:

@@ -11,7 +11,7 @@ from dataclasses import replace
 from fixtures.botrun import CATALOG, ROOT
 from helpers.shards import entry
 
-from stagebot.harness.shard import ShardContext, run_shard
+from stagebot.harness.run.shard import ShardContext, run_shard
 
 
 def test_report_files_are_utf8_under_an_ascii_locale(tmp_path) -> None:
@@ -24,7 +24,7 @@ def test_report_files_are_utf8_under_an_ascii_locale(tmp_path) -> None:
     env.update(LC_ALL="C", PYTHONUTF8="0", PYTHONCOERCECLOCALE="0")
     out = tmp_path / "out"
     done = subprocess.run(
-        [sys.executable, "-c", "from stagebot.bot.cli import main; main()", "run",
+        [sys.executable, "-c", "from stagebot.bot.cli.main import main; main()", "run",
          "--catalog", str(CATALOG), "--ledger", str(tmp_path / "ledger.sqlite"), "--out", str(out),
          "--commit", "c0ffee", '/bot run --stage-list "CPU-Build_Check"'],
         cwd=ROOT, env=env, capture_output=True, timeout=240,

@@ -297,7 +297,7 @@ def test_a_command_after_a_closed_pre_block_counts(github) -> None:
 def test_the_sha_travels_in_the_command_contract() -> None:
     from helpers.contracts import validate
 
-    from stagebot.bot.grammar import parse_comment
+    from stagebot.bot.comments.grammar import parse_comment
     from stagebot.stages.command import Command, render
 
     command = parse_comment(f'/bot skip --sha {SHA[:12].upper()} --comment "docs"')

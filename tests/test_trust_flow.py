@@ -123,9 +123,9 @@ def test_a_dispatch_github_refuses_turns_the_pending_status_into_an_error(gh, jo
 
 
 def test_a_matrix_too_long_for_a_dispatch_is_refused(gh, jobs, monkeypatch) -> None:
-    from stagebot.bot import cmd_dispatch
+    from stagebot.bot.cli.workflow import dispatch
 
-    monkeypatch.setattr(cmd_dispatch, "MAX_MATRIX", 10)
+    monkeypatch.setattr(dispatch, "MAX_MATRIX", 10)
     _planned_without_dispatch(jobs)
     log = jobs.bot("dispatch", "--plan-dir", ".stagebot/plan", code=2)
     assert "more than the 10 a workflow_dispatch carries" in log and gh.dispatches == []
@@ -254,7 +254,7 @@ def test_a_ledger_named_in_someone_elses_comment_is_never_taken(gh, jobs, tmp_pa
     artifact PR code uploaded): only the bot's replies name ledgers."""
     import hashlib
 
-    from stagebot.bot.marker import render_ledger_digest
+    from stagebot.bot.protocols.marker import render_ledger_digest
 
     outputs = jobs.whole("/bot run", 101)
     forged = _forged_copy(gh, _reported_ledger(gh, 60101), tmp_path)

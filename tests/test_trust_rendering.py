@@ -13,10 +13,10 @@ import pytest
 from helpers.fake_pr import SHA, marker_of, replies
 from helpers.workflow_jobs import gh, jobs
 
-from stagebot.bot.ledger_files import file_digest
-from stagebot.bot.marker import ReplyMarker, find_ledger_digests, find_marker
-from stagebot.bot.replies import with_ledger_digest
-from stagebot.harness.analysis import analyse
+from stagebot.bot.comments.replies import with_ledger_digest
+from stagebot.bot.custody.files import file_digest
+from stagebot.bot.protocols.marker import ReplyMarker, find_ledger_digests, find_marker
+from stagebot.harness.analysis.classify import analyse
 from stagebot.harness.ledger import Ledger
 from stagebot.harness.report import Report, render_report
 from stagebot.harness.results import StageResult

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from fixtures.botrun import CATALOG
 
-from stagebot.bot.worktree import make_output_folder, repository_root, tree_identity
+from stagebot.harness.pipeline.worktree import make_output_folder, repository_root, tree_identity
 
 COMMENT = '/bot run --stage-list "CPU-Build_Check"'
 
@@ -68,7 +68,7 @@ def test_an_output_folder_hides_itself_from_git(repo: Path) -> None:
 
 def _bot(cwd: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-c", "from stagebot.bot.cli import main; main()", *args],
+        [sys.executable, "-c", "from stagebot.bot.cli.main import main; main()", *args],
         cwd=cwd,
         env={**os.environ, "USER": "alice", "LOGNAME": "alice"},
         capture_output=True,

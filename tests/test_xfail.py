@@ -9,9 +9,9 @@ from pathlib import Path
 import jsonschema
 from helpers.shards import entry
 
-from stagebot.harness.junit import read_junit
 from stagebot.harness.ledger import Ledger
-from stagebot.harness.shard import ShardContext, run_shard
+from stagebot.harness.run.junit import read_junit
+from stagebot.harness.run.shard import ShardContext, run_shard
 
 ROOT = Path(__file__).resolve().parents[1]
 SUITE = """import pytest

@@ -7,9 +7,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from stagebot.bot.custody import RestoredLedger, main_ledger_trust
-from stagebot.bot.events import push_event
-from stagebot.bot.outcome import Outcome
+from stagebot.bot.comments.events import push_event
+from stagebot.bot.comments.outcome import Outcome
+from stagebot.bot.custody.trust import RestoredLedger, main_ledger_trust
 
 
 def plan_post_merge(
@@ -19,11 +19,11 @@ def plan_post_merge(
     ledger_path: Path | None,
     connect: Callable,
 ) -> Outcome:
-    from stagebot.bot.dispatch_inputs import fitting
-    from stagebot.bot.grammar import parse_comment
-    from stagebot.bot.main_ledger import RECORDED_WHERE
-    from stagebot.harness.key_reuse import offer
+    from stagebot.bot.comments.grammar import parse_comment
+    from stagebot.bot.custody.main_ledger import RECORDED_WHERE
+    from stagebot.bot.protocols.dispatch_inputs import fitting
     from stagebot.harness.pipeline.lifecycle import start
+    from stagebot.harness.reuse.offers import offer
     from stagebot.stages.catalog import load_catalog
     from stagebot.stages.matrix import matrix_entries
     from stagebot.stages.planner import plan_run

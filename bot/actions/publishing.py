@@ -4,7 +4,7 @@ publish`, and `bot report-run` once it has validated a stage run).
 
 - The pipeline's life (results recorded against the plan, state, report) is the harness'
   (harness/pipeline); this module adds GitHub: main's ledger as the base only when the bot
-  vouched for it (bot/custody.py), the stage jobs' log links, the reply and the status.
+  vouched for it (bot/custody/trust.py), the stage jobs' log links, the reply and the status.
 - The reply is found by the id the plan job recorded, else by its marker's pipeline number; a
   missing reply is posted (once: the marker makes the post idempotent). Nothing is published
   over a reply that says ABORTED (a /bot kill or a newer /bot run) unless this run was
@@ -14,7 +14,7 @@ publish`, and `bot report-run` once it has validated a stage run).
   marker); `bot handle-event` accepts the next restored ledger only when it matches. A
   post-merge pipeline records it as the ``stagebot/ledger`` status of its commit instead.
 - With ``artifact_digest`` (the plan job's output), plan.json and the ledger must be what the
-  plan job left: a replaced artifact publishes nothing (bot/custody.py, exit 3).
+  plan job left: a replaced artifact publishes nothing (bot/custody/trust.py, exit 3).
 """
 
 from __future__ import annotations
@@ -42,12 +42,12 @@ class PublishRequest:
 
 def publish(request: PublishRequest, env, config) -> list[str]:
     """Record, finish, render and report pipeline ``request.pipeline``; returns what to print."""
-    from stagebot.bot.base import select_base
-    from stagebot.bot.custody import check_plan_artifact, open_main_ledger, record_main_ledger
-    from stagebot.bot.events import default_branch
+    from stagebot.bot.comments.events import default_branch
+    from stagebot.bot.custody.files import file_digest
+    from stagebot.bot.custody.trust import check_plan_artifact, open_main_ledger, record_main_ledger
     from stagebot.bot.github import RetryPolicy, connect
-    from stagebot.bot.ledger_files import file_digest
     from stagebot.harness.ledger import Ledger
+    from stagebot.harness.pipeline.base import select_base
     from stagebot.harness.pipeline.intake import record_stage_results
     from stagebot.harness.pipeline.lifecycle import finish, write_reports
 
@@ -141,9 +141,9 @@ def _publish_to_pr(
     api, env, config, record, report, ledger_digest: str, cancelled: bool
 ) -> list[str]:
     """Edit the pipeline's reply into the report and set the status (see the module's doc)."""
-    from stagebot.bot.gating_status import set_gating_status
-    from stagebot.bot.marker import ReplyMarker
-    from stagebot.bot.replies import our_replies, reply_for_pipeline, with_ledger_digest
+    from stagebot.bot.actions.gating_status import set_gating_status
+    from stagebot.bot.comments.replies import our_replies, reply_for_pipeline, with_ledger_digest
+    from stagebot.bot.protocols.marker import ReplyMarker
     from stagebot.harness.report import COMMENT_LIMIT, render_report, reply_completed
 
     lines = []

@@ -4,16 +4,16 @@ It runs default-branch code with the rights to reply and set statuses, so everyt
 from the stage run is untrusted data, checked before use:
 
 1. the run must be a run of the stage workflow, dispatched on the stage branch of this
-   repository; its title names the pipeline and the plan run (bot/protocols.py);
+   repository; its title names the pipeline and the plan run (bot/protocols/names.py);
 2. that plan run must be one of the bot's plan runs (bot.yml on the default branch, started by a
    comment or a push) and its dispatch record must name this very run: a stage run the bot did
    not start is ignored, whatever its title says. The plan (plan.json) and the ledger come from
    the plan run's artifacts, which no PR code could write;
 3. of the stage run's artifacts only the result artifact of a stage the plan ran is read, and of
-   each only the files under ``<stage>/`` (bot/artifact_zip.py); every other artifact or file
-   is left out and named in the log;
-4. then it publishes (bot/publishing.py; cancelled run: ABORTED), with main's ledger, fetched
-   from the bot's report runs, as the failure-analysis base.
+   each only the files under ``<stage>/`` (bot/custody/artifact_zip.py); every other artifact or
+   file is left out and named in the log;
+4. then it publishes (bot/actions/publishing.py; cancelled run: ABORTED), with main's ledger,
+   fetched from the bot's report runs, as the failure-analysis base.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from stagebot.bot.protocols import (
+from stagebot.bot.protocols.names import (
     MAIN_LEDGER,
     PLAN_ARTIFACT,
     ledger_artifact,
@@ -60,11 +60,11 @@ class Reported:
 def report_stage_run(run_id: int, work: Path, env, config, say: Callable[[str], None]) -> Reported:
     """Validate stage run ``run_id`` against the bot's plan and publish it (see the module);
     ``say`` prints each line of the log as it happens."""
+    from stagebot.bot.actions.publishing import PublishRequest, publish
+    from stagebot.bot.custody.files import file_digest
+    from stagebot.bot.custody.transport import fetch_main_ledger
     from stagebot.bot.github import RetryPolicy, connect
-    from stagebot.bot.ledger_files import file_digest
-    from stagebot.bot.ledger_transport import fetch_main_ledger
-    from stagebot.bot.publishing import PublishRequest, publish
-    from stagebot.bot.stage_runs import plan_run_problem, stage_run_problem
+    from stagebot.bot.protocols.runs import plan_run_problem, stage_run_problem
 
     api = connect(env, RetryPolicy.from_environ())
     run = api.workflow_run(run_id)
@@ -126,8 +126,8 @@ def _completed(api, run_id: int):
 
 def _plan_artifacts(api, plan_id: int, work: Path) -> tuple[Path, Path]:
     """(the folder of plan.json and dispatch.json, the ledger file) from the plan run."""
-    from stagebot.bot.artifact_zip import unpack
-    from stagebot.bot.ledger_transport import read_ledger
+    from stagebot.bot.custody.artifact_zip import unpack
+    from stagebot.bot.custody.transport import read_ledger
 
     artifacts = {a.name: a for a in api.run_artifacts(plan_id) if not a.expired}
     plan = artifacts.get(PLAN_ARTIFACT)
@@ -153,7 +153,7 @@ def _plan_artifacts(api, plan_id: int, work: Path) -> tuple[Path, Path]:
 
 def _download(api, artifact, work: Path) -> Path:
     """Stream ``artifact``'s zip into a file under ``work`` (bounded, retried): its path."""
-    from stagebot.bot.ledger_transport import MAX_ZIP
+    from stagebot.bot.custody.transport import MAX_ZIP
 
     path = work / "zips" / f"{artifact.id}.zip"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -168,7 +168,7 @@ def _results(
     out, stage -> why its artifact could not be read). A shard whose artifact GitHub would not
     hand over, or that is not a readable zip, is that shard's recorded ERROR (the intake), and
     nothing half-unpacked of it is kept."""
-    from stagebot.bot.artifact_zip import ArtifactError, unpack
+    from stagebot.bot.custody.artifact_zip import ArtifactError, unpack
     from stagebot.bot.github import GitHubError
 
     planned = {shard.stage for shard in plan.shards_to("run")}

@@ -4,7 +4,7 @@ that adopt stagebot there, and how each differs from what is on disk.
 Files are of two kinds. The settings, `.github/stagebot.yml` and the catalog are the
 repository's own once written: `bot init` creates them when absent and never rewrites them (the
 settings' stagebot pin excepted, when `--stagebot-wheel` names a new one). The three workflows
-are generated from the settings every time (bot/workflow_gen.py), so re-running `bot init`
+are generated from the settings every time (bot/adopt/workflows.py), so re-running `bot init`
 shows exactly what a new stagebot version or changed settings would change.
 """
 
@@ -18,9 +18,7 @@ import tomllib
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from stagebot.bot.config import DEFAULT_PATH as CONFIG_PATH
-from stagebot.bot.config import BotConfig, load_config
-from stagebot.bot.workflow_gen import (
+from stagebot.bot.adopt.workflows import (
     SETTINGS_PATH,
     InitError,
     InitSettings,
@@ -29,6 +27,8 @@ from stagebot.bot.workflow_gen import (
     load_settings,
     render_workflows,
 )
+from stagebot.bot.config import DEFAULT_PATH as CONFIG_PATH
+from stagebot.bot.config import BotConfig, load_config
 
 CATALOG_DIR = Path(".github/stagebot/catalog")
 TEST_EXTRAS = ("test", "tests", "testing", "dev")  # the first the project has is installed

@@ -13,9 +13,9 @@ from dataclasses import asdict, dataclass
 from importlib.metadata import version as installed_version
 from pathlib import Path
 
+from stagebot.bot.adopt.doctor_client import DoctorClient
+from stagebot.bot.adopt.workflows import InitSettings, generated_version, render_workflows
 from stagebot.bot.config import BotConfig
-from stagebot.bot.doctor_client import DoctorClient
-from stagebot.bot.workflow_gen import InitSettings, generated_version, render_workflows
 
 # What the plan and report jobs ask for (bot.yml, report.yml), so what the App must be granted:
 # no more (a leaked token could do more), no less (a job would fail). GitHub adds metadata: read.
@@ -152,7 +152,7 @@ def app(ctx: Context) -> Check:
             f"create a GitHub App with {wanted}, install it on the repository, and run doctor "
             "with its id and key; or pass --without-app to accept the risk",
         )
-    from stagebot.bot.doctor_client import app_permissions
+    from stagebot.bot.adopt.doctor_client import app_permissions
 
     granted = app_permissions(ctx.client.api_url, ctx.client.repository, *ctx.app)
     extra = {k: v for k, v in granted.items() if APP_PERMISSIONS.get(k) != v}
@@ -234,8 +234,8 @@ def local_context(
     root: Path, client: DoctorClient, app: tuple[str, str] | None, without_app: bool
 ) -> Context:
     """The checks' expectations, read from the repository at ``root``."""
-    from stagebot.bot.adopt import repo_config
-    from stagebot.bot.workflow_gen import SETTINGS_PATH, load_settings
+    from stagebot.bot.adopt.adoption import repo_config
+    from stagebot.bot.adopt.workflows import SETTINGS_PATH, load_settings
     from stagebot.stages.catalog import load_catalog
 
     settings = load_settings(root / SETTINGS_PATH)

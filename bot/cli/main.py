@@ -20,26 +20,26 @@ from stagebot.stages.suggest import unknown
 INTERNAL_ERROR_EXIT = 3
 
 COMMANDS: dict[str, str] = {
-    "parse": "stagebot.bot.cmd_parse:parse",
-    "dry-run": "stagebot.bot.cmd_dry_run:dry_run",
-    "stages": "stagebot.bot.cmd_stages:stages",
-    "help": "stagebot.bot.cmd_parse:help_command",
-    "kernels": "stagebot.bot.cmd_kernels:kernels",
-    "handle-event": "stagebot.bot.cmd_handle_event:handle_event",
-    "publish": "stagebot.bot.cmd_publish:publish",
-    "run": "stagebot.bot.cmd_run:run",
-    "run-stage": "stagebot.bot.cmd_run_stage:run_stage",
-    "stage-setup": "stagebot.bot.cmd_stage_setup:stage_setup",
-    "report": "stagebot.bot.cmd_report:report",
-    "app-token": "stagebot.bot.cmd_app_token:app_token",
-    "fetch-ledger": "stagebot.bot.cmd_fetch_ledger:fetch_ledger",
-    "dispatch": "stagebot.bot.cmd_dispatch:dispatch",
-    "report-run": "stagebot.bot.cmd_report_run:report_run",
-    "gate": "stagebot.bot.cmd_gate:gate",
-    "docs": "stagebot.bot.cmd_docs:docs",
-    "init": "stagebot.bot.cmd_init:init",
-    "doctor": "stagebot.bot.cmd_doctor:doctor",
-    "audit-reuse": "stagebot.bot.cmd_audit_reuse:audit_reuse",
+    "parse": "stagebot.bot.cli.local.parse:parse",
+    "dry-run": "stagebot.bot.cli.local.dry_run:dry_run",
+    "stages": "stagebot.bot.cli.local.stages:stages",
+    "help": "stagebot.bot.cli.local.parse:help_command",
+    "kernels": "stagebot.bot.cli.local.kernels:kernels",
+    "handle-event": "stagebot.bot.cli.workflow.handle_event:handle_event",
+    "publish": "stagebot.bot.cli.workflow.publish:publish",
+    "run": "stagebot.bot.cli.local.run:run",
+    "run-stage": "stagebot.bot.cli.local.run_stage:run_stage",
+    "stage-setup": "stagebot.bot.cli.workflow.stage_setup:stage_setup",
+    "report": "stagebot.bot.cli.local.report:report",
+    "app-token": "stagebot.bot.cli.workflow.app_token:app_token",
+    "fetch-ledger": "stagebot.bot.cli.workflow.fetch_ledger:fetch_ledger",
+    "dispatch": "stagebot.bot.cli.workflow.dispatch:dispatch",
+    "report-run": "stagebot.bot.cli.workflow.report_run:report_run",
+    "gate": "stagebot.bot.cli.workflow.gate:gate",
+    "docs": "stagebot.bot.cli.local.docs:docs",
+    "init": "stagebot.bot.cli.local.init:init",
+    "doctor": "stagebot.bot.cli.local.doctor:doctor",
+    "audit-reuse": "stagebot.bot.cli.local.audit_reuse:audit_reuse",
 }
 
 # `bot --help`: every command in one section, with its whole one-line description (written here,
@@ -143,7 +143,7 @@ def version_text() -> str:
     from pathlib import Path
 
     text = f"bot, version {version('stagebot')}"
-    checkout = Path(__file__).resolve().parents[1]
+    checkout = Path(__file__).resolve().parents[2]
     if not (checkout / ".git").exists():
         return text
     try:

@@ -20,7 +20,7 @@ def default_out(root: Path, pipeline: int) -> Path:
 
 
 def _root_default(ctx, param, value: Path | None) -> Path:
-    from stagebot.bot.worktree import repository_root
+    from stagebot.harness.pipeline.worktree import repository_root
 
     return value if value is not None else repository_root(Path.cwd())
 

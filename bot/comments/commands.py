@@ -3,7 +3,7 @@
 Each is a function of the handling's ``Session`` and the parsed command that returns the
 Outcome; it posts the one reply and may set the gating status. A user's mistake that only
 planning finds (an unknown stage, a pipeline the ledger lacks) raises its CommandError,
-PlanError or UnknownPipelineError: bot/on_comment.py answers it as a malformed command.
+PlanError or UnknownPipelineError: bot/comments/on_comment.py answers it as a malformed command.
 """
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ from __future__ import annotations
 import logging
 from dataclasses import replace
 
-from stagebot.bot.authz import approve
-from stagebot.bot.comment_session import Session
+from stagebot.bot.comments.authz import approve
+from stagebot.bot.comments.outcome import Outcome
+from stagebot.bot.comments.replies import NO_RUN_STATE, render_reply, running
+from stagebot.bot.comments.session import Session
 from stagebot.bot.github import TimelineEvent
-from stagebot.bot.outcome import Outcome
-from stagebot.bot.replies import NO_RUN_STATE, render_reply, running
 from stagebot.harness.pipeline import status_text
 from stagebot.stages.command import Command, render
 from stagebot.stages.errors import StagebotError
@@ -25,11 +25,11 @@ log = logging.getLogger("stagebot.bot")
 
 def run(session: Session, command: Command) -> Outcome:
     """Plan the PR's head, record the pipeline, reply, and set the status pending (gating)."""
-    from stagebot.bot.custody import fetched_main_ledger
-    from stagebot.bot.dispatch_inputs import fitting
-    from stagebot.bot.events import default_branch
-    from stagebot.harness.key_reuse import offer
+    from stagebot.bot.comments.events import default_branch
+    from stagebot.bot.custody.trust import fetched_main_ledger
+    from stagebot.bot.protocols.dispatch_inputs import fitting
     from stagebot.harness.pipeline.lifecycle import start
+    from stagebot.harness.reuse.offers import offer
     from stagebot.stages.catalog import load_catalog
     from stagebot.stages.matrix import matrix_entries
     from stagebot.stages.planner import plan_run
@@ -142,7 +142,7 @@ def skip(session: Session, command: Command) -> Outcome:
 def reuse_pipeline(session: Session, command: Command) -> Outcome:
     """Validate the head commit with pipeline N (the ledger's policy decides whether N may),
     stop the PR's running pipelines, and set the gating status from N."""
-    from stagebot.harness.reuse_policy import record_validation
+    from stagebot.harness.reuse.policy import record_validation
 
     book = session.ledger.get()
     if book is None:

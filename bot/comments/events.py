@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from stagebot.bot.grammar import find_command_line
+from stagebot.bot.comments.grammar import find_command_line
 from stagebot.stages.errors import CommandError, StagebotError
 
 

@@ -5,7 +5,7 @@ Order (each step can end the handling; every ending is a handled event):
 2. dedupe: our reply's marker already names this comment id -> no write;
 3. parse: malformed -> one reply (error + help) and a "confused" reaction;
 4. authorize (authz, sha_pin): refused -> one reply saying what is missing, nothing runs;
-5. accepted -> an "eyes" reaction, then the command (bot/comment_commands.py).
+5. accepted -> an "eyes" reaction, then the command (bot/comments/commands.py).
 
 A user's mistake found only while planning (an unknown stage, a pipeline the ledger lacks) is a
 malformed command too. Stagebot's own failures (its catalog, its ledger, its setup) are not the
@@ -20,17 +20,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from stagebot.bot import comment_commands
-from stagebot.bot.authz import authorize
-from stagebot.bot.comment_session import Replier, Session
-from stagebot.bot.config import BotConfig
-from stagebot.bot.custody import RestoredLedger
-from stagebot.bot.events import CommentEvent, ignore_reason
-from stagebot.bot.github import ActionsEnv, GitHubApi, GitHubError
-from stagebot.bot.grammar import help_text, parse_comment
-from stagebot.bot.outcome import Outcome
-from stagebot.bot.rate_limit import rate_limited
-from stagebot.bot.replies import (
+from stagebot.bot.comments import commands
+from stagebot.bot.comments.authz import authorize
+from stagebot.bot.comments.events import CommentEvent, ignore_reason
+from stagebot.bot.comments.grammar import help_text, parse_comment
+from stagebot.bot.comments.outcome import Outcome
+from stagebot.bot.comments.rate_limit import rate_limited
+from stagebot.bot.comments.replies import (
     NO_RUN_STATE,
     Reply,
     ledger_digests,
@@ -38,7 +34,11 @@ from stagebot.bot.replies import (
     our_replies,
     reply_to,
 )
-from stagebot.bot.sha_pin import check_sha
+from stagebot.bot.comments.session import Replier, Session
+from stagebot.bot.comments.sha_pin import check_sha
+from stagebot.bot.config import BotConfig
+from stagebot.bot.custody.trust import RestoredLedger
+from stagebot.bot.github import ActionsEnv, GitHubApi, GitHubError
 from stagebot.harness.ledger import UnknownPipelineError
 from stagebot.stages.errors import CommandError, PlanError, StagebotError
 
@@ -49,10 +49,10 @@ log = logging.getLogger("stagebot.bot")
 USER_ERRORS = (CommandError, PlanError, UnknownPipelineError)
 
 COMMANDS = {
-    "run": comment_commands.run,
-    "kill": comment_commands.kill,
-    "skip": comment_commands.skip,
-    "reuse-pipeline": comment_commands.reuse_pipeline,
+    "run": commands.run,
+    "kill": commands.kill,
+    "skip": commands.skip,
+    "reuse-pipeline": commands.reuse_pipeline,
 }
 
 

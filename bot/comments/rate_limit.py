@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from stagebot.bot.events import CommentEvent
+from stagebot.bot.comments.events import CommentEvent
+from stagebot.bot.comments.replies import Reply
 from stagebot.bot.github import Comment
-from stagebot.bot.replies import Reply
 
 
 def rate_limited(

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from stagebot.bot.github import Comment
-from stagebot.bot.marker import (
+from stagebot.bot.protocols.marker import (
     MarkerError,
     ReplyMarker,
     find_ledger_digests,

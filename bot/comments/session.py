@@ -12,15 +12,15 @@ import functools
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from stagebot.bot.authz import Decision
+from stagebot.bot.comments.authz import Decision
+from stagebot.bot.comments.events import CommentEvent
+from stagebot.bot.comments.grammar import help_text
+from stagebot.bot.comments.outcome import Outcome
+from stagebot.bot.comments.replies import NO_RUN_STATE, Reply, our_replies, render_reply, reply_to
 from stagebot.bot.config import BotConfig
-from stagebot.bot.custody import RestoredLedger
-from stagebot.bot.events import CommentEvent
+from stagebot.bot.custody.trust import RestoredLedger
 from stagebot.bot.github import ActionsEnv, Comment, GitHubApi, PullRequest, TimelineEvent
-from stagebot.bot.grammar import help_text
-from stagebot.bot.marker import ReplyMarker
-from stagebot.bot.outcome import Outcome
-from stagebot.bot.replies import NO_RUN_STATE, Reply, our_replies, render_reply, reply_to
+from stagebot.bot.protocols.marker import ReplyMarker
 from stagebot.stages.command import Command, render
 from stagebot.templates.markdown import Trusted
 

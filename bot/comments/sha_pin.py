@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from stagebot.bot.authz import Decision
-from stagebot.bot.comment_session import Session
+from stagebot.bot.comments.authz import Decision
+from stagebot.bot.comments.session import Session
 from stagebot.bot.github import Permission, TimelineEvent
 from stagebot.stages.command import Command
 from stagebot.templates.markdown import escape

@@ -1,6 +1,6 @@
 """Main's ledger (the post-merge history) is authenticated by a commit status.
 
-It travels as an artifact of the bot's report runs (bot/ledger_transport.py); this is a second,
+It travels as an artifact of the bot's report runs (bot/custody/transport.py); this is a second,
 independent check: the report job of a post-merge pipeline records the sha256 of the ledger it
 saves as the description of a ``stagebot/ledger`` status (statuses need ``statuses: write``,
 which only the bot's own jobs hold; the stage jobs hold ``contents: read``). The status goes on
@@ -8,7 +8,7 @@ the commit of the newest pipeline the ledger holds, and a fetched main ledger is
 that commit carries a status with the file's digest (and no SQLite side file would replay
 changes into it). The status also names the report run that uploaded the ledger: the plan job
 finds main's ledger by walking the default branch's newest commits to the first such status
-and reads that run's own artifacts (bot/ledger_transport.py). The commit is read from the
+and reads that run's own artifacts (bot/custody/transport.py). The commit is read from the
 untrusted file, so it must be a full hex SHA: anything else (a path, say) vouches for nothing.
 
 Not covered: replay. Any ledger the bot once saved for main stays vouched for, so a restored

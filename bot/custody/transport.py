@@ -9,8 +9,8 @@ names from that run's own artifact list (never a repository-wide search by name:
 public and any workflow can upload under them), checks the run is one of the bot's own and the
 file's sha256. Main's ledger (post-merge history, the base of PR failure analysis) is
 ``stagebot-ledger-main``, uploaded by report runs; the report records its digest and run in the
-``stagebot/ledger`` status of the pipeline's commit (bot/main_ledger.py), and the fetch walks
-the default branch's newest commits to the first such status. Nothing is restored from the
+``stagebot/ledger`` status of the pipeline's commit (bot/custody/main_ledger.py), and the fetch
+walks the default branch's newest commits to the first such status. Nothing is restored from the
 Actions cache.
 """
 
@@ -19,12 +19,12 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from stagebot.bot.artifact_zip import ArtifactError, unpack
+from stagebot.bot.comments.replies import Reply
 from stagebot.bot.config import BotConfig
+from stagebot.bot.custody.artifact_zip import ArtifactError, unpack
 from stagebot.bot.github import Artifact, GitHubApi
-from stagebot.bot.protocols import MAIN_LEDGER, ledger_artifact
-from stagebot.bot.replies import Reply
-from stagebot.bot.stage_runs import own_run_problem
+from stagebot.bot.protocols.names import MAIN_LEDGER, ledger_artifact
+from stagebot.bot.protocols.runs import own_run_problem
 
 LEDGER_FILE = "ledger.sqlite"
 MAX_ZIP = 512 << 20
@@ -71,7 +71,7 @@ def fetch_pr_ledger(
     """Write the ledger the bot's newest reply vouches for to ``dest``: (found, what happened).
     The reply names the digest and the run that uploaded it; only that run's own artifacts are
     read (a search by name would take whatever any workflow uploaded under the public name)."""
-    from stagebot.bot.marker import find_ledger_record
+    from stagebot.bot.protocols.marker import find_ledger_record
 
     default_branch = api.default_branch()
     workflows = (config.workflow, config.report_workflow)
@@ -128,7 +128,7 @@ def fetch_main_ledger(api: GitHubApi, config: BotConfig, dest: Path) -> tuple[bo
     newest of the default branch's last CANDIDATES commits names (digest and report run), read
     from that run's own artifacts. Statuses need ``statuses: write`` and main's commits a push,
     so neither can be planted by PR code."""
-    from stagebot.bot.main_ledger import LEDGER_STATUS, parse_description
+    from stagebot.bot.custody.main_ledger import LEDGER_STATUS, parse_description
 
     default_branch = api.default_branch()
     notes: list[str] = []
@@ -155,7 +155,7 @@ def fetch_main_ledger(api: GitHubApi, config: BotConfig, dest: Path) -> tuple[bo
 
 
 def _write(dest: Path, data: bytes) -> None:
-    from stagebot.bot.ledger_files import side_files
+    from stagebot.bot.custody.files import side_files
 
     dest.parent.mkdir(parents=True, exist_ok=True)
     for side in side_files(dest):

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from stagebot.bot.ledger_files import file_digest, unvouched_reason
+from stagebot.bot.custody.files import file_digest, unvouched_reason
 from stagebot.stages.errors import StagebotError
 
 if TYPE_CHECKING:
@@ -122,7 +122,7 @@ class ArtifactMismatch(StagebotError):
 def check_plan_artifact(expected: str, plan_path: Path | None, ledger: Path) -> None:
     """The report job's plan.json and ledger (with its side files) must have the digest the
     plan job recorded as its output, which the stage jobs cannot touch."""
-    from stagebot.bot.ledger_files import artifact_digest, artifact_files
+    from stagebot.bot.custody.files import artifact_digest, artifact_files
 
     if plan_path is None:
         raise StagebotError("an artifact digest needs plan.json (the digest covers it)")
@@ -138,8 +138,9 @@ def check_plan_artifact(expected: str, plan_path: Path | None, ledger: Path) -> 
 
 def open_main_ledger(connect: Callable, path: Path | None) -> tuple[Ledger | None, list[str]]:
     """(main's ledger opened read-only, or None; what to say): used only when the bot recorded
-    its digest (bot/main_ledger.py), else failures are compared within the PR's own ledger."""
-    from stagebot.bot.main_ledger import RECORDED_WHERE, recorded_digests
+    its digest (bot/custody/main_ledger.py), else failures are compared within the PR's own
+    ledger."""
+    from stagebot.bot.custody.main_ledger import RECORDED_WHERE, recorded_digests
     from stagebot.harness.ledger import Ledger
 
     if path is None or not path.exists():
@@ -155,9 +156,9 @@ def open_main_ledger(connect: Callable, path: Path | None) -> tuple[Ledger | Non
 
 def fetched_main_ledger(api, config, dest: Path) -> Ledger | None:
     """Main's newest ledger, fetched to ``dest`` and opened read-only when the bot vouched for
-    it, for reuse by key to offer main's post-merge passes to a PR (harness/key_reuse.py);
+    it, for reuse by key to offer main's post-merge passes to a PR (harness/reuse/offers.py);
     None when there is none or it cannot be had (the PR then reuses only its own)."""
-    from stagebot.bot.ledger_transport import fetch_main_ledger
+    from stagebot.bot.custody.transport import fetch_main_ledger
     from stagebot.stages.errors import StagebotError
 
     try:
@@ -170,7 +171,7 @@ def fetched_main_ledger(api, config, dest: Path) -> Ledger | None:
 def record_main_ledger(api, ledger: Path, run_id: int | None) -> str:
     """Post-merge: record the saved ledger's digest as the stagebot/ledger status of the commit
     the next pipeline will look at (main_ledger.vouching_commit) before it uses the ledger."""
-    from stagebot.bot.main_ledger import LEDGER_STATUS, status_description, vouching_commit
+    from stagebot.bot.custody.main_ledger import LEDGER_STATUS, status_description, vouching_commit
 
     commit = vouching_commit(ledger)
     if commit is None:
@@ -185,6 +186,6 @@ def record_main_ledger(api, ledger: Path, run_id: int | None) -> str:
 
 def main_ledger_trust(connect: Callable, path: Path) -> Callable[[], set[str]]:
     """What vouches for a restored main ledger: the stagebot/ledger statuses of its commit."""
-    from stagebot.bot.main_ledger import recorded_digests
+    from stagebot.bot.custody.main_ledger import recorded_digests
 
     return lambda: recorded_digests(connect, path)

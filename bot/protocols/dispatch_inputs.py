@@ -11,7 +11,7 @@ def fitting(entries: list, limit: int = MAX_MATRIX) -> list:
     """``entries`` (MatrixEntry), without their reuse-by-key offers when the matrix would not
     fit in a dispatch with them: the tests then run (their keys are still recorded), rather
     than the dispatch being refused."""
-    from stagebot.harness.key_reuse import without_offers
+    from stagebot.harness.reuse.offers import without_offers
 
     matrix = json.dumps([entry.to_json() for entry in entries], separators=(",", ":"))
     return entries if len(matrix) <= limit else without_offers(entries)

@@ -104,7 +104,7 @@ def find_marker(body: str) -> ReplyMarker | None:
 # The ledger's digest, a second hidden line the bot writes just before its marker: the sha256 of
 # the ledger file the bot saved for the PR's next pipeline, and the workflow run that uploads it
 # (the job that wrote the reply). handle-event accepts a restored ledger only when one of the
-# bot's own replies names its digest, and bot/ledger_transport.py fetches it from that run's own
+# bot's own replies names its digest, and bot/custody/transport.py fetches it from that run's own
 # artifacts (never by searching names, which any workflow can squat). Read only from the line
 # right above the marker (TAIL): a digest line anywhere else in a reply vouches for nothing. Not
 # part of the marker's schema.

@@ -2,7 +2,7 @@
 
 - **Stage run title** (stage.yml's ``run-name``, rendered by GitHub from the dispatch inputs):
   ``stagebot <key> pipeline <N> plan-run <ID>``, key ``pr-<PR>`` or ``main``. The title is set by
-  whoever dispatched, so it only tells the report where to look (bot/stage_runs.py checks the
+  whoever dispatched, so it only tells the report where to look (bot/protocols/runs.py checks the
   run it names).
 - **Artifact names**: a stage job's results ``stagebot-result-<stage>``; the plan job's plan and
   dispatch record ``stagebot-plan``; a PR ledger ``stagebot-ledger-<sha256>``; main's ledger
@@ -10,8 +10,8 @@
   (tests/test_workflows.py).
 
 Elsewhere, with their parsers beside them: the reply marker and the ledger-digest line
-(bot/marker.py), the ``stagebot/ledger`` status (bot/main_ledger.py), the gating status text
-(harness/pipeline/status_text.py).
+(bot/protocols/marker.py), the ``stagebot/ledger`` status (bot/custody/main_ledger.py), the gating
+status text (harness/pipeline/status_text.py).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 The plan job (bot.yml, default-branch code) starts one run of the stage workflow per pipeline
 with ``workflow_dispatch`` on the stage branch; the run's title (stage.yml's ``run-name``) names
-the PR, the pipeline and the plan run (bot/protocols.py formats and parses it). The title is
+the PR, the pipeline and the plan run (bot/protocols/names.py formats and parses it). The title is
 set by whoever dispatched, so it only tells the report where to look: a stage run counts only
 when the plan run it names is one of the bot's own runs and that run's dispatch record holds
 this stage run's id. /bot kill and a superseding /bot run never look runs up by title: they

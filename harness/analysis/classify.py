@@ -1,5 +1,5 @@
 """Failure analysis: a category, a signature and the key lines of every failed, flaky or waived
-test, from all the evidence (``harness/rules.py`` holds the table, as data).
+test, from all the evidence (``harness/analysis/rules.py`` holds the table, as data).
 
 Order (the first that applies decides; docs/failure-analysis.md has the table):
 
@@ -36,12 +36,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 
-from stagebot.harness.causes import cause_line, is_environment, read_tail
-from stagebot.harness.evidence import Mismatch, error_line, mismatch
-from stagebot.harness.key_lines import key_lines
+from stagebot.harness.analysis.causes import cause_line, is_environment, read_tail
+from stagebot.harness.analysis.evidence import Mismatch, error_line, mismatch
+from stagebot.harness.analysis.key_lines import key_lines
+from stagebot.harness.analysis.rules import SHARD_WIDE_TESTS, Rule, Verdict, judge, read_sources
+from stagebot.harness.analysis.suspects import MAX_SUSPECTS, Suspect, import_closure, rank_suspects
 from stagebot.harness.results import SESSION_ID, StageResult, TestOutcome
-from stagebot.harness.rules import SHARD_WIDE_TESTS, Rule, Verdict, judge, read_sources
-from stagebot.harness.suspects import MAX_SUSPECTS, Suspect, import_closure, rank_suspects
 from stagebot.stages.names import stage_family
 
 CATEGORIES = ("NEW", "PRE-EXISTING", "UNCLASSIFIED", "INFRA", "FLAKY", "WAIVED")

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import re
 
-from stagebot.harness.evidence import last_e_block
-from stagebot.harness.rules import read_sources
+from stagebot.harness.analysis.evidence import last_e_block
+from stagebot.harness.analysis.rules import read_sources
 
 MAX_LINES = 14
 MAX_CHARS = 300

@@ -24,8 +24,8 @@ Shard-wide rules (``machine="shard"``) are INFRA only when the same error hits a
 ``SHARD_WIDE_TESTS`` tests in at least two files of one shard at once; alone they describe the
 failure. Every other rule only names the failure (its *signature*: "crash: SIGSEGV in rank 1",
 "hang: killed after 300 s"); its category then comes from the re-runs and the
-base pipeline (``harness/analysis.py``). The first matching rule of each kind wins; the table's
-order is its priority.
+base pipeline (``harness/analysis/classify.py``). The first matching rule of each kind wins; the
+table's order is its priority.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from stagebot.harness.evidence import last_e_block
+from stagebot.harness.analysis.evidence import last_e_block
 
 SOURCES = ("final", "message", "stderr", "stdout", "exit", "ranks", "timeout")
 SHARD_WIDE_TESTS = 3

@@ -5,7 +5,7 @@
 3. "same folder as the test" / "the stage's run_if_changed": proximity only (weakest).
 
 The import closure is read statically with ``ast`` from the test file and the repository's own
-modules (``harness/import_graph.py`` says why not grimp or modulefinder).
+modules (``harness/reuse/import_graph.py`` says why not grimp or modulefinder).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from stagebot.harness.import_graph import import_closure
+from stagebot.harness.reuse.import_graph import import_closure
 from stagebot.stages.patterns import path_matches
 
 MAX_SUSPECTS = 3

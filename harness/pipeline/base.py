@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from stagebot.harness.flakiness import flaky_evidence, flaky_history
+from stagebot.harness.analysis.flakiness import flaky_evidence, flaky_history
 from stagebot.harness.results import TestOutcome
 from stagebot.stages.errors import StagebotError
 
@@ -57,7 +57,7 @@ class BaseCommitError(StagebotError):
 def resolve_base_commit(book, prefix: str, root) -> str:
     """The one commit ``prefix`` names: a commit of the ledger's pipelines that starts with it,
     else the commit git resolves it to. Ambiguous or unknown: an error that says which."""
-    from stagebot.bot.worktree import resolve_commit
+    from stagebot.harness.pipeline.worktree import resolve_commit
 
     recorded = book.commits_starting_with(prefix)
     if prefix in recorded:
@@ -83,7 +83,7 @@ def base_target(book, base_commit: str | None, commit: str | None, root, default
     """(commit, how) a local run compares with: ``base_commit`` (any unambiguous prefix, checked
     before anything runs) when given, else the merge-base of ``commit`` with the default branch
     (None when git cannot tell)."""
-    from stagebot.bot.worktree import merge_base
+    from stagebot.harness.pipeline.worktree import merge_base
 
     if base_commit:
         return resolve_base_commit(book, base_commit, root), "--base-commit"

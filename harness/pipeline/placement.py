@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from stagebot.harness.collect import collect_tests
-from stagebot.harness.gpus import Device, matches
+from stagebot.harness.run.collect import collect_tests
+from stagebot.harness.run.gpus import Device, matches
 from stagebot.stages.plan import MatrixEntry
 from stagebot.stages.sharding import least_duration
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from stagebot.harness.key_reuse import Keyed
 from stagebot.harness.ledger import retry_busy
 from stagebot.harness.results import StageResult
-from stagebot.harness.shard import placeholder_result
-from stagebot.harness.streams import read_stream
+from stagebot.harness.reuse.offers import Keyed
+from stagebot.harness.run.shard import placeholder_result
+from stagebot.harness.run.streams import read_stream
 
 Passed = dict[str, tuple[int, float]]  # test id -> (pipeline it passed in, its duration)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from stagebot.harness.analysis import BLOCKING
+from stagebot.harness.analysis.classify import BLOCKING
 
 if TYPE_CHECKING:
     from stagebot.harness.report.model import Report

@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from stagebot.harness.analysis import Analysis
-from stagebot.harness.causes import cause_line, is_environment
+from stagebot.harness.analysis.causes import cause_line, is_environment
+from stagebot.harness.analysis.classify import Analysis
 from stagebot.harness.pipeline.status_text import label
 from stagebot.harness.report.headline import headline
 from stagebot.harness.report.status import StatusDecision, decide_status
@@ -62,7 +62,7 @@ class Report:
 
     @property
     def dirty(self) -> bool:
-        """Run on a work tree with uncommitted changes (bot/worktree.py's identity)."""
+        """Run on a work tree with uncommitted changes (harness/pipeline/worktree.py's identity)."""
         return "+dirty." in (self.commit or "")
 
     @property

@@ -39,14 +39,14 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path, PurePosixPath
 
-from stagebot.harness.import_graph import (
+from stagebot.harness.reuse.import_graph import (
     ModuleFacts,
     build_index,
     closure,
     module_facts,
     repository_files,
 )
-from stagebot.harness.pytest_plugin import waive_matches
+from stagebot.harness.run.pytest_plugin import waive_matches
 from stagebot.stages.catalog import Family, Waive
 
 PARTS = ("test", "files", "suite_args", "catalog", "environment", "gpu")

@@ -11,14 +11,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from stagebot.harness.dependency_key import (
+from stagebot.harness.reuse.dependency_key import (
     CODE_PARTS,
     DependencyKey,
     FamilyInputs,
     current_environment,
     dependency_key,
 )
-from stagebot.harness.key_reuse import FILE_DIGEST_CHARS
+from stagebot.harness.reuse.offers import FILE_DIGEST_CHARS
 from stagebot.stages.errors import StagebotError
 
 

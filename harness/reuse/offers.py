@@ -30,7 +30,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from stagebot.harness.dependency_key import (
+from stagebot.harness.ledger import RecordedKey
+from stagebot.harness.results import StageResult, TestOutcome
+from stagebot.harness.reuse.dependency_key import (
     DependencyKey,
     Environment,
     FamilyInputs,
@@ -38,8 +40,6 @@ from stagebot.harness.dependency_key import (
     current_environment,
     dependency_key,
 )
-from stagebot.harness.ledger import RecordedKey
-from stagebot.harness.results import StageResult, TestOutcome
 from stagebot.stages.names import stage_family
 from stagebot.stages.plan import MatrixEntry
 

@@ -13,13 +13,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-from stagebot.harness.causes import (
+from stagebot.harness.analysis.causes import (
     TAIL_BYTES,
     environment_cause,
     error_evidence,
     unusable_interpreter,
 )
-from stagebot.harness.shard import pytest_argv
+from stagebot.harness.run.shard import pytest_argv
 from stagebot.stages.plan import MatrixEntry
 
 COLLECT_TIMEOUT_S = 600

@@ -20,9 +20,6 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from stagebot.harness.collect import CollectError
-from stagebot.harness.gpus import Device, describe, detect_devices, gpu_types_of
-from stagebot.harness.key_reuse import offer, read_keys, with_refusals
 from stagebot.harness.ledger import retry_busy
 from stagebot.harness.pipeline.placement import family_split, is_split, missing_hardware
 from stagebot.harness.pipeline.recording import (
@@ -32,10 +29,13 @@ from stagebot.harness.pipeline.recording import (
     record_result,
     reused_result,
 )
-from stagebot.harness.progress import Expected, Progress
 from stagebot.harness.results import StageResult
-from stagebot.harness.scheduler import CPU, Job, Running, Scheduler
-from stagebot.harness.shard import (
+from stagebot.harness.reuse.offers import offer, read_keys, with_refusals
+from stagebot.harness.run.collect import CollectError
+from stagebot.harness.run.gpus import Device, describe, detect_devices, gpu_types_of
+from stagebot.harness.run.progress import Expected, Progress
+from stagebot.harness.run.scheduler import CPU, Job, Running, Scheduler
+from stagebot.harness.run.shard import (
     ShardContext,
     not_run_result,
     pytest_argv,

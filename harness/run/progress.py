@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from stagebot.harness.causes import cause_line
+from stagebot.harness.analysis.causes import cause_line
 from stagebot.harness.results import StageResult
-from stagebot.harness.streams import LiveCounts
+from stagebot.harness.run.streams import LiveCounts
 
 PREFIX = "[stagebot]"
 PLAIN_EVERY_S = 30.0

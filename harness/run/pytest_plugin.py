@@ -27,7 +27,7 @@ import json
 import time
 from pathlib import Path
 
-from stagebot.harness.process import load_average
+from stagebot.harness.run.process import load_average
 
 SUITE_OPTIONS: dict[str, str] = {
     "sharding_ir": "stagebot.harness.suites.sharding_ir.options",

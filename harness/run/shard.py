@@ -31,17 +31,17 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from stagebot.harness.causes import (
+from stagebot.harness.analysis.causes import (
     environment_cause,
     error_evidence,
     read_tail,
     unusable_interpreter,
 )
-from stagebot.harness.evidence import log_error_line, test_evidence
-from stagebot.harness.junit import JunitError, read_junit, write_junit
-from stagebot.harness.process import Finished, load_average, run_process
+from stagebot.harness.analysis.evidence import log_error_line, test_evidence
 from stagebot.harness.results import SESSION_ID, StageResult, TestOutcome
-from stagebot.harness.streams import Stream, read_stream
+from stagebot.harness.run.junit import JunitError, read_junit, write_junit
+from stagebot.harness.run.process import Finished, load_average, run_process
+from stagebot.harness.run.streams import Stream, read_stream
 from stagebot.stages import builtin
 from stagebot.stages.plan import MatrixEntry
 
@@ -147,10 +147,10 @@ def run_shard(entry: MatrixEntry, context: ShardContext) -> StageResult:
 
 
 def _key_check(entry: MatrixEntry, context: ShardContext):
-    """Reuse by dependency key (harness/key_reuse.py): the tests this shard need not run, written
+    """Reuse by dependency key (harness/reuse/offers.py): the tests this shard need not run, written
     to ``keys.json`` at once (None: no key for this shard, or the keys could not be computed,
     which costs reuse, never a result)."""
-    from stagebot.harness.key_reuse import KeyCheck
+    from stagebot.harness.reuse.offers import KeyCheck
 
     try:
         check = KeyCheck.before(entry, context.root)
@@ -228,7 +228,7 @@ def pytest_argv(entry: MatrixEntry, python: str) -> list[list[str]]:
         argv = [python, "-m", "pytest", "-p", "no:cacheprovider", "-q"]
         argv.append("--continue-on-collection-errors")
         if os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
-            argv += ["-p", "stagebot.harness.pytest_plugin"]
+            argv += ["-p", "stagebot.harness.run.pytest_plugin"]
         for suite in group:
             if suite.get("builtin"):  # stagebot's own suite, its ids as stagebot's pipelines'
                 where = builtin.installed(suite["path"])

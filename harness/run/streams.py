@@ -1,4 +1,4 @@
-"""Read the JSONL test stream our pytest plugin writes (see ``harness/pytest_plugin.py``).
+"""Read the JSONL test stream our pytest plugin writes (see ``harness/run/pytest_plugin.py``).
 
 A stream cut short by a crash, a timeout or a signal is still read up to its last whole line; a
 line that is not JSON marks the stream corrupt (with its line number) but keeps what came before.

@@ -38,8 +38,11 @@ PYTEST = f"{sys.executable} -m pytest -x -q -p no:cacheprovider"
 # name -> (modules to mutate, pytest arguments: the tests that exercise them, in run order)
 TARGETS = {
     # test_real_torch_assert_close_message imports torch (seconds) and checks evidence.py only.
-    "analysis": (["harness/analysis.py"], ["tests/test_analysis.py", "-k", "not real_torch"]),
-    "grammar": (["bot/grammar.py"], ["tests/test_grammar.py"]),
+    "analysis": (
+        ["harness/analysis/classify.py"],
+        ["tests/test_analysis.py", "-k", "not real_torch"],
+    ),
+    "grammar": (["bot/comments/grammar.py"], ["tests/test_grammar.py"]),
     "ledger": (["harness/ledger.py"], ["tests/test_ledger.py"]),
     "stages": (
         ["stages"],

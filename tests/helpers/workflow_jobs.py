@@ -141,7 +141,7 @@ class Jobs:
     def run_stage(self, entry: dict, results: Path) -> None:
         """A stage job: `bot run-stage` of one matrix entry, in the pinned checkout (here)."""
         done = subprocess.run(
-            [self.python, "-c", "from stagebot.bot.cli import main; main()"]
+            [self.python, "-c", "from stagebot.bot.cli.main import main; main()"]
             + ["run-stage", "--entry", json.dumps(entry), "--out", str(results)],
             cwd=ROOT,
             env={k: v for k, v in os.environ.items() if not k.startswith("GITHUB_")},

@@ -1,5 +1,5 @@
 """`bot audit-reuse`: run a seeded sample of a pipeline's tests reused by key for real; each
-disagreement is recorded as a reuse fault (harness/reuse_audit.py; docs/reuse.md).
+disagreement is recorded as a reuse fault (harness/reuse/audit.py; docs/reuse.md).
 
 Exit codes: 0 every audited test passed (or nothing was reused), 1 a reuse fault was recorded,
 2 a usage error (an unknown pipeline, a bad rate), 3 the ledger cannot be used.
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import click
 
-from stagebot.bot.cli_options import catalog_option
-from stagebot.bot.run_options import ledger_option, out_option, pipeline_option, root_option
+from stagebot.bot.cli.options import catalog_option
+from stagebot.bot.cli.run_options import ledger_option, out_option, pipeline_option, root_option
 
 
 @click.command("audit-reuse")
@@ -45,10 +45,10 @@ from stagebot.bot.run_options import ledger_option, out_option, pipeline_option,
 def audit_reuse(catalog, ledger, number, root, out_dir, rate, seed, config_path) -> None:
     """Run a sample of the tests a pipeline reused by dependency key, for real; record each
     that fails as a reuse fault (never reused by key again, shown in the report)."""
+    from stagebot.bot.cli.run_options import default_ledger
     from stagebot.bot.config import load_config
-    from stagebot.bot.run_options import default_ledger
     from stagebot.harness.ledger import Ledger
-    from stagebot.harness.reuse_audit import audit_reuse as run_audit
+    from stagebot.harness.reuse.audit import audit_reuse as run_audit
     from stagebot.stages.catalog import load_catalog
 
     if rate is None:

@@ -9,7 +9,7 @@ import click
 from stagebot.stages.errors import StagebotError
 
 # The checkout stagebot runs from (an editable install): bot/ sits at its top.
-CHECKOUT = Path(__file__).resolve().parents[1]
+CHECKOUT = Path(__file__).resolve().parents[3]
 REFERENCE = Path("docs") / "reference.md"
 
 
@@ -28,7 +28,7 @@ def docs() -> None:
 )
 def reference(check: bool, out: Path | None) -> None:
     """Render the `bot` commands and the `/bot` language into Markdown (docs/reference.md)."""
-    from stagebot.bot.reference import render, stale
+    from stagebot.bot.cli.reference import render, stale
 
     path = out or _default_path()
     committed = path.read_text(encoding="utf-8") if path.exists() else ""

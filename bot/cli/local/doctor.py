@@ -31,8 +31,8 @@ import click
 @click.option("--json", "as_json", is_flag=True, help="Print the checks as JSON.")
 def doctor(repo: str, root: Path, without_app: bool, as_json: bool) -> None:
     """Check the workflows, stage branch, runners, App and Actions settings on GitHub."""
-    from stagebot.bot.doctor_checks import local_context, run_checks
-    from stagebot.bot.doctor_client import DoctorClient
+    from stagebot.bot.adopt.doctor_checks import local_context, run_checks
+    from stagebot.bot.adopt.doctor_client import DoctorClient
     from stagebot.bot.github import SetupError
 
     token = os.environ.get("GITHUB_TOKEN")

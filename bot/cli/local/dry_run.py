@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from stagebot.bot.cli_options import (
+from stagebot.bot.cli.options import (
     catalog_option,
     changed_files_option,
     comment_argument,
@@ -17,9 +17,9 @@ from stagebot.bot.cli_options import (
     read_changed_files,
     read_comment,
 )
-from stagebot.bot.grammar import near_miss, parse_comment
-from stagebot.bot.run_options import default_ledger, ledger_option
-from stagebot.bot.worktree import repository_root, tree_identity
+from stagebot.bot.cli.run_options import default_ledger, ledger_option
+from stagebot.bot.comments.grammar import near_miss, parse_comment
+from stagebot.harness.pipeline.worktree import repository_root, tree_identity
 from stagebot.stages.catalog import load_catalog
 from stagebot.stages.errors import CommandError
 from stagebot.stages.plan import Plan

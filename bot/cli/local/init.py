@@ -34,7 +34,7 @@ import click
 )
 def init(write: bool, stagebot_wheel: Path | None, local_wheel: bool, root: Path) -> None:
     """Write stagebot's settings, catalog and workflows here; show a diff if they exist."""
-    from stagebot.bot.adopt import next_steps, pin_wheel, plan_files
+    from stagebot.bot.adopt.adoption import next_steps, pin_wheel, plan_files
 
     pin = pin_wheel(stagebot_wheel, local_wheel) if stagebot_wheel else None
     changes = plan_files(root, pin)

@@ -6,8 +6,8 @@ import json
 
 import click
 
-from stagebot.bot.cli_options import comment_argument, json_option, read_comment
-from stagebot.bot.grammar import help_text, near_miss, parse_comment
+from stagebot.bot.cli.options import comment_argument, json_option, read_comment
+from stagebot.bot.comments.grammar import help_text, near_miss, parse_comment
 from stagebot.stages.errors import StagebotError
 from stagebot.stages.suggest import unknown
 

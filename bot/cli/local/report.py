@@ -1,5 +1,5 @@
 """`bot report`: render a recorded pipeline, or one assembled from StageResult files; both against
-the same base selection (``bot/base.py``)."""
+the same base selection (``harness/pipeline/base.py``)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from stagebot.bot.run_options import (
+from stagebot.bot.cli.run_options import (
     base_ledger_option,
     default_ledger,
     ledger_option,
@@ -43,9 +43,9 @@ from stagebot.stages.errors import StagebotError
 def report(ledger, number, results, fmt, base_ledger, base_commit, root) -> None:
     """Render a pipeline's report: from a ledger (default: `bot run`'s, the newest pipeline)
     or from a folder of StageResult files (--results DIR)."""
-    from stagebot.bot.base import select_base
-    from stagebot.bot.worktree import repository_root
     from stagebot.harness.ledger import Ledger
+    from stagebot.harness.pipeline.base import select_base
+    from stagebot.harness.pipeline.worktree import repository_root
     from stagebot.harness.report import render_report, report_from_record, report_from_results
 
     if ledger is not None and results is not None:

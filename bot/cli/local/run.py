@@ -17,7 +17,7 @@ from pathlib import Path
 
 import click
 
-from stagebot.bot.cli_options import (
+from stagebot.bot.cli.options import (
     catalog_option,
     changed_files_option,
     comment_argument,
@@ -27,7 +27,7 @@ from stagebot.bot.cli_options import (
     read_changed_files,
     read_comment,
 )
-from stagebot.bot.run_options import (
+from stagebot.bot.cli.run_options import (
     base_ledger_option,
     default_ledger,
     default_out,
@@ -89,9 +89,13 @@ def run(
 ) -> None:
     """Plan COMMENT (or '-' for stdin) and run it here; print the report (with --json: the
     report as JSON on stdout, the rest on stderr)."""
-    from stagebot.bot.grammar import near_miss, parse_comment
-    from stagebot.bot.worktree import make_output_folder, repository_root, tree_identity
+    from stagebot.bot.comments.grammar import near_miss, parse_comment
     from stagebot.harness.ledger import Ledger
+    from stagebot.harness.pipeline.worktree import (
+        make_output_folder,
+        repository_root,
+        tree_identity,
+    )
     from stagebot.stages.errors import CommandError
 
     text = read_comment(comment)
@@ -147,8 +151,8 @@ def run(
 def _base_target(book, base_ledger, base_commit, commit, root):
     """The commit this run compares with, found before anything runs (a --base-commit that
     names no commit, or more than one, is an error): bot.base.base_target."""
-    from stagebot.bot.base import base_target
     from stagebot.harness.ledger import Ledger
+    from stagebot.harness.pipeline.base import base_target
 
     if base_ledger is None:
         return base_target(book, base_commit, commit, root, DEFAULT_BRANCH)
@@ -164,7 +168,7 @@ class OutputError(StagebotError):
 
 def _writable_folder(folder: Path, what: str) -> None:
     """Create ``folder`` and check that files can be written in it, before anything is recorded."""
-    from stagebot.bot.worktree import make_output_folder
+    from stagebot.harness.pipeline.worktree import make_output_folder
 
     try:
         make_output_folder(folder)
@@ -254,11 +258,10 @@ def _os_user() -> str:
 
 
 def _execute(book, number: int, plan, catalog, command, request: RunRequest) -> int:
-    from stagebot.bot.base import local_base
-    from stagebot.bot.worktree import make_output_folder
-    from stagebot.harness.executor import Settings, execute
     from stagebot.harness.ledger import Ledger
+    from stagebot.harness.pipeline.base import local_base
     from stagebot.harness.pipeline.lifecycle import finish, write_reports
+    from stagebot.harness.pipeline.worktree import make_output_folder
     from stagebot.harness.report import (
         plain_text,
         render_report,
@@ -266,6 +269,7 @@ def _execute(book, number: int, plan, catalog, command, request: RunRequest) -> 
         reply_triggered,
         report_from_record,
     )
+    from stagebot.harness.run.executor import Settings, execute
 
     out = request.out_dir or default_out(request.home, number)
     make_output_folder(out)
@@ -316,8 +320,8 @@ def _execute(book, number: int, plan, catalog, command, request: RunRequest) -> 
 
 
 def _reuse_pipeline(book, command, commit, pr, root) -> int:
-    from stagebot.bot.worktree import changed_between
-    from stagebot.harness.reuse_policy import record_validation
+    from stagebot.harness.pipeline.worktree import changed_between
+    from stagebot.harness.reuse.policy import record_validation
 
     if commit is None:
         raise click.UsageError("reuse-pipeline needs the head commit: give --commit SHA")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from stagebot.bot.run_options import (
+from stagebot.bot.cli.run_options import (
     entry_option,
     load_entry,
     out_option,
@@ -29,15 +29,15 @@ EXIT = {"SUCCESS": 0, "NOT_RUN": 0, "REUSED": 0, "FAILURE": 1, "ABORTED": 1, "ER
 @root_option
 def run_stage(entry_arg, out_dir, shard_timeout, root) -> None:
     """Run the shard a matrix entry describes; write its folder and print its state."""
-    from stagebot.harness.collect import CollectError
-    from stagebot.harness.gpus import describe, detect_devices
     from stagebot.harness.pipeline.placement import (
         family_split,
         is_split,
         missing_hardware,
         serving,
     )
-    from stagebot.harness.shard import ShardContext, not_run_result, run_shard, shard_timeout_s
+    from stagebot.harness.run.collect import CollectError
+    from stagebot.harness.run.gpus import describe, detect_devices
+    from stagebot.harness.run.shard import ShardContext, not_run_result, run_shard, shard_timeout_s
 
     entry = load_entry(entry_arg)
     out = (out_dir or Path("out") / f"pipeline-{entry.pipeline}") / entry.stage

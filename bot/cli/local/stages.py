@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from stagebot.bot.cli_options import catalog_option
+from stagebot.bot.cli.options import catalog_option
 from stagebot.stages.catalog import Catalog, Stage, load_catalog
 from stagebot.stages.errors import PlanError
 from stagebot.stages.planner import STAGE_LISTING
@@ -75,10 +75,10 @@ def stages(
 
 
 def _explain(catalog: Catalog, ledger: Path | None, test_id: str) -> str:
-    from stagebot.bot.run_options import default_ledger
-    from stagebot.bot.worktree import repository_root
+    from stagebot.bot.cli.run_options import default_ledger
     from stagebot.harness.ledger import Ledger
-    from stagebot.harness.reuse_explain import explain_reuse
+    from stagebot.harness.pipeline.worktree import repository_root
+    from stagebot.harness.reuse.explain import explain_reuse
 
     root = repository_root(Path.cwd())
     ledger = ledger or default_ledger(root)
@@ -89,7 +89,7 @@ def _explain(catalog: Catalog, ledger: Path | None, test_id: str) -> str:
 def _repository_relative(test_id: str) -> str:
     """``./path`` or an absolute path inside the repository as the catalog writes suite paths
     (from the repository root), node id kept: ``/repo/tests/a.py::t`` -> ``tests/a.py::t``."""
-    from stagebot.bot.worktree import repository_root
+    from stagebot.harness.pipeline.worktree import repository_root
 
     path, sep, node = test_id.partition("::")
     root = repository_root(Path.cwd())
@@ -190,10 +190,10 @@ def _stages_for_test(catalog: Catalog, test_id: str) -> str:
 
 def _history(ledger: Path | None, branch: str, test_id: str) -> str | None:
     """The test's outcomes in the latest pipelines on ``branch``, and where it was flaky."""
-    from stagebot.bot.run_options import default_ledger
-    from stagebot.bot.worktree import repository_root
-    from stagebot.harness.flakiness import flaky_history
+    from stagebot.bot.cli.run_options import default_ledger
+    from stagebot.harness.analysis.flakiness import flaky_history
     from stagebot.harness.ledger import HISTORY_PIPELINES, Ledger
+    from stagebot.harness.pipeline.worktree import repository_root
 
     if ledger is None:
         ledger = default_ledger(repository_root(Path.cwd()))

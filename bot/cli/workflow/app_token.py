@@ -46,7 +46,7 @@ def app_token(job: str) -> None:
         SetupError,
         mint_installation_token,
     )
-    from stagebot.bot.workflow_outputs import write_outputs
+    from stagebot.bot.protocols.outputs import write_outputs
 
     env = ActionsEnv.from_environ()
     app_id = os.environ.get("STAGEBOT_APP_ID", "").strip()

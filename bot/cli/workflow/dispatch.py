@@ -19,7 +19,7 @@ from pathlib import Path
 
 import click
 
-from stagebot.bot.dispatch_inputs import MAX_MATRIX
+from stagebot.bot.protocols.dispatch_inputs import MAX_MATRIX
 from stagebot.stages.errors import StagebotError
 
 
@@ -35,8 +35,8 @@ def dispatch(plan_dir: Path, config_path: Path | None) -> None:
     """Start the stage workflow for the planned pipeline; write dispatch.json."""
     from stagebot.bot.config import load_config
     from stagebot.bot.github import ActionsEnv, GitHubError, RetryPolicy, connect
-    from stagebot.bot.protocols import stage_key, stage_title
-    from stagebot.bot.stage_runs import dispatched_run
+    from stagebot.bot.protocols.names import stage_key, stage_title
+    from stagebot.bot.protocols.runs import dispatched_run
 
     env = ActionsEnv.from_environ()
     config = load_config(config_path)
@@ -89,7 +89,7 @@ def dispatch(plan_dir: Path, config_path: Path | None) -> None:
 def _still_running(api, config, pr: int, pipeline: int) -> bool:
     """Whether the pipeline's reply still says RUNNING (a /bot kill or a newer /bot run may have
     marked it ABORTED since handle-event)."""
-    from stagebot.bot.replies import our_replies, reply_for_pipeline
+    from stagebot.bot.comments.replies import our_replies, reply_for_pipeline
 
     reply = reply_for_pipeline(our_replies(api.comments(pr), config.bot_login), pipeline)
     return reply is not None and reply.marker.state == "RUNNING"
@@ -101,8 +101,8 @@ def _record_stage_run(api, config, pr: int, pipeline: int, run_id: int) -> bool:
     RUNNING, before or right after the edit: the caller then cancels the run."""
     from dataclasses import replace
 
-    from stagebot.bot.marker import with_marker
-    from stagebot.bot.replies import our_replies, reply_for_pipeline
+    from stagebot.bot.comments.replies import our_replies, reply_for_pipeline
+    from stagebot.bot.protocols.marker import with_marker
 
     reply = reply_for_pipeline(our_replies(api.comments(pr), config.bot_login), pipeline)
     if reply is None or reply.marker.state != "RUNNING":

@@ -1,7 +1,7 @@
 """`bot fetch-ledger`: the plan job's first step, which replaces restoring the Actions cache.
 
 For a `/bot` comment on a PR: the ledger the bot's newest reply vouches for, taken from an
-artifact of one of the bot's own runs (bot/ledger_transport.py). For a push to the default
+artifact of one of the bot's own runs (bot/custody/transport.py). For a push to the default
 branch: main's newest ledger from a report run. Writes it to ``--out``; finding none is not an
 error (the pipeline starts without history). Nor is GitHub failing after the bounded retries: a
 plan job that stopped here would leave the comment without a reply and the commit without a
@@ -27,7 +27,7 @@ import click
 def fetch_ledger(out: Path, config_path: Path | None) -> None:
     """Fetch the PR's (or main's) ledger from the bot's own runs' artifacts."""
     from stagebot.bot.config import load_config
-    from stagebot.bot.custody import notice_file
+    from stagebot.bot.custody.trust import notice_file
     from stagebot.bot.github import ActionsEnv, GitHubError
 
     env = ActionsEnv.from_environ()
@@ -46,10 +46,10 @@ def fetch_ledger(out: Path, config_path: Path | None) -> None:
 
 
 def _fetch(env, config, out: Path) -> list[str]:
-    from stagebot.bot.events import comment_event, ignore_reason, load_payload
+    from stagebot.bot.comments.events import comment_event, ignore_reason, load_payload
+    from stagebot.bot.comments.replies import our_replies
+    from stagebot.bot.custody.transport import fetch_main_ledger, fetch_pr_ledger
     from stagebot.bot.github import RetryPolicy, connect
-    from stagebot.bot.ledger_transport import fetch_main_ledger, fetch_pr_ledger
-    from stagebot.bot.replies import our_replies
 
     if env.event_name == "issue_comment":
         event = comment_event(load_payload(env.event_path))

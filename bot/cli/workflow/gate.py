@@ -21,12 +21,12 @@ import click
 @click.option("--config", "config_path", type=click.Path(path_type=Path), default=None)
 def gate(config_path: Path | None) -> None:
     """Refuse cheaply, before any App token: not for the bot, or over the rate limit."""
+    from stagebot.bot.comments.events import comment_event, ignore_reason, load_payload
+    from stagebot.bot.comments.rate_limit import rate_limited
+    from stagebot.bot.comments.replies import our_replies
     from stagebot.bot.config import load_config
-    from stagebot.bot.events import comment_event, ignore_reason, load_payload
     from stagebot.bot.github import ActionsEnv, RetryPolicy, connect
-    from stagebot.bot.rate_limit import rate_limited
-    from stagebot.bot.replies import our_replies
-    from stagebot.bot.workflow_outputs import write_outputs
+    from stagebot.bot.protocols.outputs import write_outputs
 
     env = ActionsEnv.from_environ()
     config = load_config(config_path)

@@ -7,18 +7,18 @@ GITHUB_OUTPUT, and, for a run with ``--out`` and ``--ledger``, ``artifact_digest
 of plan.json and the closed ledger (ledger_files.artifact_digest), which `bot publish
 --artifact-digest` checks; with ``--ledger``, ``ledger_digest``: the sha256 of the ledger as the
 job leaves it, and ``ledger_artifact``: the artifact name the plan job uploads it as
-(bot/protocols.py). Exits 0 for every event it handled (a run, a no-op, a refusal, a
+(bot/protocols/names.py). Exits 0 for every event it handled (a run, a no-op, a refusal, a
 malformed command); non-zero only when it could not do its job (GitHub unreachable after
 retries: 3; a missing variable or bad settings: 2; stagebot's own catalog or ledger failing:
 the error's exit code, after a reply that says stagebot failed).
 
-- issue_comment: see bot/on_comment.py;
+- issue_comment: see bot/comments/on_comment.py;
 - push to the default branch: plans the post-merge pipeline (`/bot run --post-merge`) on the
   pushed commit, with no reply and no status; a restored ledger is used only when the bot
-  recorded its digest (bot/main_ledger.py);
+  recorded its digest (bot/custody/main_ledger.py);
 - anything else: a no-op.
 
-The ``--ledger`` file is opened only when a step needs it (bot/custody.py, RestoredLedger): a
+The ``--ledger`` file is opened only when a step needs it (bot/custody/trust.py, RestoredLedger): a
 damaged restored ledger never blocks a no-op, and one that a step needs is moved aside and
 replaced by an empty one, which the reply and the log say.
 """
@@ -30,7 +30,7 @@ from pathlib import Path
 
 import click
 
-from stagebot.bot.cli_options import catalog_option
+from stagebot.bot.cli.options import catalog_option
 
 
 @click.command("handle-event")
@@ -56,15 +56,15 @@ from stagebot.bot.cli_options import catalog_option
 )
 def handle_event(config_path, catalog, ledger, out) -> None:
     """Act on this workflow run's GitHub event; write run= and matrix= to GITHUB_OUTPUT."""
+    from stagebot.bot.actions.post_merge import plan_post_merge
+    from stagebot.bot.comments.events import comment_event, load_payload
+    from stagebot.bot.comments.on_comment import CommentHandler
+    from stagebot.bot.comments.outcome import Outcome
     from stagebot.bot.config import load_config
-    from stagebot.bot.events import comment_event, load_payload
+    from stagebot.bot.custody.files import artifact_digest, artifact_files, file_digest
     from stagebot.bot.github import ActionsEnv, RetryPolicy, connect
-    from stagebot.bot.ledger_files import artifact_digest, artifact_files, file_digest
-    from stagebot.bot.on_comment import CommentHandler
-    from stagebot.bot.outcome import Outcome
-    from stagebot.bot.post_merge import plan_post_merge
-    from stagebot.bot.protocols import ledger_artifact
-    from stagebot.bot.workflow_outputs import write_outputs
+    from stagebot.bot.protocols.names import ledger_artifact
+    from stagebot.bot.protocols.outputs import write_outputs
 
     env = ActionsEnv.from_environ()
     config = load_config(config_path)

@@ -1,7 +1,7 @@
 """`bot publish`: the Actions report job. Records the stage jobs' StageResults into the ledger,
 renders the report, edits the pipeline's one reply into it and sets the gating status
-(bot/publishing.py; what is recorded and how: harness/pipeline/intake.py; whose status wins:
-bot/gating_status.py).
+(bot/actions/publishing.py; what is recorded and how: harness/pipeline/intake.py; whose status wins:
+bot/actions/gating_status.py).
 
 Exits 0 once published (whatever the pipeline's state); 3 when GitHub stayed unreachable or
 the artifact does not match its digest, 2 for bad input.
@@ -81,9 +81,9 @@ def publish(
     stage_run_id,
 ) -> None:
     """Record StageResults, render the report, edit the reply, set the status."""
+    from stagebot.bot.actions.publishing import PublishRequest, publish
     from stagebot.bot.config import load_config
     from stagebot.bot.github import ActionsEnv
-    from stagebot.bot.publishing import PublishRequest, publish
 
     env = ActionsEnv.from_environ()
     config = load_config(config_path)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import click
 
-from stagebot.bot.run_options import entry_option, load_entry
+from stagebot.bot.cli.run_options import entry_option, load_entry
 from stagebot.stages.errors import StagebotError
 
 

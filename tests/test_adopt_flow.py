@@ -28,7 +28,7 @@ from helpers.workflow_jobs import Jobs, gh
 from workflow_installs import bot_jobs, build_wheel, installed_venv, run_step, source_copy
 
 from stagebot.bot.adopt.workflows import load_settings
-from stagebot.harness.ledger import Ledger
+from stagebot.harness.ledger.book import Ledger
 from stagebot.stages.plan import Plan
 
 pytestmark = pytest.mark.slow

@@ -12,7 +12,7 @@ import pytest
 from fixtures.botrun import bot, run_stages
 
 from stagebot.bot.cli.main import main
-from stagebot.harness.ledger import Ledger
+from stagebot.harness.ledger.book import Ledger
 
 
 def run_main(capsys, *args: str) -> tuple[int, str, str]:

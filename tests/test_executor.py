@@ -361,7 +361,7 @@ def test_reuse_pipeline_validates_only_successful_gating_runs(tmp_path, ledger) 
     assert partial.returncode == 0
     refused = bot("run", "--ledger", str(ledger), "--commit", "next", "/bot reuse-pipeline 1")
     assert refused.returncode == 1 and "partial run (Partly Tested)" in refused.stdout
-    from stagebot.harness.ledger import Ledger
+    from stagebot.harness.ledger.book import Ledger
 
     book = Ledger.open(ledger)
     gating = book.start_pipeline(

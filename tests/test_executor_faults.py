@@ -21,7 +21,8 @@ from pathlib import Path
 import pytest
 from fixtures.botrun import ROOT, bot, results, run_stages
 
-from stagebot.harness.ledger import Ledger, LedgerError
+from stagebot.harness.ledger.book import Ledger
+from stagebot.harness.ledger.store import LedgerError
 from stagebot.harness.run.junit import JunitError, read_junit
 from stagebot.harness.run.streams import read_stream
 

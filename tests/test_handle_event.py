@@ -442,7 +442,7 @@ def test_without_run_number_the_pipeline_follows_the_bots_replies(github) -> Non
 
 
 def test_push_to_the_default_branch_plans_post_merge(gh, handle, tmp_path) -> None:
-    from stagebot.harness.ledger import Ledger
+    from stagebot.harness.ledger.book import Ledger
 
     ledger = tmp_path / "main.sqlite"
     result = handle(fixture="push_main.json", token=None, args=("--ledger", str(ledger)))
@@ -585,7 +585,7 @@ def test_a_corrupt_ledger_does_not_stop_events_that_do_not_need_it(gh, handle, t
 def test_a_corrupt_ledger_is_moved_aside_and_the_run_starts_empty(gh, handle, tmp_path) -> None:
     from stagebot.bot.custody.files import file_digest
     from stagebot.bot.protocols.marker import render_ledger_digest
-    from stagebot.harness.ledger import Ledger
+    from stagebot.harness.ledger.book import Ledger
 
     ledger = tmp_path / "ledger.sqlite"
     ledger.write_bytes(CORRUPT)  # damaged although the bot saved it (its digest is recorded)

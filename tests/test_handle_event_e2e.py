@@ -13,7 +13,7 @@ import pytest
 from helpers.fake_pr import BOT, PR, SHA, marker_of, record_dispatch, replies, status
 from helpers.workflow_jobs import Jobs, gh, jobs, ledger_state
 
-from stagebot.harness.ledger import Ledger
+from stagebot.harness.ledger.book import Ledger
 
 pytestmark = pytest.mark.slow
 

@@ -18,7 +18,7 @@ import pytest
 from helpers.fake_pr import BOT, PR
 from helpers.workflow_jobs import Jobs, gh, jobs
 
-from stagebot.harness.ledger import Ledger
+from stagebot.harness.ledger.book import Ledger
 from stagebot.harness.reuse.offers import KEYS_FILE
 
 pytestmark = pytest.mark.slow

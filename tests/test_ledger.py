@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from stagebot.harness.analysis.flakiness import flaky_evidence, flaky_history
-from stagebot.harness.ledger import (
-    SCHEMA_VERSION,
-    Ledger,
+from stagebot.harness.ledger.book import Ledger
+from stagebot.harness.ledger.schema import SCHEMA_VERSION
+from stagebot.harness.ledger.store import (
     LedgerBusyError,
     LedgerError,
     UnknownPipelineError,
@@ -292,7 +292,7 @@ def test_concurrent_processes_get_distinct_numbers(tmp_path: Path) -> None:
     path = tmp_path / "ledger.sqlite"
     Ledger.open(path).close()
     code = (
-        "import sys\nfrom stagebot.harness.ledger import Ledger\n"
+        "import sys\nfrom stagebot.harness.ledger.book import Ledger\n"
         f"book = Ledger.open({str(path)!r})\n"
         "for i in range(25):\n"
         "    n = book.start_pipeline(command={'version': 1}, commit=sys.argv[1])\n"

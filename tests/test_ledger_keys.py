@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from stagebot.harness.ledger import SCHEMA, SCHEMA_VERSION, Ledger, RecordedKey
+from stagebot.harness.ledger.book import Ledger
+from stagebot.harness.ledger.keys import RecordedKey
+from stagebot.harness.ledger.schema import SCHEMA, SCHEMA_VERSION
 from stagebot.harness.results import StageResult
 from stagebot.harness.results import TestOutcome as Outcome
 

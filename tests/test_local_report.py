@@ -12,7 +12,7 @@ import pytest
 from fixtures.botrun import bot, results, run_stages
 
 from stagebot.harness.analysis.classify import analyse
-from stagebot.harness.ledger import Ledger
+from stagebot.harness.ledger.book import Ledger
 from stagebot.harness.report import Report, render_report
 from stagebot.harness.results import StageResult
 from stagebot.harness.results import TestOutcome as Outcome

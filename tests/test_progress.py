@@ -138,7 +138,7 @@ def test_the_estimate_says_when_there_is_no_history_and_when_it_is_past(tmp_path
 
 def test_the_estimate_counts_only_shards_that_ran_to_the_end(tmp_path: Path):
     """An aborted shard ran a few of its tests: its durations would promise a short run."""
-    from stagebot.harness.ledger import Ledger
+    from stagebot.harness.ledger.book import Ledger
 
     def shard(state: str, tests: int) -> StageResult:
         result = _result("A-1", tests)

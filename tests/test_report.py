@@ -315,7 +315,7 @@ def test_report_of_result_files_compares_with_the_base_ledger(tmp_path) -> None:
     """`bot report --results DIR --base-ledger L`: the same base selection as every report."""
     from fixtures.botrun import bot
 
-    from stagebot.harness.ledger import Ledger
+    from stagebot.harness.ledger.book import Ledger
     from stagebot.harness.run.shard import write_result
 
     with Ledger.open(tmp_path / "main.sqlite") as book:

@@ -17,7 +17,7 @@ from helpers.fake_pr import PR, marker_of, replies, status
 from helpers.workflow_jobs import Jobs, gh, jobs
 from helpers.zips import corrupt
 
-from stagebot.harness.ledger import Ledger
+from stagebot.harness.ledger.book import Ledger
 
 pytestmark = pytest.mark.slow
 

@@ -17,7 +17,7 @@ from stagebot.bot.comments.replies import with_ledger_digest
 from stagebot.bot.custody.files import file_digest
 from stagebot.bot.protocols.marker import ReplyMarker, find_ledger_digests, find_marker
 from stagebot.harness.analysis.classify import analyse
-from stagebot.harness.ledger import Ledger
+from stagebot.harness.ledger.book import Ledger
 from stagebot.harness.report import Report, render_report
 from stagebot.harness.results import StageResult
 from stagebot.harness.results import TestOutcome as Outcome

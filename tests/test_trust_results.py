@@ -11,7 +11,7 @@ import pytest
 from helpers.fake_pr import marker_of, replies, status
 from helpers.workflow_jobs import Jobs, gh, jobs, ledger_state
 
-from stagebot.harness.ledger import Ledger
+from stagebot.harness.ledger.book import Ledger
 from stagebot.harness.results import ResultError, StageResult
 
 pytestmark = pytest.mark.slow

@@ -9,7 +9,7 @@ from pathlib import Path
 import jsonschema
 from helpers.shards import entry
 
-from stagebot.harness.ledger import Ledger
+from stagebot.harness.ledger.book import Ledger
 from stagebot.harness.run.junit import read_junit
 from stagebot.harness.run.shard import ShardContext, run_shard
 

@@ -46,7 +46,7 @@ def publish(request: PublishRequest, env, config) -> list[str]:
     from stagebot.bot.custody.files import file_digest
     from stagebot.bot.custody.trust import check_plan_artifact, open_main_ledger, record_main_ledger
     from stagebot.bot.github import RetryPolicy, connect
-    from stagebot.harness.ledger import Ledger
+    from stagebot.harness.ledger.book import Ledger
     from stagebot.harness.pipeline.base import select_base
     from stagebot.harness.pipeline.intake import record_stage_results
     from stagebot.harness.pipeline.lifecycle import finish, write_reports

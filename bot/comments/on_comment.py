@@ -39,7 +39,7 @@ from stagebot.bot.comments.sha_pin import check_sha
 from stagebot.bot.config import BotConfig
 from stagebot.bot.custody.trust import RestoredLedger
 from stagebot.bot.github import ActionsEnv, GitHubApi, GitHubError
-from stagebot.harness.ledger import UnknownPipelineError
+from stagebot.harness.ledger.store import UnknownPipelineError
 from stagebot.stages.errors import CommandError, PlanError, StagebotError
 
 log = logging.getLogger("stagebot.bot")

@@ -49,7 +49,8 @@ def parse_description(description: str) -> tuple[str, int | None] | None:
 def vouching_commit(path: Path) -> str | None:
     """The commit whose status vouches for the ledger at ``path``: that of the newest pipeline
     it holds, when it is a full hex SHA; None when there is none or the file cannot be read."""
-    from stagebot.harness.ledger import Ledger, LedgerError
+    from stagebot.harness.ledger.book import Ledger
+    from stagebot.harness.ledger.store import LedgerError
 
     try:
         with Ledger.open(path, readonly=True) as book:

@@ -23,7 +23,7 @@ from stagebot.bot.custody.files import file_digest, unvouched_reason
 from stagebot.stages.errors import StagebotError
 
 if TYPE_CHECKING:
-    from stagebot.harness.ledger import Ledger
+    from stagebot.harness.ledger.book import Ledger
 
 PR_RECORDS = "the bot's replies on this PR"  # where a PR ledger's digests are recorded
 
@@ -77,7 +77,8 @@ class RestoredLedger:
             self._book = None
 
     def _open(self, path: Path) -> Ledger:
-        from stagebot.harness.ledger import Ledger, LedgerError
+        from stagebot.harness.ledger.book import Ledger
+        from stagebot.harness.ledger.store import LedgerError
 
         path.parent.mkdir(parents=True, exist_ok=True)
         checked, self._checked = self._checked, True
@@ -141,7 +142,7 @@ def open_main_ledger(connect: Callable, path: Path | None) -> tuple[Ledger | Non
     its digest (bot/custody/main_ledger.py), else failures are compared within the PR's own
     ledger."""
     from stagebot.bot.custody.main_ledger import RECORDED_WHERE, recorded_digests
-    from stagebot.harness.ledger import Ledger
+    from stagebot.harness.ledger.book import Ledger
 
     if path is None or not path.exists():
         return None, []

@@ -7,7 +7,7 @@ that failed in one pipeline and passed in another at the same commit.
 
 from __future__ import annotations
 
-from stagebot.harness.ledger import HISTORY_PIPELINES
+from stagebot.harness.ledger.tests import HISTORY_PIPELINES
 from stagebot.stages.names import stage_family
 
 Key = tuple[str, str]  # (stage family, test id)

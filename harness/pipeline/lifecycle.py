@@ -11,7 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from stagebot.harness.ledger import busy_timeout_s, retry_busy
+from stagebot.harness.ledger.store import busy_timeout_s, retry_busy
 from stagebot.harness.report import Report, render_report, report_from_record
 from stagebot.stages.catalog import Catalog
 from stagebot.stages.plan import Plan

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from stagebot.harness.ledger import retry_busy
+from stagebot.harness.ledger.store import retry_busy
 from stagebot.harness.results import StageResult
 from stagebot.harness.reuse.offers import Keyed
 from stagebot.harness.run.shard import placeholder_result

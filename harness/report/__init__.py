@@ -2,10 +2,10 @@
 
 API (also used by the GitHub adapter)::
 
-    base = select_base(ledger, base_commit=record.base_commit, exclude=n)  #
-    harness/pipeline/base.py report = report_from_record(ledger.pipeline(n), base=base,
-    root=Path(".")) report = report_from_results(Path("results/"), base=base)  # StageResult folders
-    (Actions) text = render_report(report, "md")               # "md" | "html" | "json"
+    base = select_base(ledger, base_commit=record.base_commit, exclude=n)  # pipeline/base.py
+    report = report_from_record(ledger.pipeline(n), base=base, root=Path("."))
+    report = report_from_results(Path("results/"), base=base)  # StageResult folders (Actions)
+    text = render_report(report, "md")               # "md" | "html" | "json"
     reply_triggered(report) / reply_completed(report)
 
 The markdown fits GitHub's 65,536-character comment limit (it shortens the key lines, then drops

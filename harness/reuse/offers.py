@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from stagebot.harness.ledger import RecordedKey
+from stagebot.harness.ledger.keys import RecordedKey
 from stagebot.harness.results import StageResult, TestOutcome
 from stagebot.harness.reuse.dependency_key import (
     DependencyKey,

@@ -3,7 +3,7 @@
 The policy: N (default: the PR's latest successful gating pipeline that is not itself such a
 validation) must have ended SUCCESS, have been gating (not Partly Tested) and have run every
 stage it planned. The decision is recorded as a pipeline of its own (SUCCESS, validated by N),
-which the ledger stores (harness/ledger.py).
+which the ledger stores (harness/ledger/).
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from stagebot.harness.ledger import retry_busy
+from stagebot.harness.ledger.store import retry_busy
 from stagebot.harness.pipeline.placement import family_split, is_split, missing_hardware
 from stagebot.harness.pipeline.recording import (
     Passed,

@@ -43,7 +43,7 @@ TARGETS = {
         ["tests/test_analysis.py", "-k", "not real_torch"],
     ),
     "grammar": (["bot/comments/grammar.py"], ["tests/test_grammar.py"]),
-    "ledger": (["harness/ledger.py"], ["tests/test_ledger.py"]),
+    "ledger": (["harness/ledger"], ["tests/test_ledger.py"]),
     "stages": (
         ["stages"],
         ["tests/test_catalog.py", "tests/test_planner.py", "tests/test_contracts.py"],

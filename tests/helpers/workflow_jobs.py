@@ -26,7 +26,7 @@ from github_server import FakeGitHub, user_id
 
 from helpers.cli import bot
 from helpers.fake_pr import PR, SHA
-from stagebot.harness.ledger import Ledger
+from stagebot.harness.ledger.book import Ledger
 
 ROOT = Path(__file__).resolve().parents[2]
 EVENTS = ROOT / "tests" / "fixtures" / "events"

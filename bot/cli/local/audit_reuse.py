@@ -47,7 +47,7 @@ def audit_reuse(catalog, ledger, number, root, out_dir, rate, seed, config_path)
     that fails as a reuse fault (never reused by key again, shown in the report)."""
     from stagebot.bot.cli.run_options import default_ledger
     from stagebot.bot.config import load_config
-    from stagebot.harness.ledger import Ledger
+    from stagebot.harness.ledger.book import Ledger
     from stagebot.harness.reuse.audit import audit_reuse as run_audit
     from stagebot.stages.catalog import load_catalog
 

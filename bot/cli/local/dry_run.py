@@ -54,7 +54,7 @@ def dry_run(as_json, catalog, changed_files, commit, pr, ledger, comment) -> Non
     if ledger is None and default_ledger(root).exists():
         ledger = default_ledger(root)  # what `bot run` without --ledger reads
     if ledger is not None:
-        from stagebot.harness.ledger import Ledger
+        from stagebot.harness.ledger.book import Ledger
 
         if commit is None:
             commit, _ = tree_identity(root, outputs=(ledger, root / "out"))

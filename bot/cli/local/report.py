@@ -43,7 +43,7 @@ from stagebot.stages.errors import StagebotError
 def report(ledger, number, results, fmt, base_ledger, base_commit, root) -> None:
     """Render a pipeline's report: from a ledger (default: `bot run`'s, the newest pipeline)
     or from a folder of StageResult files (--results DIR)."""
-    from stagebot.harness.ledger import Ledger
+    from stagebot.harness.ledger.book import Ledger
     from stagebot.harness.pipeline.base import select_base
     from stagebot.harness.pipeline.worktree import repository_root
     from stagebot.harness.report import render_report, report_from_record, report_from_results

@@ -90,7 +90,7 @@ def run(
     """Plan COMMENT (or '-' for stdin) and run it here; print the report (with --json: the
     report as JSON on stdout, the rest on stderr)."""
     from stagebot.bot.comments.grammar import near_miss, parse_comment
-    from stagebot.harness.ledger import Ledger
+    from stagebot.harness.ledger.book import Ledger
     from stagebot.harness.pipeline.worktree import (
         make_output_folder,
         repository_root,
@@ -151,7 +151,7 @@ def run(
 def _base_target(book, base_ledger, base_commit, commit, root):
     """The commit this run compares with, found before anything runs (a --base-commit that
     names no commit, or more than one, is an error): bot.base.base_target."""
-    from stagebot.harness.ledger import Ledger
+    from stagebot.harness.ledger.book import Ledger
     from stagebot.harness.pipeline.base import base_target
 
     if base_ledger is None:
@@ -258,7 +258,7 @@ def _os_user() -> str:
 
 
 def _execute(book, number: int, plan, catalog, command, request: RunRequest) -> int:
-    from stagebot.harness.ledger import Ledger
+    from stagebot.harness.ledger.book import Ledger
     from stagebot.harness.pipeline.base import local_base
     from stagebot.harness.pipeline.lifecycle import finish, write_reports
     from stagebot.harness.pipeline.worktree import make_output_folder

@@ -54,7 +54,14 @@ class Report:
     def status(self) -> StatusDecision:
         """The one decision of the status this pipeline sets (report/status.py): the reply
         says what `bot publish` sets."""
-        return decide_status(self)
+        return decide_status(
+            pipeline=self.pipeline or 0,
+            state=self.state,
+            gating=self.gating,
+            not_run=len(self.analysis.not_run),
+            headline=self.headline(),
+            sha7=self.sha7,
+        )
 
     @property
     def sets_status(self) -> bool:
@@ -128,7 +135,14 @@ class Report:
 
     def headline(self) -> str:
         """The one line that says what happened and what to do (report/headline.py)."""
-        return headline(self)
+        return headline(
+            self.analysis,
+            state=self.state,
+            local=self.local,
+            gating=self.gating,
+            again=self.again(),
+            environment_errors=len(self.environment_errors()),
+        )
 
     def stage_rows(self) -> list[dict[str, Any]]:
         rows = []
@@ -170,7 +184,7 @@ class Report:
 
     def timeline(self, width: int = 900, lane_height: int = 26) -> dict[str, Any]:
         """Gantt bars by slot for the HTML report (report/timeline.py)."""
-        return timeline(self, width, lane_height)
+        return timeline(self.results, self.slots, width, lane_height)
 
 
 def _shell_word(text: str) -> str:

@@ -10,8 +10,7 @@ import pytest
 
 from stagebot.bot.actions.gating_status import set_gating_status
 from stagebot.bot.github import Status
-from stagebot.harness.pipeline import status_text
-from stagebot.harness.report import StatusDecision
+from stagebot.harness.report import StatusDecision, status_text
 
 SHA = "c0ffee" + "0" * 34
 CONTEXT = "stagebot"

@@ -1,4 +1,4 @@
-"""Whether a host can run a shard (harness/pipeline/placement.py): one answer for the local
+"""Whether a host can run a shard (harness/run/placement.py): one answer for the local
 executor (slots its catalog maps) and a CI stage job (the matrix entry's device patterns)."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from stagebot.harness.pipeline.placement import is_split, missing_hardware, serving
 from stagebot.harness.run.gpus import Device
+from stagebot.harness.run.placement import is_split, missing_hardware, serving
 from stagebot.stages.plan import MatrixEntry
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "stages/schemas/examples/matrix_entry.v1.json"

@@ -160,8 +160,7 @@ def test_shards_that_cannot_run_here_are_not_collected(tmp_path: Path, monkeypat
     from fixtures.botrun import CATALOG
 
     from stagebot.bot.comments.grammar import parse_comment
-    from stagebot.harness.pipeline import placement
-    from stagebot.harness.run import executor
+    from stagebot.harness.run import executor, placement
     from stagebot.stages.catalog import load_catalog
     from stagebot.stages.planner import plan_run
 

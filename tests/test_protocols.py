@@ -1,5 +1,5 @@
 """Each string another program parses has one formatter and one parser (bot/protocols/names.py,
-harness/pipeline/status_text.py): what one writes the other reads back, and the parser rejects
+harness/report/status_text.py): what one writes the other reads back, and the parser rejects
 the near-misses."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from stagebot.bot.protocols import names
-from stagebot.harness.pipeline import status_text
+from stagebot.harness.report import status_text
 
 DIGEST = "ab" * 32
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from fixtures.botrun import bot
 from helpers.key_reuse import CATALOG, executed, reused, run
 
-from stagebot.harness.reuse.audit import sample
+from stagebot.harness.pipeline.audit import sample
 
 TEST = """from pathlib import Path
 

@@ -41,7 +41,7 @@ def test_an_older_pipelines_status_in_between_is_not_restored(gh, jobs) -> None:
 def test_a_persons_reuse_naming_this_pipeline_is_not_taken_for_its_own(gh, jobs) -> None:
     """`Validated by PR_Github #101 …` (a person's reuse-pipeline) names pipeline #101 but is
     not #101's status: only a description that begins with the label is a pipeline's own
-    (harness/pipeline/status_text.py), so #101's report leaves it alone."""
+    (harness/report/status_text.py), so #101's report leaves it alone."""
     outputs = jobs.handle_comment("/bot run", 101)
     results = jobs.stage_jobs(outputs, 101)
     reuse = "Validated by PR_Github #101 (reuse-pipeline by @maintainer)"

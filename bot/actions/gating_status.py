@@ -1,6 +1,6 @@
 """The gating commit status a pipeline's report sets, arbitrated between concurrent writers.
 
-``Report.status`` decides the state and text (harness/pipeline/status_text.py words it); this
+``Report.status`` decides the state and text (harness/report/status_text.py words it); this
 module decides whether it may be written: only while the newest status of the context is this
 pipeline's own (a newer pipeline or a person's skip / reuse is never overwritten). GitHub has no
 conditional status write, so the statuses are read again after the write: one that landed
@@ -10,7 +10,7 @@ report jobs of one PR can interleave).
 
 from __future__ import annotations
 
-from stagebot.harness.pipeline.status_text import outranks, owns
+from stagebot.harness.report.status_text import outranks, owns
 
 
 def set_gating_status(api, context: str, commit: str | None, number: int, status, url) -> str:

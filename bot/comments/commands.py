@@ -16,7 +16,7 @@ from stagebot.bot.comments.outcome import Outcome
 from stagebot.bot.comments.replies import NO_RUN_STATE, render_reply, running
 from stagebot.bot.comments.session import Session
 from stagebot.bot.github import TimelineEvent
-from stagebot.harness.pipeline import status_text
+from stagebot.harness.report import status_text
 from stagebot.stages.command import Command, render
 from stagebot.stages.errors import StagebotError
 

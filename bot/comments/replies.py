@@ -18,7 +18,7 @@ from stagebot.bot.protocols.marker import (
     find_marker,
     render_ledger_digest,
 )
-from stagebot.harness.pipeline.status_text import label
+from stagebot.harness.report.status_text import label
 from stagebot.templates.markdown import Trusted, block, code, escape, url
 
 NO_RUN_STATE = "ABORTED"  # a reply that started no pipeline: the marker schema has no "none"

@@ -19,10 +19,9 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from stagebot.bot.comments.replies import Reply
 from stagebot.bot.config import BotConfig
 from stagebot.bot.custody.artifact_zip import ArtifactError, unpack
-from stagebot.bot.github import Artifact, GitHubApi
+from stagebot.bot.github import Artifact, Comment, GitHubApi
 from stagebot.bot.protocols.names import MAIN_LEDGER, ledger_artifact
 from stagebot.bot.protocols.runs import own_run_problem
 
@@ -66,9 +65,10 @@ def read_ledger(api: GitHubApi, artifact: Artifact, digest: str | None) -> bytes
 
 
 def fetch_pr_ledger(
-    api: GitHubApi, replies: list[Reply], config: BotConfig, dest: Path
+    api: GitHubApi, replies: list[Comment], config: BotConfig, dest: Path
 ) -> tuple[bool, list[str]]:
-    """Write the ledger the bot's newest reply vouches for to ``dest``: (found, what happened).
+    """Write the ledger the bot's newest reply (of ``replies``, the bot's own comments) vouches
+    for to ``dest``: (found, what happened).
     The reply names the digest and the run that uploaded it; only that run's own artifacts are
     read (a search by name would take whatever any workflow uploaded under the public name)."""
     from stagebot.bot.protocols.marker import find_ledger_record
@@ -76,23 +76,23 @@ def fetch_pr_ledger(
     default_branch = api.default_branch()
     workflows = (config.workflow, config.report_workflow)
     notes: list[str] = []
-    for reply in sorted(replies, key=lambda r: r.comment.id, reverse=True)[:CANDIDATES]:
-        record = find_ledger_record(reply.comment.body)
+    for reply in sorted(replies, key=lambda r: r.id, reverse=True)[:CANDIDATES]:
+        record = find_ledger_record(reply.body)
         if record is None:
             continue
         if record.run_id is None:
-            notes.append(f"skipped reply {reply.comment.id}: it names no run for its ledger")
+            notes.append(f"skipped reply {reply.id}: it names no run for its ledger")
             continue
         name = ledger_artifact(record.digest)
         data, why = _from_run(
             api, record.run_id, name, config, default_branch, workflows, record.digest
         )
         if why is not None:
-            notes.append(f"skipped reply {reply.comment.id}: {why}")
+            notes.append(f"skipped reply {reply.id}: {why}")
             continue
         _write(dest, data)
         notes.append(
-            f"took the ledger of reply {reply.comment.id} (sha256 {record.digest[:12]}…) from "
+            f"took the ledger of reply {reply.id} (sha256 {record.digest[:12]}…) from "
             f"run {record.run_id}"
         )
         return True, notes

@@ -11,7 +11,7 @@
 
 Elsewhere, with their parsers beside them: the reply marker and the ledger-digest line
 (bot/protocols/marker.py), the ``stagebot/ledger`` status (bot/custody/main_ledger.py), the gating
-status text (harness/pipeline/status_text.py).
+status text (harness/report/status_text.py).
 """
 
 from __future__ import annotations

@@ -16,8 +16,8 @@ import random
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from stagebot.harness.pipeline.placement import missing_hardware, serving
 from stagebot.harness.run.gpus import describe, detect_devices
+from stagebot.harness.run.placement import missing_hardware, serving
 from stagebot.harness.run.shard import ShardContext, run_shard
 from stagebot.stages.errors import StagebotError
 from stagebot.stages.matrix import matrix_entries

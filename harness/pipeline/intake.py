@@ -14,14 +14,14 @@ import json
 from collections.abc import Mapping
 from pathlib import Path
 
-from stagebot.harness.pipeline.recording import (
+from stagebot.harness.results import ResultError, StageResult
+from stagebot.harness.reuse.offers import read_keys, with_refusals
+from stagebot.harness.run.recording import (
     failure_logs,
     passed_tests,
     record_result,
     reused_result,
 )
-from stagebot.harness.results import ResultError, StageResult
-from stagebot.harness.reuse.offers import read_keys, with_refusals
 from stagebot.harness.run.shard import placeholder_result
 from stagebot.stages.errors import StagebotError
 from stagebot.stages.plan import Plan, PlannedShard

@@ -9,9 +9,9 @@ from typing import Any
 
 from stagebot.harness.analysis.causes import cause_line, is_environment
 from stagebot.harness.analysis.classify import Analysis
-from stagebot.harness.pipeline.status_text import label
 from stagebot.harness.report.headline import headline
 from stagebot.harness.report.status import StatusDecision, decide_status
+from stagebot.harness.report.status_text import label
 from stagebot.harness.report.timeline import timeline
 from stagebot.harness.report.units import duration_text
 from stagebot.harness.results import StageResult

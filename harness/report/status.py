@@ -1,11 +1,11 @@
 """The gating status a pipeline's report decides: one decision, which the reply says and
-`bot publish` sets (worded by harness/pipeline/status_text.py)."""
+`bot publish` sets (worded by harness/report/status_text.py)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from stagebot.harness.pipeline.status_text import pipeline_status
+from stagebot.harness.report.status_text import pipeline_status
 
 
 @dataclass(frozen=True)

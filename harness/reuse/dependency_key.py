@@ -46,8 +46,8 @@ from stagebot.harness.reuse.import_graph import (
     module_facts,
     repository_files,
 )
-from stagebot.harness.run.pytest_plugin import waive_matches
 from stagebot.stages.catalog import Family, Waive
+from stagebot.stages.patterns import waive_matches
 
 PARTS = ("test", "files", "suite_args", "catalog", "environment", "gpu")
 CODE_PARTS = PARTS[:4]  # what the plan can compare; environment and gpu only the runner knows

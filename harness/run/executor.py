@@ -21,19 +21,19 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from stagebot.harness.ledger.store import retry_busy
-from stagebot.harness.pipeline.placement import family_split, is_split, missing_hardware
-from stagebot.harness.pipeline.recording import (
+from stagebot.harness.results import StageResult
+from stagebot.harness.reuse.offers import offer, read_keys, with_refusals
+from stagebot.harness.run.collect import CollectError
+from stagebot.harness.run.gpus import Device, describe, detect_devices, gpu_types_of
+from stagebot.harness.run.placement import family_split, is_split, missing_hardware
+from stagebot.harness.run.progress import Expected, Progress
+from stagebot.harness.run.recording import (
     Passed,
     logs_of,
     passed_tests,
     record_result,
     reused_result,
 )
-from stagebot.harness.results import StageResult
-from stagebot.harness.reuse.offers import offer, read_keys, with_refusals
-from stagebot.harness.run.collect import CollectError
-from stagebot.harness.run.gpus import Device, describe, detect_devices, gpu_types_of
-from stagebot.harness.run.progress import Expected, Progress
 from stagebot.harness.run.scheduler import CPU, Job, Running, Scheduler
 from stagebot.harness.run.shard import (
     ShardContext,

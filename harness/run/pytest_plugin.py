@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 from stagebot.harness.run.process import load_average
+from stagebot.stages.patterns import waive_matches
 
 SUITE_OPTIONS: dict[str, str] = {
     "sharding_ir": "stagebot.harness.suites.sharding_ir.options",
@@ -89,11 +90,6 @@ def pytest_configure(config) -> None:
         config.getoption(o) for o in ("stagebot_waives", "stagebot_select", "stagebot_deselect")
     ):
         config.pluginmanager.register(Selection(config), "stagebot-selection")
-
-
-def waive_matches(test_id: str, waived: str) -> bool:
-    """A waive names a test id, or a prefix of it ending at a path or ``::`` boundary."""
-    return test_id == waived or any(test_id.startswith(waived + sep) for sep in ("::", "[", "/"))
 
 
 class Selection:

@@ -1,5 +1,5 @@
 """`bot audit-reuse`: run a seeded sample of a pipeline's tests reused by key for real; each
-disagreement is recorded as a reuse fault (harness/reuse/audit.py; docs/reuse.md).
+disagreement is recorded as a reuse fault (harness/pipeline/audit.py; docs/reuse.md).
 
 Exit codes: 0 every audited test passed (or nothing was reused), 1 a reuse fault was recorded,
 2 a usage error (an unknown pipeline, a bad rate), 3 the ledger cannot be used.
@@ -48,7 +48,7 @@ def audit_reuse(catalog, ledger, number, root, out_dir, rate, seed, config_path)
     from stagebot.bot.cli.run_options import default_ledger
     from stagebot.bot.config import load_config
     from stagebot.harness.ledger.book import Ledger
-    from stagebot.harness.reuse.audit import audit_reuse as run_audit
+    from stagebot.harness.pipeline.audit import audit_reuse as run_audit
     from stagebot.stages.catalog import load_catalog
 
     if rate is None:

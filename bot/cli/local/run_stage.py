@@ -29,14 +29,14 @@ EXIT = {"SUCCESS": 0, "NOT_RUN": 0, "REUSED": 0, "FAILURE": 1, "ABORTED": 1, "ER
 @root_option
 def run_stage(entry_arg, out_dir, shard_timeout, root) -> None:
     """Run the shard a matrix entry describes; write its folder and print its state."""
-    from stagebot.harness.pipeline.placement import (
+    from stagebot.harness.run.collect import CollectError
+    from stagebot.harness.run.gpus import describe, detect_devices
+    from stagebot.harness.run.placement import (
         family_split,
         is_split,
         missing_hardware,
         serving,
     )
-    from stagebot.harness.run.collect import CollectError
-    from stagebot.harness.run.gpus import describe, detect_devices
     from stagebot.harness.run.shard import ShardContext, not_run_result, run_shard, shard_timeout_s
 
     entry = load_entry(entry_arg)

@@ -115,7 +115,7 @@ def _record_stage_run(api, config, pr: int, pipeline: int, run_id: int) -> bool:
 def _give_up(api, env, config, pipeline: int, commit: str) -> None:
     """No stage run, so no report: a gating pipeline's `pending` becomes `error` (only while it
     is this pipeline's own status), rather than pending for ever."""
-    from stagebot.harness.pipeline.status_text import gave_up, owns
+    from stagebot.harness.report.status_text import gave_up, owns
 
     current = api.statuses(commit, config.status_context) if commit else []
     if current and owns(current[0].description, pipeline):

@@ -58,7 +58,7 @@ def _fetch(env, config, out: Path) -> list[str]:
             return [f"no-op: {why}"]
         api = connect(env, RetryPolicy.from_environ())
         replies = our_replies(api.comments(event.number), config.bot_login)
-        return fetch_pr_ledger(api, replies, config, out)[1]
+        return fetch_pr_ledger(api, [reply.comment for reply in replies], config, out)[1]
     if env.event_name == "push":
         return fetch_main_ledger(connect(env, RetryPolicy.from_environ()), config, out)[1]
     return [f"no-op: {env.event_name} events carry no ledger"]

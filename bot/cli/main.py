@@ -43,7 +43,7 @@ COMMANDS: dict[str, str] = {
 }
 
 # `bot --help`: every command in one section, with its whole one-line description (written here,
-# so the root help imports none of them). tests/test_cli_help.py checks it against COMMANDS.
+# so the root help imports none of them). tests/bot/cli/test_cli_help.py checks it against COMMANDS.
 SECTIONS: tuple[tuple[str, dict[str, str]], ...] = (
     (
         "Commands for this machine",

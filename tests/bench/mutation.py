@@ -40,13 +40,13 @@ TARGETS = {
     # test_real_torch_assert_close_message imports torch (seconds) and checks evidence.py only.
     "analysis": (
         ["harness/analysis/classify.py"],
-        ["tests/test_analysis.py", "-k", "not real_torch"],
+        ["tests/harness/analysis/test_analysis.py", "-k", "not real_torch"],
     ),
-    "grammar": (["bot/comments/grammar.py"], ["tests/test_grammar.py"]),
-    "ledger": (["harness/ledger"], ["tests/test_ledger.py"]),
+    "grammar": (["bot/comments/grammar.py"], ["tests/bot/comments/test_grammar.py"]),
+    "ledger": (["harness/ledger"], ["tests/harness/ledger/test_ledger.py"]),
     "stages": (
         ["stages"],
-        ["tests/test_catalog.py", "tests/test_planner.py", "tests/test_contracts.py"],
+        ["tests/stages/test_catalog.py", "tests/stages/test_planner.py", "tests/test_contracts.py"],
     ),
 }
 

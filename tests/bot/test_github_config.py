@@ -8,7 +8,7 @@ import pytest
 
 from stagebot.bot.config import BotConfig, ConfigError, load_config
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def write(tmp_path: Path, text: str) -> Path:

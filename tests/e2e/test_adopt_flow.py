@@ -32,7 +32,7 @@ from stagebot.harness.ledger.book import Ledger
 from stagebot.stages.plan import Plan
 
 pytestmark = pytest.mark.slow
-SAMPLE = Path(__file__).resolve().parent / "fixtures" / "sample_repo"
+SAMPLE = Path(__file__).resolve().parents[1] / "fixtures" / "sample_repo"
 CPU_STAGES = {"CPU-PyTorch-Core-1": "SUCCESS", "CPU-PyTorch-Ops-1": "SUCCESS"}
 
 

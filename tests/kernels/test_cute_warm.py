@@ -23,7 +23,7 @@ from stagebot.kernels.cute.tactics import TACTICS, Tactic
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 needs_cutlass = extras.needs("cutlass")
 
 

@@ -92,7 +92,7 @@ def test_every_pytorch_family_runs_the_nvfp4_suite_and_the_h200_one_forces_cute(
 
 
 def test_shipped_suite_paths_exist() -> None:
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     for stage in load_catalog().stages:
         for suite in stage.suites:
             assert (root / suite.path.split("::")[0]).exists(), (stage.name, suite.path)

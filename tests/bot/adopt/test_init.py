@@ -23,7 +23,7 @@ from stagebot.stages.catalog import load_catalog
 from stagebot.stages.matrix import matrix_entries
 from stagebot.stages.planner import plan_run
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 WORKFLOWS = ("bot.yml", "stage.yml", "report.yml")
 
 

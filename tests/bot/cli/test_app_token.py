@@ -16,7 +16,7 @@ from helpers.fake_pr import PR, SHA, marker_of
 
 from stagebot.bot.cli.workflow.app_token import PERMISSIONS
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ from stagebot.bot.cli.main import COMMANDS, cli
 from stagebot.bot.cli.reference import github_anchor, render
 from stagebot.bot.comments import grammar
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 COMMITTED = ROOT / "docs" / "reference.md"
 
 

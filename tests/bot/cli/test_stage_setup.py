@@ -17,7 +17,7 @@ from stagebot.bot.cli.main import cli
 from stagebot.stages.catalog import load_catalog
 from stagebot.stages.errors import CatalogError
 
-EXAMPLE = Path(__file__).parents[1] / "stages/schemas/examples/matrix_entry.v1.json"
+EXAMPLE = Path(__file__).parents[3] / "stages/schemas/examples/matrix_entry.v1.json"
 
 CATALOG = """\
 setup: {extras: [harness], env: {LEVEL: catalog, KEEP: "yes"}}

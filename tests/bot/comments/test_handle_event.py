@@ -2,9 +2,10 @@
 (Prow's style).
 
 The rules run the handler directly over the in-memory GitHub (tests/helpers/comment_rules.py,
-tests/helpers/memory_github.py, which tests/test_github_conformance.py holds to the adapter); the
-CLI path (Actions variables, GITHUB_OUTPUT, real PyGithub against the local fake GitHub server)
-keeps the tests of what only it does: outputs, faults and retries, push events, the ledger file."""
+tests/helpers/memory_github.py, which tests/bot/github/test_github_conformance.py holds to the
+adapter); the CLI path (Actions variables, GITHUB_OUTPUT, real PyGithub against the local fake
+GitHub server) keeps the tests of what only it does: outputs, faults and retries, push events, the
+ledger file."""
 
 # ruff: noqa: F401, F811 - pytest fixtures imported from the helper that defines them
 from __future__ import annotations

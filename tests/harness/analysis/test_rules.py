@@ -337,6 +337,6 @@ def test_sources_split_the_log() -> None:
 def test_the_failure_analysis_doc_lists_every_rule() -> None:
     from pathlib import Path
 
-    doc = (Path(__file__).resolve().parents[1] / "docs" / "failure-analysis.md").read_text()
+    doc = (Path(__file__).resolve().parents[3] / "docs" / "failure-analysis.md").read_text()
     for rule in RULES:
         assert f"| `{rule.name}` | {', '.join(rule.where)} |" in doc, rule.name

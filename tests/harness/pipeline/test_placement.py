@@ -13,7 +13,7 @@ from stagebot.harness.run.gpus import Device
 from stagebot.harness.run.placement import is_split, missing_hardware, serving
 from stagebot.stages.plan import MatrixEntry
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "stages/schemas/examples/matrix_entry.v1.json"
+EXAMPLE = Path(__file__).resolve().parents[3] / "stages/schemas/examples/matrix_entry.v1.json"
 ENTRY = replace(
     MatrixEntry.from_json(json.loads(EXAMPLE.read_text())),
     gpu_type="DGX_H200",

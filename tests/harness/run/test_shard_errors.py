@@ -21,7 +21,7 @@ from stagebot.harness.run.collect import CollectError, collect_tests
 from stagebot.harness.run.shard import ShardContext, run_shard
 from stagebot.stages.plan import MatrixEntry
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 PASSING = "def test_ok():\n    assert True\n"
 
 

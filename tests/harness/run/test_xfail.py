@@ -13,7 +13,7 @@ from stagebot.harness.ledger.book import Ledger
 from stagebot.harness.run.junit import read_junit
 from stagebot.harness.run.shard import ShardContext, run_shard
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 SUITE = """import pytest
 
 def test_ok():

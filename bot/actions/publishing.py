@@ -19,11 +19,8 @@ publish`, and `bot report-run` once it has validated a stage run).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
-
-from stagebot.stages.errors import StagebotError
 
 
 @dataclass(frozen=True)
@@ -47,9 +44,7 @@ def publish(request: PublishRequest, env, config) -> list[str]:
     from stagebot.bot.custody.trust import check_plan_artifact, open_main_ledger, record_main_ledger
     from stagebot.bot.github import RetryPolicy, connect
     from stagebot.harness.ledger.book import Ledger
-    from stagebot.harness.pipeline.base import select_base
-    from stagebot.harness.pipeline.intake import record_stage_results
-    from stagebot.harness.pipeline.lifecycle import finish, write_reports
+    from stagebot.harness.pipeline.conclude import conclude
 
     number = request.pipeline
     if request.artifact_digest is not None:
@@ -57,39 +52,21 @@ def publish(request: PublishRequest, env, config) -> list[str]:
     api = connect(env, RetryPolicy.from_environ())
     # before the ledger changes: GitHub failing here (exit 3) leaves it as the plan job did
     base_book, lines = open_main_ledger(lambda: api, request.base_ledger)
+    links, warning = _job_links(api, request.stage_run_id or env.run_id)
+    lines += warning
     book = Ledger.open(request.ledger)
-    record = book.pipeline(number, with_results=False)
-    if record is None:
-        record = _start_from_plan(book, number, request.plan_path)
-    ignored = record_stage_results(
+    record, report = conclude(
         book,
         number,
-        _plan_of(record),
         request.results,
+        plan_path=request.plan_path,
         cancelled=request.cancelled,
         unreadable=request.unreadable,
         default_branch=default_branch(env.event_path),
         main_book=base_book,
-    )
-    base = select_base(
-        book,
-        base_book=base_book,
-        base_commit=record.base_commit,
-        default_branch=default_branch(env.event_path),
-        exclude=number,
-    )
-    links, warning = _job_links(api, request.stage_run_id or env.run_id)
-    lines += warning
-    report = finish(
-        book,
-        number,
-        base=base,
-        cancelled=request.cancelled,
-        meta={"ignored_results": ignored},
         log_links=links,
+        out=request.out,
     )
-    if request.out is not None:
-        write_reports(report, request.out)
     lines.insert(0, f"pipeline #{number}: {report.state}")
     book.close()  # final: the bytes the report job saves for the PR's next pipeline
     if record.pr is not None:
@@ -98,29 +75,6 @@ def publish(request: PublishRequest, env, config) -> list[str]:
     else:
         lines.append(record_main_ledger(api, request.ledger, env.run_id))
     return lines
-
-
-def _start_from_plan(book, number: int, plan_path: Path | None):
-    from stagebot.harness.pipeline.lifecycle import start
-    from stagebot.stages.plan import Plan
-
-    if plan_path is None or not plan_path.exists():
-        raise StagebotError(
-            f"ledger {book.path} has no pipeline #{number} and no plan.json was given; "
-            "give --plan (from `bot handle-event --out`) or the plan job's ledger"
-        )
-    start(book, Plan.from_json(json.loads(plan_path.read_text())), number=number)
-    return book.pipeline(number, with_results=False)
-
-
-def _plan_of(record):
-    plan = record.planned
-    if plan is None:
-        raise StagebotError(
-            f"pipeline #{record.number} was recorded without a plan (a reuse-pipeline "
-            "validation): there is nothing to publish"
-        )
-    return plan
 
 
 def _job_links(api, run_id: int | None) -> tuple[dict[str, str], list[str]]:

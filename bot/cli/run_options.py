@@ -15,10 +15,6 @@ def default_ledger(root: Path) -> Path:
     return root / DEFAULT_LEDGER
 
 
-def default_out(root: Path, pipeline: int) -> Path:
-    return root / "out" / f"pipeline-{pipeline}"
-
-
 def _root_default(ctx, param, value: Path | None) -> Path:
     from stagebot.harness.pipeline.worktree import repository_root
 

@@ -55,7 +55,7 @@ def finish(
     log_links: dict[str, str] | None = None,
 ) -> Report:
     """Decide pipeline ``number``'s final state from its recorded results against ``base`` (a
-    ``bot.base.Base``), record it with ``meta`` (and the base pipeline), and return its Report."""
+    ``base.Base``), record it with ``meta`` (and the base pipeline), and return its Report."""
     meta = {**(meta or {}), "base_pipeline": base.pipeline}
     record = book.pipeline(number)
     record = replace(record, meta={**(record.meta or {}), **meta})

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import sys
 import tempfile
-from contextlib import ExitStack
-from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 
@@ -30,7 +28,6 @@ from stagebot.bot.cli.options import (
 from stagebot.bot.cli.run_options import (
     base_ledger_option,
     default_ledger,
-    default_out,
     ledger_option,
     out_option,
     pipeline_option,
@@ -40,7 +37,6 @@ from stagebot.bot.cli.run_options import (
 from stagebot.stages.errors import StagebotError
 
 DEFAULT_BRANCH = "main"
-NOTHING_RAN_EXIT = 4  # as a NOT_RUN pipeline's
 
 
 @click.command("run")
@@ -91,6 +87,7 @@ def run(
     report as JSON on stdout, the rest on stderr)."""
     from stagebot.bot.comments.grammar import near_miss, parse_comment
     from stagebot.harness.ledger.book import Ledger
+    from stagebot.harness.pipeline.local import RunRequest, Terminal, run_local
     from stagebot.harness.pipeline.worktree import (
         make_output_folder,
         repository_root,
@@ -125,39 +122,30 @@ def run(
         if command.name == "reuse-pipeline":
             code = _reuse_pipeline(book, command, commit, pr, root)
         else:
-            base_commit, base_how = _base_target(book, base_ledger, base_commit, commit, root)
             request = RunRequest(
                 catalog_path=catalog,
-                changed_files=changed_files,
+                changed_files=read_changed_files(changed_files),
                 commit=commit,
                 dirty=dirty,
                 pr=pr,
                 out_dir=out_dir,
                 cpu_slots=cpu_slots,
                 base_commit=base_commit,
-                base_how=base_how,
                 branch=branch,
                 base_ledger=base_ledger,
                 number=number,
                 shard_timeout=shard_timeout,
                 root=root,
                 home=home,
-                as_json=as_json,
+                default_branch=DEFAULT_BRANCH,
             )
-            code = _run(command, book, request)
+            terminal = Terminal(  # with --json, stdout is the JSON alone
+                say=partial(click.echo, nl=False, err=as_json),
+                warn=partial(click.echo, nl=False, err=True),
+                report_json=partial(click.echo, nl=False) if as_json else None,
+            )
+            code = run_local(command, book, request, terminal)
     sys.exit(code)
-
-
-def _base_target(book, base_ledger, base_commit, commit, root):
-    """The commit this run compares with, found before anything runs (a --base-commit that
-    names no commit, or more than one, is an error): bot.base.base_target."""
-    from stagebot.harness.ledger.book import Ledger
-    from stagebot.harness.pipeline.base import base_target
-
-    if base_ledger is None:
-        return base_target(book, base_commit, commit, root, DEFAULT_BRANCH)
-    with Ledger.open(base_ledger, readonly=True) as base_book:
-        return base_target(base_book, base_commit, commit, root, DEFAULT_BRANCH)
 
 
 class OutputError(StagebotError):
@@ -179,144 +167,6 @@ def _writable_folder(folder: Path, what: str) -> None:
             f"{what} {folder} cannot be {'written' if folder.is_dir() else 'created'} "
             f"({error.strerror or error}); give a folder you can write to"
         ) from None
-
-
-@dataclass(frozen=True)
-class RunRequest:
-    """What `bot run` was asked, besides the command and the ledger."""
-
-    catalog_path: Path | None
-    changed_files: str | None
-    commit: str | None
-    dirty: bool
-    pr: int | None
-    out_dir: Path | None
-    cpu_slots: int
-    base_commit: str | None  # resolved: a full SHA (or a commit the ledger records)
-    base_how: str  # how base_commit was found (the report names it)
-    branch: str | None
-    base_ledger: Path | None
-    number: int | None
-    shard_timeout: float | None
-    root: Path
-    home: Path  # the repository root of the current folder: the default out/ is there
-    as_json: bool = False  # stdout: only the JSON report
-
-
-def _run(command, book, request: RunRequest) -> int:
-    from stagebot.harness.pipeline.lifecycle import abort, start
-    from stagebot.stages.catalog import load_catalog
-    from stagebot.stages.planner import plan_run
-
-    commit = request.commit
-    catalog = load_catalog(request.catalog_path)
-    changed = read_changed_files(request.changed_files)
-    plan = plan_run(
-        command, catalog, changed_files=changed, commit=commit, pr=request.pr, history=book
-    )
-    if not plan.shards:  # said plainly, and nothing is recorded: there is no pipeline to report
-        emptied = next(note for note in plan.notes if note.startswith("no stage is selected"))
-        click.echo(f"nothing ran: {emptied}", err=True)
-        return NOTHING_RAN_EXIT
-    if request.dirty:
-        plan = replace(
-            plan,
-            notes=[
-                *plan.notes,
-                f"the work tree differs from "
-                f"{commit[:7]}: recorded as {commit}; only this exact "
-                "state can reuse results",
-            ],
-        )
-    number = start(
-        book,
-        plan,
-        catalog=catalog,
-        branch=request.branch,
-        base_commit=request.base_commit,
-        number=request.number,
-        meta={
-            "triggered_by": _os_user(),
-            "local": True,  # the reports speak of this machine, not of a PR
-        },
-    )
-    try:
-        return _execute(book, number, plan, catalog, command, request)
-    except BaseException as error:
-        click.echo(abort(book, number, error), err=True)
-        raise
-
-
-def _os_user() -> str:
-    """Who started this local run (the OS user), as the reports say it."""
-    import getpass
-
-    try:
-        return getpass.getuser()
-    except (KeyError, OSError):  # no login name and no passwd entry (a bare container)
-        return "an unknown user"
-
-
-def _execute(book, number: int, plan, catalog, command, request: RunRequest) -> int:
-    from stagebot.harness.ledger.book import Ledger
-    from stagebot.harness.pipeline.base import local_base
-    from stagebot.harness.pipeline.lifecycle import finish, write_reports
-    from stagebot.harness.pipeline.worktree import make_output_folder
-    from stagebot.harness.report import (
-        plain_text,
-        render_report,
-        reply_completed,
-        reply_triggered,
-        report_from_record,
-    )
-    from stagebot.harness.run.executor import Settings, execute
-
-    out = request.out_dir or default_out(request.home, number)
-    make_output_folder(out)
-    record = book.pipeline(number)
-    say = partial(click.echo, err=request.as_json)  # with --json, stdout is the JSON alone
-    say(plain_text(reply_triggered(report_from_record(record))), nl=False)
-    options = command.run
-    settings = Settings(
-        out_dir=out,
-        root=request.root,
-        cpu_slots=request.cpu_slots,
-        fail_fast=not options.disable_fail_fast,
-        detailed_log=options.detailed_log,
-        debug=options.debug,
-        shard_timeout_s=request.shard_timeout,
-    )
-    execution = execute(plan, catalog, number, settings, ledger=book)
-    with ExitStack() as stack:
-        base_book = (
-            stack.enter_context(Ledger.open(request.base_ledger, readonly=True))
-            if request.base_ledger
-            else book
-        )
-        base, base_note = local_base(
-            book,
-            base_book=base_book if base_book is not book else None,
-            wanted=request.base_commit,
-            how=request.base_how,
-            default_branch=DEFAULT_BRANCH,
-            exclude=number,
-        )
-    report = finish(
-        book,
-        number,
-        base=base,
-        cancelled=execution.cancelled,
-        meta={"slots": execution.slots, "host": execution.host},
-        root=request.root,
-    )
-    report.ledger, report.base_note = str(book.path), base_note
-    write_reports(report, out)
-    say(render_report(report, "text"))  # the terminal's: the markdown file stays GitHub's
-    say(plain_text(reply_completed(report)), nl=False)
-    say(f"reports: {out / 'report.md'}, {out / 'report.html'}; ledger: {book.path}")
-    if request.as_json:
-        click.echo(render_report(report, "json"), nl=False)
-    return report.exit_code
 
 
 def _reuse_pipeline(book, command, commit, pr, root) -> int:

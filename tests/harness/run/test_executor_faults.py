@@ -293,12 +293,12 @@ def test_an_error_after_the_start_ends_the_pipeline_aborted(tmp_path, monkeypatc
     from click.testing import CliRunner
 
     from stagebot.bot.cli.local.run import run
-    from stagebot.harness.run import executor
+    from stagebot.harness.pipeline import local
 
     def broken(*args, **kwargs):
         raise LedgerError("ledger x is still locked by another process")
 
-    monkeypatch.setattr(executor, "execute", broken)
+    monkeypatch.setattr(local, "execute", broken)  # the executor, as the local run calls it
     ledger = tmp_path / "ledger.sqlite"
     args = ["--catalog", str(ROOT / "tests/fixtures/catalog"), "--ledger", str(ledger)]
     args += ["--commit", "c0ffee", "--out", str(tmp_path / "out")]

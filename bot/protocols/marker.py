@@ -89,8 +89,8 @@ def find_marker(body: str) -> ReplyMarker | None:
     line, because the bot always ends its replies with it; anything marker-like earlier in the
     body (user text that was not escaped, a quote) can neither replace nor hide it. None when
     there is none; a malformed marker raises MarkerError. Callers must also check who wrote the
-    comment (bot.replies.our_replies counts only the bot login's comments): anyone can paste a
-    marker into their own comment."""
+    comment (bot/comments/replies.py's our_replies counts only the bot login's comments): anyone can
+    paste a marker into their own comment."""
     match = TAIL.search(body)
     if match is None:
         return None

@@ -7,8 +7,8 @@ After adding tests for the survivors, ``--rerun-survivors`` runs just those agai
 Tool: cosmic-ray. It mutates a module's file on disk, runs a test command, and restores the file,
 so it works with this project's ``package-dir`` mapping (``stagebot.bot`` is the folder ``bot/``);
 mutmut 3 instead copies sources into ``mutants/`` and derives module names from the paths there
-(``bot.grammar``), which never match the ``stagebot.*`` imports. To leave the working tree alone,
-the tracked files are copied into ``--work`` and imported from there through a ``stagebot``
+(``bot.comments.grammar``), which never match the ``stagebot.*`` imports. To leave the working tree
+alone, the tracked files are copied into ``--work`` and imported from there through a ``stagebot``
 folder of symbolic links put first on PYTHONPATH (ahead of the editable install's finder).
 
 Each target mutates some modules and runs only the tests that exercise them (``-x``: the first

@@ -1,7 +1,7 @@
 """The Command contract: what a `/bot` comment asks for, as plain data (schema: command.v1).
 
 The `/bot run` flags are declared here too, beside the RunOptions fields they set, because the
-planner and the report read them; bot/grammar.py parses comments into these types.
+planner and the report read them; bot/comments/grammar.py parses comments into these types.
 """
 
 from __future__ import annotations

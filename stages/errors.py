@@ -1,9 +1,10 @@
 """The project's error base, and the errors of commands, catalogs and plans.
 
 Every layer raises a subclass of ``StagebotError`` (a bad comment, a bad catalog, a bad suite
-input) with a message that says what was wrong and what would be right; the CLI edge (bot/cli.py)
-prints the message without a traceback and exits with ``exit_code``. The base lives here, in the
-lowest layer that raises it, so that no lower layer imports the edge (docs/architecture.md: Layout).
+input) with a message that says what was wrong and what would be right; the CLI edge
+(bot/cli/main.py) prints the message without a traceback and exits with ``exit_code``. The base
+lives here, in the lowest layer that raises it, so that no lower layer imports the edge
+(docs/architecture.md: Layout).
 """
 
 

@@ -1,4 +1,5 @@
-"""Path patterns for ``run_if_changed`` / ``skip_if_only_changed`` and stage-name wildcards.
+"""Path patterns for ``run_if_changed`` / ``skip_if_only_changed``, stage-name wildcards and the
+test ids a waive names.
 
 A rule's path patterns are one gitignore-style list (``pathspec``'s ``GitIgnoreSpec``), matched
 against repository-relative paths: ``*`` and ``?`` stay inside one path segment, ``**`` spans
@@ -43,11 +44,11 @@ def path_matches(path: str, patterns: tuple[str, ...]) -> bool:
     return _spec(tuple(patterns)).match_file(path)
 
 
-def name_matches(name: str, pattern: str) -> bool:
-    """Stage-name wildcard: ``*`` matches any run of characters; case matters."""
-    return fnmatch.fnmatchcase(name, pattern)
-
-
 def waive_matches(test_id: str, waived: str) -> bool:
     """A waive names a test id, or a prefix of it ending at a path or ``::`` boundary."""
     return test_id == waived or any(test_id.startswith(waived + sep) for sep in ("::", "[", "/"))
+
+
+def name_matches(name: str, pattern: str) -> bool:
+    """Stage-name wildcard: ``*`` matches any run of characters; case matters."""
+    return fnmatch.fnmatchcase(name, pattern)

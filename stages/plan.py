@@ -125,7 +125,7 @@ class MatrixEntry:
     # What the job installs and sets before the shard (stages/setup.py: extras, install, env),
     # merged from the catalog; `bot stage-setup` runs it. Empty in entries written before it.
     setup: dict[str, Any] = field(default_factory=lambda: {"extras": [], "install": [], "env": {}})
-    # Reuse by dependency key (harness/key_reuse.py): the family's key inputs and the trusted
+    # Reuse by dependency key (harness/reuse/offers.py): the family's key inputs and the trusted
     # passed runs the runner may reuse; empty: no key is computed.
     key_reuse: dict[str, Any] = field(default_factory=dict)
 

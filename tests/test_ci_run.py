@@ -10,7 +10,7 @@ import sys
 from test_readme import QUICK_START_COMMANDS
 from workflow_installs import ROOT
 
-from stagebot.harness.dependency_key import current_environment
+from stagebot.harness.reuse.dependency_key import current_environment
 
 CI = ROOT / ".ci"
 

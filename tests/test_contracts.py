@@ -9,8 +9,8 @@ import jsonschema
 import pytest
 from helpers.contracts import CONTRACTS, example, schema, validate
 
-from stagebot.bot.grammar import parse_comment
-from stagebot.bot.marker import MarkerError, ReplyMarker, find_marker
+from stagebot.bot.comments.grammar import parse_comment
+from stagebot.bot.protocols.marker import MarkerError, ReplyMarker, find_marker
 from stagebot.harness.results import ResultError, StageResult
 from stagebot.stages.catalog import load_catalog
 from stagebot.stages.errors import PlanError

@@ -12,9 +12,9 @@ from urllib.parse import unquote
 import pytest
 from markdown_it import MarkdownIt
 
-from stagebot.bot.cli import COMMANDS
-from stagebot.bot.grammar import SUBCOMMANDS
-from stagebot.bot.reference import github_anchor
+from stagebot.bot.cli.main import COMMANDS
+from stagebot.bot.cli.reference import github_anchor
+from stagebot.bot.comments.grammar import SUBCOMMANDS
 
 ROOT = Path(__file__).resolve().parents[1]
 # Every Markdown file of the repository but the fixtures' (user repositories the tests run), and

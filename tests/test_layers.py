@@ -63,12 +63,12 @@ def test_the_folders_keep_their_layers(tmp_path) -> None:
 @pytest.mark.parametrize(
     ("module", "source", "broken"),
     [
-        ("stages/upward.py", "import stagebot.bot.cli\n", "bot > harness > stages"),
+        ("stages/upward.py", "import stagebot.bot.cli.main\n", "bot > harness > stages"),
         ("kernels/upward.py", "import stagebot.stages.errors\n", "kernels and templates"),
         ("templates/sideways.py", "import stagebot.kernels.errors\n", "bot > harness > stages"),
         (
             "harness/suites/edge.py",
-            "from stagebot.bot import cmd_parse\n",
+            "from stagebot.bot.cli.local import parse\n",
             "the harness suites never import the bot edge",
         ),
     ],
@@ -79,20 +79,55 @@ def test_an_import_against_the_layers_breaks_a_contract(tmp_path, module, source
     assert re.search(rf"{re.escape(broken)}.* BROKEN", result.stdout), result.stdout
 
 
-GATE = (ROOT / "bot" / "cmd_gate.py").read_text()
+def contracts(kind: str) -> list[dict]:
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    return [contract for contract in config["contracts"] if contract["type"] == kind]
+
+
+@pytest.mark.parametrize("contract", contracts("forbidden"), ids=lambda contract: contract["id"])
+def test_a_forbidden_import_breaks_its_contract(tmp_path, contract) -> None:
+    """The negative control of each forbidden contract: a module planted in its first source
+    package that imports its first forbidden module breaks it."""
+    folder = contract["source_modules"][0].removeprefix("stagebot.").replace(".", "/")
+    planted = {f"{folder}/planted_violation.py": f"import {contract['forbidden_modules'][0]}\n"}
+    result = lint_imports(shim(tmp_path, planted))
+    assert result.returncode == 1, result.stdout + result.stderr
+    name = r"\s+".join(map(re.escape, contract["name"].split()))  # lint-imports wraps long lines
+    assert re.search(rf"{name}\s+BROKEN", result.stdout), result.stdout
+
+
+def test_every_subsystem_package_has_a_contract() -> None:
+    """Each package of bot/ and harness/ is the source of a forbidden contract, except the two
+    tops: bot/cli/ (its commands are kept apart by the independence contract) and
+    harness/pipeline/ (a pipeline's life may use every other harness package)."""
+    tops = {"stagebot.bot.cli", "stagebot.harness.pipeline"}
+    packages = {
+        f"stagebot.{init.parent.parent.name}.{init.parent.name}"
+        for folder in ("bot", "harness")
+        for init in (ROOT / folder).glob("*/__init__.py")
+    }
+    sources = {module for c in contracts("forbidden") for module in c["source_modules"]}
+    assert packages - tops <= sources, sorted(packages - tops - sources)
+
+
+GATE = (ROOT / "bot" / "cli" / "workflow" / "gate.py").read_text()
 
 
 @pytest.mark.parametrize(
     "planted",
     [
         pytest.param(
-            {"bot/cmd_gate.py": GATE + "\n\ndef more():\n    from stagebot.bot import cmd_parse\n"},
+            {
+                "bot/cli/workflow/gate.py": GATE
+                + "\n\ndef more():\n    from stagebot.bot.cli.local import parse\n"
+            },
             id="directly, inside a function",
         ),
         pytest.param(
             {
-                "bot/cmd_gate.py": GATE + "\nfrom stagebot.bot import planted_helper  # noqa\n",
-                "bot/planted_helper.py": "from stagebot.bot.cmd_publish import publish\n",
+                "bot/cli/workflow/gate.py": GATE
+                + "\nfrom stagebot.bot import planted_helper  # noqa\n",
+                "bot/planted_helper.py": "from stagebot.bot.cli.workflow.publish import publish\n",
             },
             id="through a module that imports a command",
         ),
@@ -107,9 +142,12 @@ def test_a_command_importing_another_breaks_the_independence_contract(tmp_path, 
 
 
 def test_the_independence_contract_names_every_command() -> None:
-    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
-    (contract,) = [c for c in config["contracts"] if c["type"] == "independence"]
-    commands = {f"stagebot.bot.{path.stem}" for path in (ROOT / "bot").glob("cmd_*.py")}
+    (contract,) = contracts("independence")
+    commands = {
+        f"stagebot.bot.cli.{path.parent.name}.{path.stem}"
+        for path in (ROOT / "bot" / "cli").glob("*/*.py")
+        if path.stem != "__init__"
+    }
     assert set(contract["modules"]) == commands
 
 
@@ -127,8 +165,7 @@ def pictured_layers() -> list[list[str]]:
 
 
 def test_the_architecture_picture_shows_the_contracts_layers() -> None:
-    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
-    (contract,) = [c for c in config["contracts"] if c["type"] == "layers"]
+    (contract,) = contracts("layers")
     layers = [
         [name.strip().removeprefix("stagebot.") for name in layer.split("|")]
         for layer in contract["layers"]

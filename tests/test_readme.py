@@ -13,8 +13,8 @@ import tomllib
 import pytest
 from workflow_installs import ROOT, source_copy, venv_env
 
-from stagebot.bot.cli import COMMANDS
-from stagebot.bot.grammar import SUBCOMMANDS
+from stagebot.bot.cli.main import COMMANDS
+from stagebot.bot.comments.grammar import SUBCOMMANDS
 
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 SECTIONS = [

@@ -89,7 +89,9 @@ def test_a_planted_import_of_a_test_module_is_found(tmp_path: Path, planted: str
     (tmp_path / "test_planted.py").write_text(planted)
     (tmp_path / "helpers").mkdir()
     fine = "from helpers.cli import bot\nimport testing\n"
-    fine += "from stagebot.harness.evidence import test_evidence\n"  # a function, not a module
+    fine += (
+        "from stagebot.harness.analysis.evidence import test_evidence\n"  # a function, not a module
+    )
     (tmp_path / "helpers" / "fine.py").write_text(fine)
     (found,) = test_imports(tmp_path)
     assert found.startswith("test_planted.py:")

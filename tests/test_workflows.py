@@ -17,7 +17,7 @@ import yaml
 from helpers.workflow_lint import WORKFLOWS, actionlint, zizmor
 from helpers.zizmor_ignores import IGNORES
 
-from stagebot.bot.protocols import PLAN_ARTIFACT, result_artifact
+from stagebot.bot.protocols.names import PLAN_ARTIFACT, result_artifact
 
 NAMES = ("bot.yml", "stage.yml", "report.yml", "ci.yml")
 EXPRESSION = re.compile(r"\$\{\{")
@@ -131,7 +131,7 @@ def test_only_the_stage_workflow_runs_pr_code_and_how() -> None:
 
 
 def test_the_stage_runs_title_is_what_the_report_parses() -> None:
-    from stagebot.bot.protocols import parse_title, stage_title
+    from stagebot.bot.protocols.names import parse_title, stage_title
 
     stage = load("stage.yml")
     assert set(stage["on"]["workflow_dispatch"]["inputs"]) == {
@@ -185,7 +185,7 @@ def test_bot_workflow_triggers_and_the_plan_jobs_steps() -> None:
         "bot dispatch --plan-dir .stagebot/plan",
     ]
     uploads = {s["with"]["name"]: s for s in steps(plan) if "upload-artifact" in s.get("uses", "")}
-    # the names are bot/protocols.py's: the constant, and the one handle-event formats
+    # the names are bot/protocols/names.py's: the constant, and the one handle-event formats
     assert set(uploads) == {PLAN_ARTIFACT, "${{ steps.handle.outputs.ledger_artifact }}"}
 
 

@@ -2,7 +2,7 @@
 
 Everything outside this package talks to GitHub through it. ``client.PyGithubApi`` implements it
 over PyGithub; the tests' in-memory fake (tests/helpers/memory_github.py) implements it over plain
-Python state, and tests/test_github_conformance.py holds the two to the same answers.
+Python state, and tests/bot/github/test_github_conformance.py holds the two to the same answers.
 """
 
 from __future__ import annotations

@@ -14,15 +14,15 @@ import json
 from collections.abc import Mapping
 from pathlib import Path
 
-from stagebot.harness.key_reuse import read_keys, with_refusals
-from stagebot.harness.pipeline.recording import (
+from stagebot.harness.results import ResultError, StageResult
+from stagebot.harness.reuse.offers import read_keys, with_refusals
+from stagebot.harness.run.recording import (
     failure_logs,
     passed_tests,
     record_result,
     reused_result,
 )
-from stagebot.harness.results import ResultError, StageResult
-from stagebot.harness.shard import placeholder_result
+from stagebot.harness.run.shard import placeholder_result
 from stagebot.stages.errors import StagebotError
 from stagebot.stages.plan import Plan, PlannedShard
 
@@ -46,7 +46,7 @@ def record_stage_results(
 ) -> list[str]:
     """Record each planned shard's result from ``folder``; returns the result files ignored.
     ``unreadable``: stage -> why its result artifact could not be downloaded or read. A shard's
-    ``keys.json`` (harness/key_reuse.py) brings its tests' keys and the tests it reused by key,
+    ``keys.json`` (harness/reuse/offers.py) brings its tests' keys and the tests it reused by key,
     each reuse checked against the ledger's trusted lookup for this pipeline (in ``main_book``,
     main's vouched ledger, too)."""
     unreadable = unreadable or {}

@@ -11,7 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from stagebot.harness.ledger import busy_timeout_s, retry_busy
+from stagebot.harness.ledger.store import busy_timeout_s, retry_busy
 from stagebot.harness.report import Report, render_report, report_from_record
 from stagebot.stages.catalog import Catalog
 from stagebot.stages.plan import Plan
@@ -55,7 +55,7 @@ def finish(
     log_links: dict[str, str] | None = None,
 ) -> Report:
     """Decide pipeline ``number``'s final state from its recorded results against ``base`` (a
-    ``bot.base.Base``), record it with ``meta`` (and the base pipeline), and return its Report."""
+    ``base.Base``), record it with ``meta`` (and the base pipeline), and return its Report."""
     meta = {**(meta or {}), "base_pipeline": base.pipeline}
     record = book.pipeline(number)
     record = replace(record, meta={**(record.meta or {}), **meta})

@@ -2,7 +2,7 @@
 
 API (also used by the GitHub adapter)::
 
-    base = select_base(ledger, base_commit=record.base_commit, exclude=n)  # bot/base.py
+    base = select_base(ledger, base_commit=record.base_commit, exclude=n)  # pipeline/base.py
     report = report_from_record(ledger.pipeline(n), base=base, root=Path("."))
     report = report_from_results(Path("results/"), base=base)  # StageResult folders (Actions)
     text = render_report(report, "md")               # "md" | "html" | "json"

@@ -6,10 +6,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from stagebot.harness.analysis import analyse
+from stagebot.harness.analysis.classify import analyse
 from stagebot.harness.report.model import Report
 from stagebot.harness.results import ResultError, StageResult
-from stagebot.harness.streams import read_stream
+from stagebot.harness.run.streams import read_stream
 
 
 def report_from_record(

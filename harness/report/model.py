@@ -7,11 +7,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from stagebot.harness.analysis import Analysis
-from stagebot.harness.causes import cause_line, is_environment
-from stagebot.harness.pipeline.status_text import label
+from stagebot.harness.analysis.causes import cause_line, is_environment
+from stagebot.harness.analysis.classify import Analysis
 from stagebot.harness.report.headline import headline
 from stagebot.harness.report.status import StatusDecision, decide_status
+from stagebot.harness.report.status_text import label
 from stagebot.harness.report.timeline import timeline
 from stagebot.harness.report.units import duration_text
 from stagebot.harness.results import StageResult
@@ -54,7 +54,14 @@ class Report:
     def status(self) -> StatusDecision:
         """The one decision of the status this pipeline sets (report/status.py): the reply
         says what `bot publish` sets."""
-        return decide_status(self)
+        return decide_status(
+            pipeline=self.pipeline or 0,
+            state=self.state,
+            gating=self.gating,
+            not_run=len(self.analysis.not_run),
+            headline=self.headline(),
+            sha7=self.sha7,
+        )
 
     @property
     def sets_status(self) -> bool:
@@ -62,7 +69,7 @@ class Report:
 
     @property
     def dirty(self) -> bool:
-        """Run on a work tree with uncommitted changes (bot/worktree.py's identity)."""
+        """Run on a work tree with uncommitted changes (harness/pipeline/worktree.py's identity)."""
         return "+dirty." in (self.commit or "")
 
     @property
@@ -128,7 +135,14 @@ class Report:
 
     def headline(self) -> str:
         """The one line that says what happened and what to do (report/headline.py)."""
-        return headline(self)
+        return headline(
+            self.analysis,
+            state=self.state,
+            local=self.local,
+            gating=self.gating,
+            again=self.again(),
+            environment_errors=len(self.environment_errors()),
+        )
 
     def stage_rows(self) -> list[dict[str, Any]]:
         rows = []
@@ -170,7 +184,7 @@ class Report:
 
     def timeline(self, width: int = 900, lane_height: int = 26) -> dict[str, Any]:
         """Gantt bars by slot for the HTML report (report/timeline.py)."""
-        return timeline(self, width, lane_height)
+        return timeline(self.results, self.slots, width, lane_height)
 
 
 def _shell_word(text: str) -> str:

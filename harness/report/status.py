@@ -1,15 +1,11 @@
 """The gating status a pipeline's report decides: one decision, which the reply says and
-`bot publish` sets (worded by harness/pipeline/status_text.py)."""
+`bot publish` sets (worded by harness/report/status_text.py)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-from stagebot.harness.pipeline.status_text import pipeline_status
-
-if TYPE_CHECKING:
-    from stagebot.harness.report.model import Report
+from stagebot.harness.report.status_text import pipeline_status
 
 
 @dataclass(frozen=True)
@@ -21,18 +17,20 @@ class StatusDecision:
     description: str
 
 
-def decide_status(report: Report) -> StatusDecision:
-    """The one decision of the status this pipeline sets: the reply says what `bot publish`
-    sets. A gating pipeline always sets one; shards that could not run make it an error."""
-    if not report.gating:
+def decide_status(
+    *, pipeline: int, state: str, gating: bool, not_run: int, headline: str, sha7: str
+) -> StatusDecision:
+    """The one decision of the status pipeline ``pipeline`` (in ``state``, with ``not_run``
+    shards that could not run) sets: the reply says what `bot publish` sets. A gating pipeline
+    always sets one; shards that could not run make it an error."""
+    if not gating:
         return StatusDecision(None, "Partly Tested: the status is left alone")
-    if report.state == "FAILURE":
-        state, what = "failure", f"failed: {report.headline()}"
-    elif report.state == "ABORTED":
-        state, what = "error", "was aborted before it finished"
-    elif report.state != "SUCCESS" or report.analysis.not_run:
-        missing = len(report.analysis.not_run)
-        state, what = "error", f"could not run {missing} stage(s): not a pass"
+    if state == "FAILURE":
+        decided, what = "failure", f"failed: {headline}"
+    elif state == "ABORTED":
+        decided, what = "error", "was aborted before it finished"
+    elif state != "SUCCESS" or not_run:
+        decided, what = "error", f"could not run {not_run} stage(s): not a pass"
     else:
-        state, what = "success", f"passed on {report.sha7}"
-    return StatusDecision(state, pipeline_status(report.pipeline or 0, what))
+        decided, what = "success", f"passed on {sha7}"
+    return StatusDecision(decided, pipeline_status(pipeline, what))

@@ -3,25 +3,29 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from stagebot.harness.report.units import duration_text
-
-if TYPE_CHECKING:
-    from stagebot.harness.report.model import Report
+from stagebot.harness.results import StageResult
 
 TICK_STEPS_S = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 14_400, 28_800)
 
 
-def timeline(report: Report, width: int = 900, lane_height: int = 26) -> dict[str, Any]:
-    """Gantt bars by slot: one bar per slot each shard that ran held (x/width in px)."""
+def timeline(
+    results: list[StageResult],
+    slots: dict[str, list[str]],
+    width: int = 900,
+    lane_height: int = 26,
+) -> dict[str, Any]:
+    """Gantt bars by slot: one bar per slot each shard that ran held (x/width in px); ``slots``:
+    the slots each stage held (a stage not in it: its GPUs, else the CPU)."""
     spans = []
-    for result in report.results:
+    for result in results:
         if not result.started_at or not result.finished_at:
             continue
         start = datetime.fromisoformat(result.started_at).timestamp()
         end = datetime.fromisoformat(result.finished_at).timestamp()
-        for lane in report.slots.get(result.stage) or result.gpus or ["CPU"]:
+        for lane in slots.get(result.stage) or result.gpus or ["CPU"]:
             spans.append((lane, start, max(end, start), result))
     if not spans:
         return {

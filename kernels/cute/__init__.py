@@ -3,5 +3,5 @@ for Blackwell (sm_100a, ``sm100_gemm``: compiled, not run on hardware; backend `
 
 Nothing here imports cutlass or torch at module import time except the kernel modules
 themselves (``grouped_gemm``), which only ``compile``, ``backend`` (inside functions) and
-``bot/cmd_kernels.py`` (inside the `bot kernels build` command) load.
+``bot/cli/local/kernels.py`` (inside the `bot kernels build` command) load.
 """

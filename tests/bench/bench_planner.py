@@ -17,7 +17,7 @@ import time
 from functools import partial
 from pathlib import Path
 
-from stagebot.bot.grammar import parse_comment
+from stagebot.bot.comments.grammar import parse_comment
 from stagebot.stages.catalog import load_catalog
 from stagebot.stages.errors import CommandError
 from stagebot.stages.planner import plan_run

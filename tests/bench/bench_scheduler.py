@@ -13,7 +13,7 @@ import random
 import statistics
 import time
 
-from stagebot.harness.scheduler import Job, Scheduler, simulate
+from stagebot.harness.run.scheduler import Job, Scheduler, simulate
 
 SLOTS = 4
 SHARDS = 200

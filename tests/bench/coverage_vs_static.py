@@ -80,7 +80,7 @@ def record(test_file: str) -> set[str]:
 
 
 def main() -> None:
-    from stagebot.harness.dependency_key import Repository, TestInputs
+    from stagebot.harness.reuse.dependency_key import Repository, TestInputs
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--commits", type=int, default=130)

@@ -1,6 +1,7 @@
 """Each planted regression must catch a key that ignores its input: plant one such bug at a time
-in harness/dependency_key.py or harness/import_graph.py, run tests/test_dependency_key.py, and
-report how many of its tests fail (0 would mean that input is not guarded by any test).
+in harness/reuse/dependency_key.py or harness/reuse/import_graph.py, run
+tests/harness/reuse/test_dependency_key.py, and report how many of its tests fail (0 would mean that
+input is not guarded by any test).
 
 Run from the repository root (about 3 minutes on two cores; each file is restored afterwards):
     python tests/bench/ignored_inputs.py
@@ -122,7 +123,7 @@ def main() -> int:
                     sys.executable,
                     "-m",
                     "pytest",
-                    "tests/test_dependency_key.py",
+                    "tests/harness/reuse/test_dependency_key.py",
                     "-q",
                     "-p",
                     "no:cacheprovider",

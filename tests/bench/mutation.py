@@ -7,8 +7,8 @@ After adding tests for the survivors, ``--rerun-survivors`` runs just those agai
 Tool: cosmic-ray. It mutates a module's file on disk, runs a test command, and restores the file,
 so it works with this project's ``package-dir`` mapping (``stagebot.bot`` is the folder ``bot/``);
 mutmut 3 instead copies sources into ``mutants/`` and derives module names from the paths there
-(``bot.grammar``), which never match the ``stagebot.*`` imports. To leave the working tree alone,
-the tracked files are copied into ``--work`` and imported from there through a ``stagebot``
+(``bot.comments.grammar``), which never match the ``stagebot.*`` imports. To leave the working tree
+alone, the tracked files are copied into ``--work`` and imported from there through a ``stagebot``
 folder of symbolic links put first on PYTHONPATH (ahead of the editable install's finder).
 
 Each target mutates some modules and runs only the tests that exercise them (``-x``: the first
@@ -38,12 +38,15 @@ PYTEST = f"{sys.executable} -m pytest -x -q -p no:cacheprovider"
 # name -> (modules to mutate, pytest arguments: the tests that exercise them, in run order)
 TARGETS = {
     # test_real_torch_assert_close_message imports torch (seconds) and checks evidence.py only.
-    "analysis": (["harness/analysis.py"], ["tests/test_analysis.py", "-k", "not real_torch"]),
-    "grammar": (["bot/grammar.py"], ["tests/test_grammar.py"]),
-    "ledger": (["harness/ledger.py"], ["tests/test_ledger.py"]),
+    "analysis": (
+        ["harness/analysis/classify.py"],
+        ["tests/harness/analysis/test_analysis.py", "-k", "not real_torch"],
+    ),
+    "grammar": (["bot/comments/grammar.py"], ["tests/bot/comments/test_grammar.py"]),
+    "ledger": (["harness/ledger"], ["tests/harness/ledger/test_ledger.py"]),
     "stages": (
         ["stages"],
-        ["tests/test_catalog.py", "tests/test_planner.py", "tests/test_contracts.py"],
+        ["tests/stages/test_catalog.py", "tests/stages/test_planner.py", "tests/test_contracts.py"],
     ),
 }
 

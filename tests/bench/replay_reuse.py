@@ -5,10 +5,10 @@ Run from the repository root (about 25 minutes on a busy two-core machine; the k
     python tests/bench/replay_reuse.py [--commits 120] [--rebases 6] [--check 4] [--work DIR]
 
 For each of the last ``--commits`` commits of main's first-parent chain (oldest first) it computes
-the dependency key (``harness/dependency_key.py``) of every CPU test file (tests/ and the harness
-suites that CPU-PyTorch runs), in the CPU-PyTorch family, from that commit's own tree and catalog.
-A test is *reused by key* when an earlier commit of the replay ran it with the same key; today's
-same-commit reuse re-runs every test on a new commit. The first commit only fills the store.
+the dependency key (``harness/reuse/dependency_key.py``) of every CPU test file (tests/ and the
+harness suites that CPU-PyTorch runs), in the CPU-PyTorch family, from that commit's own tree and
+catalog. A test is *reused by key* when an earlier commit of the replay ran it with the same key;
+today's same-commit reuse re-runs every test on a new commit. The first commit only fills the store.
 
 Synthetic rebases: main commit C (parent P) is taken as a PR branch made at an older main commit
 O (C's change applied onto O's tree, O the oldest of 10, 6, 3 or 2 commits back that it applies
@@ -40,12 +40,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 
-from stagebot.harness.dependency_key import (  # noqa: E402
+from stagebot.harness.reuse.dependency_key import (  # noqa: E402
     Repository,
     current_environment,
     dependency_key,
 )
-from stagebot.harness.junit import read_junit  # noqa: E402
+from stagebot.harness.run.junit import read_junit  # noqa: E402
 from stagebot.stages.catalog import load_catalog  # noqa: E402
 
 FAMILY = "CPU-PyTorch"

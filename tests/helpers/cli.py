@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from stagebot.bot.cli import main
+from stagebot.bot.cli.main import main
 
 
 def bot(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:

@@ -12,17 +12,17 @@ from github_server import user_id
 
 from helpers.fake_pr import BOT, COMMENT_ID, PR, ROLES, SHA
 from helpers.memory_github import MemoryGitHub
+from stagebot.bot.comments.events import CommentEvent
+from stagebot.bot.comments.on_comment import CommentHandler, Outcome
 from stagebot.bot.config import BotConfig
-from stagebot.bot.events import CommentEvent
 from stagebot.bot.github import ActionsEnv, Comment, Status
-from stagebot.bot.marker import find_marker
-from stagebot.bot.on_comment import CommentHandler, Outcome
+from stagebot.bot.protocols.marker import find_marker
 
 
 def pull_request_world() -> MemoryGitHub:
     """PR #7 at ``SHA`` and the people of ``ROLES``, plus one with a custom role."""
     world = MemoryGitHub()
-    world.add_pull(PR, head_sha=SHA, files=("bot/grammar.py",))
+    world.add_pull(PR, head_sha=SHA, files=("bot/comments/grammar.py",))
     for login, role in ROLES:
         world.grant(login, role)
     world.permissions["custom"] = ("write", "release-manager")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import jsonschema
 
-from stagebot.bot.marker import ReplyMarker
+from stagebot.bot.protocols.marker import ReplyMarker
 from stagebot.harness.results import StageResult
 from stagebot.stages.command import Command
 from stagebot.stages.plan import MatrixEntry, Plan

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 from github_server import FakeGitHub
 
-from stagebot.bot.marker import find_marker, with_marker
+from stagebot.bot.protocols.marker import find_marker, with_marker
 
 PR = 7
 SHA = "c0ffee" + "0" * 34  # the PR's head

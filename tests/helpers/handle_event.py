@@ -32,7 +32,7 @@ class Result:
 def gh():
     """The fake GitHub with the PR and a collaborator of each role."""
     with FakeGitHub() as server:
-        server.add_pull(PR, head_sha=SHA, files=("bot/grammar.py",))
+        server.add_pull(PR, head_sha=SHA, files=("bot/comments/grammar.py",))
         for login, role in ROLES:
             server.grant(login, role)
         server.permissions["custom"] = ("write", "release-manager")

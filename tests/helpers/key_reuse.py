@@ -1,5 +1,6 @@
 """`bot run` of a small repository made in a test's folder, and what its ledger recorded: what
-the reuse-by-key tests share (tests/test_key_reuse.py, tests/test_reuse_audit.py)."""
+the reuse-by-key tests share (tests/e2e/test_key_reuse.py,
+tests/harness/reuse/test_reuse_audit.py)."""
 
 from __future__ import annotations
 

@@ -5,9 +5,9 @@
 ``add_stage_run``, ``add_job``, ``add_artifact``, ``post_status``, ``diffs``, ``main_commits``)
 and the API the bot calls. It answers as ``PyGithubApi`` over ``FakeGitHub`` does, raising the
 same ``GitHubError`` for a missing object and the same ``ValueError`` for a value GitHub would
-refuse; tests/test_github_conformance.py runs the same scenarios against both, so the two cannot
-drift apart. It records every call (``calls``) and write (``writes``), as Prow's fakegithub does.
-It injects no HTTP faults: retries belong to the adapter's tests.
+refuse; tests/bot/github/test_github_conformance.py runs the same scenarios against both, so the two
+cannot drift apart. It records every call (``calls``) and write (``writes``), as Prow's fakegithub
+does. It injects no HTTP faults: retries belong to the adapter's tests.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from stagebot.harness.analysis import analyse
+from stagebot.harness.analysis.classify import analyse
 from stagebot.harness.report import Report
 from stagebot.harness.results import StageResult
 from stagebot.harness.results import TestOutcome as Outcome

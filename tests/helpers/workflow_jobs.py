@@ -26,7 +26,7 @@ from github_server import FakeGitHub, user_id
 
 from helpers.cli import bot
 from helpers.fake_pr import PR, SHA
-from stagebot.harness.ledger import Ledger
+from stagebot.harness.ledger.book import Ledger
 
 ROOT = Path(__file__).resolve().parents[2]
 EVENTS = ROOT / "tests" / "fixtures" / "events"
@@ -141,7 +141,7 @@ class Jobs:
     def run_stage(self, entry: dict, results: Path) -> None:
         """A stage job: `bot run-stage` of one matrix entry, in the pinned checkout (here)."""
         done = subprocess.run(
-            [self.python, "-c", "from stagebot.bot.cli import main; main()"]
+            [self.python, "-c", "from stagebot.bot.cli.main import main; main()"]
             + ["run-stage", "--entry", json.dumps(entry), "--out", str(results)],
             cwd=ROOT,
             env={k: v for k, v in os.environ.items() if not k.startswith("GITHUB_")},

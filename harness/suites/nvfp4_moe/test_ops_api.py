@@ -389,7 +389,7 @@ def _run_suites(tmp_path: Path, *runs: list[str]) -> list[subprocess.CompletedPr
     # process a CUDA initialisation and leaves what they check as on a machine without one.
     env["CUDA_VISIBLE_DEVICES"] = ""
     suite = str(SUITE / "test_grouped_gemms.py")
-    plugins = ["-p", "stagebot.harness.pytest_plugin", "-p", "no:cacheprovider"]
+    plugins = ["-p", "stagebot.harness.run.pytest_plugin", "-p", "no:cacheprovider"]
     commands = [[sys.executable, "-m", "pytest", suite, "-q", *plugins, *args] for args in runs]
     # Output goes to files, not pipes: no process waits on a pipe nobody reads yet.
     outputs = [(tmp_path / f"run-{i}.out", tmp_path / f"run-{i}.err") for i in range(len(runs))]

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from stagebot.harness.process import load_average
+from stagebot.harness.run.process import load_average
 from stagebot.harness.suites.sharding_ir.limits import SpawnLimits
 
 STARTED, RESULT, ERROR = "started", "result", "error"  # what a rank puts on the queue

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from stagebot.harness.shard import ShardContext, run_shard
+from stagebot.harness.run.shard import ShardContext, run_shard
 from stagebot.stages.plan import MatrixEntry
 
 pytestmark = pytest.mark.slow

@@ -9,7 +9,7 @@ import textwrap
 
 import pytest
 
-from stagebot.harness.rules import judge, read_sources
+from stagebot.harness.analysis.rules import judge, read_sources
 from stagebot.harness.suites.sharding_ir._spawn_probes import (
     never_returns,
     result_then_exit_3,

@@ -1,0 +1,3 @@
+"""What the workflows run beyond a comment: publishing a pipeline, the report run's checks, the
+gating status, the post-merge plan.
+"""

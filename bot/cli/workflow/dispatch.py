@@ -1,0 +1,123 @@
+"""`bot dispatch`: the plan job's last step. Starts the stage workflow for the pipeline that
+`bot handle-event --out DIR` planned, and records the run GitHub created.
+
+The stage workflow is dispatched on the stage branch (``stage_branch``, not the default branch:
+its runs get a cache scope of their own, which no privileged run restores from), with the
+plan run's id, the pipeline, the PR and the matrix as inputs. GitHub answers with the new run's
+id (``return_run_details``), written to ``DIR/dispatch.json``, which the plan job uploads with
+the plan: the report accepts results only from that run. The id also goes into the pipeline's
+reply marker (``stage_run``): the only run /bot kill and a superseding /bot run cancel; a
+pipeline killed before or while it is dispatched gets no stage run (or has it cancelled).
+Exits 0 (also when there is nothing to run), 2 for bad input, 3 when GitHub refuses or stays
+unreachable (a gating pipeline's status then turns from pending to error).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from stagebot.bot.protocols.dispatch_inputs import MAX_MATRIX
+from stagebot.stages.errors import StagebotError
+
+
+@click.command("dispatch")
+@click.option(
+    "--plan-dir",
+    type=click.Path(file_okay=False, exists=True, path_type=Path),
+    required=True,
+    help="The folder `bot handle-event --out` wrote (outputs.json).",
+)
+@click.option("--config", "config_path", type=click.Path(path_type=Path), default=None)
+def dispatch(plan_dir: Path, config_path: Path | None) -> None:
+    """Start the stage workflow for the planned pipeline; write dispatch.json."""
+    from stagebot.bot.config import load_config
+    from stagebot.bot.github import ActionsEnv, GitHubError, RetryPolicy, connect
+    from stagebot.bot.protocols.names import stage_key, stage_title
+    from stagebot.bot.protocols.runs import dispatched_run
+
+    env = ActionsEnv.from_environ()
+    config = load_config(config_path)
+    outputs = json.loads((plan_dir / "outputs.json").read_text())
+    if outputs.get("run") != "true":
+        click.echo("no-op: nothing was planned to run")
+        return
+    if env.run_id is None:
+        raise StagebotError("GITHUB_RUN_ID is not set: the stage run must name this plan run")
+    pipeline, pr = int(outputs["pipeline"]), int(outputs["pr"]) if outputs.get("pr") else None
+    matrix = outputs["matrix"]
+    if len(matrix) > MAX_MATRIX:
+        raise StagebotError(
+            f"the matrix is {len(matrix)} characters, more than the {MAX_MATRIX} a "
+            "workflow_dispatch carries: run fewer stages (--stage-list) in one pipeline"
+        )
+    api = connect(env, RetryPolicy.from_environ())
+    inputs = {
+        "plan-run": str(env.run_id),
+        "pipeline": str(pipeline),
+        "key": stage_key(pr),
+        "matrix": matrix,
+    }
+
+    if pr is not None and not _still_running(api, config, pr, pipeline):
+        click.echo(f"no-op: pipeline #{pipeline} was killed or superseded before its stage run")
+        return
+
+    def landed() -> int | None:
+        return dispatched_run(api, config, stage_title(pr, pipeline, env.run_id or 0))
+
+    try:
+        run_id = api.dispatch_workflow(config.stage_workflow, config.stage_branch, inputs, landed)
+    except GitHubError:
+        _give_up(api, env, config, pipeline, outputs.get("commit") or "")
+        raise
+    record = {"stage_run_id": run_id, "pipeline": pipeline, "plan_run": env.run_id, "pr": pr}
+    (plan_dir / "dispatch.json").write_text(json.dumps(record, indent=2) + "\n")
+    click.echo(
+        f"pipeline #{pipeline}: dispatched {config.stage_workflow} on {config.stage_branch} "
+        f"as run {run_id}"
+    )
+    if pr is not None and not _record_stage_run(api, config, pr, pipeline, run_id):
+        api.cancel_run(run_id)
+        click.echo(
+            f"pipeline #{pipeline} was killed or superseded meanwhile: run {run_id} cancelled"
+        )
+
+
+def _still_running(api, config, pr: int, pipeline: int) -> bool:
+    """Whether the pipeline's reply still says RUNNING (a /bot kill or a newer /bot run may have
+    marked it ABORTED since handle-event)."""
+    from stagebot.bot.comments.replies import our_replies, reply_for_pipeline
+
+    reply = reply_for_pipeline(our_replies(api.comments(pr), config.bot_login), pipeline)
+    return reply is not None and reply.marker.state == "RUNNING"
+
+
+def _record_stage_run(api, config, pr: int, pipeline: int, run_id: int) -> bool:
+    """Record ``run_id`` in the pipeline's reply marker: the one run /bot kill and a superseding
+    /bot run cancel (they never look runs up by title). False when the reply no longer says
+    RUNNING, before or right after the edit: the caller then cancels the run."""
+    from dataclasses import replace
+
+    from stagebot.bot.comments.replies import our_replies, reply_for_pipeline
+    from stagebot.bot.protocols.marker import with_marker
+
+    reply = reply_for_pipeline(our_replies(api.comments(pr), config.bot_login), pipeline)
+    if reply is None or reply.marker.state != "RUNNING":
+        return False
+    marker = replace(reply.marker, stage_run=run_id)
+    api.edit_comment(reply.comment.id, with_marker(reply.comment.body, marker))
+    return _still_running(api, config, pr, pipeline)
+
+
+def _give_up(api, env, config, pipeline: int, commit: str) -> None:
+    """No stage run, so no report: a gating pipeline's `pending` becomes `error` (only while it
+    is this pipeline's own status), rather than pending for ever."""
+    from stagebot.harness.report.status_text import gave_up, owns
+
+    current = api.statuses(commit, config.status_context) if commit else []
+    if current and owns(current[0].description, pipeline):
+        text = gave_up(pipeline)
+        api.set_status(commit, "error", config.status_context, text, env.run_url)

@@ -1,0 +1,475 @@
+"""Failure analysis: a category, a signature and the key lines of every failed, flaky or waived
+test, from all the evidence (``harness/analysis/rules.py`` holds the table, as data).
+
+Order (the first that applies decides; docs/failure-analysis.md has the table):
+
+1. waived by the waives file -> WAIVED (not a failure);
+2. passed on a re-run, alone and again after the tests that ran before it (the executor checks)
+   -> FLAKY ("flaky: NCCL timeout once"); or main's ledger records the test as flaky in its recent
+   pipelines and it fails here the same way -> FLAKY ("flaky on main: #41, #44"); not blocking;
+3. a machine-level rule matched the final exception or how the process ended (another process
+   holds the GPU's memory, disk full or quota, ECC / Xid / unavailable / lost GPU, a failed
+   download, the runner killed, a limit of the harness or a suite ran out), or one shard-wide
+   error hit many unrelated tests of a shard at once (but not the suite's own local service the
+   PR changed) -> INFRA ("retry"); an installed package failed to import (causes.py) -> INFRA
+   (the environment: one entry, the other tests it failed as its collateral); exit 3 when
+   nothing else failed;
+4. also failed on the base, in the same stage family, with the same kind of error (the rule
+   that names it, else its exception type) -> PRE-EXISTING;
+5. passed on the base, failed another way there or than main's flakiness ("fails differently"),
+   or did not run there ("new coverage") -> NEW, with its signature (crash / hang / OOM …);
+6. not on the base -> UNCLASSIFIED, with its signature.
+
+A file that fails to import is the failure of the tests it hides (NEW when they passed on the base,
+naming them). A sticky CUDA error (an illegal memory access poisons the process) is reported once,
+with the later tests of its shard that failed the same way as its collateral. A shard that ended in
+ERROR without any failed test is one "(whole shard)" entry: NEW when its stage family passed on
+the base (the changed files its traceback names are the suspects). An order-dependent failure's
+first suspects are the tests that ran just before it. Pipeline state and exit code: any NEW
+/ PRE-EXISTING / UNCLASSIFIED -> FAILURE, 1; only INFRA -> FAILURE, 3; cancelled -> ABORTED, 1;
+no shard ran (each one NOT_RUN or REUSED, at least one NOT_RUN) -> NOT_RUN, 4; otherwise
+SUCCESS, 0.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path, PurePosixPath
+
+from stagebot.harness.analysis.causes import (
+    cause_line,
+    installed_import_fault,
+    is_environment,
+    read_tail,
+)
+from stagebot.harness.analysis.evidence import Mismatch, error_line, mismatch
+from stagebot.harness.analysis.key_lines import key_lines
+from stagebot.harness.analysis.rules import SHARD_WIDE_TESTS, Rule, Verdict, judge, read_sources
+from stagebot.harness.analysis.suspects import MAX_SUSPECTS, Suspect, import_closure, rank_suspects
+from stagebot.harness.results import SESSION_ID, StageResult, TestOutcome
+from stagebot.stages.names import stage_family
+
+ENVIRONMENT_NOTE = (
+    "the shard's environment, not the code under test: install the versions that were tested "
+    "(the lock), or remove what shadows the module; a re-run as it is fails the same way"
+)
+CATEGORIES = ("NEW", "PRE-EXISTING", "UNCLASSIFIED", "INFRA", "FLAKY", "WAIVED")
+BLOCKING = ("NEW", "PRE-EXISTING", "UNCLASSIFIED")
+FAILED = ("failed", "error")
+_TIMES = {1: "once", 2: "twice"}
+# How much of a crashed shard's log is read: all of a faulthandler dump (up to 100 frames a
+# thread, then the extension modules), whose head holds the crash and the innermost frames.
+CRASH_TAIL_BYTES = 64_000
+
+_ORDER_SUSPECTS = re.compile(r"order-dependent: .*?\(nearest first: (?P<tests>.*?)\): ")
+_HOST = re.compile(r"host='([^']+)'|\w+://([^/:'\s]+)")
+_LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1", "[::1]"}
+_LOAD = re.compile(r"load average [\d.]+ on \d+ CPUs?")
+BaseOutcomes = Mapping[tuple[str, str], TestOutcome]  # (stage family, test id) -> outcome
+
+
+@dataclass(frozen=True)
+class Failure:
+    stage: str
+    test_id: str
+    category: str
+    evidence: str
+    attempts: int = 1
+    mismatch: Mismatch | None = None
+    suspects: tuple[Suspect, ...] = ()
+    note: str | None = None  # e.g. "also failing on base #12"
+    log: str | None = None
+    signature: str | None = None  # "crash: SIGSEGV in rank 1", "flaky: NCCL timeout once"
+    collateral: tuple[str, ...] = ()  # later tests the same sticky error failed
+    key_lines: tuple[str, ...] = ()
+    log_link: str | None = None  # the full log: the stage job's URL, or the local file
+
+
+@dataclass(frozen=True)
+class Analysis:
+    failures: list[Failure]
+    state: str  # SUCCESS | FAILURE | ABORTED | NOT_RUN
+    exit_code: int
+    base_pipeline: int | None
+    not_run: list[tuple[str, str]] = field(default_factory=list)  # (stage, why)
+
+    def of(self, category: str) -> list[Failure]:
+        return [failure for failure in self.failures if failure.category == category]
+
+    def counts(self) -> dict[str, int]:
+        return {category: len(self.of(category)) for category in CATEGORIES}
+
+    def groups(self, category: str) -> list[tuple[Failure, list[Failure]]]:
+        """The category's failures, identical ones (same evidence and signature, across shards
+        and ranks) folded into their first: [(first, the others)]."""
+        grouped: dict[tuple, tuple[Failure, list[Failure]]] = {}
+        for failure in self.of(category):
+            key = (failure.evidence, failure.signature, failure.note)
+            if key in grouped:
+                grouped[key][1].append(failure)
+            else:
+                grouped[key] = (failure, [])
+        return list(grouped.values())
+
+
+@dataclass(frozen=True)
+class _Context:
+    """What every failure of one analysis is compared with."""
+
+    base: BaseOutcomes | None
+    base_pipeline: int | None
+    flaky_history: Mapping[tuple[str, str], tuple[int, ...]]
+    flaky_evidence: Mapping[tuple[str, str], tuple[str, ...]]  # how it failed there
+    changed_files: list[str] | None
+    stage_paths: Mapping[str, list[str]]
+    root: Path | None
+
+
+@dataclass(frozen=True)
+class _Case:
+    result: StageResult
+    test: TestOutcome
+    log: str | None
+    verdict: Verdict
+    environment_fault: str | None = None  # causes.installed_import_fault
+
+
+def is_infra(evidence: str | None, log: str | None = None) -> bool:
+    """Whether the evidence holds a machine-level signature (never a test's own assertion)."""
+    return judge(read_sources(evidence, log)).machine is not None
+
+
+def nothing_ran(results: list[StageResult]) -> bool:
+    """No shard ran here, and some could not (this host lacks their GPUs, ``--cpu-slots 0``):
+    not a pass, whatever was reused."""
+    return any(r.state == "NOT_RUN" for r in results) and all(
+        r.state in ("NOT_RUN", "REUSED") for r in results
+    )
+
+
+def analyse(
+    results: list[StageResult],
+    *,
+    base: BaseOutcomes | None = None,
+    base_pipeline: int | None = None,
+    changed_files: list[str] | None = None,
+    stage_paths: Mapping[str, list[str]] | None = None,
+    logs: Mapping[tuple[str, str], str] | None = None,
+    cancelled: bool = False,
+    flaky_history: Mapping[tuple[str, str], tuple[int, ...]] | None = None,
+    flaky_evidence: Mapping[tuple[str, str], tuple[str, ...]] | None = None,
+    root: Path | None = None,
+    log_links: Mapping[str, str] | None = None,
+) -> Analysis:
+    """Classify every failed / flaky / waived test of ``results`` (see the module's docstring).
+    ``flaky_evidence``: (family, test id) -> the evidence of its failures where main saw it flaky
+    (a failure unlike all of them is not main's flakiness)."""
+    logs = logs or {}
+    context = _Context(
+        base,
+        base_pipeline,
+        flaky_history or {},
+        flaky_evidence or {},
+        changed_files,
+        stage_paths or {},
+        root,
+    )
+    failures: list[Failure] = []
+    for result in results:
+        cases = [
+            _case(result, test, logs.get((result.stage, test.test_id)))
+            for test in result.tests
+            if test.outcome in (*FAILED, "flaky", "waived")
+        ]
+        collateral = _collateral(cases)
+        folded = {test_id for later in collateral.values() for test_id in later}
+        wide = _shard_wide(cases)
+        link = (log_links or {}).get(result.stage) or result.log_path
+        for case in cases:
+            if case.test.test_id not in folded:
+                failure = _failure(case, context, wide, link)
+                later = tuple(collateral.get(case.test.test_id, ()))
+                failures.append(replace(failure, collateral=later))
+        if result.state == "ERROR" and not any(c.test.outcome in FAILED for c in cases):
+            failures.append(_whole_shard(result, link, context))
+    order = {category: index for index, category in enumerate(CATEGORIES)}
+    failures.sort(key=lambda f: (order[f.category], f.stage, f.test_id))
+    categories = {failure.category for failure in failures}
+    if cancelled:
+        state, code = "ABORTED", 1
+    elif categories & set(BLOCKING):
+        state, code = "FAILURE", 1
+    elif "INFRA" in categories:
+        state, code = "FAILURE", 3
+    elif nothing_ran(results):
+        state, code = "NOT_RUN", 4
+    else:
+        state, code = "SUCCESS", 0
+    not_run = [(r.stage, r.evidence or "not run") for r in results if r.state == "NOT_RUN"]
+    return Analysis(failures, state, code, base_pipeline, not_run)
+
+
+def _failure(case: _Case, context: _Context, wide: set[str], link: str | None) -> Failure:
+    """One case's classified failure with its key lines, log link and (when NEW) suspects."""
+    result, test = case.result, case.test
+    failure = _classify(case, context, wide)
+    tail = _shard_log_tail(result) if not case.log else None
+    lines = [] if test.outcome == "waived" else key_lines(failure.evidence, case.log, tail)
+    failure = replace(failure, key_lines=tuple(lines), log_link=link)
+    if failure.category != "NEW":
+        return failure
+    suspects = rank_suspects(
+        test.test_id,
+        case.log or tail,
+        context.changed_files,
+        root=context.root,
+        stage_patterns=tuple(context.stage_paths.get(result.stage, ())),
+    )
+    return replace(failure, suspects=(*_earlier_tests(failure.evidence), *suspects)[:MAX_SUSPECTS])
+
+
+def _case(result: StageResult, test: TestOutcome, log: str | None) -> _Case:
+    fault = None
+    if test.outcome in FAILED:
+        fault = installed_import_fault(f"{test.evidence}\n{log or ''}", result.environment)
+    return _Case(result, test, log, judge(read_sources(test.evidence, log)), fault)
+
+
+def _collateral(cases: list[_Case]) -> dict[str, list[str]]:
+    """The first failure of each sticky error, or of each installed package's import fault ->
+    the later failures of the shard with it."""
+    collateral: dict[str, list[str]] = {}
+    first: dict[str, str] = {}  # signature -> the test that hit it first
+    for case in cases:
+        if case.test.outcome not in FAILED:
+            continue
+        if case.environment_fault:
+            signature = case.environment_fault
+        elif case.verdict.sticky:
+            signature = case.verdict.signature or ""
+        else:
+            continue
+        if signature in first:
+            collateral.setdefault(first[signature], []).append(case.test.test_id)
+        else:
+            first[signature] = case.test.test_id
+    return collateral
+
+
+def _shard_wide(cases: list[_Case]) -> set[str]:
+    """Shard-wide signatures that hit at least SHARD_WIDE_TESTS tests in two files or more."""
+    files: dict[str, list[str]] = {}
+    for case in cases:
+        if case.test.outcome in FAILED and case.verdict.shard_wide:
+            files.setdefault(case.verdict.shard_wide, []).append(case.test.test_id.split("::")[0])
+    return {
+        signature
+        for signature, paths in files.items()
+        if len(paths) >= SHARD_WIDE_TESTS and len(set(paths)) >= 2
+    }
+
+
+def _classify(case: _Case, context: _Context, wide: set[str]) -> Failure:
+    result, test, verdict = case.result, case.test, case.verdict
+    base, base_pipeline = context.base, context.base_pipeline
+    evidence = test.evidence or f"{test.outcome} (no error text was captured)"
+    common = {
+        "attempts": test.attempts,
+        "mismatch": mismatch(case.log),
+        "log": case.log,
+    }
+    first = evidence.split("after: ", 1)[-1] if test.outcome == "flaky" else evidence
+    signature = (
+        verdict.machine_signature
+        or verdict.signature
+        or verdict.shard_wide
+        or _fallback(first, case.log)
+    )
+    if test.test_id == SESSION_ID:
+        signature = "suite verdict: pytest exited 1 with no failed test"
+    elif "::" not in test.test_id and test.outcome in FAILED:
+        signature = f"collection error: {signature}"
+
+    def failure(category: str, note: str | None = None, sig: str | None = signature) -> Failure:
+        return Failure(
+            result.stage, test.test_id, category, evidence, note=note, signature=sig, **common
+        )
+
+    if test.outcome == "waived":
+        return failure("WAIVED", sig=None)
+    if test.outcome == "flaky":
+        failed = max(test.attempts - 1, 1)
+        return failure("FLAKY", sig=f"flaky: {signature} {_TIMES.get(failed, f'{failed} times')}")
+    family = stage_family(result.stage)
+    history = context.flaky_history.get((family, test.test_id))
+    if history:
+        numbers = ", ".join(f"#{n}" for n in history)
+        seen = context.flaky_evidence.get((family, test.test_id), ())
+        if seen and error_kind(evidence) not in {error_kind(e) for e in seen}:
+            there = f"flaky there {numbers}: {signature_of(seen[-1])}"
+            return failure("NEW", f"fails differently than on main ({there})")
+        return failure("FLAKY", note="flaky on main: " + numbers)
+    if verdict.machine is not None:
+        return failure("INFRA", note=_infra_note(verdict.machine, evidence, case.log))
+    if case.environment_fault:
+        return failure("INFRA", note=ENVIRONMENT_NOTE, sig=case.environment_fault)
+    if verdict.shard_wide in wide and not _own_service(case, context):
+        return failure("INFRA", note="the same error hit many unrelated tests of this shard: retry")
+    if base is None:
+        return failure("UNCLASSIFIED", "no base pipeline to compare with")
+    if "::" not in test.test_id:
+        return _file_level(failure, base, base_pipeline, family, test.test_id)
+    before = base.get((family, test.test_id))
+    if before is None:
+        return failure("UNCLASSIFIED", f"base #{base_pipeline} did not run this test in {family}")
+    if before.outcome in FAILED:
+        if before.evidence and error_kind(before.evidence) != error_kind(evidence):
+            there = signature_of(before.evidence)
+            return failure("NEW", f"fails differently than on base #{base_pipeline}: there {there}")
+        return failure("PRE-EXISTING", f"also failing on base #{base_pipeline}")
+    if before.outcome in ("passed", "flaky"):
+        return failure("NEW", f"passed on base #{base_pipeline} in {_seconds(before.duration_s)}")
+    if before.outcome in ("skipped", "waived"):
+        return failure(
+            "NEW", f"new coverage: did not run on base #{base_pipeline} ({before.outcome} there)"
+        )
+    return failure("NEW", f"{before.outcome} on base #{base_pipeline}")
+
+
+def _file_level(failure, base, base_pipeline, family: str, test_id: str) -> Failure:
+    """A collection error (the id is a file) or the suite's session verdict, against the base."""
+    same = base.get((family, test_id))
+    if same is not None and same.outcome in FAILED:
+        return failure("PRE-EXISTING", f"also failing on base #{base_pipeline}")
+    if test_id == SESSION_ID:
+        ran = any(key[0] == family for key in base)
+        if ran:
+            return failure("NEW", f"the session passed on base #{base_pipeline}")
+        return failure("UNCLASSIFIED", f"base #{base_pipeline} did not run {family}")
+    hidden = sorted(
+        (key[1], outcome)
+        for key, outcome in base.items()
+        if key[0] == family and key[1].startswith(test_id + "::")
+    )
+    passed = [test for test, outcome in hidden if outcome.outcome in ("passed", "flaky")]
+    if passed:
+        shown = ", ".join(t.split("::", 1)[1] for t in passed[:5]) + (
+            " …" if len(passed) > 5 else ""
+        )
+        return failure(
+            "NEW", f"hides {len(passed)} test(s) that passed on base #{base_pipeline}: {shown}"
+        )
+    if hidden:
+        return failure("PRE-EXISTING", f"its tests also failed on base #{base_pipeline}")
+    return failure("UNCLASSIFIED", f"base #{base_pipeline} did not run this file in {family}")
+
+
+def _whole_shard(result: StageResult, link: str | None, context: _Context) -> Failure:
+    """A shard that ended in ERROR with no failed test (pytest died starting up, a conftest that
+    fails to import, a crash before the first test): judged by its cause, then against the base
+    by stage family, with the changed files its traceback names as suspects."""
+    evidence = result.evidence or "the shard ended in ERROR without evidence"
+    test_id = f"{result.stage} (whole shard)"
+    verdict = judge(read_sources(evidence, None))
+    signature = verdict.machine_signature or verdict.signature or _fallback(evidence, None)
+    tail = _shard_log_tail(result)
+    category, note, suspects = "UNCLASSIFIED", "no test failed", ()
+    family = stage_family(result.stage)
+    passed = [
+        key for key, outcome in (context.base or {}).items()
+        if key[0] == family and outcome.outcome in ("passed", "flaky")
+    ]  # fmt: skip
+    if verdict.machine is not None:
+        category, note = "INFRA", _infra_note(verdict.machine, evidence, None)
+    elif is_environment(evidence):  # the shard's Python cannot run it: a retry fails the same way
+        category, signature, note = "INFRA", "environment", "fix the shard's environment"
+    elif passed:
+        category = "NEW"
+        note = f"no test ran here; {len(passed)} test(s) of {family} passed on base"
+        note += f" #{context.base_pipeline}"
+        suspects = rank_suspects(
+            test_id,
+            f"{evidence}\n{tail or ''}",
+            context.changed_files,
+            root=context.root,
+            stage_patterns=tuple(context.stage_paths.get(result.stage, ())),
+        )
+    elif context.base is None:
+        note = "no test failed; no base pipeline to compare with"
+    return Failure(
+        result.stage,
+        test_id,
+        category,
+        cause_line(evidence),
+        signature=signature,
+        note=note,
+        suspects=suspects,
+        key_lines=tuple(key_lines(evidence, None, tail)),
+        log_link=link,
+    )
+
+
+def error_kind(evidence: str | None) -> str:
+    """What kind of error an evidence line is (the rule that names it, else its exception type),
+    comparable across pipelines: the numbers and paths in it may differ, the kind may not."""
+    verdict = judge(read_sources(evidence, None))
+    if verdict.machine is not None:
+        return verdict.machine.name
+    return verdict.kind or _fallback(evidence or "", None)
+
+
+def signature_of(evidence: str | None) -> str:
+    """The signature of an evidence line alone (another pipeline's failure: no log here)."""
+    verdict = judge(read_sources(evidence, None))
+    return verdict.machine_signature or verdict.signature or _fallback(evidence or "", None)
+
+
+def _own_service(case: _Case, context: _Context) -> bool:
+    """A refused connection that is the suite's own service, not the machine's: to no named
+    host but this one (127.0.0.1, localhost), failing on every attempt, in a test that passed on
+    the base and imports a changed file (the PR changed the service or its client)."""
+    test = case.test
+    before = (context.base or {}).get((stage_family(case.result.stage), test.test_id))
+    if before is None or before.outcome not in ("passed", "flaky"):
+        return False
+    final = read_sources(test.evidence, case.log)["final"]
+    hosts = {a or b for a, b in _HOST.findall(final)}
+    if hosts - _LOCAL_HOSTS or context.root is None or not context.changed_files:
+        return False
+    closure = import_closure(str(context.root.resolve()), test.test_id.split("::")[0])
+    return any(path in closure for path in context.changed_files)
+
+
+def _infra_note(rule: Rule, evidence: str, log: str | None) -> str:
+    """What a machine-level failure means, with the host's load when a limit ran out (the
+    executor's timeout line or the test log's ``stagebot: load`` section records it)."""
+    found = _LOAD.search(f"{evidence}\n{log or ''}") if rule.limit else None
+    return f"{rule.means} ({found[0]}): retry" if found else f"{rule.means}: retry"
+
+
+def _earlier_tests(evidence: str) -> tuple[Suspect, ...]:
+    """An order-dependent failure's suspects: the tests that ran just before it (the executor's
+    ``order-dependent: …`` line names them, nearest first)."""
+    found = _ORDER_SUSPECTS.match(evidence)
+    if found is None:
+        return ()
+    return tuple(Suspect(t, "ran before it in its process") for t in found["tests"].split(", "))
+
+
+def _seconds(value: float) -> str:
+    return f"{value:.2f} s" if value < 10 else f"{value:.0f} s"
+
+
+def _fallback(evidence: str, log: str | None) -> str:
+    """A signature for a failure no rule names: the kind of error and its first words."""
+    line = error_line(log) or evidence
+    kind = line.split(":", 1)[0] if ":" in line else line
+    if kind.startswith("assert") or kind.endswith("AssertionError"):
+        return "assertion"
+    return PurePosixPath(kind.split(".")[-1]).name[:60] or "error"
+
+
+def _shard_log_tail(result: StageResult, size: int = CRASH_TAIL_BYTES) -> str | None:
+    return (read_tail(Path(result.log_path), size) or None) if result.log_path else None

@@ -1,0 +1,92 @@
+"""A pipeline run by GitHub Actions, concluded in one call (`bot publish`, `bot report-run`):
+``conclude``.
+
+Below it, in order: the pipeline started from plan.json when the ledger lacks it, the stage
+jobs' results taken in against the plan (intake.py), the base chosen, the pipeline finished and
+its reports written. The caller adds GitHub: which main's ledger is vouched for, the stage jobs'
+log links, the reply and the status.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+
+from stagebot.harness.ledger.book import Ledger
+from stagebot.harness.ledger.pipelines import PipelineRecord
+from stagebot.harness.pipeline.base import select_base
+from stagebot.harness.pipeline.intake import record_stage_results
+from stagebot.harness.pipeline.lifecycle import finish, start, write_reports
+from stagebot.harness.report import Report
+from stagebot.stages.errors import StagebotError
+from stagebot.stages.plan import Plan
+
+
+def conclude(
+    book: Ledger,
+    number: int,
+    results: Path,
+    *,
+    plan_path: Path | None,
+    cancelled: bool,
+    unreadable: Mapping[str, str],
+    default_branch: str,
+    main_book: Ledger | None,
+    log_links: Mapping[str, str],
+    out: Path | None,
+) -> tuple[PipelineRecord, Report]:
+    """Record the stage jobs' ``results`` into pipeline ``number`` of ``book``, finish it against
+    its base (in ``main_book``, main's ledger, when given) and write its reports to ``out``
+    (when given): (the pipeline as it was before, its report)."""
+    record = book.pipeline(number, with_results=False)
+    if record is None:
+        record = _start_from_plan(book, number, plan_path)
+    ignored = record_stage_results(
+        book,
+        number,
+        _plan_of(record),
+        results,
+        cancelled=cancelled,
+        unreadable=unreadable,
+        default_branch=default_branch,
+        main_book=main_book,
+    )
+    base = select_base(
+        book,
+        base_book=main_book,
+        base_commit=record.base_commit,
+        default_branch=default_branch,
+        exclude=number,
+    )
+    report = finish(
+        book,
+        number,
+        base=base,
+        cancelled=cancelled,
+        meta={"ignored_results": ignored},
+        log_links=log_links,
+    )
+    if out is not None:
+        write_reports(report, out)
+    return record, report
+
+
+def _start_from_plan(book: Ledger, number: int, plan_path: Path | None) -> PipelineRecord:
+    if plan_path is None or not plan_path.exists():
+        raise StagebotError(
+            f"ledger {book.path} has no pipeline #{number} and no plan.json was given; "
+            "give --plan (from `bot handle-event --out`) or the plan job's ledger"
+        )
+    start(book, Plan.from_json(json.loads(plan_path.read_text())), number=number)
+    return book.pipeline(number, with_results=False)
+
+
+def _plan_of(record: PipelineRecord) -> Plan:
+    plan = record.planned
+    if plan is None:
+        raise StagebotError(
+            f"pipeline #{record.number} was recorded without a plan (a reuse-pipeline "
+            "validation): there is nothing to publish"
+        )
+    return plan

@@ -1,0 +1,410 @@
+"""The dependency key of a test: a digest of every input that can change its outcome.
+
+Two runs of one test id in one stage family with equal keys ran the same code on the same data
+with the same arguments in the same environment, so the first's result stands for the second
+(docs/reuse.md: the parts, why each is there, and the measurement that chose a static reading
+over coverage). The parts:
+
+- ``test``: the test id and the stage family;
+- ``files``: the digest of each repository file the test can read that a static reading shows:
+  the test file, the conftest chain from the repository root to its folder, the pytest
+  configuration and the repository's own pytest plugins, every repository module those import
+  (``import_graph``), and their data files (files or folders a string literal of one names, and
+  the files beside a module that locates itself by ``__file__`` or package resources). When a
+  file in that closure does something no static reading can follow (an import of a computed
+  name, starting a program that may run repository code, an environment variable read by a
+  computed name), ``files`` is the whole repository's digest instead and ``conservative`` says
+  why: the key is never optimistic;
+- ``suite_args``: the pytest arguments of the family's suites;
+- ``catalog``: the family's catalog entry (everything but where it is written) and the waives that
+  name the test;
+- ``environment``: Python, the platform, every installed distribution's version, and the value of
+  each environment variable the closure reads by name;
+- ``gpu``: the GPU type and the driver version.
+"""
+
+from __future__ import annotations
+
+import configparser
+import dataclasses
+import hashlib
+import json
+import os
+import platform
+import shlex
+import sys
+import tomllib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path, PurePosixPath
+
+from stagebot.harness.reuse.import_graph import (
+    ModuleFacts,
+    build_index,
+    closure,
+    module_facts,
+    repository_files,
+)
+from stagebot.stages.catalog import Family, Waive
+from stagebot.stages.patterns import waive_matches
+
+PARTS = ("test", "files", "suite_args", "catalog", "environment", "gpu")
+CODE_PARTS = PARTS[:4]  # what the plan can compare; environment and gpu only the runner knows
+PYTEST_CONFIGS = ("pytest.ini", "pyproject.toml", "tox.ini", "setup.cfg", "conftest.py")
+UNSET = "<unset>"
+# pytest reads these at every start: more arguments (-p plugins among them), plugins to load
+PYTEST_VARIABLES = {"PYTEST_ADDOPTS", "PYTEST_PLUGINS"}
+
+
+@dataclass(frozen=True)
+class Environment:
+    """Where a test runs, as far as its outcome can depend on it."""
+
+    distributions: tuple[tuple[str, str], ...]  # (name, version), sorted
+    python: str
+    platform: str
+    gpu_type: str  # the catalog's GPU type, "CPU" for none
+    gpu_driver: str  # the NVIDIA driver version, "none" without one
+    variables: Mapping[str, str] = field(default_factory=dict)  # the process environment
+
+    def lines(self) -> list[str]:
+        """The whole environment but its variables, one line per item (a shard's result keeps
+        them: a same-commit reuse compares them with where the shard would run now)."""
+        return [
+            f"python {self.python}",
+            f"platform {self.platform}",
+            f"gpu {self.gpu_type} driver {self.gpu_driver}",
+            *(f"{name}=={version}" for name, version in self.distributions),
+        ]
+
+    def described(self, read: Iterable[str]) -> dict[str, object]:
+        """The ``environment`` part: the variables read by name, and nothing else of them."""
+        return {
+            "python": self.python,
+            "platform": self.platform,
+            "distributions": [f"{name}=={version}" for name, version in self.distributions],
+            "variables": {name: self.variables.get(name, UNSET) for name in sorted(set(read))},
+        }
+
+
+def current_environment(gpu_type: str = "CPU", gpu_driver: str = "none") -> Environment:
+    """This process's environment (GPU type and driver come from the stage that runs it)."""
+    versions = {
+        (dist.metadata["Name"] or "?").lower(): dist.version for dist in metadata.distributions()
+    }
+    return Environment(
+        distributions=tuple(sorted(versions.items())),
+        python=sys.version.split()[0],
+        platform=f"{platform.system()}-{platform.machine()}",
+        gpu_type=gpu_type,
+        gpu_driver=gpu_driver,
+        variables=dict(os.environ),
+    )
+
+
+def changed_lines(then: Iterable[str], now: Iterable[str]) -> str | None:
+    """What differs between two ``Environment.lines()``, a distribution named with both
+    versions ("transformers 5.24.0 -> 5.25.0", "kernels 0.19.1 (new)"); None when equal."""
+
+    def items(lines: Iterable[str]) -> dict[str, str]:
+        pairs = (
+            line.partition("==")[::2] if "==" in line else line.split(" ", 1) for line in lines
+        )
+        return {name: value for name, value in pairs}
+
+    before, after = items(then), items(now)
+    changes = []
+    for name in sorted(before.keys() | after.keys()):
+        if name not in before:
+            changes.append(f"{name} {after[name]} (new)")
+        elif name not in after:
+            changes.append(f"{name} {before[name]} (gone)")
+        elif before[name] != after[name]:
+            changes.append(f"{name} {before[name]} -> {after[name]}")
+    return ", ".join(changes) or None
+
+
+@dataclass(frozen=True)
+class FamilyInputs:
+    """What a key takes from a stage family's catalog entry, as plain data: it travels in a
+    matrix entry to the runner, which has no catalog."""
+
+    name: str
+    gpu_type: str
+    suite_args: str  # the digest of the suites' pytest arguments
+    entry: str  # the digest of the entry, all but its name, where it is written, its suites
+    waives: tuple[tuple[str, str], ...] = ()  # (test id pattern, reason) on its GPU type
+    plugins: tuple[str, ...] = ()  # modules the suites' arguments load by name (-p NAME)
+
+    @classmethod
+    def of(cls, family: Family, waives: Iterable[Waive] = ()) -> FamilyInputs:
+        catalog_entry = {
+            name: value
+            for name, value in dataclasses.asdict(family).items()
+            if name not in ("name", "source", "suites")  # the name is in "test"
+        }
+        return cls(
+            family.name,
+            family.gpu_type,
+            _digest([suite.pytest_args() for suite in family.suites]),
+            _digest(catalog_entry),
+            tuple(sorted((w.test_id, w.reason) for w in waives if w.applies_to(family.gpu_type))),
+            plugins_named(arg for suite in family.suites for arg in suite.pytest_args()),
+        )
+
+    def to_json(self) -> dict[str, str]:
+        """Without the waives: a matrix entry carries them already (``from_json``)."""
+        return {
+            "name": self.name,
+            "gpu_type": self.gpu_type,
+            "suite_args": self.suite_args,
+            "entry": self.entry,
+            "plugins": list(self.plugins),
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, str], waives: Iterable[Mapping[str, str]]):
+        pairs = tuple(sorted((w["test_id"], w["reason"]) for w in waives))
+        plugins = tuple(data.get("plugins", ()))
+        names = (data["name"], data["gpu_type"], data["suite_args"], data["entry"])
+        return cls(*names, pairs, plugins)
+
+
+def plugins_named(args: Iterable[str]) -> tuple[str, ...]:
+    """The modules pytest arguments load as plugins: ``-p NAME`` and ``-pNAME`` (not ``no:``)."""
+    args = list(args)
+    found = []
+    for arg, following in zip(args, [*args[1:], ""], strict=False):
+        if arg == "-p":
+            name = following
+        elif arg.startswith("-p"):
+            name = arg[2:]
+        else:
+            continue
+        if name and not name.startswith("no:"):
+            found.append(name)
+    return tuple(dict.fromkeys(found))
+
+
+@dataclass(frozen=True)
+class DependencyKey:
+    test_id: str
+    family: str
+    parts: dict[str, str]  # part (PARTS) -> its digest
+    files: dict[str, str]  # repository file -> its digest (every file when conservative)
+    conservative: tuple[str, ...]  # "path: line N: what" — why ``files`` is the whole repository
+
+    @property
+    def digest(self) -> str:
+        return _digest(self.parts)[:32]
+
+    @property
+    def code(self) -> str:
+        """The digest of the parts a plan can compare (``CODE_PARTS``): the lookup key."""
+        return code_digest(self.parts)
+
+
+def code_digest(parts: Mapping[str, str]) -> str:
+    return _digest({part: parts.get(part) for part in CODE_PARTS})[:32]
+
+
+def dependency_key(
+    root: str | Path | Repository,
+    test_id: str,
+    family: Family | FamilyInputs,
+    environment: Environment,
+    waives: Iterable[Waive] = (),
+) -> DependencyKey:
+    """The key of ``test_id`` (a pytest node id relative to ``root``) in ``family``; pass one
+    ``Repository`` for the keys of many tests of one checkout. ``waives`` (the catalog's) only
+    with a ``Family``: ``FamilyInputs`` holds its own."""
+    repo = root if isinstance(root, Repository) else Repository(root)
+    if not isinstance(family, FamilyInputs):
+        family = FamilyInputs.of(family, waives)
+    inputs = repo.inputs(test_id.split("::")[0], family.plugins)
+    catalog_entry = {"entry": family.entry}
+    catalog_entry["waives"] = sorted(
+        [pattern, reason] for pattern, reason in family.waives if waive_matches(test_id, pattern)
+    )
+    parts = {
+        "test": _digest([test_id, family.name]),
+        "files": _digest(inputs.files),
+        "suite_args": family.suite_args,
+        "catalog": _digest(catalog_entry),
+        "environment": _digest(environment.described(inputs.environment)),
+        "gpu": _digest([environment.gpu_type, environment.gpu_driver]),
+    }
+    return DependencyKey(test_id, family.name, parts, inputs.files, inputs.conservative)
+
+
+class Repository:
+    """One checkout, read once: its files, module index and file digests, shared by the keys of
+    all its tests."""
+
+    def __init__(self, root: str | Path):
+        self.root = str(Path(root).resolve())
+        self.files = repository_files(self.root)
+        self.present = set(self.files)
+        self.index = build_index(self.files)
+        self.under: dict[str, list[str]] = {}  # a file or folder -> the data files it names
+        for path in self.files:
+            if not path.endswith(".py"):
+                for named in (path, *map(str, PurePosixPath(path).parents)):
+                    self.under.setdefault(named, []).append(path)
+        self._digests: dict[str, str] = {}
+        self._facts: dict[str, ModuleFacts] = {}
+        self._data: dict[str, frozenset[str]] = {}
+        self._inputs: dict[tuple[str, tuple[str, ...]], TestInputs] = {}
+
+    def inputs(self, test_file: str, plugins: tuple[str, ...] = ()) -> TestInputs:
+        """``TestInputs.read`` of ``test_file`` in a session that loads ``plugins`` by name, once
+        per checkout (its tests share it)."""
+        if (test_file, plugins) not in self._inputs:
+            self._inputs[test_file, plugins] = TestInputs.read(self, test_file, plugins)
+        return self._inputs[test_file, plugins]
+
+    def module_file(self, name: str) -> list[str]:
+        """The repository file of the module ``name`` (as pytest's -p or an entry point names
+        it), nearest the root; none for a module of an installed distribution."""
+        candidates = self.index.get(name) or self.index.get(name.partition(".")[2], ())
+        return list(candidates[:1])
+
+    def facts(self, root: str, path: str) -> ModuleFacts:
+        if path not in self._facts:
+            self._facts[path] = module_facts(root, path)
+        return self._facts[path]
+
+    def data_files(self, module: str) -> frozenset[str]:
+        """The files and folders a string literal of ``module`` names (relative to its folder or
+        to the repository root), and the non-Python files beside it when it locates itself
+        (``__file__``, package resources): it may open them by a computed name."""
+        if module not in self._data:
+            facts = self.facts(self.root, module)
+            folder = str(PurePosixPath(module).parent)
+            found: set[str] = set()
+            if facts.locates_itself:
+                beside = self.under.get(folder, ())
+                found.update(p for p in beside if str(PurePosixPath(p).parent) == folder)
+            for literal in facts.literals:
+                for base in (folder, "."):
+                    named = os.path.normpath(os.path.join(base, literal)).replace(os.sep, "/")
+                    if named not in (".", "..") and not named.startswith("../"):
+                        found.update(self.under.get(named, ()))
+            self._data[module] = frozenset(found)
+        return self._data[module]
+
+    def digest(self, path: str) -> str:
+        if path not in self._digests:
+            try:
+                self._digests[path] = hashlib.sha256(Path(self.root, path).read_bytes()).hexdigest()
+            except OSError as error:
+                self._digests[path] = f"unreadable: {type(error).__name__}"
+        return self._digests[path]
+
+
+@dataclass(frozen=True)
+class TestInputs:
+    """The repository files one test file's outcome can depend on, with their digests."""
+
+    files: dict[str, str]
+    environment: tuple[str, ...]  # environment variables read by name
+    conservative: tuple[str, ...]
+
+    @classmethod
+    def read(cls, repo: Repository, test_file: str, plugins: tuple[str, ...] = ()) -> TestInputs:
+        root = repo.root
+        named = [path for name in plugins for path in repo.module_file(name)]
+        start = {test_file, *_conftests(test_file), *_session_files(repo), *named} & repo.present
+        code = closure(root, sorted(p for p in start if p.endswith(".py")), repo.index, repo.facts)
+        launchers = {name for path in code for name in repo.facts(root, path).launchers}
+        blind = [
+            f"{path}: {what}"
+            for path in sorted(code)
+            for what in repo.facts(root, path).blind_with(launchers)
+        ]
+        if test_file not in repo.present:  # what it imports cannot be read: the whole repository
+            blind.append(f"{test_file}: not among the repository's files that were read")
+        chosen = repo.files if blind else sorted(code | start | _data_files(repo, code))
+        environment = {name for path in code for name in repo.facts(root, path).environment}
+        environment |= PYTEST_VARIABLES
+        files = {path: repo.digest(path) for path in chosen}
+        return cls(files, tuple(sorted(environment)), tuple(blind))
+
+
+def _conftests(test_file: str) -> list[str]:
+    folder = PurePosixPath(test_file).parent
+    return [str(PurePosixPath(f, "conftest.py")) for f in (folder, *folder.parents)]
+
+
+def _session_files(repo: Repository) -> list[str]:
+    """The pytest configuration files and the repository's own pytest plugins (pytest11 entry
+    points): every test session loads them, whatever it imports."""
+    found = [name for name in PYTEST_CONFIGS if name in repo.present]
+    if "pyproject.toml" in repo.present:
+        try:
+            text = Path(repo.root, "pyproject.toml").read_text(errors="replace")
+            project = tomllib.loads(text)
+        except tomllib.TOMLDecodeError:
+            project = {}
+        plugins = project.get("project", {}).get("entry-points", {}).get("pytest11", {})
+        for module in plugins.values():
+            found += repo.module_file(str(module).split(":")[0])
+        found += _addopts_plugins(repo, project.get("tool", {}).get("pytest", {}))
+    if "pytest.ini" in repo.present:
+        parser = configparser.ConfigParser(interpolation=None)
+        try:
+            parser.read_string(Path(repo.root, "pytest.ini").read_text(errors="replace"))
+        except configparser.Error:
+            pass
+        found += _addopts_plugins(repo, {"addopts": parser.get("pytest", "addopts", fallback="")})
+    return found
+
+
+def _addopts_plugins(repo: Repository, settings: Mapping) -> list[str]:
+    """The repository modules a pytest configuration's ``addopts`` loads with ``-p``
+    (``[tool.pytest.ini_options]``, ``[tool.pytest]`` or pytest.ini's ``[pytest]``)."""
+    found = []
+    for table in (settings.get("ini_options", {}), settings):
+        addopts = table.get("addopts", "") if isinstance(table, Mapping) else ""
+        if isinstance(addopts, str):
+            try:
+                args = shlex.split(addopts)
+            except ValueError:  # unbalanced quotes: pytest's own start fails on them anyway
+                args = addopts.split()
+        else:
+            args = [str(a) for a in addopts]
+        found += [path for name in plugins_named(args) for path in repo.module_file(name)]
+    return found
+
+
+def _data_files(repo: Repository, code: Iterable[str]) -> set[str]:
+    """The data files of every module in ``code`` (``Repository.data_files``)."""
+    return set().union(*(repo.data_files(module) for module in code))
+
+
+def _digest(value: object) -> str:
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def changed_inputs(before: DependencyKey, after: DependencyKey) -> list[str]:
+    """Why ``after`` does not reuse ``before``: each part that differs, and for ``files`` the
+    files added, removed or changed (what ``bot stages --explain-reuse`` will print)."""
+    reasons = []
+    for part in PARTS:
+        if before.parts.get(part) == after.parts.get(part):
+            continue
+        if part != "files":
+            reasons.append(f"{part} changed")
+            continue
+        if after.conservative and not before.conservative:
+            reasons.append(f"files: conservative now ({after.conservative[0]})")
+        changed = sorted(
+            path
+            for path in before.files.keys() | after.files.keys()
+            if before.files.get(path) != after.files.get(path)
+        )
+        shown = ", ".join(changed[:5]) + (f" and {len(changed) - 5} more" if changed[5:] else "")
+        reasons.append(f"files changed: {shown}" if changed else "files: the set changed")
+    return reasons

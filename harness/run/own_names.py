@@ -16,14 +16,13 @@ is common in ML environments). Two things would hand a bare name to our folder i
 The pytest plug-in closes both for every pytest process in an environment with stagebot
 installed (shards, the test command, xdist workers): it drops that folder from ``sys.path``
 before any test code loads (`drop_package_root`), and imports our test modules and conftests by
-their ``stagebot.`` names (`canonical_name`). The interpreters such a process starts (xdist's
-workers, multiprocessing's forkserver and spawn children, subprocesses) begin with a fresh
-``sys.path``: `keep_children_off` takes the folder out of ``PYTHONPATH`` (xdist's workers put
-their working directory there) and, while the working directory is the folder, sets
-``PYTHONSAFEPATH`` (``python -c`` and ``-m`` would put it first; Python 3.11's forkserver does
-not take its parent's ``sys.path``). An adopting repository's own folders are not ours: its root
-stays on ``sys.path`` wherever its pytest would put it, and its shards start without
-``PYTHONSAFEPATH`` (`child_environment`).
+their ``stagebot.`` names (`canonical_name`). Of the interpreters such a process starts,
+multiprocessing's spawn children take its ``sys.path``; `keep_children_off` takes the folder
+out of ``PYTHONPATH`` (xdist's workers put their working directory there, for their children);
+and a forkserver, which Python 3.11 starts as ``python -c`` in the working directory without the
+parent's ``sys.path``, preloads `FORKSERVER_FIRST` before anything else. An adopting
+repository's own folders are not ours: its root stays on ``sys.path`` wherever its pytest (or
+``python -m``) would put it.
 """
 
 from __future__ import annotations
@@ -36,6 +35,8 @@ from pathlib import Path
 CODE_FOLDERS = ("bot", "stages", "harness", "kernels", "templates")
 # the folder holding the code folders: the checkout (editable install) or site-packages/stagebot
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]
+# the module a forkserver preloads first (multiprocessing's set_forkserver_preload)
+FORKSERVER_FIRST = "stagebot.harness.run.forkserver_first"
 
 
 def is_package_root(entry: str) -> bool:
@@ -68,26 +69,16 @@ def canonical_name(path: Path) -> str | None:
     return ".".join(("stagebot", *parts))
 
 
-def child_environment(env: dict[str, str], cwd: Path) -> dict[str, str]:
-    """``env`` for an interpreter started in ``cwd``: ``PYTHONPATH`` without the package root,
-    ``PYTHONSAFEPATH`` set exactly when ``cwd`` is the package root."""
-    env = dict(env)
-    if "PYTHONPATH" in env:
-        kept = [e for e in env["PYTHONPATH"].split(os.pathsep) if e and not is_package_root(e)]
-        env["PYTHONPATH"] = os.pathsep.join(kept)
-    if is_package_root(str(cwd)):
-        env["PYTHONSAFEPATH"] = "1"
-    else:
-        env.pop("PYTHONSAFEPATH", None)
-    return env
+def child_environment(env: dict[str, str]) -> dict[str, str]:
+    """``env`` for an interpreter this process starts: ``PYTHONPATH`` without the package
+    root."""
+    if "PYTHONPATH" not in env:
+        return dict(env)
+    kept = [e for e in env["PYTHONPATH"].split(os.pathsep) if e and not is_package_root(e)]
+    return {**env, "PYTHONPATH": os.pathsep.join(kept)}
 
 
 def keep_children_off() -> None:
-    """This process's environment as `child_environment` of its working directory, for the
-    interpreters it starts."""
-    changed = child_environment(dict(os.environ), Path.cwd())
-    for name in ("PYTHONPATH", "PYTHONSAFEPATH"):
-        if name in changed:
-            os.environ[name] = changed[name]
-        else:
-            os.environ.pop(name, None)
+    """This process's ``PYTHONPATH`` as `child_environment` has it, for its children."""
+    if "PYTHONPATH" in os.environ:
+        os.environ["PYTHONPATH"] = child_environment(dict(os.environ))["PYTHONPATH"]

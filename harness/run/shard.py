@@ -107,7 +107,7 @@ def run_shard(entry: MatrixEntry, context: ShardContext) -> StageResult:
     clock = time.monotonic()
     deadline = clock + timeout_s
     env = {
-        **own_names.child_environment(dict(os.environ), context.root),
+        **own_names.child_environment(dict(os.environ)),
         "STAGEBOT_WORK": str(work),
         "STAGEBOT_STAGE": entry.stage,
         "CUDA_VISIBLE_DEVICES": ",".join(context.devices),

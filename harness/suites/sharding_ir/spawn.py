@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from stagebot.harness.run.own_names import FORKSERVER_FIRST
 from stagebot.harness.run.process import load_average
 from stagebot.harness.suites.sharding_ir.limits import SpawnLimits
 
@@ -208,7 +209,8 @@ def _context(backend: str):
     if backend == "nccl":
         return mp.get_context("spawn")
     ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload([PRELOAD])  # read when the forkserver starts: its first rank
+    # read when the forkserver starts (its first rank); own_names.FORKSERVER_FIRST first
+    ctx.set_forkserver_preload([FORKSERVER_FIRST, PRELOAD])
     return ctx
 
 

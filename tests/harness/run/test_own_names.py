@@ -5,9 +5,9 @@ A throwaway distribution named like each code folder (``bot``, ``stages``, ``har
 starts them (a shard's ``python -m pytest`` from the repository root, the test command's xdist
 workers, a built-in suite run from another repository in pytest's ``prepend`` mode), and a probe
 plug-in (tests/fixtures/shadow_probe) records, at the session's end, what each bare name imports
-there and in the interpreters that process starts, and which bare names pytest registered for
-stagebot's files. An adopting repository's own folder of one of those names still
-imports as its pytest would import it.
+there and in a forkserver it starts as the sharding suite starts its own, and which bare names
+pytest registered for stagebot's files. An adopting repository's own folder of one of those
+names still imports as its pytest would import it.
 """
 
 from __future__ import annotations

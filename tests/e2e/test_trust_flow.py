@@ -276,8 +276,29 @@ def test_a_ledger_whose_bytes_differ_from_its_digest_is_not_used(gh, jobs, tmp_p
     gh.add_artifact(60101, genuine["name"], {"ledger.sqlite": forged})
     again = jobs.plan("/bot run", 102)
     assert "holds a ledger whose sha256 is not" in again["log"]
-    assert "no ledger the bot vouched for was found" in again["log"]
+    assert "history of this PR could not be verified" in again["log"]
     assert json.loads(again["matrix"]) != []  # nothing reused from an unvouched ledger
+
+
+@pytest.mark.parametrize("tamper", ["forged bytes", "artifact gone"])
+def test_a_newest_ledger_that_fails_its_check_stops_the_history(gh, jobs, tmp_path, tamper):
+    """Issue 43, finding 3: when the newest reply's ledger fails its check, an older reply's
+    genuine ledger is never taken instead (a rollback that forgets what came after it): the
+    pipeline starts without history and the reply says the history could not be verified."""
+    jobs.whole("/bot run", 101)
+    jobs.whole("/bot run", 102)  # everything reused; its report saves the newest ledger
+    newest = _reported_ledger(gh, 60102)
+    gh.artifacts.pop(newest["id"])
+    if tamper == "forged bytes":
+        forged = _forged_copy(gh, newest, tmp_path, pipeline=102)
+        gh.add_artifact(60102, newest["name"], {"ledger.sqlite": forged})
+    again = jobs.plan("/bot run", 103)
+    assert "took the ledger of reply" not in again["log"]
+    assert json.loads(again["matrix"]) != []  # nothing reused from an older history
+    reply = next(c for c in replies(gh) if marker_of(c).pipeline == 103)
+    assert "history of this PR could not be verified" in reply["body"]
+    why = "holds a ledger whose sha256 is not" if tamper == "forged bytes" else "has no artifact"
+    assert why in reply["body"] and "run 60102" in reply["body"]
 
 
 def test_mains_ledger_comes_from_the_bots_report_runs_only(gh, jobs, tmp_path) -> None:

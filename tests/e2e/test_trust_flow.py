@@ -74,13 +74,15 @@ def test_a_cancelled_stage_run_is_reported_aborted(gh, jobs) -> None:
 
 def test_a_report_job_that_died_mid_publish_is_finished_by_its_re_run(gh, jobs) -> None:
     """No concurrency group protects a report job: one that dies (or is cancelled) after some
-    writes leaves the reply RUNNING; re-running it reads everything again and finishes."""
+    writes leaves the reply RUNNING; re-running it reads everything again and finishes. One
+    that GitHub made fail sets the status to error first (its reply's edit kept failing)."""
     outputs = jobs.plan("/bot run", 101)
     stage_run = jobs.stages(outputs)
     gh.fail("5xx", route="edit_comment", times=20)
     with pytest.raises(AssertionError):  # exit 3: GitHub kept failing the reply's edit
         jobs.report(stage_run, 101)
-    assert marker_of(replies(gh)[0]).state == "RUNNING" and status(gh)["state"] == "pending"
+    assert marker_of(replies(gh)[0]).state == "RUNNING" and status(gh)["state"] == "error"
+    assert "re-run the report job" in status(gh)["description"]
     gh.faults.clear()
     jobs.report(stage_run, 101)
     (reply,) = replies(gh)
@@ -379,6 +381,58 @@ def test_a_result_download_that_keeps_failing_is_that_stages_error(gh, jobs) -> 
     (reply,) = replies(gh)
     assert "its result artifact could not be downloaded" in reply["body"]
     assert marker_of(reply).state == "FAILURE" and status(gh)["state"] == "failure"
+
+
+def test_two_faults_on_each_download_hop_are_retried_on_that_hops_budget(gh, jobs) -> None:
+    """Issue 43, finding 4: a download is two requests (the API's redirect, then storage); two
+    transient faults on each used up the four tries they shared, and the report exited 3."""
+    outputs = jobs.plan("/bot run", 101)
+    stage_run = jobs.stages(outputs)
+    gh.fail("5xx", route="download_artifact", times=2)
+    gh.fail("5xx", route="download_blob", times=2)
+    jobs.report(stage_run, 101)
+    (reply,) = replies(gh)
+    assert "completed with state SUCCESS" in reply["body"] and status(gh)["state"] == "success"
+    assert [r.status for r in gh.calls("download_artifact")][:3] == [502, 502, 302]
+    assert [r.status for r in gh.calls("download_blob")][:3] == [502, 502, 200]
+
+
+def test_a_report_that_cannot_be_made_says_so_and_to_re_run_the_report_job(gh, jobs) -> None:
+    """Issue 43, finding 4: when the downloads keep failing, the reply (RUNNING until then) and
+    the pending status say the report could not be made: `error`, never pending for ever; a
+    re-run of the report job then publishes over both."""
+    outputs = jobs.plan("/bot run", 101)
+    stage_run = jobs.stages(outputs)
+    gh.fail("5xx", route="download_blob", times=100)
+    with pytest.raises(AssertionError, match="could not download artifact"):  # exit 3
+        jobs.report(stage_run, 101)
+    (reply,) = replies(gh)
+    assert "This pipeline could not be reported: could not download artifact" in reply["body"]
+    assert "re-run the report job (workflow run 60101)" in reply["body"]
+    assert marker_of(reply).state == "RUNNING"  # so that the re-run publishes
+    assert status(gh)["state"] == "error"
+    assert (
+        status(gh)["description"] == "PR_Github #101 could not be reported: re-run the report job"
+    )
+    gh.faults.clear()
+    jobs.report(stage_run, 101)
+    (reply,) = replies(gh)
+    assert "completed with state SUCCESS" in reply["body"] and status(gh)["state"] == "success"
+    assert "could not be reported" not in reply["body"]
+
+
+def test_a_failing_report_of_a_decoy_run_touches_no_reply(gh, jobs) -> None:
+    """Only the run the bot's dispatch recorded in the reply gets the "could not be reported"
+    note: a report that fails for another run titled like it leaves the pipeline alone."""
+    outputs = jobs.plan("/bot run", 101)
+    jobs.stages(outputs)
+    decoy = gh.add_run(1, run_id=77101, **STAGE)
+    decoy.update(display_title=DECOY_TITLE, status="completed", conclusion="success")
+    gh.fail("5xx", route="download_blob", times=100)
+    with pytest.raises(AssertionError, match="has no reply that says RUNNING for run 77101"):
+        jobs.report(77101, 101)
+    (reply,) = replies(gh)
+    assert "could not be reported" not in reply["body"] and status(gh)["state"] == "pending"
 
 
 # ---------------------------------------------------------------- kill and supersede (issue 28, 5)

@@ -87,13 +87,6 @@ class PyGithubApi:
             lambda: [f.filename for f in self._repo.get_pull(number).get_files()],
         )
 
-    def pull_commits(self, number: int) -> list[str]:
-        """The SHAs of the pull request's commits (GitHub lists at most 250)."""
-        return read(
-            f"list the commits of {self.repository}#{number}",
-            lambda: [c.sha for c in self._repo.get_pull(number).get_commits()],
-        )
-
     def timeline(self, number: int) -> list[TimelineEvent]:
         def call() -> list[TimelineEvent]:
             events = []

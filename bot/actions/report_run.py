@@ -131,10 +131,11 @@ def _report(api, run, parsed, work: Path, env, config, say: Callable[[str], None
 def _unreported(api, run, parsed, env, config, error: Exception) -> list[str]:
     """GitHub kept failing while the report was made: say so where the pipeline is watched,
     rather than leave its reply RUNNING and its status pending for ever. Only a PR pipeline
-    whose reply still says RUNNING and records this very run (``stage_run``, written by the
-    bot's dispatch: a decoy titled like the bot's run is not it) is touched; its status only
-    while it is this pipeline's pending one. The reply keeps saying RUNNING in its marker, so
-    a re-run of the report job publishes over both. Returns the log's lines."""
+    whose reply still says RUNNING, or ABORTED by a kill (whose cancelled run is reported as
+    ABORTED), and records this very run (``stage_run``, written by the bot's dispatch: a decoy
+    titled like the bot's run is not it) is touched; its status only while it is this
+    pipeline's pending one. The reply's marker keeps its state, so a re-run of the report job
+    publishes over both. Returns the log's lines."""
     from stagebot.bot.comments.replies import our_replies, reply_for_pipeline, with_note
     from stagebot.bot.github import GitHubError
     from stagebot.harness.report.status_text import owns, unreported
@@ -146,10 +147,14 @@ def _unreported(api, run, parsed, env, config, error: Exception) -> list[str]:
     lines = []
     try:
         reply = reply_for_pipeline(our_replies(api.comments(pr), config.bot_login), pipeline)
-        if reply is None or reply.marker.state != "RUNNING" or reply.marker.stage_run != run.id:
+        if (
+            reply is None
+            or reply.marker.state not in ("RUNNING", "ABORTED")
+            or reply.marker.stage_run != run.id
+        ):
             return [
-                f"pipeline #{pipeline} of PR #{pr} has no reply that says RUNNING for run "
-                f"{run.id}: its reply and status are left alone"
+                f"pipeline #{pipeline} of PR #{pr} has no reply that says RUNNING or ABORTED "
+                f"for run {run.id}: its reply and status are left alone"
             ]
         commit = reply.marker.commit
         current = api.statuses(commit, config.status_context)

@@ -421,6 +421,20 @@ def test_a_report_that_cannot_be_made_says_so_and_to_re_run_the_report_job(gh, j
     assert "could not be reported" not in reply["body"]
 
 
+def test_a_killed_pipeline_whose_report_cannot_be_made_is_an_error_not_pending(gh, jobs) -> None:
+    """Issue 43, finding 4: /bot kill cancels the stage run, whose report says ABORTED; when
+    that report cannot be made, the status must not stay pending either."""
+    outputs = jobs.plan("/bot run", 101)
+    jobs.plan("/bot kill", 102)
+    assert gh.runs[outputs["stage_run"]]["conclusion"] == "cancelled"
+    gh.fail("5xx", route="download_blob", times=100)
+    with pytest.raises(AssertionError, match="could not download artifact"):  # exit 3
+        jobs.report(outputs["stage_run"], 101)
+    killed = next(c for c in replies(gh) if marker_of(c).pipeline == 101)
+    assert marker_of(killed).state == "ABORTED" and "could not be reported" in killed["body"]
+    assert status(gh)["state"] == "error" and "re-run the report job" in status(gh)["description"]
+
+
 def test_a_failing_report_of_a_decoy_run_touches_no_reply(gh, jobs) -> None:
     """Only the run the bot's dispatch recorded in the reply gets the "could not be reported"
     note: a report that fails for another run titled like it leaves the pipeline alone."""
@@ -429,7 +443,7 @@ def test_a_failing_report_of_a_decoy_run_touches_no_reply(gh, jobs) -> None:
     decoy = gh.add_run(1, run_id=77101, **STAGE)
     decoy.update(display_title=DECOY_TITLE, status="completed", conclusion="success")
     gh.fail("5xx", route="download_blob", times=100)
-    with pytest.raises(AssertionError, match="has no reply that says RUNNING for run 77101"):
+    with pytest.raises(AssertionError, match="has no reply that says RUNNING or ABORTED for run"):
         jobs.report(77101, 101)
     (reply,) = replies(gh)
     assert "could not be reported" not in reply["body"] and status(gh)["state"] == "pending"

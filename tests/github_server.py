@@ -11,7 +11,8 @@ Threaded HTTP on 127.0.0.1 that serves the endpoints stagebot uses with GitHub's
 - ``timeout-after-write``: perform the write, then hold the answer past the client's timeout.
 
 Also the Actions side of the bot's flow: workflow runs, their artifacts (zip downloads answer
-with a redirect to ``/_blobs/<id>``, outside the API, as GitHub's storage does),
+with a redirect to ``/_blobs/<id>``, outside the API, as GitHub's storage does; a fault
+whose route is ``download_blob`` fails that second hop, and only such a fault does),
 ``workflow_dispatch`` (the run's title rendered from the workflow file's ``run-name``, unknown
 inputs refused like GitHub), and a GitHub App (``add_app``): installation lookup, JWT-checked
 installation tokens, and the App's login for the tokens it minted.
@@ -816,12 +817,7 @@ class _Handler(BaseHTTPRequestHandler):
         body = json.loads(raw) if raw else None
         auth = self.headers.get("Authorization")
         if method == "GET" and path.startswith("/_blobs/"):  # artifact storage, not the API
-            with fake.lock:
-                fake.blob_auth.append(auth)
-                blob = fake.blobs.get(int(path.rsplit("/", 1)[1] or 0))
-            if blob is None:
-                return self._send(404, {"message": "Not Found"})
-            return self._send_bytes(blob)
+            return self._serve_blob(path, auth)
         if not path.startswith(fake.prefix + "/"):
             return self._send(404, {"message": "Not Found"})
         path = path[len(fake.prefix) :]
@@ -871,6 +867,40 @@ class _Handler(BaseHTTPRequestHandler):
         if isinstance(payload, list):
             return self._send_page(status, payload, query)
         return self._send(status, payload)
+
+    def _serve_blob(self, path: str, auth: str | None) -> None:
+        """The storage an artifact download is redirected to (route ``download_blob``): it
+        fails only where a fault names that route (no fault for every route reaches it)."""
+        fake = self.fake
+        with fake.lock:
+            fake.blob_auth.append(auth)
+            blob = fake.blobs.get(int(path.rsplit("/", 1)[1] or 0))
+            fault = next(
+                (f for f in fake.faults if f.times > 0 and f.route == "download_blob"), None
+            )
+            if fault is not None:
+                fault.times -= 1
+            record = Recorded(
+                "GET", path, "download_blob", {}, None, 0, fault.kind if fault else None, auth
+            )
+            fake.requests.append(record)
+        if fault is not None and fault.kind in ("5xx", "5xx-after-write"):
+            record.status = 502
+            return self._send(502, {"message": "Server Error"})
+        if fault is not None and fault.kind in ("403", "429"):
+            record.status = int(fault.kind)
+            return self._send(
+                record.status, {"message": "Too Many Requests"}, {"Retry-After": fault.retry_after}
+            )
+        if fault is not None and fault.kind.startswith("timeout"):
+            time.sleep(fake.hold_s)
+            record.status = 504
+            return self._send(504, {"message": "held past the client's timeout"})
+        if fault is not None or blob is None:
+            record.status = 404
+            return self._send(404, {"message": "Not Found"})
+        record.status = 200
+        return self._send_bytes(blob)
 
     def _send_page(self, status: int, items: list, query: dict[str, str]) -> None:
         per_page = int(query.get("per_page", 30))

@@ -80,3 +80,16 @@ def test_a_doctored_lock_is_caught() -> None:
     assert lock_problems(text + "torch==2.13.0 \\\n    --hash=sha256:00\n", LOCKS["harness"]) == [
         "torch is pinned: it goes in first, at the machine's build"
     ]
+
+
+def test_the_build_lock_pins_the_build_requirements_with_hashes() -> None:
+    """The workflows build the checkout without build isolation (an isolated build fetches
+    ``[build-system] requires`` unhashed): the build lock pins exactly those, with hashes."""
+    build = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["build-system"]
+    text = (ROOT / "templates" / "locks" / "build.txt").read_text(encoding="utf-8")
+    pinned = pins(text)
+    wanted = [Requirement(text) for text in build["requires"]]
+    assert set(pinned) == {canonicalize_name(r.name) for r in wanted}
+    for requirement in wanted:
+        version, hashes = pinned[canonicalize_name(requirement.name)]
+        assert hashes and requirement.specifier.contains(version), (requirement, version)

@@ -16,6 +16,7 @@ import pytest
 import yaml
 from helpers.workflow_lint import WORKFLOWS, actionlint, zizmor
 from helpers.zizmor_ignores import IGNORES
+from workflow_installs import PRIVILEGED, ROOT, bot_jobs, unhashed_fetches
 
 from stagebot.bot.protocols.names import PLAN_ARTIFACT, result_artifact
 
@@ -103,6 +104,48 @@ def test_no_job_restores_a_cache_or_downloads_an_artifact_with_an_action(name: s
         assert not any(s.get("with", {}).get("cache") for s in steps(job))  # setup-* caches
 
 
+def test_no_privileged_job_installs_anything_unhashed() -> None:
+    """Issue 43, finding 2: the plan and report jobs hold the App key; every package they install
+    is hash-checked: the core and build locks with --require-hashes, then the default branch's
+    checkout with --no-deps (the lock holds its dependencies) and --no-build-isolation (an
+    isolated build would fetch setuptools unhashed; the build lock's setuptools builds it)."""
+    jobs = [job for job in bot_jobs() if job.workflow in PRIVILEGED]
+    assert {job.workflow for job in jobs} == set(PRIVILEGED)
+    for job in jobs:
+        assert job.installs, job
+        for line in job.installs:
+            assert unhashed_fetches(line, ROOT) == [], (job.workflow, line)
+
+
+@pytest.mark.parametrize(
+    ("line", "caught"),
+    [
+        ("python -m pip install --quiet .", ".'s dependencies"),
+        ("python -m pip install --quiet --no-deps .", ".'s build requirements"),
+        ("python -m pip install 'stagebot==0.1.0'", "stagebot==0.1.0, named without a hash"),
+        ("python -m pip install --quiet PyGithub jinja2", "PyGithub, named without a hash"),
+        ('python -m pip install -r "$lock"', "-r $lock is not hash-checked"),
+    ],
+)
+def test_the_unhashed_install_check_catches_each_way(line: str, caught: str) -> None:
+    """The negative controls of the test above: each line fetches something unhashed."""
+    assert any(caught in found for found in unhashed_fetches(line, ROOT)), line
+
+
+def test_a_lock_with_one_unhashed_pin_is_not_hash_checked(tmp_path: Path) -> None:
+    """pip checks hashes without --require-hashes only when every pin of the lock has one."""
+    lock = tmp_path / "templates" / "locks" / "core.txt"
+    lock.parent.mkdir(parents=True)
+    text = (ROOT / "templates" / "locks" / "core.txt").read_text(encoding="utf-8")
+    lock.write_text(text, encoding="utf-8")
+    line = "python -m pip install --quiet -r templates/locks/core.txt"
+    assert unhashed_fetches(line, tmp_path) == []
+    lock.write_text(re.sub(r"(?m)^(jinja2==\S+) \\\n(    --hash=.*\n)*", r"\1\n", text))
+    assert unhashed_fetches(line, tmp_path) == [
+        "-r templates/locks/core.txt is not hash-checked (add --require-hashes)"
+    ]
+
+
 def test_only_the_stage_workflow_runs_pr_code_and_how() -> None:
     """A checkout of anything but the default branch happens only in stage.yml, of the pinned
     commit from the bot's matrix, in a job with contents: read, no secret and no token."""
@@ -176,8 +219,9 @@ def test_bot_workflow_triggers_and_the_plan_jobs_steps() -> None:
     plan = workflow["jobs"]["plan"]
     runs = [s["run"] for s in steps(plan) if "run" in s]
     assert runs == [
-        "python -m pip install --quiet -r templates/locks/core.txt\n"
-        "python -m pip install --quiet .\n",
+        "python -m pip install --quiet --require-hashes -r templates/locks/core.txt "
+        "-r templates/locks/build.txt\n"
+        "python -m pip install --quiet --no-deps --no-build-isolation .\n",
         "bot gate",
         "bot app-token --job plan",
         "bot fetch-ledger --out .stagebot/ledger.sqlite",

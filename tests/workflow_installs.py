@@ -57,6 +57,62 @@ def bot_jobs(folder: Path = ROOT / ".github" / "workflows") -> list[BotJob]:
     return jobs
 
 
+PRIVILEGED = ("bot.yml", "report.yml")  # the plan and report jobs: the App key, statuses write
+HASHED_PIN = re.compile(
+    r"^[A-Za-z0-9._-]+==\S+ \\\n(?:    --hash=sha256:[0-9a-f]{64}(?: \\)?\n)+", re.M
+)
+
+
+def unhashed_fetches(line: str, root: Path) -> list[str]:
+    """What the ``pip install`` ``line`` could fetch without checking a hash: a named
+    requirement, a requirements file that is not hashed throughout (pip checks hashes only in
+    hash-checking mode: ``--require-hashes``, or a file whose pins all carry hashes), the
+    project's dependencies (no ``--no-deps``) or its build requirements (an isolated build
+    fetches ``[build-system] requires`` itself, never hash-checked). ``-r`` files are read
+    under ``root``; one named by a shell variable counts only with ``--require-hashes``."""
+    words = shlex.split(line)
+    args = words[words.index("install") + 1 :]
+    hashed_mode = "--require-hashes" in args
+    found = []
+    i = 0
+    while i < len(args):
+        word = args[i]
+        if word in ("-r", "--requirement", "-c", "--constraint"):
+            path = args[i + 1]
+            i += 2
+            if word in ("-c", "--constraint") or hashed_mode:
+                continue
+            lock = root / path
+            if "$" in path or not lock.is_file() or not _hashed_throughout(lock):
+                found.append(f"-r {path} is not hash-checked (add --require-hashes)")
+            continue
+        i += 1
+        if word.startswith("-"):
+            continue
+        if PROJECT.match(word) or word.startswith(("/", "./")):
+            if "--no-deps" not in args:
+                found.append(f"{word}'s dependencies (add --no-deps after a hashed lock)")
+            if PROJECT.match(word) and "--no-build-isolation" not in args:
+                found.append(
+                    f"{word}'s build requirements, which an isolated build fetches unhashed "
+                    "(install a hashed build lock, then --no-build-isolation)"
+                )
+        elif not hashed_mode:
+            found.append(f"{word}, named without a hash")
+    return found
+
+
+def _hashed_throughout(lock: Path) -> bool:
+    """Every requirement of ``lock`` is pinned with ``==`` and carries a sha256 hash."""
+    text = lock.read_text(encoding="utf-8")
+    requirements = [
+        line
+        for line in HASHED_PIN.sub("", text).splitlines()
+        if line.strip() and not line.lstrip().startswith("#")
+    ]
+    return bool(HASHED_PIN.search(text)) and not requirements
+
+
 def source_copy(into: Path) -> Path:
     """The tracked files only: a build/ folder left by an earlier in-tree build would leak into
     the wheel and hide what the packaging itself includes."""

@@ -59,12 +59,11 @@ class Reported:
 
 def report_stage_run(run_id: int, work: Path, env, config, say: Callable[[str], None]) -> Reported:
     """Validate stage run ``run_id`` against the bot's plan and publish it (see the module);
-    ``say`` prints each line of the log as it happens."""
-    from stagebot.bot.actions.publishing import PublishRequest, publish
-    from stagebot.bot.custody.files import file_digest
-    from stagebot.bot.custody.transport import fetch_main_ledger
-    from stagebot.bot.github import RetryPolicy, connect
-    from stagebot.bot.protocols.runs import plan_run_problem, stage_run_problem
+    ``say`` prints each line of the log as it happens. When GitHub keeps failing after the
+    run's title was read, the pipeline's reply and gating status say the report could not be
+    made and to re-run the report job (``_unreported``), and the error ends the job."""
+    from stagebot.bot.github import GitHubError, RetryPolicy, connect
+    from stagebot.bot.protocols.runs import stage_run_problem
 
     api = connect(env, RetryPolicy.from_environ())
     run = api.workflow_run(run_id)
@@ -72,11 +71,28 @@ def report_stage_run(run_id: int, work: Path, env, config, say: Callable[[str], 
     why = stage_run_problem(run, config, api.repository)
     if why is None and parsed is None:
         why = f"run {run.id}'s title {run.display_title!r} names no pipeline and plan run"
-    if why is None:
-        assert parsed is not None
-        _, pipeline, plan_id = parsed
-        plan_run = _completed(api, plan_id)
-        why = plan_run_problem(plan_run, config, api.repository, api.default_branch())
+    if why is not None:
+        say(f"ignored: {why}; this is not a stage run the bot started, nothing is reported")
+        return Reported()
+    assert parsed is not None
+    try:
+        return _report(api, run, parsed, work, env, config, say)
+    except GitHubError as error:
+        for line in _unreported(api, run, parsed, env, config, error):
+            say(line)
+        raise
+
+
+def _report(api, run, parsed, work: Path, env, config, say: Callable[[str], None]) -> Reported:
+    """Check the plan run, read the plan and the results, publish (the module's steps 2-4)."""
+    from stagebot.bot.actions.publishing import PublishRequest, publish
+    from stagebot.bot.custody.files import file_digest
+    from stagebot.bot.custody.transport import fetch_main_ledger
+    from stagebot.bot.protocols.runs import plan_run_problem
+
+    _, pipeline, plan_id = parsed
+    plan_run = _completed(api, plan_id)
+    why = plan_run_problem(plan_run, config, api.repository, api.default_branch())
     if why is None:
         plan_dir, ledger = _plan_artifacts(api, plan_id, work)
         dispatched = json.loads((plan_dir / "dispatch.json").read_text())
@@ -110,6 +126,53 @@ def report_stage_run(run_id: int, work: Path, env, config, say: Callable[[str], 
     say("\n".join(publish(request, env, config)))
     name = ledger_artifact(file_digest(ledger)) if plan.pr else MAIN_LEDGER
     return Reported(ledger, name)
+
+
+def _unreported(api, run, parsed, env, config, error: Exception) -> list[str]:
+    """GitHub kept failing while the report was made: say so where the pipeline is watched,
+    rather than leave its reply RUNNING and its status pending for ever. Only a PR pipeline
+    whose reply still says RUNNING, or ABORTED by a kill (whose cancelled run is reported as
+    ABORTED), and records this very run (``stage_run``, written by the bot's dispatch: a decoy
+    titled like the bot's run is not it) is touched; its status only while it is this
+    pipeline's pending one. The reply's marker keeps its state, so a re-run of the report job
+    publishes over both. Returns the log's lines."""
+    from stagebot.bot.comments.replies import our_replies, reply_for_pipeline, with_note
+    from stagebot.bot.github import GitHubError
+    from stagebot.harness.report.status_text import owns, unreported
+
+    key, pipeline, _ = parsed
+    if not key.startswith("pr-"):
+        return [f"pipeline #{pipeline} ({key}) could not be reported: re-run the report job"]
+    pr = int(key.removeprefix("pr-"))
+    lines = []
+    try:
+        reply = reply_for_pipeline(our_replies(api.comments(pr), config.bot_login), pipeline)
+        if (
+            reply is None
+            or reply.marker.state not in ("RUNNING", "ABORTED")
+            or reply.marker.stage_run != run.id
+        ):
+            return [
+                f"pipeline #{pipeline} of PR #{pr} has no reply that says RUNNING or ABORTED "
+                f"for run {run.id}: its reply and status are left alone"
+            ]
+        commit = reply.marker.commit
+        current = api.statuses(commit, config.status_context)
+        if current and current[0].state == "pending" and owns(current[0].description, pipeline):
+            api.set_status(
+                commit, "error", config.status_context, unreported(pipeline), env.run_url
+            )
+            lines.append(f"status {config.status_context!r} set to error on {commit[:7]}")
+        note = (
+            f"This pipeline could not be reported: {error}. Its stage run {run.id} finished; "
+            f"re-run the report job (workflow run {env.run_id}) to publish it. The "
+            f"{config.status_context} status says error until then."
+        )
+        api.edit_comment(reply.comment.id, with_note(reply.comment.body, note))
+        lines.append(f"reply {reply.comment.id} says the report could not be made")
+    except GitHubError as again:
+        lines.append(f"could not say that the report failed either: {again}")
+    return lines
 
 
 def _completed(api, run_id: int):

@@ -49,8 +49,8 @@ WORD_PIECE = re.compile(
     re.DOTALL,
 )
 DOUBLE_QUOTED_ESCAPE = re.compile(r'\\(["\\])')
-SHA_MIN, SHA_MAX = 12, 40  # 7 hex digits are 2^28 tries to grind a matching commit
-SHA_PREFIX = re.compile(r"^[0-9a-f]+$")
+SHA_DIGITS = 40  # a full SHA-1; a shorter prefix is refused with the head named (sha_pin.py)
+SHA_HEX = re.compile(r"^[0-9a-f]+$")
 
 
 @dataclass(frozen=True)
@@ -68,10 +68,11 @@ class Subcommand:
 SHA_FLAG = Flag(
     "--sha",
     "sha",
-    f"The PR head commit you reviewed ({SHA_MIN} to {SHA_MAX} hex digits of its SHA): the "
-    "command is refused when the head is another commit. Needed by skip and reuse-pipeline, "
-    "and by run on PRs whose author lacks write permission.",
-    "PREFIX",
+    f"The full SHA ({SHA_DIGITS} hex digits) of the PR head commit you reviewed: the command "
+    "is refused when the head is another commit, and a shorter prefix is refused (a second "
+    "commit can be made to share it). Needed by skip and reuse-pipeline, and by run on PRs "
+    "whose author lacks write permission.",
+    "SHA",
 )
 CONTRADICTIONS = (
     ("--reuse-test", "--disable-reuse-test"),
@@ -201,7 +202,7 @@ SUBCOMMANDS: dict[str, Subcommand] = {
     for spec in (
         Subcommand(
             "run",
-            "/bot run [--sha PREFIX] [flags]",
+            "/bot run [--sha SHA] [flags]",
             "Plan and run the stages for the PR's head commit, then post one report. By default "
             "it reuses tests that already passed on this commit.",
             "anyone with write permission; --post-merge, --add-multi-gpu-test and "
@@ -209,7 +210,7 @@ SUBCOMMANDS: dict[str, Subcommand] = {
             "write permission, --sha is required",
             (
                 "/bot run",
-                "/bot run --sha 1a2b3c4d5e6f",
+                "/bot run --sha 1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d7e8f9a0b",
                 "/bot run --disable-fail-fast",
                 '/bot run --stage-list "DGX_H200-4_GPUs-AutoDeploy-1"',
                 '/bot run --extra-stage "DGX_B200-4_GPUs-AutoDeploy-1"',
@@ -227,23 +228,26 @@ SUBCOMMANDS: dict[str, Subcommand] = {
         ),
         Subcommand(
             "skip",
-            '/bot skip --sha PREFIX --comment "REASON"',
+            '/bot skip --sha SHA --comment "REASON"',
             "Mark the PR's head commit, which --sha names, as passing without testing it.",
             "maintainers and admins",
-            ('/bot skip --sha 1a2b3c4d5e6f --comment "docs-only change"',),
+            (
+                "/bot skip --sha 1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d7e8f9a0b "
+                '--comment "docs-only change"',
+            ),
             _parse_skip,
             (SHA_FLAG,),
             dangerous=True,
         ),
         Subcommand(
             "reuse-pipeline",
-            "/bot reuse-pipeline --sha PREFIX [#N]",
+            "/bot reuse-pipeline --sha SHA [#N]",
             "Validate the head commit, which --sha names, with the result of pipeline N "
             "(default: the latest), and stop running pipelines.",
             "maintainers and admins",
             (
-                "/bot reuse-pipeline --sha 1a2b3c4d5e6f",
-                "/bot reuse-pipeline --sha 1a2b3c4d5e6f #47634",
+                "/bot reuse-pipeline --sha 1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d7e8f9a0b",
+                "/bot reuse-pipeline --sha 1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d7e8f9a0b #47634",
             ),
             _parse_reuse_pipeline,
             (SHA_FLAG,),
@@ -360,7 +364,7 @@ def parse_comment(comment: str) -> Command:
 
 
 def _take_sha(args: list[str]) -> tuple[str | None, list[str]]:
-    """Take ``--sha PREFIX`` (or ``--sha=PREFIX``) out of the arguments; check the prefix."""
+    """Take ``--sha SHA`` (or ``--sha=PREFIX``) out of the arguments; check the prefix."""
     found = [i for i, arg in enumerate(args) if arg == "--sha" or arg.startswith("--sha=")]
     if not found:
         return None, args
@@ -373,16 +377,19 @@ def _take_sha(args: list[str]) -> tuple[str | None, list[str]]:
     elif i + 1 < len(args) and not args[i + 1].startswith("--"):
         value, rest = args[i + 1], args[:i] + args[i + 2 :]
     else:
-        raise CommandError("--sha needs the head commit's SHA, e.g. --sha 1a2b3c4d5e6f")
-    sha = value.lower()
-    if not SHA_PREFIX.match(sha):
         raise CommandError(
-            f"--sha {value!r} is not hexadecimal; give the commit's SHA, e.g. 1a2b3c4d5e6f"
+            "--sha needs the head commit's SHA, e.g. --sha 1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d7e8f9a0b"
         )
-    if not SHA_MIN <= len(sha) <= SHA_MAX:
+    sha = value.lower()
+    if not SHA_HEX.match(sha):
         raise CommandError(
-            f"--sha {value!r} has {len(sha)} digits; give {SHA_MIN} to {SHA_MAX} hex digits of "
-            "the commit's SHA (best the full SHA, which the bot's replies show)"
+            f"--sha {value!r} is not hexadecimal; give the full {SHA_DIGITS}-hex SHA of the "
+            "commit you reviewed, which the bot's replies show"
+        )
+    if len(sha) > SHA_DIGITS:
+        raise CommandError(
+            f"--sha {value!r} has {len(sha)} digits; a commit's SHA has {SHA_DIGITS}: give the "
+            "full SHA of the commit you reviewed, which the bot's replies show"
         )
     return sha, rest
 

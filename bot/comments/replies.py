@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from stagebot.bot.github import Comment
 from stagebot.bot.protocols.marker import (
+    TAIL,
     MarkerError,
     ReplyMarker,
     find_ledger_digests,
@@ -100,3 +101,12 @@ def with_ledger_digest(marker: str, digest: str | None, run_id: int | None = Non
     """The reply's hidden tail: the ledger digest line (when the bot saved a ledger, with the
     run that uploads it), then the marker, which is always last."""
     return f"{render_ledger_digest(digest, run_id)}\n{marker}" if digest else marker
+
+
+def with_note(body: str, note: str) -> str:
+    """One of the bot's replies with ``note`` (escaped) as its last visible paragraph; the hidden
+    tail (the ledger digest line, then the marker) stays last, unchanged."""
+    match = TAIL.search(body)
+    if match is None:
+        raise MarkerError("the reply has no marker at its end")
+    return f"{body[: match.start()].rstrip()}\n\n⚠️ {escape(note)}\n\n{body[match.start() :]}"

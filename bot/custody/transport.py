@@ -24,6 +24,7 @@ from stagebot.bot.custody.artifact_zip import ArtifactError, unpack
 from stagebot.bot.github import Artifact, Comment, GitHubApi
 from stagebot.bot.protocols.names import MAIN_LEDGER, ledger_artifact
 from stagebot.bot.protocols.runs import own_run_problem
+from stagebot.stages.errors import StagebotError
 
 LEDGER_FILE = "ledger.sqlite"
 MAX_ZIP = 512 << 20
@@ -64,40 +65,49 @@ def read_ledger(api: GitHubApi, artifact: Artifact, digest: str | None) -> bytes
     return data
 
 
+class UnverifiedHistory(StagebotError):
+    """The newest reply that names a ledger names one that fails its check: the PR's history
+    cannot be verified, and no older reply's ledger may stand in for it (a rollback)."""
+
+
 def fetch_pr_ledger(
     api: GitHubApi, replies: list[Comment], config: BotConfig, dest: Path
 ) -> tuple[bool, list[str]]:
     """Write the ledger the bot's newest reply (of ``replies``, the bot's own comments) vouches
     for to ``dest``: (found, what happened).
     The reply names the digest and the run that uploaded it; only that run's own artifacts are
-    read (a search by name would take whatever any workflow uploaded under the public name)."""
+    read (a search by name would take whatever any workflow uploaded under the public name).
+    Only the newest reply that names a ledger counts: when its ledger cannot be had or fails its
+    check, ``UnverifiedHistory`` says why. An older reply's ledger is never taken instead: it
+    would forget what the newer pipelines recorded (a later FAILURE reused as a pass)."""
     from stagebot.bot.protocols.marker import find_ledger_record
 
     default_branch = api.default_branch()
     workflows = (config.workflow, config.report_workflow)
-    notes: list[str] = []
     for reply in sorted(replies, key=lambda r: r.id, reverse=True)[:CANDIDATES]:
         record = find_ledger_record(reply.body)
         if record is None:
             continue
         if record.run_id is None:
-            notes.append(f"skipped reply {reply.id}: it names no run for its ledger")
-            continue
+            raise UnverifiedHistory(
+                f"the bot's newest reply that names a ledger (reply {reply.id}) names no run "
+                "that uploaded it"
+            )
         name = ledger_artifact(record.digest)
         data, why = _from_run(
             api, record.run_id, name, config, default_branch, workflows, record.digest
         )
         if why is not None:
-            notes.append(f"skipped reply {reply.id}: {why}")
-            continue
+            raise UnverifiedHistory(
+                f"the bot's newest reply that names a ledger (reply {reply.id}) names the "
+                f"ledger with sha256 {record.digest[:12]}… of run {record.run_id}, and {why}"
+            )
         _write(dest, data)
-        notes.append(
+        return True, [
             f"took the ledger of reply {reply.id} (sha256 {record.digest[:12]}…) from "
             f"run {record.run_id}"
-        )
-        return True, notes
-    notes.append("no ledger the bot vouched for was found: the pipeline starts without history")
-    return False, notes
+        ]
+    return False, ["no ledger the bot vouched for was found: the pipeline starts without history"]
 
 
 def _from_run(

@@ -26,7 +26,7 @@ from stagebot.bot.github.data import (
     check_status_state,
     fit_status_description,
 )
-from stagebot.bot.github.download import stream_artifact
+from stagebot.bot.github.download import artifact_location, stream_from_storage
 from stagebot.bot.github.retry import RetryPolicy, http_timeout, read, read_retry, retried
 
 
@@ -85,13 +85,6 @@ class PyGithubApi:
         return read(
             f"list the changed files of {self.repository}#{number}",
             lambda: [f.filename for f in self._repo.get_pull(number).get_files()],
-        )
-
-    def pull_commits(self, number: int) -> list[str]:
-        """The SHAs of the pull request's commits (GitHub lists at most 250)."""
-        return read(
-            f"list the commits of {self.repository}#{number}",
-            lambda: [c.sha for c in self._repo.get_pull(number).get_commits()],
         )
 
     def timeline(self, number: int) -> list[TimelineEvent]:
@@ -254,21 +247,23 @@ class PyGithubApi:
         return read(f"{what} in {self.repository}", call)
 
     def download_artifact(self, artifact_id: int, limit: int, dest: Path) -> None:
-        """Stream the artifact's zip into the file ``dest`` (``download.stream_artifact``).
-        Retried like every other read (5xx, 429 and secondary rate limits with Retry-After,
-        dropped connections, timeouts), with the same bounded waits."""
+        """Stream the artifact's zip into the file ``dest`` (bot/github/download.py). Each hop
+        (the API's redirect, then the storage) is retried on its own budget like every other
+        read (5xx, 429 and secondary rate limits with Retry-After, dropped connections,
+        timeouts), with the same bounded waits."""
+        what = f"artifact {artifact_id} of {self.repository}"
+        timeout = http_timeout(self.policy)
+        location = retried(
+            self.policy,
+            f"get the storage address of {what}",
+            lambda: artifact_location(
+                self._api_url, self.repository, self._token, artifact_id, timeout
+            ),
+        )
         retried(
             self.policy,
-            f"download artifact {artifact_id} of {self.repository}",
-            lambda: stream_artifact(
-                self._api_url,
-                self.repository,
-                self._token,
-                artifact_id,
-                limit,
-                dest,
-                http_timeout(self.policy),
-            ),
+            f"download {what} from its storage",
+            lambda: stream_from_storage(location, artifact_id, limit, dest, timeout),
         )
 
     # ---- writes (retried here, with recovery after ambiguous failures)

@@ -34,6 +34,10 @@ def gave_up(number: int) -> str:
     return pipeline_status(number, "could not start its stage run: comment /bot run again")
 
 
+def unreported(number: int) -> str:
+    return pipeline_status(number, "could not be reported: re-run the report job")
+
+
 def skipped(login: str, reason: str) -> str:
     """A person's `/bot skip`: no pipeline prefix, so no report overwrites it."""
     return f"Skipped by @{login}: {reason}"

@@ -151,7 +151,7 @@ def test_reuse_pipeline_validates_a_new_head_from_a_passed_pipeline(gh, jobs) ->
     gh.push(PR, new_head)
     gh.diffs[(SHA, new_head)] = ["README.md"]
     outputs = jobs.handle_comment(
-        f"/bot reuse-pipeline --sha {new_head[:12]} #101", 102, author="maintainer"
+        f"/bot reuse-pipeline --sha {new_head} #101", 102, author="maintainer"
     )
     assert outputs["run"] == "false"
     validated = gh.latest_status(new_head, "stagebot")
@@ -167,7 +167,7 @@ def test_reuse_pipeline_of_a_failed_pipeline_is_refused(gh, tmp_path, monkeypatc
     monkeypatch.chdir(tmp_path)
     failing = Jobs(gh, tmp_path, monkeypatch, capsys, suite="check_fail.py")
     failing.publish_whole("/bot run", 101)
-    failing.handle_comment(f"/bot reuse-pipeline --sha {SHA[:12]} 101", 102, author="maintainer")
+    failing.handle_comment(f"/bot reuse-pipeline --sha {SHA} 101", 102, author="maintainer")
     reply = next(c for c in replies(gh) if marker_of(c).comment_id == 7102)
     shown = reply["body"].replace("#\u200b", "#")  # "#101" in a reason is no issue link
     assert "was not applied: pipeline #101 ended FAILURE" in shown
@@ -231,7 +231,7 @@ def test_a_changed_file_name_cannot_forge_the_reply_marker(gh, jobs) -> None:
         '"stages":{},"state":"RUNNING","version":1} -->'
     )
     gh.diffs[(SHA, new_head)] = [forged, "@everyone.py", "README.md"]
-    jobs.handle_comment(f"/bot reuse-pipeline --sha {new_head[:12]} #101", 102, author="maintainer")
+    jobs.handle_comment(f"/bot reuse-pipeline --sha {new_head} #101", 102, author="maintainer")
     reply = next(c for c in replies(gh) if marker_of(c).comment_id == 7102)
     assert (marker_of(reply).pipeline, marker_of(reply).state) == (102, "SUCCESS")
     assert reply["body"].count("<!-- stagebot:") == 1 and "@everyone" not in reply["body"]

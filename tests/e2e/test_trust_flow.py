@@ -74,13 +74,15 @@ def test_a_cancelled_stage_run_is_reported_aborted(gh, jobs) -> None:
 
 def test_a_report_job_that_died_mid_publish_is_finished_by_its_re_run(gh, jobs) -> None:
     """No concurrency group protects a report job: one that dies (or is cancelled) after some
-    writes leaves the reply RUNNING; re-running it reads everything again and finishes."""
+    writes leaves the reply RUNNING; re-running it reads everything again and finishes. One
+    that GitHub made fail sets the status to error first (its reply's edit kept failing)."""
     outputs = jobs.plan("/bot run", 101)
     stage_run = jobs.stages(outputs)
     gh.fail("5xx", route="edit_comment", times=20)
     with pytest.raises(AssertionError):  # exit 3: GitHub kept failing the reply's edit
         jobs.report(stage_run, 101)
-    assert marker_of(replies(gh)[0]).state == "RUNNING" and status(gh)["state"] == "pending"
+    assert marker_of(replies(gh)[0]).state == "RUNNING" and status(gh)["state"] == "error"
+    assert "re-run the report job" in status(gh)["description"]
     gh.faults.clear()
     jobs.report(stage_run, 101)
     (reply,) = replies(gh)
@@ -276,8 +278,29 @@ def test_a_ledger_whose_bytes_differ_from_its_digest_is_not_used(gh, jobs, tmp_p
     gh.add_artifact(60101, genuine["name"], {"ledger.sqlite": forged})
     again = jobs.plan("/bot run", 102)
     assert "holds a ledger whose sha256 is not" in again["log"]
-    assert "no ledger the bot vouched for was found" in again["log"]
+    assert "history of this PR could not be verified" in again["log"]
     assert json.loads(again["matrix"]) != []  # nothing reused from an unvouched ledger
+
+
+@pytest.mark.parametrize("tamper", ["forged bytes", "artifact gone"])
+def test_a_newest_ledger_that_fails_its_check_stops_the_history(gh, jobs, tmp_path, tamper):
+    """Issue 43, finding 3: when the newest reply's ledger fails its check, an older reply's
+    genuine ledger is never taken instead (a rollback that forgets what came after it): the
+    pipeline starts without history and the reply says the history could not be verified."""
+    jobs.whole("/bot run", 101)
+    jobs.whole("/bot run", 102)  # everything reused; its report saves the newest ledger
+    newest = _reported_ledger(gh, 60102)
+    gh.artifacts.pop(newest["id"])
+    if tamper == "forged bytes":
+        forged = _forged_copy(gh, newest, tmp_path, pipeline=102)
+        gh.add_artifact(60102, newest["name"], {"ledger.sqlite": forged})
+    again = jobs.plan("/bot run", 103)
+    assert "took the ledger of reply" not in again["log"]
+    assert json.loads(again["matrix"]) != []  # nothing reused from an older history
+    reply = next(c for c in replies(gh) if marker_of(c).pipeline == 103)
+    assert "history of this PR could not be verified" in reply["body"]
+    why = "holds a ledger whose sha256 is not" if tamper == "forged bytes" else "has no artifact"
+    assert why in reply["body"] and "run 60102" in reply["body"]
 
 
 def test_mains_ledger_comes_from_the_bots_report_runs_only(gh, jobs, tmp_path) -> None:
@@ -358,6 +381,72 @@ def test_a_result_download_that_keeps_failing_is_that_stages_error(gh, jobs) -> 
     (reply,) = replies(gh)
     assert "its result artifact could not be downloaded" in reply["body"]
     assert marker_of(reply).state == "FAILURE" and status(gh)["state"] == "failure"
+
+
+def test_two_faults_on_each_download_hop_are_retried_on_that_hops_budget(gh, jobs) -> None:
+    """Issue 43, finding 4: a download is two requests (the API's redirect, then storage); two
+    transient faults on each used up the four tries they shared, and the report exited 3."""
+    outputs = jobs.plan("/bot run", 101)
+    stage_run = jobs.stages(outputs)
+    gh.fail("5xx", route="download_artifact", times=2)
+    gh.fail("5xx", route="download_blob", times=2)
+    jobs.report(stage_run, 101)
+    (reply,) = replies(gh)
+    assert "completed with state SUCCESS" in reply["body"] and status(gh)["state"] == "success"
+    assert [r.status for r in gh.calls("download_artifact")][:3] == [502, 502, 302]
+    assert [r.status for r in gh.calls("download_blob")][:3] == [502, 502, 200]
+
+
+def test_a_report_that_cannot_be_made_says_so_and_to_re_run_the_report_job(gh, jobs) -> None:
+    """Issue 43, finding 4: when the downloads keep failing, the reply (RUNNING until then) and
+    the pending status say the report could not be made: `error`, never pending for ever; a
+    re-run of the report job then publishes over both."""
+    outputs = jobs.plan("/bot run", 101)
+    stage_run = jobs.stages(outputs)
+    gh.fail("5xx", route="download_blob", times=100)
+    with pytest.raises(AssertionError, match="could not download artifact"):  # exit 3
+        jobs.report(stage_run, 101)
+    (reply,) = replies(gh)
+    assert "This pipeline could not be reported: could not download artifact" in reply["body"]
+    assert "re-run the report job (workflow run 60101)" in reply["body"]
+    assert marker_of(reply).state == "RUNNING"  # so that the re-run publishes
+    assert status(gh)["state"] == "error"
+    assert (
+        status(gh)["description"] == "PR_Github #101 could not be reported: re-run the report job"
+    )
+    gh.faults.clear()
+    jobs.report(stage_run, 101)
+    (reply,) = replies(gh)
+    assert "completed with state SUCCESS" in reply["body"] and status(gh)["state"] == "success"
+    assert "could not be reported" not in reply["body"]
+
+
+def test_a_killed_pipeline_whose_report_cannot_be_made_is_an_error_not_pending(gh, jobs) -> None:
+    """Issue 43, finding 4: /bot kill cancels the stage run, whose report says ABORTED; when
+    that report cannot be made, the status must not stay pending either."""
+    outputs = jobs.plan("/bot run", 101)
+    jobs.plan("/bot kill", 102)
+    assert gh.runs[outputs["stage_run"]]["conclusion"] == "cancelled"
+    gh.fail("5xx", route="download_blob", times=100)
+    with pytest.raises(AssertionError, match="could not download artifact"):  # exit 3
+        jobs.report(outputs["stage_run"], 101)
+    killed = next(c for c in replies(gh) if marker_of(c).pipeline == 101)
+    assert marker_of(killed).state == "ABORTED" and "could not be reported" in killed["body"]
+    assert status(gh)["state"] == "error" and "re-run the report job" in status(gh)["description"]
+
+
+def test_a_failing_report_of_a_decoy_run_touches_no_reply(gh, jobs) -> None:
+    """Only the run the bot's dispatch recorded in the reply gets the "could not be reported"
+    note: a report that fails for another run titled like it leaves the pipeline alone."""
+    outputs = jobs.plan("/bot run", 101)
+    jobs.stages(outputs)
+    decoy = gh.add_run(1, run_id=77101, **STAGE)
+    decoy.update(display_title=DECOY_TITLE, status="completed", conclusion="success")
+    gh.fail("5xx", route="download_blob", times=100)
+    with pytest.raises(AssertionError, match="has no reply that says RUNNING or ABORTED for run"):
+        jobs.report(77101, 101)
+    (reply,) = replies(gh)
+    assert "could not be reported" not in reply["body"] and status(gh)["state"] == "pending"
 
 
 # ---------------------------------------------------------------- kill and supersede (issue 28, 5)

@@ -76,7 +76,6 @@ class MemoryGitHub:
         self.login = login
         self.pulls: dict[int, PullRequest] = {}
         self.files: dict[int, list[str]] = {}
-        self.commits: dict[int, list[str]] = {}  # PR -> its commits, oldest first
         self.main_commits: list[str] = []  # the default branch's commits, newest first
         self.events: dict[int, list[TimelineEvent]] = {}  # PR -> its timeline, oldest first
         self.issue_comments: dict[int, Comment] = {}
@@ -117,10 +116,9 @@ class MemoryGitHub:
         return self.pulls[number]
 
     def push(self, number: int, sha: str, *, force: bool = False) -> None:
-        """The PR's author pushes ``sha`` on top (or force-pushes it: the old commits go)."""
+        """The PR's author pushes ``sha`` on top (or force-pushes it): the new head, and the
+        timeline's event."""
         pull = self.pulls[number]
-        old = self.commits.get(number) or [pull.head_sha]
-        self.commits[number] = [sha] if force else [*old, sha]
         self.pulls[number] = replace(pull, head_sha=sha)
         self._event(number, "head_ref_force_pushed" if force else "committed", None)
 
@@ -229,11 +227,6 @@ class MemoryGitHub:
         self.calls.append("changed_files")
         self._pull(number, f"list the changed files of {self.repo}#{number}")
         return list(self.files[number])
-
-    def pull_commits(self, number: int) -> list[str]:
-        self.calls.append("pull_commits")
-        pull = self._pull(number, f"list the commits of {self.repo}#{number}")
-        return (self.commits.get(number) or [pull.head_sha])[:250]
 
     def timeline(self, number: int) -> list[TimelineEvent]:
         self.calls.append("timeline")

@@ -6,7 +6,10 @@ branch: main's newest ledger from a report run. Writes it to ``--out``; finding 
 error (the pipeline starts without history). Nor is GitHub failing after the bounded retries: a
 plan job that stopped here would leave the comment without a reply and the commit without a
 status, so the failure is written to ``<out>.notice``, which `bot handle-event` puts in its
-reply, and the pipeline starts without history. Exits 0.
+reply, and the pipeline starts without history. So is a PR ledger that fails its check (the
+newest reply's: its run has no such artifact, or the bytes are not the digest): the notice says
+the history could not be verified and why, and no older reply's ledger is taken instead (a
+rollback would forget what later pipelines recorded). Exits 0.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import click
 def fetch_ledger(out: Path, config_path: Path | None) -> None:
     """Fetch the PR's (or main's) ledger from the bot's own runs' artifacts."""
     from stagebot.bot.config import load_config
-    from stagebot.bot.custody.trust import notice_file
+    from stagebot.bot.custody.transport import UnverifiedHistory
     from stagebot.bot.github import ActionsEnv, GitHubError
 
     env = ActionsEnv.from_environ()
@@ -35,14 +38,28 @@ def fetch_ledger(out: Path, config_path: Path | None) -> None:
     try:
         notes = _fetch(env, config, out)
     except GitHubError as error:
-        notice = (
+        notes = _notice(
+            out,
             f"The pipeline ledger could not be fetched from GitHub ({error}); this pipeline "
-            "starts from an empty history (nothing is reused)."
+            "starts from an empty history (nothing is reused).",
         )
-        out.parent.mkdir(parents=True, exist_ok=True)
-        notice_file(out).write_text(notice + "\n", encoding="utf-8")
-        notes = [f"warning: {notice}"]
+    except UnverifiedHistory as error:
+        notes = _notice(
+            out,
+            f"The pipeline history of this PR could not be verified: {error}. This pipeline "
+            "starts from an empty history (nothing is reused), never from an older reply's "
+            "ledger.",
+        )
     click.echo("\n".join(notes))
+
+
+def _notice(out: Path, notice: str) -> list[str]:
+    """Leave ``notice`` for handle-event's reply (no ledger is written); the log line."""
+    from stagebot.bot.custody.trust import notice_file
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    notice_file(out).write_text(notice + "\n", encoding="utf-8")
+    return [f"warning: {notice}"]
 
 
 def _fetch(env, config, out: Path) -> list[str]:

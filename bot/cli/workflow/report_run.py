@@ -3,7 +3,9 @@ completed stage run: validate it against the bot's plan, then publish (bot/actio
 
 Writes ``published``, ``ledger`` (the file to upload) and ``ledger_artifact`` (its artifact
 name) to GITHUB_OUTPUT. Exits 0 when it published or ignored the run, 3 when GitHub stayed
-unreachable or the plan run's artifacts are missing, 2 for bad input.
+unreachable (the pipeline's reply and pending status then say it could not be reported and to
+re-run the report job, where GitHub lets them be written) or the plan run's artifacts are
+missing, 2 for bad input.
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ import yaml
 from helpers.adoption import adopted, fake_release, sample_copy
 from helpers.cli import bot
 from helpers.workflow_lint import actionlint, zizmor
+from workflow_installs import PRIVILEGED, bot_jobs, unhashed_fetches
 
 import stagebot.harness
 from stagebot.bot.comments.grammar import parse_comment
@@ -107,6 +108,17 @@ def test_the_privileged_jobs_install_the_pinned_release_never_the_checkout(adopt
     plan = yaml.safe_load((adopted / ".github/workflows/bot.yml").read_text())["jobs"]["plan"]
     handle = next(s["run"] for s in plan["steps"] if "handle-event" in s.get("run", ""))
     assert handle.startswith("bot handle-event --catalog .github/stagebot/catalog ")
+
+
+def test_the_generated_privileged_jobs_install_nothing_unhashed(adopted) -> None:
+    """Issue 43, finding 2, in what `bot init` generates: the pinned release by its sha256
+    without dependencies, then the release's own core lock with --require-hashes."""
+    jobs = [job for job in bot_jobs(adopted / ".github/workflows") if job.workflow in PRIVILEGED]
+    assert {job.workflow for job in jobs} == set(PRIVILEGED)
+    for job in jobs:
+        assert len(job.installs) == 2, job
+        for line in job.installs:
+            assert unhashed_fetches(line, adopted) == [], (job.workflow, line)
 
 
 def test_the_generated_workflows_pass_zizmor_and_actionlint(adopted) -> None:

@@ -129,7 +129,7 @@ def test_stages_modes(capsys) -> None:
 
 def test_help_command(capsys) -> None:
     out = ok(capsys, "help")
-    assert "/bot run [--sha PREFIX] [flags]" in out and "--stage-list" in out
+    assert "/bot run [--sha SHA] [flags]" in out and "--stage-list" in out
 
 
 @pytest.mark.parametrize("args", [["parse", "/bot run"], ["dry-run", "/bot run"]])

@@ -119,10 +119,10 @@ def test_an_installed_stagebot_asks_for_out(capsys, monkeypatch, tmp_path) -> No
     ("heading", "anchor"),
     [
         ("`bot run-stage`", "bot-run-stage"),
-        ("`/bot run [--sha PREFIX] [flags]`", "bot-run---sha-prefix-flags"),
+        ("`/bot run [--sha SHA] [flags]`", "bot-run---sha-sha-flags"),
         (
-            '`/bot skip --sha PREFIX --comment "REASON"` ⚠️',
-            "bot-skip---sha-prefix---comment-reason-",
+            '`/bot skip --sha SHA --comment "REASON"` ⚠️',
+            "bot-skip---sha-sha---comment-reason-",
         ),
         ("The bot's GitHub App", "the-bots-github-app"),
         ("Runners on a personal repository", "runners-on-a-personal-repository"),

@@ -310,10 +310,10 @@ def test_help_is_rendered_from_the_declarations() -> None:
     for flag in RUN_FLAGS:
         assert f"`{flag.name}" in text and flag.doc in text
     for usage in (
-        "/bot run [--sha PREFIX] [flags]",
+        "/bot run [--sha SHA] [flags]",
         "/bot kill",
-        '/bot skip --sha PREFIX --comment "REASON"',
-        "/bot reuse-pipeline --sha PREFIX [#N]",
+        '/bot skip --sha SHA --comment "REASON"',
+        "/bot reuse-pipeline --sha SHA [#N]",
         "/bot help",
     ):
         assert f"### `{usage}`" in text

@@ -131,15 +131,13 @@ def test_write_or_higher_may_run(github, author) -> None:
 
 def test_role_name_is_read_not_just_the_legacy_permission(github) -> None:
     # maintain folds into "write" in the legacy field; skip needs maintain
-    deliver_comment(
-        github, f'/bot skip --sha {SHA[:12]} --comment "docs only"', author="maintainer"
-    )
+    deliver_comment(github, f'/bot skip --sha {SHA} --comment "docs only"', author="maintainer")
     assert pr_status(github).state == "success"
 
 
 @pytest.mark.parametrize(
     "command",
-    [f'/bot skip --sha {SHA[:12]} --comment "x"', f"/bot reuse-pipeline --sha {SHA[:12]}"],
+    [f'/bot skip --sha {SHA} --comment "x"', f"/bot reuse-pipeline --sha {SHA}"],
 )
 @pytest.mark.parametrize("author", ["writer", "custom", "allowlisted"])
 def test_dangerous_commands_need_maintain(github, command, author) -> None:
@@ -168,7 +166,7 @@ def test_fork_authors_are_judged_by_permission(github) -> None:
     assert_ran_nothing(refused)
     accepted = deliver_comment(
         github,
-        "/bot run --sha ffffffffffff",
+        "/bot run --sha " + "f" * 40,
         author="maintainer",
         number=9,
         comment_id=2,
@@ -424,7 +422,7 @@ def test_a_new_run_cancels_the_prs_earlier_run(github) -> None:
 
 def test_skip_sets_success_with_reason_and_approver(github) -> None:
     outcome = deliver_comment(
-        github, f'/bot skip --sha {SHA[:12]} --comment "docs-only change"', author="maintainer"
+        github, f'/bot skip --sha {SHA} --comment "docs-only change"', author="maintainer"
     )
     assert_ran_nothing(outcome)
     success = pr_status(github)

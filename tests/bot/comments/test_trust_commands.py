@@ -50,7 +50,9 @@ def test_skip_without_sha_is_refused_and_names_the_head(github) -> None:
     outcome = deliver_comment(github, '/bot skip --comment "reviewed"', author="maintainer")
     assert_ran_nothing(outcome)
     assert pr_status(github) is None and status_of(github, BAD) is None
-    assert f"needs --sha naming the commit you reviewed; the PR's head is {BAD}" in refusal(github)
+    assert f"needs --sha naming the commit you reviewed; the PR's head is `{BAD}`" in refusal(
+        github
+    )
 
 
 @pytest.mark.parametrize(
@@ -58,18 +60,16 @@ def test_skip_without_sha_is_refused_and_names_the_head(github) -> None:
 )
 def test_a_push_after_the_review_voids_a_dangerous_command(github, command) -> None:
     github.push(PR, BAD)
-    outcome = deliver_comment(github, command.format(sha=SHA[:12]), author="maintainer")
+    outcome = deliver_comment(github, command.format(sha=SHA), author="maintainer")
     assert_ran_nothing(outcome)
     assert status_of(github, BAD) is None and pr_status(github) is None
     body = refusal(github)
-    assert f"--sha {SHA[:12]} is not the PR's head {BAD}" in body  # both SHAs
-    assert "comment the command again with its SHA" in body
+    assert f"--sha {SHA} is not the PR's head {BAD}" in body  # both SHAs
+    assert "comment the command again with its full SHA" in body
 
 
 def test_skip_with_the_heads_sha_applies_to_that_commit(github) -> None:
-    deliver_comment(
-        github, f'/bot skip --sha {SHA[:12].upper()} --comment "docs"', author="maintainer"
-    )
+    deliver_comment(github, f'/bot skip --sha {SHA.upper()} --comment "docs"', author="maintainer")
     assert pr_status(github).state == "success"
 
 
@@ -78,68 +78,62 @@ def test_run_on_a_non_writers_pr_needs_the_sha(github) -> None:
     refused = deliver_comment(github, "/bot run", author="writer", number=9, comment_id=1)
     assert_ran_nothing(refused)
     assert "lacks write permission, so `/bot run` needs --sha" in our_replies(github, 9)[0].body
-    github.push(9, BAD)  # the fork's author pushes after the writer reviewed fffffff
+    github.push(9, BAD)  # the fork's author pushes after the writer reviewed ffff…
     moved = deliver_comment(
-        github, "/bot run --sha ffffffffffff", author="writer", number=9, comment_id=2
+        github, "/bot run --sha " + "f" * 40, author="writer", number=9, comment_id=2
     )
     assert_ran_nothing(moved)
     accepted = deliver_comment(
-        github,
-        f"/bot run --sha {BAD[:12]}",
-        author="writer",
-        number=9,
-        comment_id=3,
-        run_number=102,
+        github, f"/bot run --sha {BAD}", author="writer", number=9, comment_id=3, run_number=102
     )
     assert accepted.run and accepted.commit == BAD
     reply = our_replies(github, 9)[-1].body
     assert f"Testing commit `{BAD}`" in reply  # the triggered reply names the full SHA
 
 
-def test_a_prefix_ground_to_match_a_pushed_commit_is_ambiguous(github) -> None:
-    github.push(PR, GROUND)
-    outcome = deliver_comment(
-        github, f'/bot skip --sha {SHA[:12]} --comment "docs"', author="maintainer"
+def test_a_prefix_collided_before_the_comment_is_refused(github) -> None:
+    """Issue 43, finding 1: the author force-pushes, before the comment, a commit sharing the
+    reviewed commit's 12-digit prefix; the reviewed commit leaves the PR's commit list and no
+    push follows the comment, so only the full SHA tells the two apart."""
+    github.add_pull(9, head_sha=SHA, author="outsider", fork=True)
+    github.push(9, GROUND, force=True)
+    ran = deliver_comment(
+        github, f"/bot run --sha {SHA[:12]}", author="writer", number=9, comment_id=1
     )
-    assert_ran_nothing(outcome)
-    assert f"is ambiguous: 2 commits of this PR begin with it ({SHA}, {GROUND})" in refusal(github)
+    assert_ran_nothing(ran)
+    skipped = deliver_comment(
+        github,
+        f'/bot skip --sha {SHA[:12]} --comment "docs"',
+        author="maintainer",
+        number=9,
+        comment_id=2,
+    )
+    assert_ran_nothing(skipped)
     assert status_of(github, GROUND) is None
+    for reply in our_replies(github, 9):
+        assert "was not run" in reply.body, reply.body
+        assert "has 12 of the 40 hex digits of a commit's SHA" in reply.body
+        assert f"`--sha {GROUND}`" in reply.body  # the full head, ready to copy
 
 
-@pytest.mark.parametrize("digits", [7, 11])
-def test_a_grindable_sha_prefix_is_refused(github, digits) -> None:
-    """Issue 28, finding 1: 7 hex digits are 2^28 tries to grind; at least 12 are needed."""
+@pytest.mark.parametrize("digits", [7, 12, 39])
+def test_a_sha_prefix_is_refused_even_when_it_begins_the_head(github, digits) -> None:
+    """Issues 28 and 43: any prefix can be ground to match a second commit (7 hex digits are
+    2^28 tries, 12 a birthday search of 2^24 each over two commits the author makes)."""
     outcome = deliver_comment(
         github, f'/bot skip --sha {SHA[:digits]} --comment "docs"', author="maintainer"
     )
     assert_ran_nothing(outcome)
     assert pr_status(github) is None
-    (reply,) = our_replies(github)
-    assert f"has {digits} digits; give 12 to 40 hex digits" in reply.body
-
-
-def test_a_ground_commit_beyond_the_250_listed_commits_is_refused(github) -> None:
-    """GitHub lists at most 250 commits of a PR: a ground commit pushed after the reviewed one
-    on a long PR is not in the list, so the list cannot prove the prefix unique."""
-    filler = [f"{i:040x}" for i in range(1, 260)]
-    github.commits[PR] = [*filler, SHA]
-    github.push(PR, GROUND)  # a plain push on top: the 261st commit
-    outcome = deliver_comment(
-        github, f'/bot skip --sha {SHA[:12]} --comment "docs"', author="maintainer"
-    )
-    assert_ran_nothing(outcome)
-    assert status_of(github, GROUND) is None
-    assert "the PR's commit list is incomplete (250 listed" in refusal(github)
+    assert f"has {digits} of the 40 hex digits of a commit's SHA" in refusal(github)
 
 
 def test_a_plain_push_after_the_comment_voids_it(github) -> None:
     """A push after the comment (the timeline's committed event) voids it even when the
-    head still matches: here the ground commit is alone in the list (the reviewed one
-    was dropped from it), so only the timeline tells."""
-    body = f'/bot skip --sha {SHA[:12]} --comment "docs"'
+    head is the commit the comment names."""
+    body = f'/bot skip --sha {GROUND} --comment "docs"'
     github.add_comment(PR, body, "maintainer", 56)
     github.push(PR, GROUND)
-    github.commits[PR] = [GROUND]
     assert_ran_nothing(deliver_comment(github, body, author="maintainer", comment_id=56))
     assert "head moved after your comment (a push or a force-push" in refusal(github)
     assert status_of(github, GROUND) is None
@@ -153,8 +147,8 @@ def test_a_refusal_suggests_the_full_sha(github) -> None:
 
 
 def test_a_force_push_after_the_comment_voids_it(github) -> None:
-    """The ground commit replaces the reviewed one by force: only the timeline tells."""
-    body = f'/bot skip --sha {SHA[:12]} --comment "docs"'
+    """A commit replaces the reviewed one by force after the comment: the timeline tells."""
+    body = f'/bot skip --sha {GROUND} --comment "docs"'
     github.add_comment(PR, body, "maintainer", 55)
     github.push(PR, GROUND, force=True)
     assert_ran_nothing(deliver_comment(github, body, author="maintainer", comment_id=55))
@@ -165,7 +159,7 @@ def test_a_force_push_after_the_comment_voids_it(github) -> None:
 @pytest.mark.parametrize(
     ("body", "error"),
     [
-        ("/bot skip --sha c0ffe --comment x", "has 5 digits; give 12 to 40 hex digits"),
+        ("/bot skip --sha " + "c" * 41 + " --comment x", "has 41 digits; a commit's SHA has 40"),
         ("/bot skip --sha c0ffeeg --comment x", "is not hexadecimal"),
         ("/bot run --sha", "--sha needs the head commit's SHA"),
         ("/bot run --sha c0ffee0 --sha c0ffee0", "--sha is given twice"),
@@ -300,9 +294,9 @@ def test_the_sha_travels_in_the_command_contract() -> None:
     from stagebot.bot.comments.grammar import parse_comment
     from stagebot.stages.command import Command, render
 
-    command = parse_comment(f'/bot skip --sha {SHA[:12].upper()} --comment "docs"')
+    command = parse_comment(f'/bot skip --sha {SHA.upper()} --comment "docs"')
     data = command.to_json()
     validate("command", data)
-    assert data["sha"] == SHA[:12] and Command.from_json(data) == command
+    assert data["sha"] == SHA and Command.from_json(data) == command
     assert parse_comment(render(command)) == command
     assert "sha" not in parse_comment("/bot kill").to_json()

@@ -31,7 +31,7 @@ import os
 import sys
 from pathlib import Path
 
-# setup.py's CODE_FOLDERS (tests/test_own_names.py checks they agree)
+# setup.py's CODE_FOLDERS (tests/harness/run/test_own_names.py checks they agree)
 CODE_FOLDERS = ("bot", "stages", "harness", "kernels", "templates")
 # the folder holding the code folders: the checkout (editable install) or site-packages/stagebot
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]

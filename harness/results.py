@@ -6,6 +6,7 @@ ledger and the report. Plain data, JSON round-trip.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
@@ -18,6 +19,33 @@ STATES = ("SUCCESS", "FAILURE", "ERROR", "ABORTED", "NOT_RUN", "REUSED")
 TEST_OUTCOMES = ("passed", "failed", "error", "skipped", "waived", "flaky", "xfailed")
 # The test id of a suite's own verdict: pytest exited 1 with no failed test (a failing item).
 SESSION_ID = "(pytest session)"
+
+
+def environment_lines(
+    python: str,
+    platform: str,
+    gpu: tuple[str, str],
+    distributions: Iterable[tuple[str, str]],
+) -> list[str]:
+    """A StageResult's ``environment``: ``python 3.11.7``, ``platform Linux-x86_64``, ``gpu
+    <type> driver <version>``, then ``<name>==<version>`` per installed distribution."""
+    gpu_type, gpu_driver = gpu
+    return [
+        f"python {python}",
+        f"platform {platform}",
+        f"gpu {gpu_type} driver {gpu_driver}",
+        *(f"{name}=={version}" for name, version in distributions),
+    ]
+
+
+def environment_items(lines: Iterable[str]) -> dict[str, str]:
+    """What `environment_lines` wrote: ``python``, ``platform`` and ``gpu`` (ENVIRONMENT_META)
+    and each distribution's name -> its value."""
+    pairs = (line.partition("==")[::2] if "==" in line else line.split(" ", 1) for line in lines)
+    return {name: value for name, value in pairs}
+
+
+ENVIRONMENT_META = ("python", "platform", "gpu")  # the items of it that are no distribution
 
 
 class ResultError(StagebotError):
@@ -48,7 +76,7 @@ class StageResult:
     log_path: str | None = None
     evidence: str | None = None  # why the shard as a whole ended so (timeout, crash, NOT_RUN why)
     reused_from: int | None = None
-    # where it ran: Python, platform, GPU and every installed distribution (Environment.lines)
+    # where it ran: Python, platform, GPU and every installed distribution (environment_lines)
     environment: list[str] | None = None
 
     def to_json(self) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from stagebot.harness.decoding import text_of
+from stagebot.harness.results import ENVIRONMENT_META, environment_items
 
 ENVIRONMENT = "environment:"
 TAIL_BYTES = 16_000
@@ -95,9 +96,13 @@ def installed_import_fault(text: str, environment: Sequence[str] | None) -> str 
 
 
 def _versions(environment: Sequence[str] | None) -> dict[str, str]:
-    """Module-like name -> version, from ``Environment.lines()`` (``name==version``)."""
-    pairs = (line.partition("==") for line in environment or () if "==" in line)
-    return {name.lower().replace("-", "_"): version for name, _, version in pairs}
+    """Module-like name -> version of each distribution in a StageResult's ``environment``."""
+    items = environment_items(environment or ()).items()
+    return {
+        name.lower().replace("-", "_"): version
+        for name, version in items
+        if name not in ENVIRONMENT_META
+    }
 
 
 def _named(module: str, versions: Mapping[str, str]) -> str:

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path, PurePosixPath
 
+from stagebot.harness.results import environment_items, environment_lines
 from stagebot.harness.reuse.import_graph import (
     ModuleFacts,
     build_index,
@@ -71,12 +72,9 @@ class Environment:
     def lines(self) -> list[str]:
         """The whole environment but its variables, one line per item (a shard's result keeps
         them: a same-commit reuse compares them with where the shard would run now)."""
-        return [
-            f"python {self.python}",
-            f"platform {self.platform}",
-            f"gpu {self.gpu_type} driver {self.gpu_driver}",
-            *(f"{name}=={version}" for name, version in self.distributions),
-        ]
+        return environment_lines(
+            self.python, self.platform, (self.gpu_type, self.gpu_driver), self.distributions
+        )
 
     def described(self, read: Iterable[str]) -> dict[str, object]:
         """The ``environment`` part: the variables read by name, and nothing else of them."""
@@ -106,14 +104,7 @@ def current_environment(gpu_type: str = "CPU", gpu_driver: str = "none") -> Envi
 def changed_lines(then: Iterable[str], now: Iterable[str]) -> str | None:
     """What differs between two ``Environment.lines()``, a distribution named with both
     versions ("transformers 5.24.0 -> 5.25.0", "kernels 0.19.1 (new)"); None when equal."""
-
-    def items(lines: Iterable[str]) -> dict[str, str]:
-        pairs = (
-            line.partition("==")[::2] if "==" in line else line.split(" ", 1) for line in lines
-        )
-        return {name: value for name, value in pairs}
-
-    before, after = items(then), items(now)
+    before, after = environment_items(then), environment_items(now)
     changes = []
     for name in sorted(before.keys() | after.keys()):
         if name not in before:

@@ -24,7 +24,7 @@ from stagebot.harness.report import (
     reply_triggered,
     report_from_record,
 )
-from stagebot.harness.reuse.offers import environment_change
+from stagebot.harness.reuse.offers import environment_change_here
 from stagebot.harness.run.executor import Settings, execute
 from stagebot.stages.catalog import load_catalog
 from stagebot.stages.command import Command
@@ -77,7 +77,7 @@ def run_local(command: Command, book: Ledger, request: RunRequest, terminal: Ter
         commit=commit,
         pr=request.pr,
         history=book,
-        environment_change=environment_change,
+        environment_change=environment_change_here(),
     )
     if not plan.shards:  # said plainly, and nothing is recorded: there is no pipeline to report
         emptied = next(note for note in plan.notes if note.startswith("no stage is selected"))

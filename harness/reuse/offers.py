@@ -41,6 +41,7 @@ from stagebot.harness.reuse.dependency_key import (
     current_environment,
     dependency_key,
 )
+from stagebot.stages.history import EnvironmentChange
 from stagebot.stages.names import stage_family
 from stagebot.stages.plan import MatrixEntry
 
@@ -140,13 +141,21 @@ def runner_environment(gpu_type: str, gpu_count: int) -> Environment:
     return current_environment(gpu_type, gpu_driver(gpu_count))
 
 
-def environment_change(gpu_type: str, gpu_count: int, then: Sequence[str] | None) -> str | None:
-    """What differs between the environment a shard ran in (its result's ``environment``) and
-    the one a shard of ``gpu_type`` gets here now; None when nothing does. For a same-commit
-    reuse planned on the machine that runs the shards (`bot run`, `bot dry-run`)."""
-    if then is None:
-        return "its result does not say where it ran (recorded by an older stagebot)"
-    return changed_lines(then, runner_environment(gpu_type, gpu_count).lines())
+def environment_change_here() -> EnvironmentChange:
+    """A plan's check of a same-commit reuse on the machine that runs the shards (`bot run`,
+    `bot dry-run`): what differs between the environment a shard ran in (its result's
+    ``environment``) and the one a shard of that GPU type gets here now, None when nothing
+    does. This machine is read once per GPU type and count, however many shards ask."""
+    here: dict[tuple[str, int], list[str]] = {}
+
+    def change(gpu_type: str, gpu_count: int, then: Sequence[str] | None) -> str | None:
+        if then is None:
+            return "its result does not say where it ran (recorded by an older stagebot)"
+        if (gpu_type, gpu_count) not in here:
+            here[gpu_type, gpu_count] = runner_environment(gpu_type, gpu_count).lines()
+        return changed_lines(then, here[gpu_type, gpu_count])
+
+    return change
 
 
 @dataclass

@@ -55,8 +55,9 @@ def dry_run(as_json, catalog, changed_files, commit, pr, ledger, comment) -> Non
         ledger = default_ledger(root)  # what `bot run` without --ledger reads
     if ledger is not None:  # the machine that plans runs the shards, as in `bot run`
         from stagebot.harness.ledger.book import Ledger
-        from stagebot.harness.reuse.offers import environment_change
+        from stagebot.harness.reuse.offers import environment_change_here
 
+        environment_change = environment_change_here()
         if commit is None:
             commit, _ = tree_identity(root, outputs=(ledger, root / "out"))
         # A ledger `bot run` has not created yet holds no history: everything would run.

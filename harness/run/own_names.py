@@ -51,7 +51,7 @@ def drop_package_root(path: list[str] | None = None) -> list[str]:
     """Removes the package root from ``path`` (``sys.path``) in place; returns what it removed."""
     path = sys.path if path is None else path
     dropped = [entry for entry in path if is_package_root(entry)]
-    path[:] = [entry for entry in path if not is_package_root(entry)]
+    path[:] = [entry for entry in path if entry not in dropped]
     return dropped
 
 

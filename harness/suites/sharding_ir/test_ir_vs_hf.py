@@ -146,8 +146,11 @@ def test_an_unknown_activation_is_named_with_the_known_ones():
 @pytest.mark.parametrize(
     ("wrong", "detail"),
     [
-        ({"norms": "pre"}, "unknown to HF (e.g. ['model.layers.0.input_layernorm.weight'"),
-        ({"norms": "sandwich"}, "unknown to HF (e.g. ['model.layers.0.input_layernorm.weight'"),
+        ({"layer": Block("sequential")}, "unknown to HF (e.g. ['model.layers.0.input_layernorm"),
+        (
+            {"layer": Block("sequential", norms="sandwich")},
+            "unknown to HF (e.g. ['model.layers.0.input_layernorm.weight'",
+        ),
         (
             {"blocks": {"attention": {"qk_norm": "head"}}},
             "size mismatch for model.layers.0.self_attn",
@@ -179,7 +182,10 @@ def test_olmo2_declares_its_followers_and_exports_them():
 @pytest.mark.parametrize(
     ("wrong", "detail"),
     [
-        ({"norms": "pre"}, "missing from the IR (e.g. ['model.layers.0.pre_feedforward_layernorm"),
+        (
+            {"layer": Block("sequential")},
+            "missing from the IR (e.g. ['model.layers.0.pre_feedforward_layernorm",
+        ),
         ({"norm": Block("rms_norm")}, "max |IR - HF|"),  # offset 0: weight, not 1 + weight
         ({"embedding_multiplier": 1.0}, "max |IR - HF|"),
         ({"logits_softcap": None}, "max |IR - HF|"),
@@ -209,7 +215,7 @@ def test_an_unknown_norm_placement_is_named_with_the_known_ones():
     with pytest.raises(
         ShardingIRError, match=r"unknown norm placement 'postnorm'.*one of pre, post, sandwich"
     ):
-        _with(GEMMA2, norms="postnorm").arch.resolve(REGISTRY[GEMMA2].config())
+        build_ir_model(_with(GEMMA2, {"layer": {"norms": "postnorm"}}))
 
 
 @pytest.mark.parametrize(
@@ -265,8 +271,8 @@ def test_sinks_follow_the_query_heads_and_are_exported():
 
 
 def test_sinks_on_other_heads_show_beyond_the_bf16_tolerance():
-    """NCCL runs the checks in bf16: the sinks (drawn at ``init_std``) and the tiny multipliers
-    leave a sink on the wrong head visible there (every layer's sinks of heads 0-1 replaced by
+    """NCCL runs the checks in bf16: the sinks (drawn as their block's ``init`` says) and the tiny
+    multipliers leave a sink on the wrong head visible there (every layer's sinks of heads 0-1 replaced by
     those of heads 2-3, as rank 0 of 2 holding rank 1's; at the default 0.1 N: rel RMSE 0.004)."""
     from stagebot.harness.suites.sharding_ir.checks import REL_RMSE_TOLERANCE, rel_rmse
 

@@ -13,7 +13,7 @@ import pytest
 
 from stagebot.harness.suites.sharding_ir.dist_config import NAMED_CONFIGS, DistConfig
 from stagebot.harness.suites.sharding_ir.errors import ShardingIRError
-from stagebot.harness.suites.sharding_ir.family import ArchSpec, Attr, Block
+from stagebot.harness.suites.sharding_ir.family import ArchSpec, Attr, Block, Formula, Item
 from stagebot.harness.suites.sharding_ir.registry import REGISTRY, Registry
 
 
@@ -49,8 +49,11 @@ def test_a_spec_naming_an_attribute_the_config_lacks_says_which():
     arch = dataclasses.replace(
         spec.arch, moe=spec.arch.moe.but(num_experts=Attr("n_routed_experts"))
     )
-    with pytest.raises(ShardingIRError, match=r"MixtralConfig has no attribute 'n_routed_experts'"):
-        arch.resolve(spec.config())
+    with pytest.raises(
+        ShardingIRError,
+        match=r"Mixtral-8x7B-v0.1: moe.num_experts reads MixtralConfig.n_routed_experts, which",
+    ):
+        arch.resolve(spec.config(), spec.model_id)
 
 
 def test_a_value_computed_from_the_config_resolves_and_travels_to_the_ranks():
@@ -69,7 +72,7 @@ def test_a_value_computed_from_the_config_resolves_and_travels_to_the_ranks():
     assert arch.embedding_multiplier == 8.0  # hidden 64
     assert arch.logits_multiplier == 1 / 6.0
     assert arch.attention.params["scale"] == 2 * 0.015625 / 4
-    with pytest.raises(ShardingIRError, match=r"GraniteMoeConfig has no attribute 'hidden'"):
+    with pytest.raises(ShardingIRError, match=r"reads GraniteMoeConfig.hidden, which that config"):
         ArchSpec(residual_multiplier=Attr("hidden") ** -0.5).resolve(config)
 
 
@@ -115,14 +118,18 @@ def test_options_module_stays_light():
 
 
 def _config_names() -> set[str]:
-    """Every HF config attribute a registered family's spec or tiny settings names."""
+    """Every HF config attribute a registered family's spec or tiny settings names (the spec's
+    defaults, ``rms_norm_eps`` ..., too)."""
     names = set()
     for spec in REGISTRY.values():
         names |= set(spec.tiny)
         values = list(vars(spec.arch).values())
-        for block in (v for v in values if isinstance(v, Block)):
-            values += [v for _, v in block.params]
-        names |= {v.name for v in values if isinstance(v, Attr)}
+        for v in values:  # grows as blocks and formulas are opened
+            if isinstance(v, Block):
+                values += [p for _, p in v.params]
+            elif isinstance(v, Formula):
+                values += list(v.operands)
+        names |= {v.name for v in values if isinstance(v, Attr | Item)}
     return names
 
 
@@ -155,6 +162,7 @@ def test_the_checks_and_blocks_never_name_a_config_key():
     ]
     names = _config_names()
     assert {"num_experts", "num_local_experts", "attention_bias", "qkv_bias"} <= names
+    assert {"rms_norm_eps", "num_key_value_heads", "rope_parameters"} <= names
     found = {
         f"{path.name}:{node.lineno}: {ast.unparse(node)}"
         for path in modules

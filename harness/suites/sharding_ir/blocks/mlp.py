@@ -22,13 +22,17 @@ from stagebot.harness.suites.sharding_ir.family import Arch
 
 
 class _FeedForward(nn.Module):
-    """What both share: the down projection, the reduction, the local shapes."""
+    """What both share: the down projection (added after the colwise ones, in HF's order), the
+    reduction, the local shapes."""
 
-    def __init__(self, intermediate: int, hidden: int, down: str, bias: bool, reduce: bool):
+    def __init__(self, intermediate: int, reduce: bool):
         super().__init__()
-        self.intermediate, self.down_name = intermediate, down
-        self.add_module(down, nn.Linear(intermediate, hidden, bias=bias))
+        self.intermediate = intermediate
         self.collectives = {"sum": 1} if reduce else {}
+
+    def add_down(self, name: str, hidden: int, bias: bool) -> None:
+        self.down_name = name
+        self.add_module(name, nn.Linear(self.intermediate, hidden, bias=bias))
 
     def colwise_rows(self) -> dict[str, int]:
         """Colwise projection name -> its rows over the intermediate size (unsharded)."""
@@ -68,7 +72,7 @@ class MLP(_FeedForward):
         fused=False,
         reduce=True,
     ) -> None:
-        super().__init__(intermediate, hidden, "down_proj", bias, reduce)
+        super().__init__(intermediate, reduce)
         self.fused = fused
         self.act_fn = hints.activation(activation)
         if fused:
@@ -76,6 +80,7 @@ class MLP(_FeedForward):
         else:
             self.gate_proj = nn.Linear(hidden, intermediate, bias=bias)
             self.up_proj = nn.Linear(hidden, intermediate, bias=bias)
+        self.add_down("down_proj", hidden, bias)
 
     def colwise_rows(self) -> dict[str, int]:
         n = self.intermediate
@@ -91,9 +96,10 @@ class MLP(_FeedForward):
 
 class PlainMLP(_FeedForward):
     def __init__(self, a: Arch, *, bias: bool, up: str, down: str, reduce: bool) -> None:
-        super().__init__(a.intermediate_size, a.hidden_size, down, bias, reduce)
+        super().__init__(a.intermediate_size, reduce)
         self.up_name = up
         self.add_module(up, nn.Linear(a.hidden_size, a.intermediate_size, bias=bias))
+        self.add_down(down, a.hidden_size, bias)
         self.act_fn = hints.activation(a.activation)
 
     def colwise_rows(self) -> dict[str, int]:

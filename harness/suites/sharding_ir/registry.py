@@ -244,6 +244,36 @@ FAMILIES = (
         | {"embedding_multiplier": 4.0, "residual_multiplier": 0.5, "logits_scaling": 6.0}
         | {"attention_multiplier": 0.015625},
     ),
+    ModelSpec(
+        model_id="microsoft/phi-2",
+        config_class="PhiConfig",
+        hf_class="PhiForCausalLM",
+        arch=ArchSpec(
+            layer=Block("parallel"),  # attention and MLP off one LayerNorm, one all-reduce
+            attention=Block("attention", bias=True, o_bias=True, o_name="dense"),
+            mlp=Block("mlp", bias=True, up="fc1", down="fc2"),
+            norm=Block("layer_norm"),
+            final_norm="final_layernorm",
+            lm_head_bias=True,
+            activation=Attr("hidden_act"),
+            norm_eps=Attr("layer_norm_eps"),
+        ),
+        # RoPE on half of each head (the config class's partial_rotary_factor, 0.5)
+        tiny={**TINY, "bos_token_id": None, "eos_token_id": None},
+    ),
+    ModelSpec(
+        model_id="bigcode/starcoder2-3b",
+        config_class="Starcoder2Config",
+        hf_class="Starcoder2ForCausalLM",
+        arch=ArchSpec(
+            attention=Block("attention", bias=Attr("use_bias"), o_bias=Attr("use_bias")),
+            mlp=Block("mlp", bias=Attr("use_bias"), up="c_fc", down="c_proj"),
+            norm=Block("layer_norm"),
+            activation=Attr("hidden_act"),
+            norm_eps=Attr("norm_epsilon"),
+        ),
+        tiny={**TINY, "bos_token_id": None, "eos_token_id": None},
+    ),
 )
 
 

@@ -148,7 +148,6 @@ class BlockUse:
     params: dict = field(hash=False)
 
 
-
 def _positive_int(x) -> bool:
     return isinstance(x, int) and not isinstance(x, bool) and x > 0
 

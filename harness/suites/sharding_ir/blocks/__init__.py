@@ -84,6 +84,15 @@ def parameters(name: str) -> list[str]:
     return own + (parameters(_EXTENDS[name]) if name in _EXTENDS else [])
 
 
+def _takes(name: str, arg: str) -> bool:
+    """Whether block ``name``'s builder takes ``arg``, itself or through the block it extends."""
+    accepted = inspect.signature(_BUILDERS[name][1]).parameters
+    if arg in accepted:
+        return True
+    passes_on = any(p.kind is p.VAR_KEYWORD for p in accepted.values())
+    return passes_on and name in _EXTENDS and _takes(_EXTENDS[name], arg)
+
+
 def build(kind: str, use: BlockUse, *args, **extra):
     """Block ``use`` (of ``kind``) built with ``args``, its parameters and ``extra`` (what a layer
     block passes: ``LAYER_ARGS``)."""
@@ -103,8 +112,7 @@ def build(kind: str, use: BlockUse, *args, **extra):
             f"{kind} block {use.name!r} has no parameter {', '.join(map(repr, unknown))}; "
             f"its parameters: {', '.join(known)}."
         )
-    accepted = inspect.signature(builder).parameters
-    refused = sorted(k for k in extra if k not in accepted)
+    refused = sorted(k for k in extra if not _takes(use.name, k))
     if refused:
         raise ShardingIRError(
             f"{kind} block {use.name!r} takes no {', '.join(map(repr, refused))} from its layer: "

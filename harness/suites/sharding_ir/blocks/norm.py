@@ -67,7 +67,9 @@ def rms_norm(arch: Arch, size: int, *, across_ranks: bool = False, offset: float
 
 
 @register("norm", "layer_norm")
-def layer_norm(arch: Arch, size: int, *, across_ranks: bool = False, bias: bool = True) -> LayerNorm:
+def layer_norm(
+    arch: Arch, size: int, *, across_ranks: bool = False, bias: bool = True
+) -> LayerNorm:
     if across_ranks:
         raise ShardingIRError(
             "layer_norm: a norm across TP ranks (qk_norm='projection') is RMS only here; its mean "

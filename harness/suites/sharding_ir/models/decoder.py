@@ -54,8 +54,9 @@ class DecoderModel(nn.Module):
 
 class IRForCausalLM(nn.Module):
     """``forward(input_ids, position_ids) -> logits`` for ``config`` (an HF config) as ``spec``
-    describes the family (``entry``, its model id, names it in errors); with ``fixed_routing`` its MoE blocks pick experts by token position,
-    so rounding cannot flip the choice between sharded and unsharded runs."""
+    describes the family (``entry``, its model id, names it in errors); with ``fixed_routing``
+    its MoE blocks pick experts by token position, so rounding cannot flip the choice between
+    sharded and unsharded runs."""
 
     def __init__(
         self, config, spec: ArchSpec, fixed_routing: bool = False, entry: str = "a family"

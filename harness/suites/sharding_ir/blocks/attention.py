@@ -4,10 +4,12 @@ than TP ranks), o_proj rowwise, one summing all-reduce; softmax by SDPA.
 Parameters: ``qk_norm`` (``none``; ``head``: one norm of ``head_dim`` per head, Qwen3's;
 ``projection``: a norm over the whole q and k projections, OLMo2's, which TP splits: the norm
 block's ``across_ranks`` form, its statistic averaged over the ranks and its weight following the
-projection's rows), ``bias`` (q/k/v) and ``o_bias``, ``fused_qkv`` (one ``qkv_proj`` weight) and
-``scale`` (the softmax scale; None: ``head_dim ** -0.5``), ``o_name`` (the output projection's
-module name: ``o_proj``, Phi's ``dense``). With ``reduce=False`` (from a layer block that reduces
-two branches at once) the block leaves its output a partial sum.
+projection's rows; ``per_head``: each head its own norm weight of ``head_dim``, Cohere's, a
+[heads, head_dim] weight whose rows follow the projection's heads under TP), ``bias`` (q/k/v) and
+``o_bias``, ``fused_qkv`` (one ``qkv_proj`` weight), ``scale`` (the softmax scale; None:
+``head_dim ** -0.5``) and ``o_name`` (the output projection's module name: ``o_proj``, Phi's
+``dense``). With ``reduce=False`` (from a layer block that reduces two branches at once) the
+block leaves its output a partial sum.
 
 RoPE rotates each head's first ``Arch.rotary_dim`` dims (all of them unless the family declares a
 rotary fraction), halves rotated against each other (``rotate_half``, HF's default layout). A
@@ -28,7 +30,7 @@ from stagebot.harness.suites.sharding_ir.dist_config import DistConfig
 from stagebot.harness.suites.sharding_ir.errors import ShardingIRError
 from stagebot.harness.suites.sharding_ir.family import Arch
 
-QK_NORMS = ("none", "head", "projection")
+QK_NORMS = ("none", "head", "projection", "per_head")
 
 
 class Attention(nn.Module):
@@ -67,11 +69,15 @@ class Attention(nn.Module):
         if qk_norm == "head":
             self.q_norm = blocks.build("norm", a.norm, a, a.head_dim)
             self.k_norm = blocks.build("norm", a.norm, a, a.head_dim)
+        elif qk_norm != "none" and fused_qkv:  # the norm's weight follows q_proj's rows
+            raise ShardingIRError(f"attention: a {qk_norm} q/k norm needs separate q/k/v.")
         elif qk_norm == "projection":
-            if fused_qkv:
-                raise ShardingIRError("attention: a projection q/k norm needs separate q/k/v.")
             self.q_norm = blocks.build("norm", a.norm, a, q, across_ranks=True)
             self.k_norm = blocks.build("norm", a.norm, a, kv, across_ranks=True)
+        elif qk_norm == "per_head":
+            self.q_norm = blocks.build("norm", a.norm, a, (a.num_heads, a.head_dim))
+            self.k_norm = blocks.build("norm", a.norm, a, (a.num_kv_heads, a.head_dim))
+        if qk_norm in ("projection", "per_head"):
             self.follows = {"q_norm.weight": "q_proj.weight", "k_norm.weight": "k_proj.weight"}
 
     def _qkv(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
@@ -89,6 +95,9 @@ class Attention(nn.Module):
         q, k, v = (hints.view(y, [b, s, h, hd], 2) for y, h in zip((q, k, v), kinds, strict=True))
         if self.qk_norm == "head":
             q, k = self.q_norm(q), self.k_norm(k)
+        elif self.qk_norm == "per_head":
+            q = self.q_norm(q, follows=self.q_proj.weight)
+            k = self.k_norm(k, follows=self.k_proj.weight)
         return q, k, v
 
     def core(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
@@ -135,7 +144,9 @@ class Attention(nn.Module):
                 shapes[f"{name}.bias"] = (n,)
         if self.qk_norm == "projection":
             shapes |= {"q_norm.weight": (q_rows,), "k_norm.weight": (kv_rows,)}
-        return shapes  # a rowwise bias (o_proj's) keeps its full shape; per-head norms too
+        elif self.qk_norm == "per_head":
+            shapes |= {"q_norm.weight": (q_rows // hd, hd), "k_norm.weight": (kv_rows // hd, hd)}
+        return shapes  # a rowwise bias (o_proj's) keeps its full shape; head_dim norms too
 
 
 @blocks.register("attention", "attention")

@@ -157,7 +157,7 @@ _CHECKS: dict[str, tuple[str, Callable[[object], bool]]] = {
     "hidden_size": ("a positive int", _positive_int),
     "num_layers": ("a positive int", _positive_int),
     "num_heads": ("a positive int", _positive_int),
-    "num_kv_heads": ("a positive int dividing the heads", _positive_int),
+    "num_kv_heads": ("a positive int", _positive_int),  # dividing the heads: checked after
     "head_dim": ("a positive int, or None for hidden_size / heads", _positive_int),
     "intermediate_size": ("a positive int", _positive_int),
     "vocab_size": ("a positive int", _positive_int),

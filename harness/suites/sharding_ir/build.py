@@ -16,40 +16,41 @@ def build_ir_model(
 ) -> nn.Module:
     """The IR model for ``spec``'s tiny config, re-initialised from the seed (fp32, CPU)."""
     config = spec.config(**(overrides or {}))
-    model = IRForCausalLM(config, spec.arch, fixed_routing=fixed_routing)
+    model = IRForCausalLM(config, spec.arch, fixed_routing=fixed_routing, entry=spec.model_id)
     reinit_(model)
     return model.eval()
 
 
+BIAS_STD, VECTOR_STD = 0.1, 0.1  # small beside the O(1) activations a projection's rows give
+
+
+def init_of(module: nn.Module, attr: str, param: torch.Tensor) -> tuple[float, float]:
+    """(mean, std) a parameter is drawn at, by its role: what its module's ``init`` states (a
+    norm's scale around its identity, sink logits of order one), else a bias small, a matrix
+    (a projection's or embedding's weight) at std fan_in^-0.5 so activations stay O(1) and a
+    dropped collective shows, any other vector small."""
+    if attr in getattr(module, "init", {}):
+        return module.init[attr]
+    if attr == "bias":
+        return 0.0, BIAS_STD
+    if param.dim() >= 2:
+        return 0.0, param.shape[-1] ** -0.5
+    return 0.0, VECTOR_STD
+
+
 @torch.no_grad()
 def reinit_(model: nn.Module, seed: int = SEED) -> None:
-    """Refill every parameter from one CPU generator, in fp32, then cast.
-
-    Matrices get std fan_in^-0.5 (activations stay O(1), so a dropped collective shows), norm
-    weights 1 + 0.1 N, other vectors 0.1 N, unless their module's ``init_std`` (parameter name
-    -> std) gives the scale a block needs (sink logits of order one). Buffers stay as the model
-    computed them from the config (RoPE's ``inv_freq``): HF's class computes its own, so a wrong
-    one fails the check against HF.
-    """
+    """Refill every parameter from one CPU generator, in fp32, by its role (``init_of``), then
+    cast. Buffers stay as the model computed them from the config (RoPE's ``inv_freq``): HF's
+    class computes its own, so a wrong one fails the check against HF."""
     gen = torch.Generator().manual_seed(seed)
-    stds = {
-        f"{prefix}.{name}" if prefix else name: std
-        for prefix, module in model.named_modules()
-        for name, std in getattr(module, "init_std", {}).items()
-    }
     for name, t in model.named_parameters():
         if not t.is_floating_point():
             continue
+        owner, _, attr = name.rpartition(".")
+        mean, std = init_of(model.get_submodule(owner), attr, t)
         noise = torch.randn(t.shape, generator=gen, dtype=torch.float32)
-        if name in stds:
-            value = noise * stds[name]
-        elif t.dim() >= 2:
-            value = noise * t.shape[-1] ** -0.5
-        elif "norm" in name:
-            value = 1.0 + 0.1 * noise
-        else:
-            value = 0.1 * noise
-        t.copy_(value.to(t.dtype))
+        t.copy_((mean + std * noise).to(t.dtype))
 
 
 def prefill_inputs(

@@ -48,12 +48,12 @@ def entry_lines() -> dict[str, tuple[int, list[tuple[str, int]]]]:
 
 
 def blocks_built(spec: registry.ModelSpec) -> list[str]:
-    """The blocks the family's tiny IR builds: its attention and norm, its sparse block, and the
-    dense MLP where some layer keeps it."""
+    """The blocks the family's tiny IR builds: its layer, attention and norm, its sparse block,
+    and the dense MLP where some layer keeps it."""
     from stagebot.harness.suites.sharding_ir import blocks
 
-    a = spec.arch.resolve(spec.config())
-    used = [a.attention.name, a.norm.name]
+    a = spec.arch.resolve(spec.config(), spec.model_id)
+    used = [a.layer.name, a.attention.name, a.norm.name]
     if a.moe is not None:
         used.append(a.moe.name)
     if a.moe is None or any(blocks.build("ffn", a.moe, a, i) is None for i in range(a.num_layers)):

@@ -45,6 +45,7 @@ ACTIVATIONS = {
     "silu": F.silu,
     "gelu": F.gelu,
     "gelu_pytorch_tanh": partial(F.gelu, approximate="tanh"),
+    "gelu_new": partial(F.gelu, approximate="tanh"),  # GPT-2's and Phi's name for the same
     "relu": F.relu,
 }
 

@@ -14,7 +14,7 @@ from types import MappingProxyType
 
 from stagebot.harness.suites.sharding_ir.dist_config import DistConfig
 from stagebot.harness.suites.sharding_ir.errors import ShardingIRError, did_you_mean
-from stagebot.harness.suites.sharding_ir.family import NUM_KV_HEADS, ArchSpec, Attr, Block
+from stagebot.harness.suites.sharding_ir.family import ArchSpec, Attr, Block
 
 DEFAULT = "default"  # the variant name of the tiny settings as they are
 # A 2-layer decoder (the Qwen MoE families keep layer 0 dense: a dense and a sparse layer; every
@@ -67,17 +67,24 @@ class ModelSpec:
     def variants(self) -> dict[str, Callable[[DistConfig], dict | None]]:
         """Variant name -> DistConfig -> config overrides, or None where it exercises nothing."""
         out = {}
-        if not self.arch.attention.param("fused_qkv"):  # fused q/k/v: no KV head replication
-            out["kv-heads-below-tp"] = _kv_heads_below_tp
+        kv_heads = self.arch.num_kv_heads
+        # fused q/k/v: no KV head replication; KV heads not a config value: nothing to vary
+        if not self.arch.attention.param("fused_qkv") and isinstance(kv_heads, Attr):
+            out["kv-heads-below-tp"] = _KVHeadsBelowTP(kv_heads)
         if self.arch.moe is not None:
             experts = self.arch.moe.param("num_experts")
             out["experts-not-divisible-by-ep"] = _ExpertsNotDivisibleByEP(experts)
         return out
 
 
-def _kv_heads_below_tp(dc: DistConfig) -> dict | None:
+@dataclass(frozen=True)
+class _KVHeadsBelowTP:
     """KV heads = TP/2 (4 query heads): ranks share replicated KV heads in pairs."""
-    return {NUM_KV_HEADS: dc.tp_size // 2} if dc.tp_size >= 2 else None
+
+    num_kv_heads: Attr
+
+    def __call__(self, dc: DistConfig) -> dict | None:
+        return {self.num_kv_heads.name: dc.tp_size // 2} if dc.tp_size >= 2 else None
 
 
 @dataclass(frozen=True)
@@ -181,7 +188,10 @@ FAMILIES = (
         model_id="allenai/OLMo-2-1124-7B",
         config_class="Olmo2Config",
         hf_class="Olmo2ForCausalLM",
-        arch=ArchSpec(attention=Block("attention", qk_norm="projection", **_BIAS), norms="post"),
+        arch=ArchSpec(
+            layer=Block("sequential", norms="post"),
+            attention=Block("attention", qk_norm="projection", **_BIAS),
+        ),
         tiny={**TINY, "eos_token_id": None},
     ),
     ModelSpec(
@@ -196,8 +206,8 @@ FAMILIES = (
                 sliding_window=Attr("sliding_window"),
                 layer_types=Attr("layer_types"),
             ),
+            layer=Block("sequential", norms="sandwich"),
             norm=Block("rms_norm", offset=1.0),  # Gemma's norms scale by 1 + weight
-            norms="sandwich",
             activation=Attr("hidden_activation"),
             embedding_multiplier=Attr("hidden_size") ** 0.5,
             logits_softcap=Attr("final_logit_softcapping"),
@@ -233,6 +243,36 @@ FAMILIES = (
         | {"bos_token_id": None, "eos_token_id": None}
         | {"embedding_multiplier": 4.0, "residual_multiplier": 0.5, "logits_scaling": 6.0}
         | {"attention_multiplier": 0.015625},
+    ),
+    ModelSpec(
+        model_id="microsoft/phi-2",
+        config_class="PhiConfig",
+        hf_class="PhiForCausalLM",
+        arch=ArchSpec(
+            layer=Block("parallel"),  # attention and MLP off one LayerNorm, one all-reduce
+            attention=Block("attention", bias=True, o_bias=True, o_name="dense"),
+            mlp=Block("mlp", bias=True, up="fc1", down="fc2"),
+            norm=Block("layer_norm"),
+            final_norm="final_layernorm",
+            lm_head_bias=True,
+            activation=Attr("hidden_act"),
+            norm_eps=Attr("layer_norm_eps"),
+        ),
+        # RoPE on half of each head (the config class's partial_rotary_factor, 0.5)
+        tiny={**TINY, "bos_token_id": None, "eos_token_id": None},
+    ),
+    ModelSpec(
+        model_id="bigcode/starcoder2-3b",
+        config_class="Starcoder2Config",
+        hf_class="Starcoder2ForCausalLM",
+        arch=ArchSpec(
+            attention=Block("attention", bias=Attr("use_bias"), o_bias=Attr("use_bias")),
+            mlp=Block("mlp", bias=Attr("use_bias"), up="c_fc", down="c_proj"),
+            norm=Block("layer_norm"),
+            activation=Attr("hidden_act"),
+            norm_eps=Attr("norm_epsilon"),
+        ),
+        tiny={**TINY, "bos_token_id": None, "eos_token_id": None},
     ),
 )
 

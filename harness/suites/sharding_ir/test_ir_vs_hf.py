@@ -25,6 +25,7 @@ LLAMA, QWEN3, QWEN2_MOE = "meta-llama/Llama-3.1-8B", "Qwen/Qwen3-8B", "Qwen/Qwen
 GRANITE_MOE = "ibm-granite/granite-3.1-3b-a800m-instruct"
 OLMO2, GEMMA2 = "allenai/OLMo-2-1124-7B", "google/gemma-2-2b"
 GRANITE_SWA = "ibm-granite/granite-swash-2b"
+PHI2, STARCODER2 = "microsoft/phi-2", "bigcode/starcoder2-3b"
 
 
 def _with(model_id: str, blocks: dict | None = None, **arch):
@@ -146,8 +147,11 @@ def test_an_unknown_activation_is_named_with_the_known_ones():
 @pytest.mark.parametrize(
     ("wrong", "detail"),
     [
-        ({"norms": "pre"}, "unknown to HF (e.g. ['model.layers.0.input_layernorm.weight'"),
-        ({"norms": "sandwich"}, "unknown to HF (e.g. ['model.layers.0.input_layernorm.weight'"),
+        ({"layer": Block("sequential")}, "unknown to HF (e.g. ['model.layers.0.input_layernorm"),
+        (
+            {"layer": Block("sequential", norms="sandwich")},
+            "unknown to HF (e.g. ['model.layers.0.input_layernorm.weight'",
+        ),
         (
             {"blocks": {"attention": {"qk_norm": "head"}}},
             "size mismatch for model.layers.0.self_attn",
@@ -179,7 +183,10 @@ def test_olmo2_declares_its_followers_and_exports_them():
 @pytest.mark.parametrize(
     ("wrong", "detail"),
     [
-        ({"norms": "pre"}, "missing from the IR (e.g. ['model.layers.0.pre_feedforward_layernorm"),
+        (
+            {"layer": Block("sequential")},
+            "missing from the IR (e.g. ['model.layers.0.pre_feedforward_layernorm",
+        ),
         ({"norm": Block("rms_norm")}, "max |IR - HF|"),  # offset 0: weight, not 1 + weight
         ({"embedding_multiplier": 1.0}, "max |IR - HF|"),
         ({"logits_softcap": None}, "max |IR - HF|"),
@@ -209,7 +216,7 @@ def test_an_unknown_norm_placement_is_named_with_the_known_ones():
     with pytest.raises(
         ShardingIRError, match=r"unknown norm placement 'postnorm'.*one of pre, post, sandwich"
     ):
-        _with(GEMMA2, norms="postnorm").arch.resolve(REGISTRY[GEMMA2].config())
+        build_ir_model(_with(GEMMA2, {"layer": {"norms": "postnorm"}}))
 
 
 @pytest.mark.parametrize(
@@ -265,9 +272,10 @@ def test_sinks_follow_the_query_heads_and_are_exported():
 
 
 def test_sinks_on_other_heads_show_beyond_the_bf16_tolerance():
-    """NCCL runs the checks in bf16: the sinks (drawn at ``init_std``) and the tiny multipliers
-    leave a sink on the wrong head visible there (every layer's sinks of heads 0-1 replaced by
-    those of heads 2-3, as rank 0 of 2 holding rank 1's; at the default 0.1 N: rel RMSE 0.004)."""
+    """NCCL runs the checks in bf16: the sinks (drawn as their block's ``init`` says) and the tiny
+    multipliers leave a sink on the wrong head visible there (every layer's sinks of heads 0-1
+    replaced by those of heads 2-3, as rank 0 of 2 holding rank 1's; at the default 0.1 N: rel
+    RMSE 0.004)."""
     from stagebot.harness.suites.sharding_ir.checks import REL_RMSE_TOLERANCE, rel_rmse
 
     model = build_ir_model(REGISTRY[GRANITE_SWA]).to(torch.bfloat16)
@@ -279,3 +287,56 @@ def test_sinks_on_other_heads_show_beyond_the_bf16_tolerance():
             sinks.copy_(torch.cat((sinks[2:], sinks[2:])))
         shifted = model(ids, pos)
     assert rel_rmse(shifted, reference) > 2 * REL_RMSE_TOLERANCE[torch.bfloat16]
+
+
+@pytest.mark.parametrize(
+    ("model_id", "wrong", "detail"),
+    [
+        # GPT-NeoX's composition: Starcoder2's two norms, both on the layer's input, in parallel
+        (STARCODER2, {"layer": Block("parallel", shared_norm=False)}, "max |IR - HF|"),
+        (STARCODER2, {"layer": Block("parallel", shared_norm=False, fused_reduce=False)}, "max |"),
+        (
+            PHI2,
+            {"layer": Block("sequential")},
+            "unknown to HF (e.g. ['model.layers.0.post_attention",
+        ),
+        (PHI2, {"layer": Block("parallel", shared_norm=False)}, "unknown to HF (e.g. ['model.lay"),
+    ],
+    ids=["starcoder2-parallel", "starcoder2-parallel-unfused", "phi2-sequential", "phi2-two-norms"],
+)
+def test_a_wrong_layer_composition_fails(model_id, wrong, detail):
+    """The layer block is load-bearing: Starcoder2 composed in parallel has its parameters and
+    other numbers; Phi-2 composed sequentially has a norm HF's class lacks."""
+    result = matches_hf_check(_with(model_id, **wrong), {})
+    assert not result.ok and detail in result.detail, result.detail
+
+
+@pytest.mark.parametrize(
+    ("model_id", "wrong", "detail"),
+    [
+        (PHI2, {"rotary_fraction": 1.0}, "max |IR - HF|"),  # RoPE on all of each head
+        (PHI2, {"norm_eps": 0.1}, "max |IR - HF|"),
+        (PHI2, {"lm_head_bias": False}, "missing from the IR (e.g. ['lm_head.bias']"),
+        (PHI2, {"final_norm": "norm"}, "missing from the IR (e.g. ['model.final_layernorm.weight'"),
+        (PHI2, {"blocks": {"attention": {"o_name": "o_proj"}}}, "missing from the IR (e.g. ['mo"),
+        (PHI2, {"activation": "gelu"}, "max |IR - HF|"),
+        (STARCODER2, {"blocks": {"attention": {"o_bias": False}}}, "self_attn.o_proj.bias'"),
+        (STARCODER2, {"norm": Block("layer_norm", bias=False)}, "input_layernorm.bias'"),
+        (STARCODER2, {"norm": Block("rms_norm")}, "input_layernorm.bias'"),
+    ],
+    ids=[
+        "phi2-rotary-fraction",
+        "phi2-epsilon",
+        "phi2-lm-head-bias",
+        "phi2-final-norm",
+        "phi2-o-name",
+        "phi2-activation",
+        "starcoder2-o-bias",
+        "starcoder2-norm-bias",
+        "starcoder2-rms-norm",
+    ],
+)
+def test_a_wrong_declared_value_of_phi2_or_starcoder2_fails(model_id, wrong, detail):
+    """Each thing Phi-2's and Starcoder2's entries declare is load-bearing at the tiny sizes."""
+    result = matches_hf_check(_with(model_id, **wrong), {})
+    assert not result.ok and detail in result.detail, result.detail

@@ -13,7 +13,7 @@ import pytest
 
 from stagebot.harness.suites.sharding_ir.dist_config import NAMED_CONFIGS, DistConfig
 from stagebot.harness.suites.sharding_ir.errors import ShardingIRError
-from stagebot.harness.suites.sharding_ir.family import ArchSpec, Attr, Block
+from stagebot.harness.suites.sharding_ir.family import ArchSpec, Attr, Block, Formula, Item
 from stagebot.harness.suites.sharding_ir.registry import REGISTRY, Registry
 
 
@@ -49,8 +49,11 @@ def test_a_spec_naming_an_attribute_the_config_lacks_says_which():
     arch = dataclasses.replace(
         spec.arch, moe=spec.arch.moe.but(num_experts=Attr("n_routed_experts"))
     )
-    with pytest.raises(ShardingIRError, match=r"MixtralConfig has no attribute 'n_routed_experts'"):
-        arch.resolve(spec.config())
+    with pytest.raises(
+        ShardingIRError,
+        match=r"Mixtral-8x7B-v0.1: moe.num_experts reads MixtralConfig.n_routed_experts, which",
+    ):
+        arch.resolve(spec.config(), spec.model_id)
 
 
 def test_a_value_computed_from_the_config_resolves_and_travels_to_the_ranks():
@@ -69,7 +72,7 @@ def test_a_value_computed_from_the_config_resolves_and_travels_to_the_ranks():
     assert arch.embedding_multiplier == 8.0  # hidden 64
     assert arch.logits_multiplier == 1 / 6.0
     assert arch.attention.params["scale"] == 2 * 0.015625 / 4
-    with pytest.raises(ShardingIRError, match=r"GraniteMoeConfig has no attribute 'hidden'"):
+    with pytest.raises(ShardingIRError, match=r"reads GraniteMoeConfig.hidden, which that config"):
         ArchSpec(residual_multiplier=Attr("hidden") ** -0.5).resolve(config)
 
 
@@ -115,14 +118,18 @@ def test_options_module_stays_light():
 
 
 def _config_names() -> set[str]:
-    """Every HF config attribute a registered family's spec or tiny settings names."""
+    """Every HF config attribute a registered family's spec or tiny settings names (the spec's
+    defaults, ``rms_norm_eps`` ..., too)."""
     names = set()
     for spec in REGISTRY.values():
         names |= set(spec.tiny)
         values = list(vars(spec.arch).values())
-        for block in (v for v in values if isinstance(v, Block)):
-            values += [v for _, v in block.params]
-        names |= {v.name for v in values if isinstance(v, Attr)}
+        for v in values:  # grows as blocks and formulas are opened
+            if isinstance(v, Block):
+                values += [p for _, p in v.params]
+            elif isinstance(v, Formula):
+                values += list(v.operands)
+        names |= {v.name for v in values if isinstance(v, Attr | Item)}
     return names
 
 
@@ -155,6 +162,7 @@ def test_the_checks_and_blocks_never_name_a_config_key():
     ]
     names = _config_names()
     assert {"num_experts", "num_local_experts", "attention_bias", "qkv_bias"} <= names
+    assert {"rms_norm_eps", "num_key_value_heads", "rope_parameters"} <= names
     found = {
         f"{path.name}:{node.lineno}: {ast.unparse(node)}"
         for path in modules
@@ -192,3 +200,72 @@ def test_blocks_are_found_by_module():
         blocks.registered().items()
     )
     assert blocks.registered()["sparse_moe"] == "ffn"
+
+
+def _phi2_config_with(**arch):
+    spec = REGISTRY["microsoft/phi-2"]
+    return dataclasses.replace(spec.arch, **arch), spec.config()
+
+
+@pytest.mark.parametrize(
+    ("arch", "message"),
+    [
+        (
+            {"norm_eps": Attr("rms_norm_eps")},  # ArchSpec's default name, which PhiConfig lacks
+            r"microsoft/phi-2: ArchSpec.norm_eps reads PhiConfig.rms_norm_eps, which that config "
+            r"class lacks: declare the name it uses",
+        ),
+        (
+            {"num_kv_heads": Attr("n_kv_heads")},
+            r"microsoft/phi-2: ArchSpec.num_kv_heads reads PhiConfig.n_kv_heads, which",
+        ),
+        (
+            {"rotary_fraction": Item("rope_parameters", "rotary_pct")},
+            r"ArchSpec.rotary_fraction reads PhiConfig.rope_parameters\['rotary_pct'\], which",
+        ),
+        (
+            {"attention": Block("attention", bias=Attr("qkv_bias"))},
+            r"microsoft/phi-2: attention.bias reads PhiConfig.qkv_bias, which",
+        ),
+        (
+            {"rotary_fraction": 1.5},
+            r"ArchSpec.rotary_fraction is 1.5: it must be a number in \(0, 1]",
+        ),
+        ({"norm_eps": -1e-5}, r"ArchSpec.norm_eps is -1e-05: it must be a float in \(0, 1\)"),
+        ({"num_heads": 4.0}, r"ArchSpec.num_heads is 4.0: it must be a positive int"),
+        ({"num_kv_heads": 3}, r"microsoft/phi-2: 4 heads are no multiple of 3 KV heads"),
+    ],
+    ids=["epsilon", "kv-heads", "rotary-key", "block-param", "fraction", "eps", "heads", "kv"],
+)
+def test_a_missing_or_wrong_config_value_names_the_entry_and_the_name(arch, message):
+    arch, config = _phi2_config_with(**arch)
+    with pytest.raises(ShardingIRError, match=message):
+        arch.resolve(config, "microsoft/phi-2")
+
+
+def test_a_declared_default_applies_only_where_the_config_lacks_the_name():
+    arch, config = _phi2_config_with(
+        norm_eps=Attr("rms_norm_eps", default=1e-3), head_dim=Attr("head_dim", default=None)
+    )
+    assert not hasattr(config, "rms_norm_eps")
+    resolved = arch.resolve(config)
+    assert resolved.norm_eps == 1e-3  # the default
+    assert resolved.rotary_dim == 8  # PhiConfig's partial_rotary_factor 0.5, read not defaulted
+    resolved = dataclasses.replace(arch, norm_eps=Attr("layer_norm_eps", default=1e-3))
+    assert resolved.resolve(config).norm_eps == config.layer_norm_eps != 1e-3
+
+
+def test_the_decoder_never_names_a_block_nor_a_composition():
+    """The decoder builds each layer by kind: a family's layer is its entry's choice alone."""
+    from stagebot.harness.suites.sharding_ir import blocks
+    from stagebot.harness.suites.sharding_ir.blocks.layer import PLACEMENTS
+
+    decoder = Path(__file__).parent / "models" / "decoder.py"
+    names = set(blocks.registered()) | set(PLACEMENTS) | {"input_layernorm", "parallel"}
+    found = {
+        f"decoder.py:{node.lineno}: {node.value!r}"
+        for node in ast.walk(ast.parse(decoder.read_text()))
+        if isinstance(node, ast.Constant) and node.value in names
+    }
+    assert found == set()
+    assert blocks.registered()["parallel"] == blocks.registered()["sequential"] == "layer"

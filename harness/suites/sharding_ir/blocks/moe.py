@@ -1,6 +1,7 @@
 """The sparse MoE block (``sparse_moe``): a softmax top-k router, routed gated-MLP experts through
 the ``moe`` hint (the family's activation), optionally a shared expert (sigmoid-gated, as
-Qwen2-MoE), and one summing all-reduce for both.
+Qwen2-MoE), and one summing all-reduce for both (none with ``reduce=False``: a layer block
+reducing it with another branch).
 
 Parameters: ``num_experts``, ``top_k``, ``intermediate_size`` (an expert's), ``norm_topk_prob``
 (renormalise the top-k weights to sum to 1), ``shared_intermediate_size`` (None: no shared
@@ -40,8 +41,6 @@ class SparseMoeBlock(nn.Module):
     The routed experts are split over EP x MoE-TP; a shared expert over all TP ranks like a
     dense MLP. Both are partial sums until the block's one all-reduce."""
 
-    collectives = {"sum": 1}
-
     def __init__(
         self,
         a: Arch,
@@ -52,8 +51,10 @@ class SparseMoeBlock(nn.Module):
         norm_topk_prob: bool,
         shared_intermediate_size: int | None,
         router: str,
+        reduce: bool,
     ) -> None:
         super().__init__()
+        self.collectives = {"sum": 1} if reduce else {}
         self.num_experts, self.top_k, self.norm_topk_prob = num_experts, top_k, norm_topk_prob
         self.fixed_routing, self.activation = a.fixed_routing, a.activation
         self.router_name = router
@@ -97,7 +98,7 @@ class SparseMoeBlock(nn.Module):
         )
         if self.has_shared_expert:
             out = out + torch.sigmoid(self.shared_expert_gate(flat)) * self.shared_expert(flat)
-        return hints.all_reduce(out).reshape(b, s, h)
+        return (hints.all_reduce(out) if self.collectives else out).reshape(b, s, h)
 
     def local_shapes(self, dc: DistConfig) -> Shapes:
         local = expected_local_experts(self.num_experts, dc.moe_ep, dc.moe_ep_rank)
@@ -124,6 +125,7 @@ def sparse_moe(
     dense_layers: list[int] | None = None,
     sparse_step: int = 1,
     router: str = "gate",
+    reduce: bool = True,
 ) -> SparseMoeBlock | None:
     """The block for ``layer``, or None where the layer keeps the dense MLP."""
     if num_experts == 0 or layer in (dense_layers or ()) or (layer + 1) % sparse_step:
@@ -136,6 +138,7 @@ def sparse_moe(
         norm_topk_prob=bool(norm_topk_prob),
         shared_intermediate_size=shared_intermediate_size,
         router=router,
+        reduce=reduce,
     )
 
 

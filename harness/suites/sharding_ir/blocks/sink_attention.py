@@ -53,30 +53,28 @@ def _(q, k, v, sinks, scale, softcap, window):
 class SinkAttention(SoftcapAttention):
     # Sink logits of order one, as trained ones are: a sink given another head's logit then moves
     # the output beyond bf16's tolerance, not only fp32's (at 0.1, rel RMSE 0.004 in bf16).
-    init_std = {"sinks": 1.0}
+    init = {"sinks": (0.0, 1.0)}
 
     def __init__(self, a: Arch, softcap, window, rope: bool, **params) -> None:
         super().__init__(a, softcap, window, **params)
         if self.fused:
             raise ShardingIRError("sink_attention: the sinks follow q_proj; use separate q/k/v.")
         self.sinks = nn.Parameter(torch.zeros(a.num_heads))
-        self.rope = rope
+        self.rotates = rope
         self.follows = getattr(self, "follows", {}) | {"sinks": "q_proj.weight"}
 
     def core(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
         sinks = hints.shard_like(self.sinks, self.q_proj.weight, 0, self.head_dim)
         return sink_attention_op(q, k, v, sinks, self.scale, self.softcap, self.window)
 
-    def forward(self, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-        if not self.rope:  # the rotation by angle 0
-            cos, sin = torch.ones_like(cos), torch.zeros_like(sin)
-        return super().forward(x, cos, sin)
+    def rope(self, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+        return super().rope(x, cos, sin) if self.rotates else x
 
     def local_shapes(self, dc: DistConfig) -> Shapes:
         return super().local_shapes(dc) | {"sinks": (split_size(self.num_heads, dc.tp_size),)}
 
 
-@blocks.register("attention", "sink_attention")
+@blocks.register("attention", "sink_attention", extends="attention")
 def sink_attention(
     a: Arch,
     layer: int,
@@ -85,11 +83,7 @@ def sink_attention(
     sliding_window: int | None = None,
     layer_types: list[str] | None = None,
     layer_rope_theta: list[float] | None = None,
-    qk_norm: str = "none",
-    bias: bool = False,
-    o_bias: bool = False,
-    fused_qkv: bool = False,
-    scale: float | None = None,
+    **params,
 ) -> SinkAttention:
     theta = a.rope_theta if layer_rope_theta is None else layer_rope_theta[layer]
     if theta not in (0, a.rope_theta):
@@ -98,14 +92,4 @@ def sink_attention(
             f"{a.rope_theta} only; a layer takes that base or 0 (no RoPE)."
         )
     windowed = layer_types is None or layer_types[layer] == SLIDING
-    return SinkAttention(
-        a,
-        softcap,
-        sliding_window if windowed else None,
-        theta != 0,
-        qk_norm=qk_norm,
-        bias=bias,
-        o_bias=o_bias,
-        fused_qkv=fused_qkv,
-        scale=scale,
-    )
+    return SinkAttention(a, softcap, sliding_window if windowed else None, theta != 0, **params)

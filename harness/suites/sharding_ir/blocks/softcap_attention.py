@@ -69,7 +69,7 @@ class SoftcapAttention(Attention):
         return softcap_attention_op(q, k, v, self.scale, self.softcap, self.window)
 
 
-@blocks.register("attention", "softcap_attention")
+@blocks.register("attention", "softcap_attention", extends="attention")
 def softcap_attention(
     a: Arch,
     layer: int,
@@ -77,20 +77,7 @@ def softcap_attention(
     softcap: float | None = None,
     sliding_window: int | None = None,
     layer_types: list[str] | None = None,
-    qk_norm: str = "none",
-    bias: bool = False,
-    o_bias: bool = False,
-    fused_qkv: bool = False,
-    scale: float | None = None,
+    **params,
 ) -> SoftcapAttention:
     windowed = layer_types is None or layer_types[layer] == SLIDING
-    return SoftcapAttention(
-        a,
-        softcap,
-        sliding_window if windowed else None,
-        qk_norm=qk_norm,
-        bias=bias,
-        o_bias=o_bias,
-        fused_qkv=fused_qkv,
-        scale=scale,
-    )
+    return SoftcapAttention(a, softcap, sliding_window if windowed else None, **params)

@@ -1,6 +1,7 @@
 """The IR causal LM: one decoder for every family, composed of the blocks its spec names
-(``blocks.build`` by kind: attention, a feed-forward block, norms placed as the spec says), with
-HF's parameter names. It never names a block: a new block is a module of ``blocks/``."""
+(``blocks.build`` by kind: each layer is the family's layer block, which builds and composes its
+attention, feed-forward block and norms), with HF's parameter names. It never names a block nor
+branches on a family: a new block is a module of ``blocks/``."""
 
 from __future__ import annotations
 
@@ -16,11 +17,12 @@ from stagebot.harness.suites.sharding_ir.family import Arch, ArchSpec
 
 
 class RotaryEmbedding(nn.Module):
-    """Default RoPE, as HF computes it (``inv_freq`` a non-persistent buffer of the same name)."""
+    """Default RoPE, as HF computes it (``inv_freq`` a non-persistent buffer of the same name),
+    over the rotated dims of a head (all, or the family's rotary fraction of them)."""
 
     def __init__(self, a: Arch) -> None:
         super().__init__()
-        dim = a.head_dim
+        dim = a.rotary_dim
         inv_freq = 1.0 / (a.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.float) / dim))
         self.register_buffer("inv_freq", inv_freq, persistent=False)
 
@@ -30,37 +32,15 @@ class RotaryEmbedding(nn.Module):
         return emb.cos().to(x.dtype), emb.sin().to(x.dtype)
 
 
-class DecoderLayer(nn.Module):
-    def __init__(self, a: Arch, layer_idx: int) -> None:
-        super().__init__()
-        self.self_attn = blocks.build("attention", a.attention, a, layer_idx)
-        ffn = blocks.build("ffn", a.moe, a, layer_idx) if a.moe else None
-        use = a.moe if ffn is not None else a.mlp
-        if ffn is None:
-            ffn = blocks.build("ffn", a.mlp, a, layer_idx)
-        self.ffn_name = use.params.get("module", "mlp")  # the family's name for the block
-        self.add_module(self.ffn_name, ffn)
-        self.norms = a.norms  # module names, None where the placement has no norm
-        for name in filter(None, a.norms):
-            self.add_module(name, blocks.build("norm", a.norm, a, a.hidden_size))
-        self.residual_multiplier = a.residual_multiplier
-
-    def _norm(self, name: str | None, x: Tensor) -> Tensor:
-        return x if name is None else self.get_submodule(name)(x)
-
-    def forward(self, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-        r, ffn = self.residual_multiplier, self.get_submodule(self.ffn_name)
-        before_attn, after_attn, before_ffn, after_ffn = self.norms
-        x = x + self._norm(after_attn, self.self_attn(self._norm(before_attn, x), cos, sin)) * r
-        return x + self._norm(after_ffn, ffn(self._norm(before_ffn, x))) * r
-
-
 class DecoderModel(nn.Module):
     def __init__(self, a: Arch) -> None:
         super().__init__()
         self.embed_tokens = nn.Embedding(a.vocab_size, a.hidden_size)
-        self.layers = nn.ModuleList(DecoderLayer(a, i) for i in range(a.num_layers))
-        self.norm = blocks.build("norm", a.norm, a, a.hidden_size)
+        self.layers = nn.ModuleList(
+            blocks.build("layer", a.layer, a, i) for i in range(a.num_layers)
+        )
+        self.final_norm = a.final_norm  # the family's name for it
+        self.add_module(a.final_norm, blocks.build("norm", a.norm, a, a.hidden_size))
         self.rotary_emb = RotaryEmbedding(a)
         self.embedding_multiplier = a.embedding_multiplier
 
@@ -69,22 +49,25 @@ class DecoderModel(nn.Module):
         cos, sin = self.rotary_emb(x, position_ids)
         for layer in self.layers:
             x = layer(x, cos, sin)
-        return self.norm(x)
+        return self.get_submodule(self.final_norm)(x)
 
 
 class IRForCausalLM(nn.Module):
     """``forward(input_ids, position_ids) -> logits`` for ``config`` (an HF config) as ``spec``
-    describes the family; with ``fixed_routing`` its MoE blocks pick experts by token position,
-    so rounding cannot flip the choice between sharded and unsharded runs."""
+    describes the family (``entry``, its model id, names it in errors); with ``fixed_routing``
+    its MoE blocks pick experts by token position, so rounding cannot flip the choice between
+    sharded and unsharded runs."""
 
-    def __init__(self, config, spec: ArchSpec, fixed_routing: bool = False) -> None:
+    def __init__(
+        self, config, spec: ArchSpec, fixed_routing: bool = False, entry: str = "a family"
+    ) -> None:
         super().__init__()
         self.config = config
-        self.arch = a = replace(spec.resolve(config), fixed_routing=fixed_routing)
+        self.arch = a = replace(spec.resolve(config, entry), fixed_routing=fixed_routing)
         if a.tied_embeddings:
             raise ValueError("IR models keep lm_head separate: set tie_word_embeddings=False")
         self.model = DecoderModel(a)
-        self.lm_head = nn.Linear(a.hidden_size, a.vocab_size, bias=False)
+        self.lm_head = nn.Linear(a.hidden_size, a.vocab_size, bias=a.lm_head_bias)
 
     def forward(self, input_ids: Tensor, position_ids: Tensor) -> Tensor:
         logits = self.lm_head(self.model(input_ids, position_ids)) * self.arch.logits_multiplier

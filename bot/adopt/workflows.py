@@ -100,6 +100,35 @@ def load_settings(path: Path) -> InitSettings:
     return settings
 
 
+def find_home(start: Path) -> Path | None:
+    """The nearest folder at or above ``start`` that holds ``.github/stagebot-init.yml``: the
+    repository `bot init` adopted (found the way pytest and ruff find their configuration)."""
+    for folder in (start.resolve(), *start.resolve().parents):
+        if (folder / SETTINGS_PATH).is_file():
+            return folder
+    return None
+
+
+def discover_catalog(start: Path) -> Path | None:
+    """The catalog a local command uses when none is given: the adopted repository's (its
+    settings' ``catalog:``), or stagebot's shipped one (None) in stagebot's own repository."""
+    home = find_home(start)
+    if home is None:
+        raise InitError(
+            f"no .github/stagebot-init.yml in {start.resolve()} or any folder above it: run "
+            "`bot init` in your repository's root first, or give --catalog PATH"
+        )
+    settings = load_settings(home / SETTINGS_PATH)
+    if settings.catalog:
+        return home / settings.catalog
+    if settings.stagebot.checkout:
+        return None  # stagebot's own repository: the shipped catalog is its own
+    raise InitError(
+        f"{home / SETTINGS_PATH} names no catalog: add `catalog: .github/stagebot/catalog` "
+        "(the folder `bot init` wrote), or give --catalog PATH"
+    )
+
+
 def _pin(path: Path, data: object) -> Pin:
     if data == "checkout":
         return Pin(checkout=True)

@@ -167,6 +167,11 @@ def main(argv: list[str] | None = None) -> None:
         cli.main(args=argv, prog_name="bot", standalone_mode=False)
     except click.exceptions.Exit as done:
         sys.exit(done.exit_code)
+    except BrokenPipeError:  # the reader of stdout went away (`bot … | head -1`): stop quietly
+        from stagebot.bot.cli.output import stdout_closed
+
+        stdout_closed()
+        sys.exit(1)
     except click.Abort:
         click.echo("Aborted.", err=True)
         sys.exit(1)

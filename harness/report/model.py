@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from stagebot.harness.analysis.causes import cause_line, is_environment
-from stagebot.harness.analysis.classify import Analysis
+from stagebot.harness.analysis.classify import Analysis, nothing_ran
 from stagebot.harness.report.headline import headline
 from stagebot.harness.report.status import StatusDecision, decide_status
 from stagebot.harness.report.status_text import label
@@ -142,6 +142,7 @@ class Report:
             gating=self.gating,
             again=self.again(),
             environment_errors=len(self.environment_errors()),
+            ran=not nothing_ran(self.results),
         )
 
     def stage_rows(self) -> list[dict[str, Any]]:

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import click
 
-from stagebot.bot.cli.options import catalog_option
+from stagebot.bot.cli.options import local_catalog_option
 from stagebot.bot.cli.run_options import ledger_option, out_option, pipeline_option, root_option
 
 
 @click.command("audit-reuse")
-@catalog_option
+@local_catalog_option
 @ledger_option
 @pipeline_option("The pipeline whose reused tests to audit (default: the ledger's newest).")
 @root_option

@@ -16,7 +16,7 @@ from pathlib import Path
 import click
 
 from stagebot.bot.cli.options import (
-    catalog_option,
+    local_catalog_option,
     changed_files_option,
     comment_argument,
     commit_option,
@@ -25,6 +25,7 @@ from stagebot.bot.cli.options import (
     read_changed_files,
     read_comment,
 )
+from stagebot.bot.cli.output import quiet_when_closed
 from stagebot.bot.cli.run_options import (
     base_ledger_option,
     default_ledger,
@@ -40,7 +41,7 @@ DEFAULT_BRANCH = "main"
 
 
 @click.command("run")
-@catalog_option
+@local_catalog_option
 @ledger_option
 @changed_files_option
 @commit_option
@@ -139,10 +140,16 @@ def run(
                 home=home,
                 default_branch=DEFAULT_BRANCH,
             )
+            said = sys.stderr if as_json else sys.stdout
             terminal = Terminal(  # with --json, stdout is the JSON alone
-                say=partial(click.echo, nl=False, err=as_json),
-                warn=partial(click.echo, nl=False, err=True),
-                report_json=partial(click.echo, nl=False) if as_json else None,
+                # a closed pipe (`bot run … | head -1`) stops the output, never the pipeline
+                say=quiet_when_closed(partial(click.echo, nl=False, err=as_json), said),
+                warn=quiet_when_closed(partial(click.echo, nl=False, err=True), sys.stderr),
+                report_json=(
+                    quiet_when_closed(partial(click.echo, nl=False), sys.stdout)
+                    if as_json
+                    else None
+                ),
             )
             code = run_local(command, book, request, terminal)
     sys.exit(code)

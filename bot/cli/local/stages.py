@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from stagebot.bot.cli.options import catalog_option
+from stagebot.bot.cli.options import local_catalog_option
 from stagebot.stages.catalog import Catalog, Stage, load_catalog
 from stagebot.stages.errors import PlanError
 from stagebot.stages.planner import STAGE_LISTING
@@ -17,7 +17,7 @@ from stagebot.stages.suggest import unknown
 
 
 @click.command()
-@catalog_option
+@local_catalog_option
 @click.option("--list", "list_all", is_flag=True, help="List every stage (the default).")
 @click.option("--stage", "stage_name", metavar="NAME", help="Describe one stage.")
 @click.option("--test", "test_id", metavar="ID", help="Which stages run this test id or path.")

@@ -139,6 +139,7 @@ def run(
                 root=root,
                 home=home,
                 default_branch=DEFAULT_BRANCH,
+                rerun_options=_given_options(click.get_current_context()),
             )
             said = sys.stderr if as_json else sys.stdout
             terminal = Terminal(  # with --json, stdout is the JSON alone
@@ -153,6 +154,25 @@ def run(
             )
             code = run_local(command, book, request, terminal)
     sys.exit(code)
+
+
+# The options a re-run needs as given to find the same catalog, history and shards (not --out:
+# a new pipeline writes its own folder; not --json: how it is shown).
+RERUN = ("catalog", "ledger", "base_ledger", "root", "commit", "pr", "base_commit", "branch")
+RERUN += ("cpu_slots", "shard_timeout")
+
+
+def _given_options(ctx: click.Context) -> tuple[str, ...]:
+    """The options of RERUN given on the command line, as words of a command to paste
+    (paths absolute: it works from any folder)."""
+    words = []
+    for param in ctx.command.params:
+        source = ctx.get_parameter_source(param.name)
+        if param.name not in RERUN or source != click.core.ParameterSource.COMMANDLINE:
+            continue
+        value = ctx.params[param.name]
+        words += [param.opts[0], str(value.resolve() if isinstance(value, Path) else value)]
+    return tuple(words)
 
 
 class OutputError(StagebotError):

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 GIT_ENV = {
@@ -171,4 +172,30 @@ def build_sample(folder: Path, *, torch: bool = True) -> Path:
     git(repo, "submodule", "add", "-q", str(shapes), "extern/shapes")
     git(repo, "add", ".")
     git(repo, "commit", "-q", "-m", "gridkit")
+    return repo
+
+
+def bot(cwd: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """`bot ARGS…` in a fresh process started in ``cwd`` (a new user's shell)."""
+    return subprocess.run(
+        [sys.executable, "-c", "from stagebot.bot.cli.main import main; main()", *args],
+        cwd=cwd,
+        env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+def adopted_sample(folder: Path, *, torch: bool = True) -> Path:
+    """The sample after `bot init --write` (a stand-in release wheel: init only hashes it),
+    with `.github` committed, as docs/adopt.md step 4 leaves it."""
+    repo = build_sample(folder, torch=torch)
+    wheel = folder / "dist" / "stagebot-0.1.0-py3-none-any.whl"
+    wheel.parent.mkdir()
+    wheel.write_bytes(b"stand-in wheel bytes")
+    done = bot(repo, "init", "--stagebot-wheel", str(wheel), "--write")
+    assert done.returncode == 0, done.stdout + done.stderr
+    git(repo, "add", ".github")
+    git(repo, "commit", "-q", "-m", "Adopt stagebot")
     return repo

@@ -91,8 +91,14 @@ def areas(ctx: Context) -> Check:
         for suite in family.suites
         if not suite.builtin
     }
-    problems = [f"{area} has no stage family" for area in detect(ctx.root).areas if area not in paths]
-    problems += [f"{path} (a suite's path) does not exist" for path in sorted(paths) if not (ctx.root / path).exists()]
+    problems = [
+        f"{area} has no stage family" for area in detect(ctx.root).areas if area not in paths
+    ]
+    problems += [
+        f"{path} (a suite's path) does not exist"
+        for path in sorted(paths)
+        if not (ctx.root / path).exists()
+    ]
     return Check(
         "areas",
         not problems,
@@ -332,7 +338,7 @@ def run_checks(ctx: Context) -> list[Check]:
                 checks.append(check(ctx))
                 continue
             except Unreachable as error:
-                offline = f"GitHub cannot be reached ({error})"
+                offline = str(error)
         checks.append(Check(name, False, f"not checked: {offline}", "", checked=False))
     return checks
 

@@ -55,7 +55,7 @@ class DoctorClient:
             status, headers, body = self._requester.requestJson("GET", url, parameters=query)
         except Exception as error:  # a connection failure: nothing a check can explain
             raise Unreachable(
-                f"{self.api_url} did not answer GET {path} ({type(error).__name__})"
+                f"GitHub at {self.api_url} did not answer ({type(error).__name__} on GET {path})"
             ) from None
         try:
             data = json.loads(body) if body else None
@@ -88,5 +88,5 @@ def app_permissions(api_url: str, repository: str, app_id: str, private_key: str
     except (ValueError, TypeError) as error:
         raise SetupError(f"the App's private key cannot sign a token ({error})") from None
     except OSError as error:  # requests' connection errors are OSErrors
-        raise Unreachable(f"{api_url} did not answer ({type(error).__name__})") from None
+        raise Unreachable(f"GitHub at {api_url} did not answer ({type(error).__name__})") from None
     return dict(installation.raw_data.get("permissions") or {})

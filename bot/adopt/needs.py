@@ -203,7 +203,9 @@ def installed_by(root: Path, project: Declared, extras, install_lines, lock) -> 
         if "install" not in words:
             continue
         after = words[words.index("install") + 1 :]
-        files += [after[i + 1] for i, word in enumerate(after[:-1]) if word in ("-r", "--requirement")]
+        files += [
+            after[i + 1] for i, word in enumerate(after[:-1]) if word in ("-r", "--requirement")
+        ]
         names |= requirement_names(w for w in after if not w.startswith("-") and w not in files)
     for file in files:
         path = root / file

@@ -99,7 +99,7 @@ FILES = {
         "def test_total(table):\n"
         "    assert Grid(table).total() == 10\n\n\n"
         "def test_shapes_from_the_submodule():\n"
-        '    root = Path(__file__).resolve().parents[2]\n'
+        "    root = Path(__file__).resolve().parents[2]\n"
         '    assert (root / "extern" / "shapes" / "shapes.txt").read_text().startswith("square")\n'
         "\n\n@pytest.mark.gpu\n"
         "def test_total_on_device(table):\n"

@@ -16,11 +16,11 @@ from pathlib import Path
 import click
 
 from stagebot.bot.cli.options import (
-    local_catalog_option,
     changed_files_option,
     comment_argument,
     commit_option,
     json_option,
+    local_catalog_option,
     pr_option,
     read_changed_files,
     read_comment,

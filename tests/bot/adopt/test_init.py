@@ -72,9 +72,7 @@ def test_init_writes_settings_a_catalog_and_workflows_that_load(adopted, tmp_pat
     assert {f.name: [s.to_json() for s in f.suites] for f in catalog.families} == {
         "CPU-Python-Core": [{"path": "tests/core", "marks": None, "keyword": None, "args": []}],
         "CPU-Python-Ops": [{"path": "tests/ops", "marks": "not gpu", "keyword": None, "args": []}],
-        "DGX_H200-Python-Ops": [
-            {"path": "tests/ops", "marks": "gpu", "keyword": None, "args": []}
-        ],
+        "DGX_H200-Python-Ops": [{"path": "tests/ops", "marks": "gpu", "keyword": None, "args": []}],
     }
     assert catalog.stage("CPU-Python-Core-1").setup.extras == ("test",)
     assert {f.name: f.skip_if_only_changed for f in catalog.families} == {

@@ -59,8 +59,9 @@ def test_each_area_installs_what_its_tests_import(tmp_path) -> None:
     stages.write_text(stages.read_text().replace('    setup: {extras: ["gpu"]}\n', ""))
     check = _doctor(repo)["stage-needs"]
     assert not check["ok"]
-    assert "CPU-PyTorch-Ops: tests/ops imports torch, which its setup does not install" in (
-        check["detail"]
+    assert (
+        "CPU-PyTorch-Ops: tests/ops imports torch, which its setup does not install"
+        in (check["detail"])
     )
 
 

@@ -158,6 +158,7 @@ def _describe(catalog: Catalog, stage: Stage) -> str:
         )
     if family.command:
         lines.append(f"  command: {family.command}")
+    lines += [f"  installs: {command}" for command in family.setup.commands()]  # its job's
     for rule in ("run_if_changed", "skip_if_only_changed"):
         if getattr(family, rule):
             lines.append(f"  {rule}: {', '.join(getattr(family, rule))}")

@@ -4,6 +4,8 @@ that not everything passed."""
 
 from __future__ import annotations
 
+import json
+import os
 import socket
 
 from helpers.sample_project import adopted_sample, bot
@@ -60,3 +62,19 @@ def test_without_a_token_each_github_check_says_why_and_local_faults_still_fail(
     assert len(skipped) == 8
     assert all("not checked: no GITHUB_TOKEN" in line for line in skipped)
     assert done.stdout.splitlines()[-1] == "3 of 12 checks pass; 8 not checked"
+
+
+def test_without_actionlint_only_bot_inits_own_workflows_pass_the_lint(tmp_path) -> None:
+    repo = adopted_sample(tmp_path)
+    bare = {"GITHUB_TOKEN": "", "PATH": os.defpath}  # no actionlint on this PATH
+    lint = _lint(bot(repo, "doctor", "--json", env=bare))
+    assert lint["ok"] and "which stagebot's tests lint with actionlint" in lint["detail"]
+    stage = repo / ".github/workflows/stage.yml"
+    stage.write_text(stage.read_text() + "# edited by hand\n")
+    lint = _lint(bot(repo, "doctor", "--json", env=bare))
+    assert not lint["ok"] and not lint["checked"]
+    assert lint["detail"].startswith("not checked: actionlint is not installed here")
+
+
+def _lint(done) -> dict:
+    return next(check for check in json.loads(done.stdout) if check["name"] == "workflow-lint")

@@ -21,9 +21,7 @@ from stagebot.bot.adopt.needs import (
     Declared,
     has_submodules,
     imports_of,
-    installed_by,
-    provided,
-    requirement_file,
+    plan_installs,
     requirement_names,
     unmet_needs,
     uses_lfs,
@@ -102,43 +100,17 @@ def detect(root: Path) -> Project:
     if not areas:
         raise InitError(f"{tests}: no test_*.py files; write a test first")
     test_extra = next((extra for extra in TEST_EXTRAS if extra in declared.extras), None)
-    requirements = requirement_file(root)
-    install = [f"python -m pip install --quiet -r {requirements}"] if requirements else []
-    first = [test_extra] if test_extra else []
-    if not provided("pytest", installed_by(root, declared, first, install, None)):
-        install.append("python -m pip install --quiet pytest")
     imports = {area: imports_of(root, area) for area in areas}
-    area_extras, missing = {}, {}
-    for area, modules in imports.items():
-        extras = list(first)
-        wanted = []
-        for module in sorted(modules):
-            if provided(module, installed_by(root, declared, extras, install, None)):
-                continue
-            extra = next(
-                (
-                    name
-                    for name, requirements in declared.extras.items()
-                    if provided(module, requirement_names(requirements))
-                ),
-                None,
-            )
-            if extra is None:
-                wanted.append(module)
-            elif extra not in extras:
-                extras.append(extra)
-        area_extras[area] = tuple(extras[len(first) :])
-        if wanted:
-            missing[area] = tuple(wanted)
+    installs = plan_installs(root, declared, test_extra, imports)
     uses = set().union(*imports.values()) | requirement_names(declared.dependencies)
     return Project(
         declared.name,
         test_extra,
         areas,
         backend="PyTorch" if {"torch", "pytorch"} & uses else "Python",
-        install=tuple(install),
-        area_extras={area: extras for area, extras in area_extras.items() if extras},
-        missing=missing,
+        install=installs.install,
+        area_extras=installs.extras,
+        missing=installs.missing,
         submodules=has_submodules(root),
         lfs=uses_lfs(root),
     )
@@ -159,7 +131,7 @@ def pin_wheel(wheel: Path, local: bool) -> Pin:
     return Pin(False, version, sha256, str(wheel.resolve()) if local else f"stagebot=={version}")
 
 
-def family_name(area: str, gpu: bool, backend: str = "PyTorch") -> str:
+def family_name(area: str, gpu: bool, backend: str) -> str:
     name = Path(area).name
     tag = "".join(part.capitalize() for part in re.split(r"[^A-Za-z0-9]+", name) if part)
     return f"{GPU_TYPE if gpu else 'CPU'}-{backend}-{tag}"

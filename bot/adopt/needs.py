@@ -214,6 +214,51 @@ def installed_by(root: Path, project: Declared, extras, install_lines, lock) -> 
     return names
 
 
+@dataclass(frozen=True)
+class Installs:
+    """What `bot init` has the stage jobs install beyond the project with its test extra."""
+
+    install: tuple[str, ...]  # every stage's commands after the project
+    extras: dict[str, tuple[str, ...]]  # area -> the further extras its tests' imports need
+    missing: dict[str, tuple[str, ...]]  # area -> the imports no extra or requirement file lists
+
+
+def plan_installs(
+    root: Path, declared: Declared, test_extra: str | None, imports: dict[str, set[str]]
+) -> Installs:
+    """The installs that give each area (-> the modules its tests import) what it imports: the
+    tests' requirement file for all (and pytest when nothing else brings it), an extra for an
+    area whose import only that extra lists; what nothing lists is ``missing``."""
+    requirements = requirement_file(root)
+    install = [f"python -m pip install --quiet -r {requirements}"] if requirements else []
+    first = [test_extra] if test_extra else []
+    if not provided("pytest", installed_by(root, declared, first, install, None)):
+        install.append("python -m pip install --quiet pytest")
+    extras_of, missing = {}, {}
+    for area, modules in imports.items():
+        extras, wanted = list(first), []
+        for module in sorted(modules):
+            if provided(module, installed_by(root, declared, extras, install, None)):
+                continue
+            extra = next(
+                (
+                    name
+                    for name, listed in declared.extras.items()
+                    if provided(module, requirement_names(listed))
+                ),
+                None,
+            )
+            if extra is None:
+                wanted.append(module)
+            elif extra not in extras:
+                extras.append(extra)
+        if extras[len(first) :]:
+            extras_of[area] = tuple(extras[len(first) :])
+        if wanted:
+            missing[area] = tuple(wanted)
+    return Installs(tuple(install), extras_of, missing)
+
+
 def unmet_needs(root: Path, *, submodules: bool, lfs: bool, families) -> list[tuple[str, str]]:
     """(what a stage job would lack, the fix) for the repository at ``root``, given whether its
     stage jobs check out submodules and LFS files and the catalog's ``families``."""

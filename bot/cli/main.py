@@ -60,7 +60,7 @@ SECTIONS: tuple[tuple[str, dict[str, str]], ...] = (
             "help": "Show the /bot command language; `bot help COMMAND`: that command's help.",
             "docs": "Write stagebot's command reference (docs/reference.md) from the commands.",
             "init": "Adopt stagebot here: settings, catalog, workflows (a diff unless --write).",
-            "doctor": "Check this repository's GitHub setup for the bot, each check with its fix.",
+            "doctor": "Check this repository and its GitHub setup for the bot, each with its fix.",
         },
     ),
     (

@@ -2,8 +2,9 @@
 
 Exit codes: 0 SUCCESS; 1 a NEW / PRE-EXISTING / UNCLASSIFIED failure, or the run was cancelled
 (ABORTED); 3 only infrastructure failures, or the ledger or --out is unusable (nothing ran then);
-4 nothing ran (NOT_RUN: no shard could run on this host); 2 a usage error (a pipeline the
-ledger lacks included). `/bot reuse-pipeline [N]` records that the commit is validated by N.
+4 a shard could not run on this host and nothing failed (NOT_RUN, as the bot's reply says it);
+2 a usage error (a pipeline the ledger lacks included). `/bot reuse-pipeline [N]` records that
+the commit is validated by N. A closed stdout stops the output, never the pipeline.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from stagebot.stages.errors import CommandError
 
 COMMAND_VERSION = 1
 SUBCOMMANDS = ("run", "kill", "skip", "reuse-pipeline", "help")
-TEST_BACKENDS = ("pytorch", "cpp", "tensorrt", "triton", "autodeploy")
+TEST_BACKENDS = ("pytorch", "cpp", "tensorrt", "triton", "autodeploy", "python")
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ BACKENDS = {
     "TensorRT": "tensorrt",
     "Triton": "triton",
     "AutoDeploy": "autodeploy",
+    "Python": "python",  # the neutral word: a repository's tests that use none of the above
 }
 TOKEN = re.compile(r"^[A-Za-z0-9_]+$")
 GPUS = re.compile(r"^(?P<n>[1-9][0-9]*)_GPUs$")

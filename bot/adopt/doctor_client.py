@@ -17,6 +17,10 @@ from typing import Any
 from stagebot.bot.github import GitHubError, RetryPolicy, SetupError
 
 
+class Unreachable(GitHubError):
+    """GitHub did not answer at all (no network, a wrong API URL): nothing a check can judge."""
+
+
 @dataclass(frozen=True)
 class Answer:
     status: int
@@ -50,7 +54,9 @@ class DoctorClient:
         try:
             status, headers, body = self._requester.requestJson("GET", url, parameters=query)
         except Exception as error:  # a connection failure: nothing a check can explain
-            raise GitHubError(f"GET {url}: {' '.join(str(error).split())[:200]}") from None
+            raise Unreachable(
+                f"GitHub at {self.api_url} did not answer ({type(error).__name__} on GET {path})"
+            ) from None
         try:
             data = json.loads(body) if body else None
         except json.JSONDecodeError:
@@ -81,4 +87,6 @@ def app_permissions(api_url: str, repository: str, app_id: str, private_key: str
         ) from None
     except (ValueError, TypeError) as error:
         raise SetupError(f"the App's private key cannot sign a token ({error})") from None
+    except OSError as error:  # requests' connection errors are OSErrors
+        raise Unreachable(f"GitHub at {api_url} did not answer ({type(error).__name__})") from None
     return dict(installation.raw_data.get("permissions") or {})

@@ -6,6 +6,8 @@ catalog) and `.github/stagebot.yml` (the workflow file names, the stage branch).
 default_branch: main
 python: "3.11"
 catalog: .github/stagebot/catalog  # absent: stagebot's shipped catalog (stagebot's own repository)
+submodules: true                   # the stage jobs check out the git submodules (default: false)
+lfs: true                          # and the Git LFS files (default: false)
 stagebot:                          # the pinned release the privileged jobs install
   version: 0.1.0
   sha256: <the wheel's sha256>
@@ -59,6 +61,8 @@ class InitSettings:
     default_branch: str = "main"
     python: str = "3.11"
     catalog: str | None = None
+    submodules: bool = False  # the stage jobs check out the repository's submodules too
+    lfs: bool = False  # and its Git LFS files
 
     def to_yaml(self) -> str:
         pin = (
@@ -73,6 +77,7 @@ class InitSettings:
         data = {"default_branch": self.default_branch, "python": self.python}
         if self.catalog:
             data["catalog"] = self.catalog
+        data.update({key: True for key in ("submodules", "lfs") if getattr(self, key)})
         data["stagebot"] = pin
         return (
             "# How `bot init` generates this repository's workflows (bot/adopt/workflows.py).\n"
@@ -87,7 +92,10 @@ def load_settings(path: Path) -> InitSettings:
         raise InitError(f"{path}: cannot be read as YAML ({error})") from None
     if not isinstance(data, dict):
         raise InitError(f"{path}: expected a mapping of default_branch, python, catalog, stagebot")
-    known = {"default_branch", "python", "catalog", "stagebot"}
+    known = {"default_branch", "python", "catalog", "stagebot", "submodules", "lfs"}
+    for key in ("submodules", "lfs"):
+        if not isinstance(data.get(key, False), bool):
+            raise InitError(f"{path}: {key} must be true or false, not {data[key]!r}")
     if unknown := sorted(set(data) - known):
         raise InitError(f"{path}: unknown key {unknown[0]!r} (valid: {', '.join(sorted(known))})")
     settings = InitSettings(
@@ -95,9 +103,40 @@ def load_settings(path: Path) -> InitSettings:
         str(data.get("default_branch", "main")),
         str(data.get("python", "3.11")),
         data.get("catalog"),
+        data.get("submodules", False),
+        data.get("lfs", False),
     )
     check(settings, str(path))
     return settings
+
+
+def find_home(start: Path) -> Path | None:
+    """The nearest folder at or above ``start`` that holds ``.github/stagebot-init.yml``: the
+    repository `bot init` adopted (found the way pytest and ruff find their configuration)."""
+    for folder in (start.resolve(), *start.resolve().parents):
+        if (folder / SETTINGS_PATH).is_file():
+            return folder
+    return None
+
+
+def discover_catalog(start: Path) -> Path | None:
+    """The catalog a local command uses when none is given: the adopted repository's (its
+    settings' ``catalog:``), or stagebot's shipped one (None) in stagebot's own repository."""
+    home = find_home(start)
+    if home is None:
+        raise InitError(
+            f"no .github/stagebot-init.yml in {start.resolve()} or any folder above it: run "
+            "`bot init` in your repository's root first, or give --catalog PATH"
+        )
+    settings = load_settings(home / SETTINGS_PATH)
+    if settings.catalog:
+        return home / settings.catalog
+    if settings.stagebot.checkout:
+        return None  # stagebot's own repository: the shipped catalog is its own
+    raise InitError(
+        f"{home / SETTINGS_PATH} names no catalog: add `catalog: .github/stagebot/catalog` "
+        "(the folder `bot init` wrote), or give --catalog PATH"
+    )
 
 
 def _pin(path: Path, data: object) -> Pin:
@@ -161,6 +200,8 @@ def render_workflows(settings: InitSettings, config: BotConfig) -> dict[Path, st
         "catalog_file": f"{settings.catalog or 'stages/catalog'}/gpus.yaml",
         "stagebot": settings.stagebot,
         "stage_branch": config.stage_branch,
+        "submodules": settings.submodules,
+        "lfs": settings.lfs,
     }
     files = {
         config.workflow: "bot.yml.j2",

@@ -60,7 +60,7 @@ SECTIONS: tuple[tuple[str, dict[str, str]], ...] = (
             "help": "Show the /bot command language; `bot help COMMAND`: that command's help.",
             "docs": "Write stagebot's command reference (docs/reference.md) from the commands.",
             "init": "Adopt stagebot here: settings, catalog, workflows (a diff unless --write).",
-            "doctor": "Check this repository's GitHub setup for the bot, each check with its fix.",
+            "doctor": "Check this repository and its GitHub setup for the bot, each with its fix.",
         },
     ),
     (
@@ -167,6 +167,11 @@ def main(argv: list[str] | None = None) -> None:
         cli.main(args=argv, prog_name="bot", standalone_mode=False)
     except click.exceptions.Exit as done:
         sys.exit(done.exit_code)
+    except BrokenPipeError:  # the reader of stdout went away (`bot … | head -1`): stop quietly
+        from stagebot.bot.cli.output import stdout_closed
+
+        stdout_closed()
+        sys.exit(1)
     except click.Abort:
         click.echo("Aborted.", err=True)
         sys.exit(1)

@@ -15,6 +15,28 @@ catalog_option = click.option(
     default=None,
     help="Catalog folder of fragments or one YAML file (default: the shipped catalog).",
 )
+
+
+def _discovered_catalog(ctx, param, value: Path | None) -> Path | None:
+    """The catalog given, else the one the repository's `.github/stagebot-init.yml` names (the
+    nearest one at or above the current folder); None only in stagebot's own repository."""
+    if value is not None:
+        return value
+    from stagebot.bot.adopt.workflows import discover_catalog
+
+    return discover_catalog(Path.cwd())
+
+
+# The commands for this machine find the repository's catalog themselves (bot/adopt/workflows.py).
+local_catalog_option = click.option(
+    "--catalog",
+    type=click.Path(exists=True, path_type=Path),
+    default=None,
+    callback=_discovered_catalog,
+    help="Catalog folder of fragments or one YAML file (default: the `catalog:` of the nearest "
+    ".github/stagebot-init.yml at or above this folder; stagebot's own repository: the shipped "
+    "catalog).",
+)
 changed_files_option = click.option(
     "--changed-files",
     type=click.File("r"),

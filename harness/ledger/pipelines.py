@@ -268,7 +268,8 @@ class Pipelines(Keys):
                 continue
             row = self._query_one(
                 f"SELECT number FROM pipelines WHERE repo = ? AND {column} = ? AND state IN"
-                " ('SUCCESS', 'FAILURE') AND validated_by IS NULL AND (? IS NULL OR number != ?)"
+                " ('SUCCESS', 'FAILURE', 'NOT_RUN') AND validated_by IS NULL"
+                " AND (? IS NULL OR number != ?)"
                 " ORDER BY id DESC LIMIT 1",
                 (self.repo, value, exclude, exclude),
             )

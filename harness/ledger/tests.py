@@ -154,7 +154,7 @@ class Tests(Store):
             "SELECT p.number, p.commit_id, t.stage, t.test_id, t.outcome, t.attempts"
             " FROM tests t JOIN pipelines p ON p.id = t.pipeline_id"
             " WHERE p.id IN (SELECT id FROM pipelines WHERE repo = ? AND branch = ? AND state IN"
-            " ('SUCCESS', 'FAILURE') ORDER BY id DESC LIMIT ?)"
+            " ('SUCCESS', 'FAILURE', 'NOT_RUN') ORDER BY id DESC LIMIT ?)"
             " AND t.reused_from IS NULL AND (? IS NULL OR t.test_id = ? OR t.test_id LIKE ?)"
             " ORDER BY p.id DESC, t.stage, t.test_id",
             (self.repo, branch, last, test_id, test_id, f"{test_id}::%"),
@@ -180,7 +180,7 @@ class Tests(Store):
             "SELECT p.number, t.stage, t.test_id, t.outcome, t.evidence"
             " FROM tests t JOIN pipelines p ON p.id = t.pipeline_id"
             " WHERE p.id IN (SELECT id FROM pipelines WHERE repo = ? AND branch = ? AND state IN"
-            " ('SUCCESS', 'FAILURE') ORDER BY id DESC LIMIT ?)"
+            " ('SUCCESS', 'FAILURE', 'NOT_RUN') ORDER BY id DESC LIMIT ?)"
             " AND t.outcome IN ('flaky', 'failed', 'error') AND t.evidence IS NOT NULL"
             " ORDER BY p.id",
             (self.repo, branch, last),

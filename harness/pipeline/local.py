@@ -52,6 +52,7 @@ class RunRequest:
     root: Path
     home: Path  # the repository root of the current folder: the default out/ is there
     default_branch: str
+    rerun_options: tuple[str, ...] = ()  # what its re-run must repeat (the report's hints)
 
 
 @dataclass(frozen=True)
@@ -103,6 +104,7 @@ def run_local(command: Command, book: Ledger, request: RunRequest, terminal: Ter
         meta={
             "triggered_by": _os_user(),
             "local": True,  # the reports speak of this machine, not of a PR
+            "rerun_options": list(request.rerun_options),
         },
     )
     try:

@@ -57,6 +57,7 @@ def report_from_record(
         triggered_by=meta.get("triggered_by", ""),
         ignored_results=list(meta.get("ignored_results") or []),
         local=bool(meta.get("local")),
+        rerun_options=tuple(meta.get("rerun_options") or ()),
         root=root,
         key_reuses=record.key_reuses,
         reuse_faults=record.reuse_faults,

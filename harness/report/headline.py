@@ -13,16 +13,17 @@ def headline(
     gating: bool,
     again: str,
     environment_errors: int,
+    ran: bool = True,
 ) -> str:
     """What happened and what to do, in one line (the status and the reply begin with it).
     ``again``: how to run the command again; ``environment_errors``: the ERROR shards whose
-    environment cannot run them."""
+    environment cannot run them; ``ran``: whether any shard ran (not only reused)."""
     counts = analysis.counts()
     blocking = sum(counts[c] for c in BLOCKING)
     not_run = len(analysis.not_run)
     if state == "ABORTED":
         return f"⏹️ Cancelled before it finished — {again} to start again."
-    if state == "NOT_RUN":
+    if state == "NOT_RUN" and not ran:
         return (
             f'⚠️ Nothing ran: {not_run} shard(s) could not run on this host (see "Not run") '
             "— nothing was tested, so this is not a pass."

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from stagebot.harness.analysis.causes import cause_line, is_environment
-from stagebot.harness.analysis.classify import Analysis
+from stagebot.harness.analysis.classify import Analysis, nothing_ran
 from stagebot.harness.report.headline import headline
 from stagebot.harness.report.status import StatusDecision, decide_status
 from stagebot.harness.report.status_text import label
@@ -38,6 +38,7 @@ class Report:
     triggered_by: str = ""  # who started a local run (the OS user); the bot's replies say it
     ignored_results: list[str] = field(default_factory=list)  # result files not accepted
     local: bool = False  # a `bot run` on this machine: no PR, no status, no comments
+    rerun_options: tuple[str, ...] = ()  # what a local run was given that its re-run repeats
     ledger: str = ""  # where a local run is recorded (its re-run must use the same ledger)
     base_note: str = ""  # which pipeline failures were compared with, and how it was found
     root: Path | None = None  # the checkout the tests ran from (the HTML links its files)
@@ -114,9 +115,11 @@ class Report:
             for family, test, _, source, detail in self.reuse_faults
         ]
 
-    def local_command(self) -> str:
-        """The `bot run` that runs this pipeline's command on this machine."""
-        return f"bot run {_shell_word(self.command)}"
+    def local_command(self, command: str | None = None) -> str:
+        """The `bot run` that runs this pipeline's command (or ``command``) on this machine
+        again, with the options that found its catalog, history and shards: pasted, it works."""
+        options = "".join(f"{shlex.quote(word)} " for word in self.rerun_options)
+        return f"bot run {options}{_shell_word(command or self.command)}"
 
     def again(self) -> str:
         """How to run this pipeline's command again: a `/bot run` comment on GitHub, the same
@@ -129,7 +132,7 @@ class Report:
         if self.local:
             return (
                 f"{why}: a run like this does not set a PR's status; "
-                "`bot run '/bot run'` runs all of it."
+                f"`{self.local_command('/bot run')}` runs all of it."
             )
         return f"{why}, so this run does not set the PR's status; comment plain `/bot run` for it."
 
@@ -142,6 +145,7 @@ class Report:
             gating=self.gating,
             again=self.again(),
             environment_errors=len(self.environment_errors()),
+            ran=not nothing_ran(self.results),
         )
 
     def stage_rows(self) -> list[dict[str, Any]]:

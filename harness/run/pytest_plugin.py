@@ -1,9 +1,12 @@
-"""The project's one pytest plugin (entry point ``pytest11``: ``stagebot``).
+"""The project's one pytest plugin, loaded only where it is named (``-p
+stagebot.harness.run.pytest_plugin``): each shard stagebot starts, and stagebot's own test
+sessions (its ``addopts``). It has no ``pytest11`` entry point, so an adopter's own pytest
+sessions never load it, whatever virtual environment they share with stagebot.
 
 It registers every harness suite's command-line options from a name -> module table, so
 ``pytest harness/suites/...`` accepts all of them wherever it is run from. A suite adds one line to
 ``SUITE_OPTIONS``; its options module exposes ``add_options(group)`` and must stay light (no torch
-at import time), since every pytest run in an environment with stagebot installed loads it.
+at import time), since every session that loads the plugin imports it.
 
 It also carries the executor's options (group ``stagebot``), each plugin object registered only
 when its option is given:

@@ -33,7 +33,7 @@ from stagebot.stages.plan import Plan
 
 pytestmark = pytest.mark.slow
 SAMPLE = Path(__file__).resolve().parents[1] / "fixtures" / "sample_repo"
-CPU_STAGES = {"CPU-PyTorch-Core-1": "SUCCESS", "CPU-PyTorch-Ops-1": "SUCCESS"}
+CPU_STAGES = {"CPU-Python-Core-1": "SUCCESS", "CPU-Python-Ops-1": "SUCCESS"}
 
 
 @pytest.fixture(scope="module")
@@ -148,7 +148,7 @@ def test_a_failing_test_in_a_pr_is_new_with_its_key_lines(gh, flow, tmp_path) ->
         results = {r.stage: (r.state, r.evidence) for r in book.pipeline(201).results}
     assert results == {
         **{stage: (state, None) for stage, state in CPU_STAGES.items()},
-        "DGX_H200-PyTorch-Ops-1": (
+        "DGX_H200-Python-Ops-1": (
             "NOT_RUN",
             "needs 1 x DGX_H200 GPU(s); this host has none of that type (no GPU)",
         ),
@@ -163,8 +163,8 @@ def test_a_failing_test_in_a_pr_is_new_with_its_key_lines(gh, flow, tmp_path) ->
     (reply,) = replies(gh)
     body = reply["body"]
     assert marker_of(reply).stages == {
-        "CPU-PyTorch-Core-1": "FAILURE",
-        "CPU-PyTorch-Ops-1": "SUCCESS",
+        "CPU-Python-Core-1": "FAILURE",
+        "CPU-Python-Ops-1": "SUCCESS",
     }
     assert "#### NEW failures (1) — fail here, not this way on base #201" in body, body
     assert "UNCLASSIFIED" not in body, body

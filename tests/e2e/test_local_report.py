@@ -9,7 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from fixtures.botrun import bot, results, run_stages
+from fixtures.botrun import CATALOG, bot, results, run_stages
 
 from stagebot.harness.analysis.classify import analyse
 from stagebot.harness.ledger.book import Ledger
@@ -29,8 +29,9 @@ def test_a_local_run_speaks_local_and_prints_plain_text(tmp_path) -> None:
         assert words not in terminal, words
     assert "pipeline #1 [ run ] triggered by" in terminal
     assert "pipeline #1 [ run ] completed with state FAILURE (Partly Tested)" in terminal
-    again = "Run `bot run '/bot run --stage-list CPU-PyTorch-Fail-1'` again"
-    assert f"{again}, with the same options and ledger ({ledger})" in terminal
+    options = f"--catalog {CATALOG} --ledger {ledger} --commit c0ffee"
+    again = f"Run `bot run {options} '/bot run --stage-list CPU-PyTorch-Fail-1'` again"
+    assert f"{again} (its ledger: {ledger})" in terminal
     # plain text: no HTML of the markdown, no entities (the test's "[1, 2, 3]" reads as it is)
     for markup in ("<details", "<summary", "<pre>", "<code>", "&#", "&lt;", "\u200b"):
         assert markup not in done.stdout, markup
@@ -39,7 +40,7 @@ def test_a_local_run_speaks_local_and_prints_plain_text(tmp_path) -> None:
     assert "<details" in markdown and "&#91;1, 2, 3&#93;" in markdown
     again = bot("report", "--ledger", str(ledger), "--format", "text")
     assert again.returncode == 0 and "<details" not in again.stdout
-    assert f"with the same options and ledger ({ledger})" in again.stdout
+    assert f"{options} '/bot run --stage-list CPU-PyTorch-Fail-1'` again" in again.stdout
 
 
 def test_a_comment_that_selects_nothing_says_so_and_records_nothing(tmp_path) -> None:

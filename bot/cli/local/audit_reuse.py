@@ -12,12 +12,12 @@ from pathlib import Path
 
 import click
 
-from stagebot.bot.cli.options import catalog_option
+from stagebot.bot.cli.options import local_catalog_option
 from stagebot.bot.cli.run_options import ledger_option, out_option, pipeline_option, root_option
 
 
 @click.command("audit-reuse")
-@catalog_option
+@local_catalog_option
 @ledger_option
 @pipeline_option("The pipeline whose reused tests to audit (default: the ledger's newest).")
 @root_option
@@ -40,7 +40,7 @@ from stagebot.bot.cli.run_options import ledger_option, out_option, pipeline_opt
     "config_path",
     type=click.Path(dir_okay=False, path_type=Path),
     default=None,
-    help="The bot's settings (default: .github/stagebot.yml when it exists).",
+    help="The bot's settings (default: the repository's .github/stagebot.yml when it exists).",
 )
 def audit_reuse(catalog, ledger, number, root, out_dir, rate, seed, config_path) -> None:
     """Run a sample of the tests a pipeline reused by dependency key, for real; record each
@@ -52,7 +52,7 @@ def audit_reuse(catalog, ledger, number, root, out_dir, rate, seed, config_path)
     from stagebot.stages.catalog import load_catalog
 
     if rate is None:
-        rate = load_config(config_path).reuse_audit_rate
+        rate = load_config(config_path or _repository_config()).reuse_audit_rate
     loaded = load_catalog(catalog)
     with Ledger.open(ledger or default_ledger(root)) as book:
         number = number or book.latest_number()
@@ -62,3 +62,12 @@ def audit_reuse(catalog, ledger, number, root, out_dir, rate, seed, config_path)
         audit = run_audit(book, number, loaded, root, out, rate=rate, seed=seed)
     click.echo("\n".join(audit.lines()))
     sys.exit(1 if audit.faults else 0)
+
+
+def _repository_config() -> Path | None:
+    """The adopted repository's `.github/stagebot.yml` from any folder of it, when it has one."""
+    from stagebot.bot.adopt.workflows import find_home
+    from stagebot.bot.config import DEFAULT_PATH
+
+    home = find_home(Path.cwd())
+    return home / DEFAULT_PATH if home and (home / DEFAULT_PATH).is_file() else None

@@ -8,11 +8,11 @@ from pathlib import Path
 import click
 
 from stagebot.bot.cli.options import (
-    catalog_option,
     changed_files_option,
     comment_argument,
     commit_option,
     json_option,
+    local_catalog_option,
     pr_option,
     read_changed_files,
     read_comment,
@@ -28,7 +28,7 @@ from stagebot.stages.planner import plan_run
 
 @click.command("dry-run")
 @json_option
-@catalog_option
+@local_catalog_option
 @changed_files_option
 @commit_option
 @pr_option

@@ -29,13 +29,17 @@ import click
 @click.option(
     "--root",
     type=click.Path(file_okay=False, path_type=Path),
-    default=Path("."),
-    help="The repository (default: here).",
+    default=None,
+    help="The repository (default: the git work tree's top folder holding this one).",
 )
 def init(write: bool, stagebot_wheel: Path | None, local_wheel: bool, root: Path) -> None:
     """Write stagebot's settings, catalog and workflows here; show a diff if they exist."""
     from stagebot.bot.adopt.adoption import next_steps, pin_wheel, plan_files
 
+    if root is None:
+        from stagebot.harness.pipeline.worktree import repository_root
+
+        root = repository_root(Path.cwd())
     pin = pin_wheel(stagebot_wheel, local_wheel) if stagebot_wheel else None
     changes = plan_files(root, pin)
     pending = [change for change in changes if change.state != "unchanged"]
@@ -44,6 +48,7 @@ def init(write: bool, stagebot_wheel: Path | None, local_wheel: bool, root: Path
     if not write:
         for change in pending:
             click.echo(change.diff(), nl=False)
+        _say_needs(root)
         if pending:
             click.echo(f"{len(pending)} file(s) would change: run `bot init --write` to write them")
             sys.exit(1)
@@ -54,4 +59,13 @@ def init(write: bool, stagebot_wheel: Path | None, local_wheel: bool, root: Path
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(change.new, encoding="utf-8")
     click.echo(f"wrote {len(pending)} file(s)")
+    _say_needs(root)
     click.echo(next_steps(root))
+
+
+def _say_needs(root: Path) -> None:
+    """What the stage jobs would lack (bot/adopt/needs.py): `bot doctor` fails until it is added."""
+    from stagebot.bot.adopt.adoption import needs_notes
+
+    for note in needs_notes(root):
+        click.echo(f"to add: {note}")

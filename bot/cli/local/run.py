@@ -2,8 +2,9 @@
 
 Exit codes: 0 SUCCESS; 1 a NEW / PRE-EXISTING / UNCLASSIFIED failure, or the run was cancelled
 (ABORTED); 3 only infrastructure failures, or the ledger or --out is unusable (nothing ran then);
-4 nothing ran (NOT_RUN: no shard could run on this host); 2 a usage error (a pipeline the
-ledger lacks included). `/bot reuse-pipeline [N]` records that the commit is validated by N.
+4 a shard could not run on this host and nothing failed (NOT_RUN, as the bot's reply says it);
+2 a usage error (a pipeline the ledger lacks included). `/bot reuse-pipeline [N]` records that
+the commit is validated by N. A closed stdout stops the output, never the pipeline.
 """
 
 from __future__ import annotations
@@ -16,15 +17,16 @@ from pathlib import Path
 import click
 
 from stagebot.bot.cli.options import (
-    catalog_option,
     changed_files_option,
     comment_argument,
     commit_option,
     json_option,
+    local_catalog_option,
     pr_option,
     read_changed_files,
     read_comment,
 )
+from stagebot.bot.cli.output import quiet_when_closed
 from stagebot.bot.cli.run_options import (
     base_ledger_option,
     default_ledger,
@@ -40,7 +42,7 @@ DEFAULT_BRANCH = "main"
 
 
 @click.command("run")
-@catalog_option
+@local_catalog_option
 @ledger_option
 @changed_files_option
 @commit_option
@@ -138,14 +140,40 @@ def run(
                 root=root,
                 home=home,
                 default_branch=DEFAULT_BRANCH,
+                rerun_options=_given_options(click.get_current_context()),
             )
+            said = sys.stderr if as_json else sys.stdout
             terminal = Terminal(  # with --json, stdout is the JSON alone
-                say=partial(click.echo, nl=False, err=as_json),
-                warn=partial(click.echo, nl=False, err=True),
-                report_json=partial(click.echo, nl=False) if as_json else None,
+                # a closed pipe (`bot run … | head -1`) stops the output, never the pipeline
+                say=quiet_when_closed(partial(click.echo, nl=False, err=as_json), said),
+                warn=quiet_when_closed(partial(click.echo, nl=False, err=True), sys.stderr),
+                report_json=(
+                    quiet_when_closed(partial(click.echo, nl=False), sys.stdout)
+                    if as_json
+                    else None
+                ),
             )
             code = run_local(command, book, request, terminal)
     sys.exit(code)
+
+
+# The options a re-run needs as given to find the same catalog, history and shards (not --out:
+# a new pipeline writes its own folder; not --json: how it is shown).
+RERUN = ("catalog", "ledger", "base_ledger", "root", "commit", "pr", "base_commit", "branch")
+RERUN += ("cpu_slots", "shard_timeout")
+
+
+def _given_options(ctx: click.Context) -> tuple[str, ...]:
+    """The options of RERUN given on the command line, as words of a command to paste
+    (paths absolute: it works from any folder)."""
+    words = []
+    for param in ctx.command.params:
+        source = ctx.get_parameter_source(param.name)
+        if param.name not in RERUN or source != click.core.ParameterSource.COMMANDLINE:
+            continue
+        value = ctx.params[param.name]
+        words += [param.opts[0], str(value.resolve() if isinstance(value, Path) else value)]
+    return tuple(words)
 
 
 class OutputError(StagebotError):

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from stagebot.bot.cli.options import catalog_option
+from stagebot.bot.cli.options import local_catalog_option
 from stagebot.stages.catalog import Catalog, Stage, load_catalog
 from stagebot.stages.errors import PlanError
 from stagebot.stages.planner import STAGE_LISTING
@@ -17,7 +17,7 @@ from stagebot.stages.suggest import unknown
 
 
 @click.command()
-@catalog_option
+@local_catalog_option
 @click.option("--list", "list_all", is_flag=True, help="List every stage (the default).")
 @click.option("--stage", "stage_name", metavar="NAME", help="Describe one stage.")
 @click.option("--test", "test_id", metavar="ID", help="Which stages run this test id or path.")
@@ -158,6 +158,7 @@ def _describe(catalog: Catalog, stage: Stage) -> str:
         )
     if family.command:
         lines.append(f"  command: {family.command}")
+    lines += [f"  installs: {command}" for command in family.setup.commands()]  # its job's
     for rule in ("run_if_changed", "skip_if_only_changed"):
         if getattr(family, rule):
             lines.append(f"  {rule}: {', '.join(getattr(family, rule))}")

@@ -70,17 +70,15 @@ def test_changed_settings_make_the_workflows_stale(tmp_path, capsys) -> None:
 def test_init_writes_settings_a_catalog_and_workflows_that_load(adopted, tmp_path) -> None:
     catalog = load_catalog(adopted / ".github/stagebot/catalog")
     assert {f.name: [s.to_json() for s in f.suites] for f in catalog.families} == {
-        "CPU-PyTorch-Core": [{"path": "tests/core", "marks": None, "keyword": None, "args": []}],
-        "CPU-PyTorch-Ops": [{"path": "tests/ops", "marks": "not gpu", "keyword": None, "args": []}],
-        "DGX_H200-PyTorch-Ops": [
-            {"path": "tests/ops", "marks": "gpu", "keyword": None, "args": []}
-        ],
+        "CPU-Python-Core": [{"path": "tests/core", "marks": None, "keyword": None, "args": []}],
+        "CPU-Python-Ops": [{"path": "tests/ops", "marks": "not gpu", "keyword": None, "args": []}],
+        "DGX_H200-Python-Ops": [{"path": "tests/ops", "marks": "gpu", "keyword": None, "args": []}],
     }
-    assert catalog.stage("CPU-PyTorch-Core-1").setup.extras == ("test",)
+    assert catalog.stage("CPU-Python-Core-1").setup.extras == ("test",)
     assert {f.name: f.skip_if_only_changed for f in catalog.families} == {
-        "CPU-PyTorch-Core": (),
-        "CPU-PyTorch-Ops": (),
-        "DGX_H200-PyTorch-Ops": ("**/*.md", "docs/**", "tests/core/**"),  # GPU time saved
+        "CPU-Python-Core": (),
+        "CPU-Python-Ops": (),
+        "DGX_H200-Python-Ops": ("**/*.md", "docs/**", "tests/core/**"),  # GPU time saved
     }
     assert "ephemeral" in catalog.gpu_types["DGX_H200"].runner_labels
     settings = yaml.safe_load((adopted / ".github/stagebot-init.yml").read_text())
@@ -177,9 +175,9 @@ def test_areas_of_a_tests_folder_with_files_and_folders_run_once_gpu_ones_skip_o
     assert code == 0, out + err
     catalog = load_catalog(repo / ".github/stagebot/catalog")
     skips = {f.name: f.skip_if_only_changed for f in catalog.families}
-    assert skips["DGX_H200-PyTorch-Kernels"] == ("**/*.md", "docs/**", "tests/test_*.py")
+    assert skips["DGX_H200-Python-Kernels"] == ("**/*.md", "docs/**", "tests/test_*.py")
     # tests/'s own family runs its top-level files, not tests/kernels' (the GPU test among them)
-    (suite,) = catalog.stage("CPU-PyTorch-Tests-1").suites
+    (suite,) = catalog.stage("CPU-Python-Tests-1").suites
     assert suite.pytest_args() == ["tests", "--ignore=tests/kernels"]
 
 
@@ -198,7 +196,7 @@ def test_a_users_catalog_runs_stagebots_built_in_suites_by_name(adopted, capsys)
     catalog = adopted / ".github/stagebot/catalog"
     (catalog / "stages.yaml").write_text((catalog / "stages.yaml").read_text() + BUILTIN_FAMILY)
     (catalog / "suite_moe.yaml").write_text(
-        "attach:\n  - {families: [CPU-PyTorch-Ops], suites: [{builtin: nvfp4_moe}]}\n"
+        "attach:\n  - {families: [CPU-Python-Ops], suites: [{builtin: nvfp4_moe}]}\n"
     )
     command = "/bot run --add-multi-gpu-test"
     code, out, err = bot(capsys, "dry-run", "--json", "--catalog", str(catalog), command)
@@ -216,7 +214,7 @@ def test_a_users_catalog_runs_stagebots_built_in_suites_by_name(adopted, capsys)
     loaded = load_catalog(catalog)
     plan = plan_run(parse_comment(command), loaded, commit="c" * 40)
     entries = {e.stage: e for e in matrix_entries(plan, loaded, 1)}
-    ops = entries["CPU-PyTorch-Ops-1"]
+    ops = entries["CPU-Python-Ops-1"]
     own, moe = pytest_argv(ops, "python")
     assert own[-3:] == ["tests/ops", "-m", "not gpu"]  # the sample's tests: a session of their own
     package = Path(stagebot.harness.__file__).parents[1]  # the installed stagebot
@@ -229,4 +227,4 @@ def test_a_users_catalog_runs_stagebots_built_in_suites_by_name(adopted, capsys)
         "python -m pip install --quiet '.[test]'",
         "python -m pip install --quiet 'torch<2.14,>=2.11'",
     ]
-    assert entries["CPU-PyTorch-Core-1"].setup["install"] == []  # only where a built-in runs
+    assert entries["CPU-Python-Core-1"].setup["install"] == []  # only where a built-in runs

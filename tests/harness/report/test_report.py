@@ -160,15 +160,19 @@ def test_the_reply_says_the_status_publish_sets(states, gating, status) -> None:
         assert "✅" not in markdown.splitlines()[0] or status == "success"
 
 
-def test_a_run_in_which_nothing_ran_has_its_own_state() -> None:
+def test_a_run_with_a_shard_that_could_not_run_is_not_run_whatever_else_passed() -> None:
     results = [result("S-PyTorch-1", "NOT_RUN", None, None, evidence="no CPU slot")]
     report = _gating_report(results)
     assert (report.analysis.state, report.exit_code) == ("NOT_RUN", 4)
     assert report.headline().startswith("⚠️ Nothing ran")
     reused = [*results, result("S-PyTorch-2", "REUSED", None, None)]
     assert analyse(reused).state == "NOT_RUN", "reused results are not a run here"
-    ran = [*results, result("S-PyTorch-3", "SUCCESS", None, None, tests=[])]
-    assert analyse(ran).state == "SUCCESS"
+    ran = _gating_report([*results, result("S-PyTorch-3", "SUCCESS", None, None, tests=[])])
+    assert (ran.state, ran.exit_code) == ("NOT_RUN", 4), "one decision: never SUCCESS, exit 0"
+    assert ran.headline().startswith("⚠️ Everything that ran passed, but 1 shard(s) could not")
+    assert ran.status.state == "error"
+    passed = [result("S-PyTorch-3", "SUCCESS", None, None, tests=[])]
+    assert analyse(passed).state == "SUCCESS", "the negative control: all ran and passed"
 
 
 def test_a_dirty_tree_says_so_in_the_headers() -> None:

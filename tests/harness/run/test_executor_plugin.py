@@ -7,6 +7,7 @@ import json
 import pytest
 
 pytest_plugins = ["pytester"]
+PLUGIN = ("-p", "stagebot.harness.run.pytest_plugin")  # as a shard names it: no entry point
 
 SUITE = """
 import pytest
@@ -42,7 +43,7 @@ def test_stream_has_a_start_and_a_result_per_test(pytester: pytest.Pytester) -> 
     waives.write_text(json.dumps([{"test_id": "test_suite.py::test_waived", "reason": "bug 9"}]))
     stream = pytester.path / "tests.jsonl"
     result = pytester.runpytest_subprocess(
-        f"--stagebot-jsonl={stream}", f"--stagebot-waives={waives}"
+        *PLUGIN, f"--stagebot-jsonl={stream}", f"--stagebot-waives={waives}"
     )
     result.assert_outcomes(passed=1, failed=1, errors=1, skipped=2)
     lines = records(stream)
@@ -69,14 +70,14 @@ def test_select_and_deselect(pytester: pytest.Pytester) -> None:
     drop = pytester.path / "drop.txt"
     drop.write_text("test_suite.py::test_fail\n")
     result = pytester.runpytest_subprocess(
-        f"--stagebot-select={keep}", f"--stagebot-deselect={drop}"
+        *PLUGIN, f"--stagebot-select={keep}", f"--stagebot-deselect={drop}"
     )
     result.assert_outcomes(passed=1, deselected=4)
 
 
 def test_a_missing_list_file_is_a_usage_error(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_suite=SUITE)
-    result = pytester.runpytest_subprocess("--stagebot-select=absent.txt")
+    result = pytester.runpytest_subprocess(*PLUGIN, "--stagebot-select=absent.txt")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*[[]stagebot[]] --stagebot-select absent.txt: no such file*"])
 
@@ -88,4 +89,4 @@ def test_without_options_nothing_is_registered(pytester: pytest.Pytester) -> Non
         "    assert pm.get_plugin('stagebot-jsonl') is None\n"
         "    assert pm.get_plugin('stagebot-selection') is None\n"
     )
-    pytester.runpytest_subprocess().assert_outcomes(passed=1)
+    pytester.runpytest_subprocess(*PLUGIN).assert_outcomes(passed=1)

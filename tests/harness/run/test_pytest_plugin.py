@@ -1,4 +1,5 @@
-"""The project's pytest plugin registers every suite's options wherever pytest runs."""
+"""The project's pytest plugin, where it is named (``-p``: each shard, stagebot's own sessions),
+registers every suite's options wherever pytest runs."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from stagebot.harness.run.pytest_plugin import SUITE_OPTIONS
 
 pytest_plugins = ["pytester"]
 
+PLUGIN = ("-p", "stagebot.harness.run.pytest_plugin")  # no entry point loads it
 SUITE_FLAGS = [
     "--sharding-ir-model-id",
     "--sharding-ir-dist-config",
@@ -20,7 +22,7 @@ SUITE_FLAGS = [
 
 
 def test_every_suite_option_is_known(pytester: pytest.Pytester) -> None:
-    result = pytester.runpytest_subprocess("--help")
+    result = pytester.runpytest_subprocess(*PLUGIN, "--help")
     assert result.ret == 0
     for flag in SUITE_FLAGS:
         result.stdout.fnmatch_lines([f"*{flag}*"])
@@ -35,14 +37,14 @@ def test_suite_options_parse_outside_the_repo(pytester: pytest.Pytester) -> None
     """
     )
     result = pytester.runpytest_subprocess(
-        "--moe-backend", "reference", "--sharding-ir-dist-config", "tep"
+        *PLUGIN, "--moe-backend", "reference", "--sharding-ir-dist-config", "tep"
     )
     result.assert_outcomes(passed=1)
 
 
 def test_an_unknown_option_is_still_a_usage_error(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_one="def test_x(): pass")
-    result = pytester.runpytest_subprocess("--moe-backnd", "x")
+    result = pytester.runpytest_subprocess(*PLUGIN, "--moe-backnd", "x")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
 
 

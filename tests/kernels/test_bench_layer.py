@@ -1,0 +1,193 @@
+"""bench_moe --layer (the whole MoE layer against the torch compositions) without a GPU: its
+arguments, its summary from a saved run, and its compositions and checks on the CPU, ours on
+the reference backend through the same unchecked pipeline the GPU run times."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from helpers import extras
+
+torch = extras.require("torch")
+
+from stagebot.kernels import moe_pipeline, ops  # noqa: E402
+from stagebot.kernels.cute import bench_layer, bench_moe, torch_moe  # noqa: E402
+
+TINY = bench_moe.Layer("Tiny ", experts=16, local_experts=4, top_k=4, hidden=128, inter=64)
+
+
+def _bench(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "stagebot.kernels.cute.bench_moe", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_the_layers_are_the_three_at_four_token_counts():
+    names = [c.name for c in bench_layer.cases(quick=False)]
+    assert len(names) == 12 and names[:4] == [
+        "T16 layer",
+        "T128 layer",
+        "T1024 layer",
+        "T8192 layer",
+    ]
+    assert "Qwen3-30B-A3B T1024 layer" in names and names[-1] == "Mixtral-8x7B T8192 layer"
+    assert [c.name for c in bench_layer.select(True, [])] == ["T16 layer"]
+    assert [c.name for c in bench_layer.select(False, ["Qwen3", "T8192"])] == [
+        "Qwen3-30B-A3B T8192 layer"
+    ]
+
+
+def test_a_layer_filter_that_matches_nothing_is_a_usage_error():
+    done = _bench("--layer", "--only", "Qwen3", "--only", "T77")
+    assert done.returncode == 2, done.stderr
+    assert "--only Qwen3 T77 matches no layer; the layers are: T16 layer, T128 layer" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+SAVED = {
+    "device": "NVIDIA H200",
+    "cases": [
+        {
+            "name": "Qwen3-30B-A3B T8192 layer",
+            "layer": "Qwen3-30B-A3B",
+            "tokens": 8192,
+            "impls": {
+                "ours": {"us": 2048.0, "check": {"ok": True, "rel_err_f32": 0.16}},
+                "bf16 torch": {"us": 4096.0, "check": {"ok": True, "rel_err_f32": 0.005}},
+                "fp8 torch": {"us": 3072.0, "check": {"ok": True, "rel_err_f32": 0.065}},
+            },
+        },
+        {
+            "name": "T16 layer",
+            "layer": bench_layer.FIRST_LAYER,
+            "tokens": 16,
+            "impls": {
+                "ours": {"us": 100.0, "check": {"ok": True, "rel_err_f32": 0.15}},
+                "bf16 torch": {"us": 400.0, "check": {"ok": False, "rel_err_f32": 0.5}},
+                "fp8 torch": {"error": "RuntimeError: no kernel"},
+            },
+        },
+    ],
+}
+
+
+def test_the_summary_gives_tokens_per_second_and_each_peers_ratio():
+    header, rule, qwen, first = bench_layer.summary_lines(SAVED)
+    assert header.startswith("| layer | tokens | ours us | ours tokens/s | bf16 torch us |")
+    assert rule.count("|") == header.count("|")
+    assert qwen == (
+        "| Qwen3-30B-A3B | 8192 | 2048.0 | 4,000,000 | 4096.0 | 3072.0 | 2.00 | 1.50 "
+        "| 0.1600 / 0.0050 / 0.0650 | ok |"
+    )
+    # A peer that errored has no time and no ratio, and marks the row; a failed check fails it.
+    assert first == (
+        f"| {bench_layer.FIRST_LAYER} | 16 | 100.0 | 160,000 | 400.0 | - | 4.00 | - "
+        "| 0.1500 / 0.5000 / - | error |"
+    )
+    del SAVED["cases"][1]["impls"]["fp8 torch"]
+    assert bench_layer.summary_lines(SAVED)[3].endswith("| - | 0.1500 / 0.5000 / - | FAIL |")
+
+
+def test_the_summary_is_reprinted_from_a_saved_layer_run(tmp_path):
+    saved = tmp_path / "bench_layer.json"
+    saved.write_text(json.dumps(SAVED))
+    done = _bench("--summary", str(saved))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == bench_layer.summary_lines(SAVED)
+    saved.write_text(json.dumps({"cases": [{"name": "T16 layer"}]}))
+    done = _bench("--summary", str(saved))
+    assert done.returncode == 2 and "not the bench_moe.json or bench_layer.json" in done.stderr
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    """A layer of 16 experts, 4 local, top-4, at 40 tokens, built on the CPU; ours runs on the
+    reference backend."""
+    problem = bench_layer.build(bench_layer.Case(TINY, 40), seed=0, device="cpu")
+    problem.backend = "reference"
+    return problem, bench_layer.references(problem)
+
+
+def test_ours_and_the_bf16_composition_pass_their_checks(tiny):
+    problem, want = tiny
+    unrouted = (want["f32"] == 0).all(dim=1)
+    assert 0 < int(unrouted.sum()) < 40  # some tokens reach no local expert
+    for name in ("ours", "bf16 torch"):
+        got = bench_layer.IMPLS[name](problem)()
+        verdict = bench_layer.check(name, got, want)
+        assert verdict["ok"], (name, verdict)
+        assert (got[unrouted] == 0).all()
+    assert bench_layer.check("ours", bench_layer.IMPLS["ours"](problem)(), want)["rel_err"] == 0
+
+
+def _with_router_weights_flipped(monkeypatch):
+    route = torch_moe.route
+
+    def flipped(x, router, top_k):
+        experts, weights = route(x, router, top_k)
+        return experts, weights.flip(-1)
+
+    monkeypatch.setattr(torch_moe, "route", flipped)
+
+
+@pytest.mark.parametrize("name", ["ours", "bf16 torch"])
+def test_a_layer_that_weighs_the_wrong_rows_fails_its_check(tiny, monkeypatch, name):
+    problem, want = tiny
+    _with_router_weights_flipped(monkeypatch)
+    assert not bench_layer.check(name, bench_layer.IMPLS[name](problem)(), want)["ok"]
+
+
+@pytest.mark.parametrize("unfused", [False, True])
+def test_the_unchecked_pipeline_computes_what_the_op_api_does(tiny, unfused):
+    problem, _ = tiny
+    experts, weights = torch_moe.route(problem.x, problem.router, TINY.top_k)
+    args = dict(
+        problem.nvfp4,
+        x=problem.x,
+        token_selected_experts=experts,
+        token_final_scales=weights,
+        disable_finalize_fusion=unfused,
+        backend="reference",
+    )
+    checked = ops.fused_moe(**args)
+    assert torch.equal(moe_pipeline.fused_moe(**args, checked=False), checked)
+    assert torch.equal(moe_pipeline.fused_moe(**args), checked)
+
+
+def test_unpermute_reduce_leaves_out_the_rows_past_the_valid_ones():
+    rows = torch.tensor([[1.0, 2.0], [3.0, 4.0], [float("nan"), 0.0]], dtype=torch.bfloat16)
+    token, weight = torch.tensor([1, 1, 0]), torch.tensor([0.5, 0.25, 1.0])
+    out = torch_moe.unpermute_reduce(rows, token, weight, 3, torch.tensor(2))
+    assert out.tolist() == [[0.0, 0.0], [1.25, 2.0], [0.0, 0.0]]
+    assert torch_moe.unpermute_reduce(rows, token, weight, 3)[0].isnan().any()
+
+
+def test_fp8_rowwise_keeps_each_row_within_e4m3_rounding():
+    t = torch.randn(6, 64) * torch.logspace(-3, 3, 6).unsqueeze(1)
+    codes, scale = torch_moe.fp8_rowwise(t)
+    assert codes.dtype == torch.float8_e4m3fn and scale.shape == (6,)
+    back = codes.float() * scale.unsqueeze(1)
+    assert (back - t).abs().max(dim=1).values.le(t.abs().amax(dim=1) / 16).all()
+    assert codes.float().abs().amax(dim=1).eq(torch_moe.FP8_MAX).all()
+
+
+def test_the_finalize_fair_peer_adds_each_row_into_its_token(monkeypatch):
+    """bench_moe's "+ op" peer after the reference GEMM's valid rows is the reference finalize."""
+    monkeypatch.setattr(bench_moe, "DEVICE", "cpu")
+    shape = bench_moe.layer_shapes(TINY, 40)[1]
+    p = bench_moe.build_problem(shape, seed=1)
+
+    def gemm_rows(p):
+        rows = ops.grouped_gemm(**p.op_args["grouped_gemm"], backend="reference")
+        return lambda: rows[p.valid]
+
+    got = bench_moe._with_replaced_op(gemm_rows, fp8=False)(p)()
+    assert bench_moe.compare(got, bench_moe.reference(p))["ok"]
+    wrong = bench_moe._with_replaced_op(lambda p: lambda: gemm_rows(p)().flip(0), fp8=False)(p)()
+    assert not bench_moe.compare(wrong, bench_moe.reference(p))["ok"]

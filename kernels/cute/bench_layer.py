@@ -42,6 +42,7 @@ PEERS = ("bf16 torch", "fp8 torch")
 # operands of both GEMMs came to 6.5 % on random data of these scales (bf16: 0.5 %).
 F32_BOUND = {"bf16 torch": 0.02, "fp8 torch": 0.10}
 FIRST_LAYER = "256 experts, 8 local, top-8"
+OURS_BACKEND = "cute"
 
 
 @dataclass(frozen=True)
@@ -82,7 +83,7 @@ class LayerProblem:
     nvfp4: dict[str, Any]  # fused_moe's weight and scale arguments
     w1: Any  # fp32 [local, 2 * inter, hidden]: the NVFP4 w1 dequantised, [linear; gate] rows
     w2: Any  # fp32 [local, hidden, inter]
-    backend: str = "cute"  # ours runs on it
+    backend: str  # ours runs on it
 
 
 def _nvfp4_weights(w) -> tuple[Any, Any, Any, Any]:
@@ -96,12 +97,12 @@ def _nvfp4_weights(w) -> tuple[Any, Any, Any, Any]:
     return packed, sf, gs, ops.nvfp4_dequantize(packed, sf, gs, dtype=torch.float32)
 
 
-def build(case: Case, seed: int, device: str = bench_moe.DEVICE) -> LayerProblem:
+def build(case: Case, seed: int) -> LayerProblem:
     import torch
 
     from stagebot.kernels import layouts
 
-    m, t = case.layer, case.tokens
+    m, t, device = case.layer, case.tokens, bench_moe.DEVICE
     g = torch.Generator(device=device).manual_seed(seed)
 
     def randn(*size: int, scale: float = 1.0):
@@ -133,7 +134,7 @@ def build(case: Case, seed: int, device: str = bench_moe.DEVICE) -> LayerProblem
         deterministic=False,
     )
     w1_values = layouts.deinterleave_linear_and_gate(w1_values, layouts.SWIGLU_GROUP_SIZE, dim=1)
-    return LayerProblem(case, x, router, nvfp4, w1_values, w2_values)
+    return LayerProblem(case, x, router, nvfp4, w1_values, w2_values, OURS_BACKEND)
 
 
 # ---- implementations: each returns a no-argument callable (timed), the whole layer ----
@@ -244,8 +245,6 @@ def run(selected: list[Case], out_dir: Path) -> int:
     """The layer benchmark (bench_moe --layer): 1 on any error or failed check, else 0."""
     import torch
 
-    from stagebot.kernels.cute import autotune
-
     out_dir.mkdir(parents=True, exist_ok=True)
     results: dict[str, Any] = dict(
         device=torch.cuda.get_device_name(), torch=torch.__version__, cases=[], errors=[]
@@ -253,25 +252,15 @@ def run(selected: list[Case], out_dir: Path) -> int:
     print(results["device"], results["torch"], flush=True)
     gemms = [s for c in selected for s in bench_moe.layer_shapes(c.layer, c.tokens)]
     print(bench_moe.warm_kernels(gemms), flush=True)
-    with autotune.tuning():
-        for i, case in enumerate(selected):
-            try:
-                results["cases"].append(run_case(case, results["errors"], seed=i))
-            except Exception as error:
-                results["errors"].append(f"{case.name}: {bench_moe.short_error(error)}")
-                traceback.print_exc()
-    results["autotune"] = {repr(key): ms for key, ms in autotune.measurements.items()}
-    results["errors"] += [f"autotune {key}: {why}" for key, why in autotune.failures.items()]
+    results["autotune"] = bench_moe.run_tuned(
+        selected, lambda case, seed: run_case(case, results["errors"], seed), results
+    )
     (out_dir / "bench_layer.json").write_text(json.dumps(results, indent=1))
-    bench_moe.print_autotune(autotune.measurements)
     for e in results["errors"]:
         print("ERROR", e[:300])
     print("\n== layer summary (bench_moe --summary DIR/bench_layer.json reprints it) ==")
     print("\n".join(summary_lines(results)))
-    failed = any(
-        not i["check"]["ok"] for c in results["cases"] for i in c["impls"].values() if "check" in i
-    )
-    return 1 if results["errors"] or failed else 0
+    return 1 if results["errors"] or bench_moe.any_failed(results["cases"]) else 0
 
 
 # ---- report ----
@@ -280,7 +269,7 @@ def run(selected: list[Case], out_dir: Path) -> int:
 def summary_lines(results: dict) -> list[str]:
     """One markdown row per layer and token count: ours in us and tokens/s, the peers in us,
     peer / ours, each implementation's relative error against the float32 layer, the checks."""
-    cell = bench_moe.cell
+    cell, ratio = bench_moe.cell, bench_moe.ratio
     lines = [
         "| layer | tokens | ours us | ours tokens/s | bf16 torch us | fp8 torch us | x bf16 "
         "| x fp8 | rel err vs f32 (ours / bf16 / fp8) | check |",
@@ -295,12 +284,8 @@ def summary_lines(results: dict) -> list[str]:
             cell(impls.get(name, {}).get("check", {}).get("rel_err_f32"), ".4f")
             for name in (OURS, *PEERS)
         )
-        checks = [i["check"]["ok"] for i in impls.values() if "check" in i]
-        errors = any("error" in i for i in impls.values())
-        check = "error" if errors else ("ok" if checks and all(checks) else "FAIL")
         lines.append(
             f"| {c['layer']} | {c['tokens']} | {cell(ours)} | {rates} | {cell(bf16)} | {cell(fp8)} "
-            f"| {cell(bf16 and ours and bf16 / ours, '.2f')} "
-            f"| {cell(fp8 and ours and fp8 / ours, '.2f')} | {rel} | {check} |"
+            f"| {ratio(bf16, ours)} | {ratio(fp8, ours)} | {rel} | {bench_moe.verdict(impls)} |"
         )
     return lines

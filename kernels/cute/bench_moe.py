@@ -558,6 +558,25 @@ def cell(value, spec: str = ".1f") -> str:
     return "-" if value is None else format(value, spec)
 
 
+def run_tuned(items: list, run_one: Callable[[Any, int], dict], results: dict) -> dict:
+    """run_one(item, seed) for each item (Shape or Case) with the autotuner on, its row appended
+    to results["shapes"] or results["cases"]; a failure is recorded in results["errors"] and hides
+    no other. Prints and returns the autotuner's measurements; its failures become errors."""
+    from stagebot.kernels.cute import autotune
+
+    rows = results["cases" if "cases" in results else "shapes"]
+    with autotune.tuning():
+        for seed, item in enumerate(items):
+            try:
+                rows.append(run_one(item, seed))
+            except Exception as error:
+                results["errors"].append(f"{item.name}: {short_error(error)}")
+                traceback.print_exc()
+    results["errors"] += [f"autotune {key}: {why}" for key, why in autotune.failures.items()]
+    print_autotune(autotune.measurements)
+    return {repr(key): ms for key, ms in autotune.measurements.items()}
+
+
 def print_autotune(measurements: dict) -> None:
     print("\n== autotuner: median ms per tactic, per (kernel, b shape, tile, row bucket) ==")
     for key, timings in measurements.items():
@@ -593,6 +612,23 @@ def print_report(results: dict) -> None:
             )
 
 
+def ratio(num: float | None, den: float | None) -> str:
+    return cell(num and den and num / den, ".2f")
+
+
+def verdict(impls: dict[str, dict]) -> str:
+    """A row's checks: "error" if an implementation raised, else "ok" or "FAIL"."""
+    checks = [i["check"]["ok"] for i in impls.values() if "check" in i]
+    if any("error" in i for i in impls.values()):
+        return "error"
+    return "ok" if checks and all(checks) else "FAIL"
+
+
+def any_failed(rows: list[dict]) -> bool:
+    """Whether a check of any implementation of any row failed."""
+    return any(not i["check"]["ok"] for r in rows for i in r["impls"].values() if "check" in i)
+
+
 def summary_lines(results: dict) -> list[str]:
     """One markdown row per shape: ours (fused), unfused with its GEMM step, the deterministic
     finalize, the peers (the GEMM alone, then with the op the fused kernel replaces), peer / ours
@@ -609,22 +645,16 @@ def summary_lines(results: dict) -> list[str]:
         bf16, fp8, unfused = us.get("bf16 peer"), us.get("fp8 peer"), us.get("ours unfused")
         bf16_op, fp8_op = us.get("bf16 peer + op"), us.get("fp8 peer + op")
 
-        def ratio(num, den):
-            return cell(num and den and num / den, ".2f")
-
         ours_cell = cell(ours)
         if s["kind"] == "plain" and ours:
             ours_cell += f" ({s['flops'] / ours / 1e6:.1f} TF/s)"
         step = cell(us.get("unfused GEMM step"))
         unfused_cell = "-" if unfused is None else f"{unfused:.1f} ({step})"
-        checks = [i["check"]["ok"] for i in impls.values() if "check" in i]
-        errors = any("error" in i for i in impls.values())
-        check = "error" if errors else ("ok" if checks and all(checks) else "FAIL")
         lines.append(
             f"| {s['name']} | {ours_cell} | {unfused_cell} | {cell(us.get('ours fused det'))} "
             f"| {cell(bf16)} | {cell(fp8)} | {ratio(bf16, ours)} | {ratio(fp8, ours)} "
             f"| {cell(bf16_op)} | {cell(fp8_op)} | {ratio(bf16_op, ours)} | {ratio(fp8_op, ours)} "
-            f"| {ratio(unfused, ours)} | {check} |"
+            f"| {ratio(unfused, ours)} | {verdict(impls)} |"
         )
     return lines
 
@@ -692,26 +722,14 @@ def main(argv: list[str] | None = None) -> int:
     print(warm_kernels(selected), flush=True)
     results["rates"] = rates = machine_rates()
     print(json.dumps(rates), flush=True)
-    from stagebot.kernels.cute import autotune
-
-    with autotune.tuning():
-        for i, shape in enumerate(selected):
-            try:
-                results["shapes"].append(run_shape(shape, rates, results["errors"], seed=i))
-            except Exception as error:
-                results["errors"].append(f"{shape.name}: {short_error(error)}")
-                traceback.print_exc()
-    results["autotune"] = {repr(key): ms for key, ms in autotune.measurements.items()}
-    results["errors"] += [f"autotune {key}: {why}" for key, why in autotune.failures.items()]
+    results["autotune"] = run_tuned(
+        selected, lambda shape, seed: run_shape(shape, rates, results["errors"], seed), results
+    )
     (out_dir / "bench_moe.json").write_text(json.dumps(results, indent=1))
-    print_autotune(autotune.measurements)
     print_report(results)
     print("\n== summary (python3 -m stagebot.kernels.cute.bench_moe --summary JSON reprints it) ==")
     print("\n".join(summary_lines(results)))
-    failed = any(
-        not i["check"]["ok"] for s in results["shapes"] for i in s["impls"].values() if "check" in i
-    )
-    return 1 if results["errors"] or failed else 0
+    return 1 if results["errors"] or any_failed(results["shapes"]) else 0
 
 
 if __name__ == "__main__":

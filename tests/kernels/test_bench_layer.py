@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 
 import pytest
 from helpers import extras
@@ -14,7 +15,7 @@ from helpers import extras
 torch = extras.require("torch")
 
 from stagebot.kernels import moe_pipeline, ops  # noqa: E402
-from stagebot.kernels.cute import bench_layer, bench_moe, torch_moe  # noqa: E402
+from stagebot.kernels.cute import bench_layer, bench_moe, timing, torch_moe  # noqa: E402
 
 TINY = bench_moe.Layer("Tiny ", experts=16, local_experts=4, top_k=4, hidden=128, inter=64)
 
@@ -106,12 +107,44 @@ def test_the_summary_is_reprinted_from_a_saved_layer_run(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def tiny():
-    """A layer of 16 experts, 4 local, top-4, at 40 tokens, built on the CPU; ours runs on the
-    reference backend."""
-    problem = bench_layer.build(bench_layer.Case(TINY, 40), seed=0, device="cpu")
-    problem.backend = "reference"
+def on_the_cpu():
+    """bench_layer builds on the CPU and runs ours on the reference backend."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(bench_moe, "DEVICE", "cpu")
+        patch.setattr(bench_layer, "OURS_BACKEND", "reference")
+        yield patch
+
+
+@pytest.fixture(scope="module")
+def tiny(on_the_cpu):
+    """A layer of 16 experts, 4 local, top-4, at 40 tokens."""
+    problem = bench_layer.build(bench_layer.Case(TINY, 40), seed=0)
     return problem, bench_layer.references(problem)
+
+
+def test_a_run_writes_every_implementations_row_and_fails_on_an_error(
+    on_the_cpu, monkeypatch, tmp_path
+):
+    """The GPU run's path on the CPU, timed by the wall clock: fp8 has no CPU kernel, so its
+    error marks the row and the run fails, and the other two stand, checked and timed."""
+
+    def wall_clock_us(fn):
+        start = time.perf_counter()
+        fn()
+        return dict(us=(time.perf_counter() - start) * 1e6)
+
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda: "CPU")
+    monkeypatch.setattr(bench_moe, "warm_kernels", lambda shapes: "not warmed")
+    monkeypatch.setattr(timing, "time_us", wall_clock_us)
+    assert bench_layer.run([bench_layer.Case(TINY, 40)], tmp_path) == 1
+    saved = json.loads((tmp_path / "bench_layer.json").read_text())
+    (case,) = saved["cases"]
+    assert case["layer"] == "Tiny" and case["tokens"] == 40
+    assert case["impls"]["ours"]["check"]["ok"] and case["impls"]["bf16 torch"]["check"]["ok"]
+    assert case["impls"]["ours"]["tokens_per_s"] > 0
+    assert "_scaled_grouped_mm" in case["impls"]["fp8 torch"]["error"]
+    assert saved["errors"] == [f"Tiny T40 layer / fp8 torch: {case['impls']['fp8 torch']['error']}"]
+    assert bench_layer.summary_lines(saved)[2].endswith(" / - | error |")
 
 
 def test_ours_and_the_bf16_composition_pass_their_checks(tiny):

@@ -192,14 +192,15 @@ IMPLS = {OURS: _ours, "bf16 torch": _bf16_torch, "fp8 torch": _fp8_torch}
 
 
 def references(p: LayerProblem) -> dict[str, Any]:
-    """{"nvfp4": fused_moe on the reference backend, "f32": the float32 layer}, both over the
-    routing every implementation computes."""
+    """{"nvfp4": fused_moe on the reference backend, "f32": the float32 layer, "rows": the
+    (token, k) pairs routed to a local expert}, over the routing every implementation computes."""
     from stagebot.kernels import ops
     from stagebot.kernels.cute import torch_moe
 
     experts, weights = torch_moe.route(p.x, p.router, p.case.layer.top_k)
     nvfp4 = ops.fused_moe(p.x, experts, weights, **p.nvfp4, backend="reference")
-    return dict(nvfp4=nvfp4, f32=torch_moe.dense_moe(p.x, experts, weights, p.w1, p.w2))
+    f32 = torch_moe.dense_moe(p.x, experts, weights, p.w1, p.w2)
+    return dict(nvfp4=nvfp4, f32=f32, rows=int((experts < p.case.layer.local_experts).sum()))
 
 
 def check(name: str, got, want: dict[str, Any]) -> dict:
@@ -236,9 +237,10 @@ def run_case(case: Case, errors: list[str], seed: int) -> dict:
             errors.append(f"{case.name} / {name}: {result['error']}")
         print(json.dumps({f"{case.name} / {name}": result}), flush=True)
         impls[name] = result
+    rows = want["rows"]
     del p, want
     torch.cuda.empty_cache()
-    return dict(name=case.name, layer=case.label, tokens=case.tokens, impls=impls)
+    return dict(name=case.name, layer=case.label, tokens=case.tokens, rows=rows, impls=impls)
 
 
 def run(selected: list[Case], out_dir: Path) -> int:
@@ -267,13 +269,14 @@ def run(selected: list[Case], out_dir: Path) -> int:
 
 
 def summary_lines(results: dict) -> list[str]:
-    """One markdown row per layer and token count: ours in us and tokens/s, the peers in us,
-    peer / ours, each implementation's relative error against the float32 layer, the checks."""
+    """One markdown row per layer and token count (with the pairs routed to a local expert):
+    ours in us and tokens/s, the peers in us, peer / ours, each implementation's relative error
+    against the float32 layer, the checks."""
     cell, ratio = bench_moe.cell, bench_moe.ratio
     lines = [
-        "| layer | tokens | ours us | ours tokens/s | bf16 torch us | fp8 torch us | x bf16 "
-        "| x fp8 | rel err vs f32 (ours / bf16 / fp8) | check |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---|---|",
+        "| layer | tokens | local rows | ours us | ours tokens/s | bf16 torch us | fp8 torch us "
+        "| x bf16 | x fp8 | rel err vs f32 (ours / bf16 / fp8) | check |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|",
     ]
     for c in results["cases"]:
         impls = c["impls"]
@@ -285,7 +288,8 @@ def summary_lines(results: dict) -> list[str]:
             for name in (OURS, *PEERS)
         )
         lines.append(
-            f"| {c['layer']} | {c['tokens']} | {cell(ours)} | {rates} | {cell(bf16)} | {cell(fp8)} "
-            f"| {ratio(bf16, ours)} | {ratio(fp8, ours)} | {rel} | {bench_moe.verdict(impls)} |"
+            f"| {c['layer']} | {c['tokens']} | {c['rows']} | {cell(ours)} | {rates} "
+            f"| {cell(bf16)} | {cell(fp8)} | {ratio(bf16, ours)} | {ratio(fp8, ours)} | {rel} "
+            f"| {bench_moe.verdict(impls)} |"
         )
     return lines

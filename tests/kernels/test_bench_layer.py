@@ -58,6 +58,7 @@ SAVED = {
             "name": "Qwen3-30B-A3B T8192 layer",
             "layer": "Qwen3-30B-A3B",
             "tokens": 8192,
+            "rows": 65536,
             "impls": {
                 "ours": {"us": 2048.0, "check": {"ok": True, "rel_err_f32": 0.16}},
                 "bf16 torch": {"us": 4096.0, "check": {"ok": True, "rel_err_f32": 0.005}},
@@ -68,6 +69,7 @@ SAVED = {
             "name": "T16 layer",
             "layer": bench_layer.FIRST_LAYER,
             "tokens": 16,
+            "rows": 5,
             "impls": {
                 "ours": {"us": 100.0, "check": {"ok": True, "rel_err_f32": 0.15}},
                 "bf16 torch": {"us": 400.0, "check": {"ok": False, "rel_err_f32": 0.5}},
@@ -80,15 +82,15 @@ SAVED = {
 
 def test_the_summary_gives_tokens_per_second_and_each_peers_ratio():
     header, rule, qwen, first = bench_layer.summary_lines(SAVED)
-    assert header.startswith("| layer | tokens | ours us | ours tokens/s | bf16 torch us |")
+    assert header.startswith("| layer | tokens | local rows | ours us | ours tokens/s |")
     assert rule.count("|") == header.count("|")
     assert qwen == (
-        "| Qwen3-30B-A3B | 8192 | 2048.0 | 4,000,000 | 4096.0 | 3072.0 | 2.00 | 1.50 "
+        "| Qwen3-30B-A3B | 8192 | 65536 | 2048.0 | 4,000,000 | 4096.0 | 3072.0 | 2.00 | 1.50 "
         "| 0.1600 / 0.0050 / 0.0650 | ok |"
     )
     # A peer that errored has no time and no ratio, and marks the row; a failed check fails it.
     assert first == (
-        f"| {bench_layer.FIRST_LAYER} | 16 | 100.0 | 160,000 | 400.0 | - | 4.00 | - "
+        f"| {bench_layer.FIRST_LAYER} | 16 | 5 | 100.0 | 160,000 | 400.0 | - | 4.00 | - "
         "| 0.1500 / 0.5000 / - | error |"
     )
     del SAVED["cases"][1]["impls"]["fp8 torch"]
@@ -139,7 +141,7 @@ def test_a_run_writes_every_implementations_row_and_fails_on_an_error(
     assert bench_layer.run([bench_layer.Case(TINY, 40)], tmp_path) == 1
     saved = json.loads((tmp_path / "bench_layer.json").read_text())
     (case,) = saved["cases"]
-    assert case["layer"] == "Tiny" and case["tokens"] == 40
+    assert case["layer"] == "Tiny" and case["tokens"] == 40 and 0 < case["rows"] < 40 * 4
     assert case["impls"]["ours"]["check"]["ok"] and case["impls"]["bf16 torch"]["check"]["ok"]
     assert case["impls"]["ours"]["tokens_per_s"] > 0
     assert "_scaled_grouped_mm" in case["impls"]["fp8 torch"]["error"]

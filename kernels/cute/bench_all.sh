@@ -11,7 +11,7 @@
 # and rc.txt; the summaries are printed last.
 set -uo pipefail
 out=$1
-limits=("${2:-190}" "${3:-190}" "${4:-190}")
+limits=("${2:-180}" "${3:-180}" "${4:-180}")
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
 step() {

@@ -11,7 +11,7 @@
 # and rc.txt; the summaries are printed last.
 set -uo pipefail
 out=$1
-limits=("${2:-180}" "${3:-180}" "${4:-180}")
+limits=("${2:-120}" "${3:-170}" "${4:-270}")
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
 step() {

@@ -14,6 +14,8 @@ from helpers import extras
 
 torch = extras.require("torch")
 
+from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
+
 from stagebot.kernels import moe_pipeline, ops  # noqa: E402
 from stagebot.kernels.cute import bench_layer, bench_moe, timing, torch_moe  # noqa: E402
 
@@ -193,6 +195,44 @@ def test_the_unchecked_pipeline_computes_what_the_op_api_does(tiny, unfused):
     checked = ops.fused_moe(**args)
     assert torch.equal(moe_pipeline.fused_moe(**args, checked=False), checked)
     assert torch.equal(moe_pipeline.fused_moe(**args), checked)
+
+
+class _InPlaceCopies(TorchDispatchMode):
+    """Records each aten.copy_ dispatched inside the block."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func is torch.ops.aten.copy_.default:
+            self.seen.append(tuple(a.shape for a in args[:2]))
+        return func(*args, **(kwargs or {}))
+
+
+def test_the_steps_before_the_gemms_copy_nothing_in_place(tiny):
+    """On a CUDA tensor ``t[i] = value`` is a copy from a host scalar, which CUDA graph capture
+    refuses, and the layer benchmark replays ours from a graph: quantise, sort and permute (the
+    steps every backend shares) issue no copy_."""
+    problem, _ = tiny
+    steps = moe_pipeline.unchecked_steps("reference")
+    experts, _ = torch_moe.route(problem.x, problem.router, TINY.top_k)
+    with _InPlaceCopies() as copies:
+        x_fp4, x_sf = steps.quantize(problem.x, problem.nvfp4["fc1_input_gs"])
+        tables = steps.sort(experts, 0, TINY.local_experts, bench_moe.TILE)
+        steps.permute(
+            x_fp4,
+            x_sf,
+            tables.tile_idx_to_mn_limit,
+            tables.permuted_idx_to_expanded_idx,
+            tables.num_non_exiting_tiles,
+            bench_moe.TILE,
+            TINY.top_k,
+        )
+    assert copies.seen == []
+    with _InPlaceCopies() as copies:  # the control: what the sort once did
+        torch.zeros(3, dtype=torch.long)[2] = 0
+    assert copies.seen == [(torch.Size([]), torch.Size([]))]
 
 
 def test_unpermute_reduce_leaves_out_the_rows_past_the_valid_ones():

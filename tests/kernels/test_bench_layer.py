@@ -126,20 +126,27 @@ def tiny(on_the_cpu):
     return problem, bench_layer.references(problem)
 
 
+def _time_by_wall_clock(monkeypatch, captured):
+    """timing.time_us by the wall clock; a graph replay "captured" or not."""
+
+    def wall_clock_us(fn):
+        start = time.perf_counter()
+        fn()
+        us = (time.perf_counter() - start) * 1e6
+        return dict(us=us, do_bench_us=us, graph_us=us if captured else None)
+
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda: "CPU")
+    monkeypatch.setattr(bench_moe, "warm_kernels", lambda shapes: "not warmed")
+    monkeypatch.setattr(timing, "time_us", wall_clock_us)
+
+
 def test_a_run_writes_every_implementations_row_and_fails_on_an_error(
     on_the_cpu, monkeypatch, tmp_path
 ):
     """The GPU run's path on the CPU, timed by the wall clock: fp8 has no CPU kernel, so its
     error marks the row and the run fails, and the other two stand, checked and timed."""
 
-    def wall_clock_us(fn):
-        start = time.perf_counter()
-        fn()
-        return dict(us=(time.perf_counter() - start) * 1e6)
-
-    monkeypatch.setattr(torch.cuda, "get_device_name", lambda: "CPU")
-    monkeypatch.setattr(bench_moe, "warm_kernels", lambda shapes: "not warmed")
-    monkeypatch.setattr(timing, "time_us", wall_clock_us)
+    _time_by_wall_clock(monkeypatch, captured=True)
     assert bench_layer.run([bench_layer.Case(TINY, 40)], tmp_path) == 1
     saved = json.loads((tmp_path / "bench_layer.json").read_text())
     (case,) = saved["cases"]
@@ -149,6 +156,18 @@ def test_a_run_writes_every_implementations_row_and_fails_on_an_error(
     assert "_scaled_grouped_mm" in case["impls"]["fp8 torch"]["error"]
     assert saved["errors"] == [f"Tiny T40 layer / fp8 torch: {case['impls']['fp8 torch']['error']}"]
     assert bench_layer.summary_lines(saved)[2].endswith(" / - | error |")
+
+
+def test_a_layer_timed_without_its_graph_is_an_error(on_the_cpu, monkeypatch, tmp_path):
+    """A layer that cannot be captured is timed eagerly, host launches included: its row says
+    so instead of standing beside the peers' replayed times."""
+    _time_by_wall_clock(monkeypatch, captured=False)
+    assert bench_layer.run([bench_layer.Case(TINY, 40)], tmp_path) == 1
+    saved = json.loads((tmp_path / "bench_layer.json").read_text())
+    ours = saved["cases"][0]["impls"]["ours"]
+    assert ours["check"]["ok"] and ours["graph_us"] is None
+    assert f"Tiny T40 layer / ours: {ours['error']}" in saved["errors"]
+    assert "not captured in a CUDA graph" in ours["error"]
 
 
 def test_ours_and_the_bf16_composition_pass_their_checks(tiny):

@@ -1,13 +1,72 @@
 """fused_moe as a pipeline of the ops: quantise -> sort -> permute -> SwiGLU GEMM -> finalize.
 
 A backend whose GEMMs cover the layer can register this as its fused_moe, bound to its name.
+``checked=False`` runs the same pipeline on the steps' implementations, without the op API's
+argument checks (which synchronise the host): the layer benchmark times it that way, as it times
+the GEMMs, so that it can replay the layer from a CUDA graph.
 """
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+from typing import NamedTuple
+
 import torch
 
-from stagebot.kernels import ops
+from stagebot.kernels import backends, layouts, moe_tables, nvfp4, ops
+
+
+class Steps(NamedTuple):
+    """The pipeline's steps. The GEMMs take the op API's keyword arguments, less ``backend``."""
+
+    quantize: Callable  # (x, global scale [1]) -> (packed, swizzled scales)
+    sort: Callable  # as moe_tables.moe_sort: (experts [T, top_k], offset, local, tile) -> tables
+    permute: Callable  # as ops.moe_permute
+    unpermute: Callable  # as ops.moe_unpermute
+    gemm: Callable
+    gemm_swiglu: Callable
+    gemm_finalize: Callable
+
+
+def checked_steps(backend: str, token_final_scales: torch.Tensor, num_experts: int) -> Steps:
+    """The op API's functions: every argument checked, the GEMMs dispatched to ``backend``."""
+
+    def sort(tse, offset, local, tile):
+        top_k = tse.shape[1]
+        return ops.moe_sort(tse, token_final_scales, num_experts, top_k, offset, local, tile)
+
+    def gemm(op):
+        return functools.partial(getattr(ops, op), backend=backend)
+
+    return Steps(
+        ops.nvfp4_quantize,
+        sort,
+        ops.moe_permute,
+        ops.moe_unpermute,
+        gemm("grouped_gemm"),
+        gemm("grouped_gemm_swiglu"),
+        gemm("grouped_gemm_finalize"),
+    )
+
+
+def unchecked_steps(backend: str) -> Steps:
+    """``backend``'s implementations and the plain torch steps, nothing checked, no host sync."""
+
+    def quantize(x, global_scale):
+        packed, sf = nvfp4.quantize(x, global_scale)
+        return packed, layouts.swizzle_sf(sf)
+
+    impls = {b.name: b for b in backends.registered()}[backend].implementations
+    return Steps(
+        quantize,
+        moe_tables.moe_sort,
+        moe_tables.moe_permute,
+        moe_tables.moe_unpermute,
+        impls["grouped_gemm"],
+        impls["grouped_gemm_swiglu"],
+        impls["grouped_gemm_finalize"],
+    )
 
 
 def fused_moe(
@@ -29,20 +88,18 @@ def fused_moe(
     disable_finalize_fusion: bool,
     deterministic: bool,
     backend: str,
+    checked: bool = True,
 ) -> torch.Tensor:
+    steps = (
+        checked_steps(backend, token_final_scales, num_experts)
+        if checked
+        else unchecked_steps(backend)
+    )
     num_tokens, top_k = token_selected_experts.shape
     fc1_gs, fc2_gs = fc1_input_gs.reshape(1), fc2_input_gs.reshape(1)
-    x_fp4, x_sf = ops.nvfp4_quantize(x, fc1_gs)
-    tables = ops.moe_sort(
-        token_selected_experts,
-        token_final_scales,
-        num_experts,
-        top_k,
-        local_expert_offset,
-        w1.shape[0],
-        tile_size,
-    )
-    a, a_sf = ops.moe_permute(
+    x_fp4, x_sf = steps.quantize(x, fc1_gs)
+    tables = steps.sort(token_selected_experts, local_expert_offset, w1.shape[0], tile_size)
+    a, a_sf = steps.permute(
         x_fp4,
         x_sf,
         tables.tile_idx_to_mn_limit,
@@ -51,39 +108,23 @@ def fused_moe(
         tile_size,
         top_k,
     )
-    c, c_sf = ops.grouped_gemm_swiglu(
-        a,
-        w1,
-        a_sf,
-        w1_sf,
-        1.0 / (fc1_gs * w1_gs),
-        tables.tile_idx_to_group_idx,
-        tables.num_non_exiting_tiles,
-        fc2_gs,
-        tile_size=tile_size,
+    grouped = dict(
+        tile_idx_to_group_idx=tables.tile_idx_to_group_idx,
+        num_non_exiting_tiles=tables.num_non_exiting_tiles,
         tile_idx_to_mn_limit=tables.tile_idx_to_mn_limit,
-        backend=backend,
-    )
-    down = (c, w2, c_sf, w2_sf, 1.0 / (fc2_gs * w2_gs))
-    if disable_finalize_fusion:
-        y = ops.grouped_gemm(
-            *down,
-            tables.tile_idx_to_group_idx,
-            tables.num_non_exiting_tiles,
-            tile_size=tile_size,
-            tile_idx_to_mn_limit=tables.tile_idx_to_mn_limit,
-            backend=backend,
-        )
-        return ops.moe_unpermute(y, tables.expanded_idx_to_permuted_idx, token_final_scales)
-    return ops.grouped_gemm_finalize(
-        *down,
-        tables.tile_idx_to_group_idx,
-        tables.num_non_exiting_tiles,
-        tables.tile_idx_to_mn_limit,
-        tables.permuted_idx_to_expanded_idx,
-        token_final_scales,
-        num_tokens=num_tokens,
         tile_size=tile_size,
+    )
+    c, c_sf = steps.gemm_swiglu(
+        a=a, b=w1, a_sf=a_sf, b_sf=w1_sf, alpha=1.0 / (fc1_gs * w1_gs), global_sf=fc2_gs, **grouped
+    )
+    down = dict(a=c, b=w2, a_sf=c_sf, b_sf=w2_sf, alpha=1.0 / (fc2_gs * w2_gs), **grouped)
+    if disable_finalize_fusion:
+        y = steps.gemm(**down)
+        return steps.unpermute(y, tables.expanded_idx_to_permuted_idx, token_final_scales)
+    return steps.gemm_finalize(
+        **down,
+        permuted_idx_to_expanded_idx=tables.permuted_idx_to_expanded_idx,
+        token_final_scales=token_final_scales,
+        num_tokens=num_tokens,
         deterministic=deterministic,
-        backend=backend,
     )

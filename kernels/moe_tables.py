@@ -52,7 +52,7 @@ def moe_sort(
     counts = torch.zeros(nle + 1, dtype=torch.long, device=device)
     counts.scatter_add_(0, key, torch.ones_like(key))
     tiles = (counts + tile_size - 1) // tile_size
-    tiles[nle] = 0
+    tiles[nle:] = 0  # a slice, so a fill: `tiles[nle] = 0` copies a host scalar (no graph)
     tile_end = torch.cumsum(tiles, 0)
     tile_start = tile_end - tiles
     row_start = torch.cumsum(counts, 0) - counts

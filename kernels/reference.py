@@ -18,7 +18,7 @@ from stagebot.kernels.backends import Backend, register
 
 
 @contextmanager
-def _highest_fp32_matmul() -> Iterator[None]:
+def highest_fp32_matmul() -> Iterator[None]:
     previous = torch.get_float32_matmul_precision()
     torch.set_float32_matmul_precision("highest")
     try:
@@ -55,7 +55,7 @@ def _grouped_matmul(
     for expert in torch.unique(groups[groups >= 0]).tolist():
         rows = (tiles[groups == expert].unsqueeze(-1) * tile_size + tile_rows).flatten()
         b_values = _values(b[expert], b_sf[expert], n)
-        with _highest_fp32_matmul():
+        with highest_fp32_matmul():
             out[rows] = (a_values[rows] @ b_values.T) * alpha[expert]
     return out
 

@@ -1,7 +1,11 @@
 """Benchmark of the CuTe NVFP4 MoE GEMMs against torch's grouped GEMMs, with the issue's floors.
 
     python3 -m stagebot.kernels.cute.bench_moe [--out DIR] [--quick] [--only TEXT ...]
+    python3 -m stagebot.kernels.cute.bench_moe --layer [--out DIR] [--quick] [--only TEXT ...]
     python3 -m stagebot.kernels.cute.bench_moe --summary DIR/bench_moe.json
+
+``--layer`` times the whole MoE layer instead (stagebot.kernels.cute.bench_layer: its own
+shapes, peers and checks, DIR/bench_layer.json); ``--summary`` reprints either file's summary.
 
 Shapes: S1, a plain grouped GEMM of 8 experts x 8192 rows, N = K = 4096; then three MoE layers
 (``LAYERS``) at 16, 128 and 8192 tokens, GEMM1 (N = 2 * intermediate, K = hidden, SwiGLU) and
@@ -25,7 +29,10 @@ Implementations, timed in the same run (min of do_bench's median and CUDA-graph 
   SwiGLU codes and scales of the valid rows >= 95% equal; other outputs isclose (rtol 1.6e-2,
   atol 1% of the largest value) on > 99% of the valid elements and relative error < 1%.
 - peers: torch._grouped_mm in bf16 and torch._scaled_grouped_mm in fp8 e4m3 with rowwise scales,
-  over the valid rows only, the GEMM alone (no SwiGLU, no finalize).
+  over the valid rows only, the GEMM alone (no SwiGLU, no finalize); for the fused shapes also
+  "+ op", the same GEMM followed by the torch op the fused kernel replaces (torch_moe): SwiGLU
+  (in fp8 then the rowwise quantisation its next GEMM reads), or the router weights applied and
+  the rows added into their tokens (index_add_).
 
 Per shape: useful FLOPs = 2 * valid rows * N * K; bytes = NVFP4 weights and activations at 4.5
 bits per value plus the output at its real size; floor = max(FLOPs / bf16 matmul rate, bytes /
@@ -52,6 +59,7 @@ TILE = 128
 NVFP4_BYTES = 4.5 / 8  # per value: a 4-bit code and an 8-bit scale per 16 values
 DECODE_TOKENS = 128  # shapes with at most this many tokens are the decode shapes
 DEVICE = "cuda"
+SWIGLU_AMAX = 32.0  # |linear * silu(gate)| stays below this: the SwiGLU output's global scale
 
 
 @dataclass(frozen=True)
@@ -83,22 +91,27 @@ class Shape:
     k: int
 
 
+def layer_shapes(m: Layer, tokens: int) -> tuple[Shape, Shape]:
+    """The layer's two GEMMs at ``tokens``: GEMM1 with SwiGLU, GEMM2 with finalize."""
+    return (
+        Shape(
+            f"{m.prefix}T{tokens} GEMM1 SwiGLU", "swiglu", tokens, m.experts, m.local_experts,
+            m.top_k, 2 * m.inter, m.hidden,
+        ),
+        Shape(
+            f"{m.prefix}T{tokens} GEMM2 finalize", "finalize", tokens, m.experts, m.local_experts,
+            m.top_k, m.hidden, m.inter,
+        ),
+    )  # fmt: skip
+
+
 def shapes(quick: bool) -> list[Shape]:
     layers = [
         s
         for m in (LAYERS[:1] if quick else LAYERS)
         for t in ((16,) if quick else (16, 128, 8192))
-        for s in (
-            Shape(
-                f"{m.prefix}T{t} GEMM1 SwiGLU", "swiglu", t, m.experts, m.local_experts, m.top_k,
-                2 * m.inter, m.hidden,
-            ),
-            Shape(
-                f"{m.prefix}T{t} GEMM2 finalize", "finalize", t, m.experts, m.local_experts,
-                m.top_k, m.hidden, m.inter,
-            ),
-        )
-    ]  # fmt: skip
+        for s in layer_shapes(m, t)
+    ]
     plain = Shape("S1 8x8192 N=K=4096", "plain", 8 * 8192, 8, 8, 1, 4096, 4096)
     return layers if quick else [plain, *layers]
 
@@ -171,7 +184,7 @@ def build_problem(shape: Shape, seed: int) -> Problem:
         num_tokens=shape.tokens,
         deterministic=False,
     )
-    swiglu_gs = torch.tensor([448.0 * 6 / 32], device=DEVICE)  # |linear * silu(gate)| <~ 32
+    swiglu_gs = torch.tensor([448.0 * 6 / SWIGLU_AMAX], device=DEVICE)
     nnet = int(tables.num_non_exiting_tiles)
     valid = moe_tables.valid_rows(tables.tile_idx_to_mn_limit, nnet, TILE)
     local = tse.flatten().long()
@@ -320,7 +333,32 @@ def _peer_fp8(p: Problem) -> Callable[[], Any]:
     )
 
 
+def _with_replaced_op(peer: Callable[[Problem], Callable[[], Any]], fp8: bool):
+    """The peer GEMM followed by the torch op the fused kernel replaces: SwiGLU (in fp8, then
+    the rowwise quantisation the next fp8 GEMM reads), or the router weights applied and the rows
+    added into their tokens."""
+
+    def make(p: Problem) -> Callable[[], Any]:
+        from stagebot.kernels.cute import torch_moe
+
+        gemm = peer(p)
+        if p.shape.kind == "swiglu":
+            if fp8:
+                return lambda: torch_moe.fp8_rowwise(torch_moe.swiglu(gemm()))
+            return lambda: torch_moe.swiglu(gemm())
+        args = p.op_args["grouped_gemm_finalize"]
+        expanded = args["permuted_idx_to_expanded_idx"][p.valid].long()  # expert order, as offs
+        token, weight = expanded // p.shape.top_k, args["token_final_scales"].reshape(-1)[expanded]
+        return lambda: torch_moe.unpermute_reduce(gemm(), token, weight, p.shape.tokens)
+
+    return make
+
+
 PEERS = {"bf16 peer": _peer_bf16, "fp8 peer": _peer_fp8}
+FAIR_PEERS = {  # the fused kinds' peers with the op they replace
+    "bf16 peer + op": _with_replaced_op(_peer_bf16, fp8=False),
+    "fp8 peer + op": _with_replaced_op(_peer_fp8, fp8=True),
+}
 OURS = {
     "plain": {"ours": _fused},
     "swiglu": {
@@ -349,12 +387,17 @@ def reference(p: Problem):
 
 
 def check(p: Problem, got, want) -> dict:
-    import torch
-
     if p.shape.kind == "swiglu":
         return _check_swiglu(p, got, want)
     if p.shape.kind == "plain":
         got, want = got[p.valid], want[p.valid]
+    return compare(got, want)
+
+
+def compare(got, want) -> dict:
+    """ok when > 99% of the elements are close and the relative error is < 1%."""
+    import torch
+
     got, want = got.float(), want.float()
     # atol: 1% of the largest value, so that rows rounded to bf16 before the weighted sum (where
     # the k terms cancel) pass; a wrong row, weight or scale does not.
@@ -410,7 +453,7 @@ def useful_work(p: Problem) -> tuple[float, float]:
     return 2.0 * rows * s.n * s.k, inputs + out
 
 
-def _short(error: Exception) -> str:
+def short_error(error: Exception) -> str:
     return f"{type(error).__name__}: {str(error)[:400]}"
 
 
@@ -430,7 +473,7 @@ def measure_impl(p: Problem, make, want, errors: list[str], label: str) -> dict:
         result.update(time_us(fn))
     except Exception as error:  # one failure must not hide the others
         traceback.print_exc()
-        result["error"] = _short(error)
+        result["error"] = short_error(error)
         errors.append(f"{label}: {result['error']}")
     print(json.dumps({label: result}), flush=True)
     return result
@@ -447,10 +490,11 @@ def run_shape(shape: Shape, rates: dict, errors: list[str], seed: int) -> dict:
     try:
         want = reference(p)
     except Exception as error:
-        errors.append(f"{shape.name} reference: {_short(error)}")
+        errors.append(f"{shape.name} reference: {short_error(error)}")
         traceback.print_exc()
     impls = {}
-    for name, make in {**OURS[shape.kind], **PEERS}.items():
+    peers = PEERS if shape.kind == "plain" else {**PEERS, **FAIR_PEERS}
+    for name, make in {**OURS[shape.kind], **peers}.items():
         checked_against = want if name.startswith("ours") else None
         impls[name] = measure_impl(p, make, checked_against, errors, f"{shape.name} / {name}")
     for r in impls.values():
@@ -510,8 +554,27 @@ def targets(r: dict) -> list[dict]:
 # ---- report ----
 
 
-def _fmt(value, spec: str = ".1f") -> str:
+def cell(value, spec: str = ".1f") -> str:
     return "-" if value is None else format(value, spec)
+
+
+def run_tuned(items: list, run_one: Callable[[Any, int], dict], results: dict) -> dict:
+    """run_one(item, seed) for each item (Shape or Case) with the autotuner on, its row appended
+    to results["shapes"] or results["cases"]; a failure is recorded in results["errors"] and hides
+    no other. Prints and returns the autotuner's measurements; its failures become errors."""
+    from stagebot.kernels.cute import autotune
+
+    rows = results["cases" if "cases" in results else "shapes"]
+    with autotune.tuning():
+        for seed, item in enumerate(items):
+            try:
+                rows.append(run_one(item, seed))
+            except Exception as error:
+                results["errors"].append(f"{item.name}: {short_error(error)}")
+                traceback.print_exc()
+    results["errors"] += [f"autotune {key}: {why}" for key, why in autotune.failures.items()]
+    print_autotune(autotune.measurements)
+    return {repr(key): ms for key, ms in autotune.measurements.items()}
 
 
 def print_autotune(measurements: dict) -> None:
@@ -528,7 +591,7 @@ def print_report(results: dict) -> None:
         for t in s["targets"]:
             met = {True: "met", False: "MISSED", None: "n/a"}[t["met"]]
             print(
-                f"{s['name']:<22} {t['what']:<40} {_fmt(t['value'], '.2f'):>8} "
+                f"{s['name']:<22} {t['what']:<40} {cell(t['value'], '.2f'):>8} "
                 f"(need {t['need']:.3g}) {met}"
             )
     for e in results["errors"]:
@@ -543,43 +606,76 @@ def print_report(results: dict) -> None:
             status = [("ok" if chk["ok"] else "FAIL")] if chk else []
             status = " ".join(status + (["error"] if "error" in i else [])) or "-"
             print(
-                f"| {s['name']} | {name} | {_fmt(us)} | {_fmt(i.get('tflops'))} "
-                f"| {_fmt(i.get('gbps'), '.0f')} | {_fmt(us and us / s['floor_us'], '.2f')} "
-                f"| {_fmt(bf16 and us and bf16 / us, '.2f')} | {status} |"
+                f"| {s['name']} | {name} | {cell(us)} | {cell(i.get('tflops'))} "
+                f"| {cell(i.get('gbps'), '.0f')} | {cell(us and us / s['floor_us'], '.2f')} "
+                f"| {cell(bf16 and us and bf16 / us, '.2f')} | {status} |"
             )
+
+
+def ratio(num: float | None, den: float | None) -> str:
+    return cell(num and den and num / den, ".2f")
+
+
+def verdict(impls: dict[str, dict]) -> str:
+    """A row's checks: "error" if an implementation raised, else "ok" or "FAIL"."""
+    checks = [i["check"]["ok"] for i in impls.values() if "check" in i]
+    if any("error" in i for i in impls.values()):
+        return "error"
+    return "ok" if checks and all(checks) else "FAIL"
+
+
+def any_failed(rows: list[dict]) -> bool:
+    """Whether a check of any implementation of any row failed."""
+    return any(not i["check"]["ok"] for r in rows for i in r["impls"].values() if "check" in i)
 
 
 def summary_lines(results: dict) -> list[str]:
     """One markdown row per shape: ours (fused), unfused with its GEMM step, the deterministic
-    finalize, the peers, peer / ours ratios, unfused / fused and the reference checks."""
+    finalize, the peers (the GEMM alone, then with the op the fused kernel replaces), peer / ours
+    ratios, unfused / fused and the reference checks."""
     lines = [
         "| shape | ours fused | unfused (GEMM step) | det | bf16 peer | fp8 peer | x bf16 "
-        "| x fp8 | fused/unfused | check |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| x fp8 | bf16 + op | fp8 + op | x bf16 + op | x fp8 + op | fused/unfused | check |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for s in results["shapes"]:
         impls = s["impls"]
         us = {name: i.get("us") for name, i in impls.items()}
         ours = us.get(PRIMARY[s["kind"]])
         bf16, fp8, unfused = us.get("bf16 peer"), us.get("fp8 peer"), us.get("ours unfused")
+        bf16_op, fp8_op = us.get("bf16 peer + op"), us.get("fp8 peer + op")
 
-        def ratio(num, den):
-            return _fmt(num and den and num / den, ".2f")
-
-        ours_cell = _fmt(ours)
+        ours_cell = cell(ours)
         if s["kind"] == "plain" and ours:
             ours_cell += f" ({s['flops'] / ours / 1e6:.1f} TF/s)"
-        step = _fmt(us.get("unfused GEMM step"))
+        step = cell(us.get("unfused GEMM step"))
         unfused_cell = "-" if unfused is None else f"{unfused:.1f} ({step})"
-        checks = [i["check"]["ok"] for i in impls.values() if "check" in i]
-        errors = any("error" in i for i in impls.values())
-        check = "error" if errors else ("ok" if checks and all(checks) else "FAIL")
         lines.append(
-            f"| {s['name']} | {ours_cell} | {unfused_cell} | {_fmt(us.get('ours fused det'))} "
-            f"| {_fmt(bf16)} | {_fmt(fp8)} | {ratio(bf16, ours)} | {ratio(fp8, ours)} "
-            f"| {ratio(unfused, ours)} | {check} |"
+            f"| {s['name']} | {ours_cell} | {unfused_cell} | {cell(us.get('ours fused det'))} "
+            f"| {cell(bf16)} | {cell(fp8)} | {ratio(bf16, ours)} | {ratio(fp8, ours)} "
+            f"| {cell(bf16_op)} | {cell(fp8_op)} | {ratio(bf16_op, ours)} | {ratio(fp8_op, ours)} "
+            f"| {ratio(unfused, ours)} | {verdict(impls)} |"
         )
     return lines
+
+
+def _saved_summary(parser: argparse.ArgumentParser, path: Path) -> list[str]:
+    """The summary of a saved bench_layer.json (it has "cases") or bench_moe.json."""
+    from stagebot.kernels.cute import bench_layer
+
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as error:
+        parser.error(f"--summary {path}: cannot be read ({error.strerror})")
+    try:
+        results = json.loads(text)
+        layer = isinstance(results, dict) and "cases" in results
+        return (bench_layer.summary_lines if layer else summary_lines)(results)
+    except (ValueError, KeyError, TypeError) as error:
+        parser.error(
+            f"--summary {path}: not the bench_moe.json or bench_layer.json of a run ({error!r}); "
+            "give the file `--out DIR` wrote"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -591,24 +687,26 @@ def main(argv: list[str] | None = None) -> int:
         help="keep the shapes whose name holds TEXT (repeatable: every TEXT)",
     )  # fmt: skip
     parser.add_argument(
+        "--layer", action="store_true",
+        help="time the whole MoE layer against the torch compositions (bench_layer) instead",
+    )  # fmt: skip
+    parser.add_argument(
         "--summary", metavar="JSON", type=Path,
-        help="print the summary table of an earlier run's bench_moe.json and exit (no GPU)",
+        help="print the summary table of an earlier run's bench_moe.json or bench_layer.json "
+        "and exit (no GPU)",
     )  # fmt: skip
     opts = parser.parse_args(argv)
     if opts.summary is not None:
-        try:
-            text = opts.summary.read_text(encoding="utf-8")
-        except OSError as error:
-            parser.error(f"--summary {opts.summary}: cannot be read ({error.strerror})")
-        try:
-            lines = summary_lines(json.loads(text))
-        except (ValueError, KeyError, TypeError) as error:
-            parser.error(
-                f"--summary {opts.summary}: not the bench_moe.json of a run ({error!r}); give "
-                "the file `--out DIR` wrote"
-            )
-        print("\n".join(lines))
+        print("\n".join(_saved_summary(parser, opts.summary)))
         return 0
+    if opts.layer:
+        from stagebot.kernels.cute import bench_layer
+
+        try:
+            layers = bench_layer.select(opts.quick, opts.only)
+        except ValueError as error:
+            parser.error(str(error))
+        return bench_layer.run(layers, Path(opts.out))
     import torch
 
     selected = [s for s in shapes(opts.quick) if all(t in s.name for t in opts.only)]
@@ -624,26 +722,14 @@ def main(argv: list[str] | None = None) -> int:
     print(warm_kernels(selected), flush=True)
     results["rates"] = rates = machine_rates()
     print(json.dumps(rates), flush=True)
-    from stagebot.kernels.cute import autotune
-
-    with autotune.tuning():
-        for i, shape in enumerate(selected):
-            try:
-                results["shapes"].append(run_shape(shape, rates, results["errors"], seed=i))
-            except Exception as error:
-                results["errors"].append(f"{shape.name}: {_short(error)}")
-                traceback.print_exc()
-    results["autotune"] = {repr(key): ms for key, ms in autotune.measurements.items()}
-    results["errors"] += [f"autotune {key}: {why}" for key, why in autotune.failures.items()]
+    results["autotune"] = run_tuned(
+        selected, lambda shape, seed: run_shape(shape, rates, results["errors"], seed), results
+    )
     (out_dir / "bench_moe.json").write_text(json.dumps(results, indent=1))
-    print_autotune(autotune.measurements)
     print_report(results)
     print("\n== summary (python3 -m stagebot.kernels.cute.bench_moe --summary JSON reprints it) ==")
     print("\n".join(summary_lines(results)))
-    failed = any(
-        not i["check"]["ok"] for s in results["shapes"] for i in s["impls"].values() if "check" in i
-    )
-    return 1 if results["errors"] or failed else 0
+    return 1 if results["errors"] or any_failed(results["shapes"]) else 0
 
 
 if __name__ == "__main__":

@@ -31,6 +31,8 @@ RESULTS = {
                 "ours fused det": {"us": 56.0, "check": {"ok": False}},
                 "bf16 peer": {"us": 103.6},
                 "fp8 peer": {"error": "RuntimeError: no kernel"},
+                "bf16 peer + op": {"us": 112.0},
+                "fp8 peer + op": {"us": 70.0},
             },
         },
     ]
@@ -40,17 +42,19 @@ RESULTS = {
 def test_each_shape_is_one_row_with_its_ratios_and_checks():
     header, rule, s1, finalize = summary_lines(RESULTS)
     assert header.startswith("| shape | ours fused | unfused (GEMM step) | det |")
+    assert "| bf16 + op | fp8 + op | x bf16 + op | x fp8 + op |" in header
     assert rule.count("|") == header.count("|")
     assert s1 == (
         "| S1 8x8192 N=K=4096 | 3600.0 (610.8 TF/s) | - | - | 3240.0 | 1800.0 | 0.90 | 0.50 "
-        "| - | ok |"
+        "| - | - | - | - | - | ok |"
     )
     # A failed check anywhere fails the row; a peer that errored has no time and no ratio.
     assert finalize == (
-        "| T16 GEMM2 finalize | 28.0 | 29.4 (26.5) | 56.0 | 103.6 | - | 3.70 | - | 1.05 | error |"
+        "| T16 GEMM2 finalize | 28.0 | 29.4 (26.5) | 56.0 | 103.6 | - | 3.70 | - "
+        "| 112.0 | 70.0 | 4.00 | 2.50 | 1.05 | error |"
     )
     RESULTS["shapes"][1]["impls"]["fp8 peer"] = {"us": 54.0}
-    assert summary_lines(RESULTS)[3].endswith("| 1.93 | 1.05 | FAIL |")
+    assert summary_lines(RESULTS)[3].endswith("| 1.93 | 112.0 | 70.0 | 4.00 | 2.50 | 1.05 | FAIL |")
 
 
 def _summary(path) -> subprocess.CompletedProcess:
@@ -76,7 +80,6 @@ def test_a_summary_of_a_missing_or_foreign_file_is_a_usage_error(tmp_path):
     foreign = tmp_path / "other.json"
     foreign.write_text('{"device": "x"}')
     done = _summary(foreign)
-    assert done.returncode == 2 and "not the bench_moe.json of a run (KeyError('shapes'))" in (
-        done.stderr
-    )
+    assert done.returncode == 2
+    assert "not the bench_moe.json or bench_layer.json of a run (KeyError('shapes'))" in done.stderr
     assert "Traceback" not in done.stderr

@@ -22,7 +22,8 @@ Order (the first that applies decides; docs/failure-analysis.md has the table):
 
 A file that fails to import is the failure of the tests it hides (NEW when they passed on the base,
 naming them). A sticky CUDA error (an illegal memory access poisons the process) is reported once,
-with the later tests of its shard that failed the same way as its collateral. A shard that ended in
+with the later tests of its shard that failed the same way as its collateral; the collected tests
+that never started (the session ended) are listed with the test it ended during. A shard that ended in
 ERROR without any failed test is one "(whole shard)" entry: NEW when its stage family passed on
 the base (the changed files its traceback names are the suspects). An order-dependent failure's
 first suspects are the tests that ran just before it. Pipeline state and exit code: any NEW
@@ -44,7 +45,13 @@ from stagebot.harness.analysis.causes import (
     is_environment,
     read_tail,
 )
-from stagebot.harness.analysis.evidence import Mismatch, error_line, mismatch
+from stagebot.harness.analysis.evidence import (
+    NEVER_RAN,
+    Mismatch,
+    error_line,
+    mismatch,
+    never_ran_culprit,
+)
 from stagebot.harness.analysis.key_lines import key_lines
 from stagebot.harness.analysis.rules import SHARD_WIDE_TESTS, Rule, Verdict, judge, read_sources
 from stagebot.harness.analysis.suspects import MAX_SUSPECTS, Suspect, import_closure, rank_suspects
@@ -83,6 +90,7 @@ class Failure:
     log: str | None = None
     signature: str | None = None  # "crash: SIGSEGV in rank 1", "flaky: NCCL timeout once"
     collateral: tuple[str, ...] = ()  # later tests the same sticky error failed
+    never_ran: tuple[str, ...] = ()  # collected tests that never started: the session ended
     key_lines: tuple[str, ...] = ()
     log_link: str | None = None  # the full log: the stage job's URL, or the local file
 
@@ -183,15 +191,18 @@ def analyse(
             for test in result.tests
             if test.outcome in (*FAILED, "flaky", "waived")
         ]
-        collateral = _collateral(cases)
-        folded = {test_id for later in collateral.values() for test_id in later}
+        collateral, never = _collateral(cases), _never_ran(cases)
+        folded = {test_id for later in [*collateral.values(), *never.values()] for test_id in later}
         wide = _shard_wide(cases)
         link = (log_links or {}).get(result.stage) or result.log_path
         for case in cases:
-            if case.test.test_id not in folded:
+            test_id = case.test.test_id
+            if test_id not in folded:
                 failure = _failure(case, context, wide, link)
-                later = tuple(collateral.get(case.test.test_id, ()))
-                failures.append(replace(failure, collateral=later))
+                later = tuple(collateral.get(test_id, ()))
+                failures.append(
+                    replace(failure, collateral=later, never_ran=tuple(never.get(test_id, ())))
+                )
         if result.state == "ERROR" and not any(c.test.outcome in FAILED for c in cases):
             failures.append(_whole_shard(result, link, context))
     order = {category: index for index, category in enumerate(CATEGORIES)}
@@ -256,6 +267,26 @@ def _collateral(cases: list[_Case]) -> dict[str, list[str]]:
         else:
             first[signature] = case.test.test_id
     return collateral
+
+
+def _never_ran(cases: list[_Case]) -> dict[str, list[str]]:
+    """The test during which pytest ended -> the collected tests that never started after it
+    (one entry: the tests it took with it); without such a test, the first of them carries the
+    others."""
+    ids = {case.test.test_id for case in cases}
+    never: dict[str, list[str]] = {}
+    orphans: list[str] = []  # no failed test ended the session
+    for case in cases:
+        evidence = case.test.evidence or ""
+        if case.test.outcome in FAILED and evidence.startswith(NEVER_RAN):
+            culprit = never_ran_culprit(evidence)
+            if culprit in ids:
+                never.setdefault(culprit, []).append(case.test.test_id)
+            else:
+                orphans.append(case.test.test_id)
+    if orphans:
+        never.setdefault(orphans[0], []).extend(orphans[1:])
+    return never
 
 
 def _shard_wide(cases: list[_Case]) -> set[str]:

@@ -141,3 +141,22 @@ def _number(raw: str) -> float | None:
 def _clip(line: str) -> str:
     line = " ".join(line.split())
     return line if len(line) <= MAX_LINE else line[: MAX_LINE - 1] + "…"
+
+
+NEVER_RAN = "never ran: "  # a collected test the session ended before (the executor's line)
+_NEVER_RAN_DURING = re.compile(r"^never ran: pytest ended during (?P<test>\S+) ")
+
+
+def never_ran_evidence(during: str | None, exit_status: int | None) -> str:
+    """The evidence of a collected test that never started: the test during which pytest
+    ended (its culprit), else how the session ended."""
+    if during:
+        return f"{NEVER_RAN}pytest ended during {during} before this test started"
+    how = f"exit {exit_status}" if exit_status is not None else "no exit status"
+    return f"{NEVER_RAN}the pytest session ended ({how}) before this test started"
+
+
+def never_ran_culprit(evidence: str | None) -> str | None:
+    """The test during which pytest ended, as ``never_ran_evidence`` names it."""
+    found = _NEVER_RAN_DURING.match(evidence or "")
+    return found["test"] if found else None

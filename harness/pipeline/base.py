@@ -34,19 +34,29 @@ def select_base(
 ) -> Base:
     """The base of a report of ``book``'s pipeline ``exclude`` (or of loose result files):
     ``base_book`` (main's ledger, read-only) when given, else ``book`` itself. ``pinned``: the
-    base the pipeline recorded when it finished (a later re-render keeps it)."""
+    base the pipeline recorded when it finished (a later re-render keeps it).
+
+    The base is never a pipeline on the commit under test, and in ``book`` itself only one
+    numbered before ``exclude``, with main's flaky history as it was then: a report rendered
+    again later says what it said when the pipeline finished."""
     source = base_book if base_book is not None else book
     if source is None:
         return Base()
+    before = exclude if source is book else None
+    tested = book.pipeline(exclude, with_results=False) if book and exclude else None
     number = pinned or source.base_pipeline(
-        base_commit, default_branch, exclude=exclude if source is book else None
+        base_commit,
+        default_branch,
+        exclude=before,
+        before=before,
+        not_commit=tested.commit if tested else None,
     )
     outcomes = source.test_outcomes(number) if number is not None else None
     return Base(
         number,
         outcomes,
-        flaky_history(source, default_branch),
-        flaky_evidence(source, default_branch),
+        flaky_history(source, default_branch, before=before),
+        flaky_evidence(source, default_branch, before=before),
     )
 
 
@@ -83,11 +93,14 @@ def base_target(book, base_commit: str | None, commit: str | None, root, default
     """(commit, how) a local run compares with: ``base_commit`` (any unambiguous prefix, checked
     before anything runs) when given, else the merge-base of ``commit`` with the default branch
     (None when git cannot tell)."""
-    from stagebot.harness.pipeline.worktree import merge_base
+    from stagebot.harness.pipeline.worktree import merge_base, resolve_commit
 
     if base_commit:
         return resolve_base_commit(book, base_commit, root), "--base-commit"
     wanted = merge_base(root, commit, default_branch) if commit else None
+    if wanted and commit and "+" not in commit and wanted == resolve_commit(root, commit):
+        # a clean commit on the default branch: its base is its parent, never itself
+        return resolve_commit(root, f"{wanted}^"), "its parent"
     return wanted, f"the merge-base with {default_branch}"
 
 

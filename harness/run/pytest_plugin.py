@@ -8,9 +8,11 @@ at import time), since every pytest run in an environment with stagebot installe
 It also carries the executor's options (group ``stagebot``), each plugin object registered only
 when its option is given:
 
-- ``--stagebot-jsonl PATH``: stream one JSON line per test as it starts and as it finishes
-  (``{"event": "start"|"result", ...}``), flushed at once, so a crash or a timeout keeps every
-  earlier result and the last ``start`` without a ``result`` names the test that hung.
+- ``--stagebot-jsonl PATH``: stream the collected test ids (``{"event": "collected", ...}``),
+  then one JSON line per test as it starts and as it finishes (``{"event": "start"|"result",
+  ...}``), flushed at once, so a crash or a timeout keeps every earlier result, the last
+  ``start`` without a ``result`` names the test that hung and the tests that never started are
+  known.
 - ``--stagebot-waives FILE``: a JSON list of ``{"test_id", "reason"}``; matching tests are skipped
   with ``stagebot waive: <reason>`` and streamed with outcome ``waived``.
 - ``--stagebot-select FILE`` / ``--stagebot-deselect FILE``: newline-separated test ids to keep /
@@ -198,6 +200,10 @@ class TestStream:
                     "time": time.time(),
                 }
             )
+
+    def pytest_collection_finish(self, session) -> None:
+        """Every test the session will run: one that never reports a result is not lost."""
+        self._write({"event": "collected", "test_ids": [item.nodeid for item in session.items]})
 
     def pytest_runtest_logstart(self, nodeid, location) -> None:
         self.reports[nodeid] = []

@@ -7,7 +7,8 @@ combinable suite group, pinned to its devices (``CUDA_VISIBLE_DEVICES``), with `
 pointing at a scratch folder; a build/sanity shard runs its command under ``bash -c``.
 
 States: cancelled -> ABORTED; timeout, a signal, a crash, an internal/usage error or a corrupt
-JUnit/JSONL -> ERROR with that evidence; a failed test -> FAILURE (a file that fails to import is
+JUnit/JSONL -> ERROR with that evidence; a failed test, or a collected one that never started (the
+session ended before it: ``never ran: …``, never re-run) -> FAILURE (a file that fails to import is
 a failed item named by its path; pytest exiting 1 with no failed test -> a failed item
 ``(pytest session)`` with the suite's own line: its verdict); 0 executed tests -> NOT_RUN; else
 SUCCESS. Failed tests are re-run (the entry's ``max_reruns`` times, only when at most
@@ -37,7 +38,12 @@ from stagebot.harness.analysis.causes import (
     read_tail,
     unusable_interpreter,
 )
-from stagebot.harness.analysis.evidence import log_error_line, test_evidence
+from stagebot.harness.analysis.evidence import (
+    NEVER_RAN,
+    log_error_line,
+    never_ran_evidence,
+    test_evidence,
+)
 from stagebot.harness.results import SESSION_ID, StageResult, TestOutcome
 from stagebot.harness.run import own_names
 from stagebot.harness.run.junit import JunitError, read_junit, write_junit
@@ -396,6 +402,14 @@ def _outcomes(attempt: _Attempt, timeout_s: float) -> list[TestOutcome]:
         else:
             why = f"crashed: pytest exited {finished.returncode} during this test"
         tests.append(TestOutcome(test_id, "error", 0.0, why))
+    if not finished.cancelled:  # every collected test ends with a result
+        during = stream.unfinished[-1] if stream.unfinished else None
+        status = stream.session_end if stream.session_end is not None else finished.returncode
+        why = never_ran_evidence(during, status)
+        recovered = {t.test_id for t in tests}
+        tests += [
+            TestOutcome(t, "error", 0.0, why) for t in stream.never_started if t not in recovered
+        ]
     return tests
 
 
@@ -426,7 +440,13 @@ def _reruns(
     """Re-run the failed tests alone; one that passes alone is re-run once more after the tests
     that ran before it in its process (``order``: the first attempt's start order): failing
     there, it is order-dependent (an earlier test leaks state into it), not flaky."""
-    failed = [t.test_id for t in tests if t.outcome in ("failed", "error") and "::" in t.test_id]
+    failed = [
+        t.test_id
+        for t in tests
+        if t.outcome in ("failed", "error")
+        and "::" in t.test_id
+        and not (t.evidence or "").startswith(NEVER_RAN)  # what ended the session is re-run
+    ]
     if not failed or len(failed) > entry.rerun_max_failures:
         return tests
     by_id = {t.test_id: t for t in tests}

@@ -23,11 +23,13 @@ Order (the first that applies decides; docs/failure-analysis.md has the table):
 A file that fails to import is the failure of the tests it hides (NEW when they passed on the base,
 naming them). A sticky CUDA error (an illegal memory access poisons the process) is reported once,
 with the later tests of its shard that failed the same way as its collateral; the collected tests
-that never started (the session ended) are listed with the test it ended during. A shard that ended in
-ERROR without any failed test is one "(whole shard)" entry: NEW when its stage family passed on
-the base (the changed files its traceback names are the suspects). An order-dependent failure's
-first suspects are the tests that ran just before it. Pipeline state and exit code: any NEW
-/ PRE-EXISTING / UNCLASSIFIED -> FAILURE, 1; only INFRA -> FAILURE, 3; cancelled -> ABORTED, 1;
+that never started (the session ended) are listed with the test it ended during. A test file
+whose tests all passed on the base and are all skipped here is "lost coverage" (NEW). A shard
+that ended in ERROR without any failed test is one "(whole shard)" entry: NEW when its stage
+family passed on the base (the changed files its traceback names are the suspects). An
+order-dependent failure's first suspects are the tests that ran just before it. Pipeline state
+and exit code: any NEW / PRE-EXISTING / UNCLASSIFIED -> FAILURE, 1; only INFRA -> FAILURE, 3;
+cancelled -> ABORTED, 1;
 no shard ran (each one NOT_RUN or REUSED, at least one NOT_RUN) -> NOT_RUN, 4; otherwise
 SUCCESS, 0.
 """
@@ -205,6 +207,7 @@ def analyse(
                 )
         if result.state == "ERROR" and not any(c.test.outcome in FAILED for c in cases):
             failures.append(_whole_shard(result, link, context))
+        failures += _lost_coverage(result, link, context)
     order = {category: index for index, category in enumerate(CATEGORIES)}
     failures.sort(key=lambda f: (order[f.category], f.stage, f.test_id))
     categories = {failure.category for failure in failures}
@@ -397,6 +400,49 @@ def _file_level(failure, base, base_pipeline, family: str, test_id: str) -> Fail
     return failure("UNCLASSIFIED", f"base #{base_pipeline} did not run this file in {family}")
 
 
+def _lost_coverage(result: StageResult, link: str | None, context: _Context) -> list[Failure]:
+    """A test file whose tests all passed on the base and are all skipped here (a skip mark the
+    PR added): one NEW finding per file, naming the tests it lost. Waived tests are not skipped
+    (the waives file says so), and a file skipped on the base too lost nothing."""
+    if not context.base:
+        return []
+    family = stage_family(result.stage)
+    files: dict[str, list[TestOutcome]] = {}
+    for test in result.tests:
+        if "::" in test.test_id:
+            files.setdefault(test.test_id.split("::")[0], []).append(test)
+    found = []
+    for path, tests in files.items():
+        before = [context.base.get((family, t.test_id)) for t in tests]
+        if any(t.outcome != "skipped" for t in tests) or not all(
+            b is not None and b.outcome in ("passed", "flaky") for b in before
+        ):
+            continue
+        names = [t.test_id.split("::", 1)[1] for t in tests]
+        shown = ", ".join(names[:5]) + (f" … ({len(names)} in all)" if len(names) > 5 else "")
+        reasons = sorted({t.evidence or "no reason given" for t in tests})
+        test_id = f"{path} (lost coverage)"
+        found.append(
+            Failure(
+                result.stage,
+                test_id,
+                "NEW",
+                f"skipped here: {'; '.join(reasons)[:200]}",
+                signature=f"lost coverage: {len(tests)} test(s) skipped here, passed on base",
+                note=f"passed on base #{context.base_pipeline}, skipped here: {shown}",
+                suspects=rank_suspects(
+                    path,
+                    None,
+                    context.changed_files,
+                    root=context.root,
+                    stage_patterns=tuple(context.stage_paths.get(result.stage, ())),
+                ),
+                log_link=link,
+            )
+        )
+    return found
+
+
 def _whole_shard(result: StageResult, link: str | None, context: _Context) -> Failure:
     """A shard that ended in ERROR with no failed test (pytest died starting up, a conftest that
     fails to import, a crash before the first test): judged by its cause, then against the base
@@ -418,8 +464,9 @@ def _whole_shard(result: StageResult, link: str | None, context: _Context) -> Fa
         category, signature, note = "INFRA", "environment", "fix the shard's environment"
     elif passed:
         category = "NEW"
-        note = f"no test ran here; {len(passed)} test(s) of {family} passed on base"
-        note += f" #{context.base_pipeline}"
+        ran = sum(t.outcome in ("passed", "flaky", "xfailed") for t in result.tests)
+        here = f"{ran} test(s) passed here, yet" if ran else "no test ran here;"
+        note = f"{here} {len(passed)} test(s) of {family} passed on base #{context.base_pipeline}"
         suspects = rank_suspects(
             test_id,
             f"{evidence}\n{tail or ''}",

@@ -20,7 +20,8 @@ def flaky_history(
     below ``before`` when given) where the test was flaky."""
     flaky: dict[Key, set[int]] = {}
     at_commit: dict[tuple[str, str, str], dict[str, list[int]]] = {}
-    for number, commit, stage, test_id, outcome, _ in book.test_history(branch, last=last, before=before):
+    history = book.test_history(branch, last=last, before=before)
+    for number, commit, stage, test_id, outcome, _ in history:
         key = (stage_family(stage), test_id)
         if outcome == "flaky":
             flaky.setdefault(key, set()).add(number)

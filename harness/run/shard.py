@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import secrets
 import shutil
 import sys
 import threading
@@ -92,12 +93,13 @@ class _Attempt:
 # What a shard run writes into its folder; an earlier run's copies are removed first, so a
 # reused --out folder never lends its stale results to this run (the plugin appends to streams).
 SHARD_OUTPUTS = ("tests.jsonl", "log.txt", "junit.xml", "result.json", "waives.json", "keys.json")
+SEAL = ".stagebot-seal"  # written before the tests run, checked after: was the folder tampered?
 
 
 def clear_shard_folder(out: Path) -> None:
     """Remove an earlier run's outputs from the shard folder ``out`` (and create it)."""
     out.mkdir(parents=True, exist_ok=True)
-    for path in [*(out / name for name in SHARD_OUTPUTS), *out.glob("rerun-*.jsonl")]:
+    for path in [*(out / n for n in (*SHARD_OUTPUTS, SEAL)), *out.glob("rerun-*.jsonl")]:
         path.unlink(missing_ok=True)
     shutil.rmtree(out / "raw", ignore_errors=True)
     shutil.rmtree(out / "work", ignore_errors=True)
@@ -135,6 +137,7 @@ def run_shard(entry: MatrixEntry, context: ShardContext) -> StageResult:
         if state == "NOT_RUN" and keys is not None and keys.reused:
             # nothing left to execute (or only skips): the shard's tests passed, by key
             state, evidence = "SUCCESS", f"{len(keys.reused)} test(s) reused by key, none failed"
+    out.mkdir(parents=True, exist_ok=True)  # the code under test may have removed it
     write_junit(out / "junit.xml", entry.stage, tests)
     (out / "tests.jsonl").touch()
     if not context.keep_work:
@@ -262,9 +265,11 @@ def pytest_argv(entry: MatrixEntry, python: str) -> list[list[str]]:
 def _run_tests(entry, context, env, deadline, timeout_s):
     out = context.out_dir
     (out / "waives.json").write_text(json.dumps(entry.waives), encoding="utf-8")
+    seal = secrets.token_hex(8)
+    (out / SEAL).write_text(seal, encoding="utf-8")
     select = list(entry.tests)
     first = _attempt(entry, context, env, deadline, out / "tests.jsonl", "1", select)
-    problem = _problem(first, timeout_s)
+    problem = _tampered(out, seal) or _problem(first, timeout_s)
     tests = _outcomes(first, timeout_s)
     if first.finished.cancelled:
         return tests, "ABORTED", "cancelled: another shard failed (fail-fast) or the run stopped"
@@ -279,6 +284,22 @@ def _run_tests(entry, context, env, deadline, timeout_s):
         cause = environment_cause(tail, context.python, context.root) if _never_ran(first) else None
         evidence = error_evidence(evidence, tail, cause)
     return tests, state, evidence
+
+
+def _tampered(out: Path, seal: str) -> str | None:
+    """Why the shard's folder cannot be trusted: the seal written before the tests ran is gone
+    or changed (the code under test removed or rewrote the folder), or None."""
+    try:
+        intact = (out / SEAL).read_text(encoding="utf-8") == seal
+    except OSError:
+        intact = False
+    if intact:
+        return None
+    return (
+        f"tampered: the shard's output folder {out} was removed or rewritten while its tests "
+        "ran (by the code under test); its stream and log are incomplete: keep --out outside "
+        "the repository"
+    )
 
 
 def _never_ran(attempt: _Attempt) -> bool:

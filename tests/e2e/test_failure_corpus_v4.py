@@ -1,0 +1,219 @@
+"""The v4 failure corpus (tests/fixtures/corpus/v4): tests that must not vanish from the report,
+and a base that is another commit, each through `bot run` with real pytest processes.
+
+`base/` is the repository at the base commit; `pr/` the files the PR changes (copied over it).
+Plain Python, no torch: the cases are about what the harness keeps, not about the library.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+from fixtures.botrun import ROOT, bot
+
+pytestmark = pytest.mark.slow
+
+CORPUS = ROOT / "tests" / "fixtures" / "corpus" / "v4"
+STAGES = "CPU-PyTorch-Exit-1, CPU-PyTorch-Interrupt-1, CPU-PyTorch-Skip-1, CPU-PyTorch-Clean-1, CPU-PyTorch-History-1"
+SHUTDOWN, SIGNALS = "tests/exit/check_shutdown.py::", "tests/interrupt/check_signals.py::"
+
+
+def _run(tmp, repo, *args, out=None, env=None, stages=STAGES):
+    common = ["--catalog", str(repo / "ci"), "--ledger", str(tmp / "ledger.sqlite")]
+    common += ["--root", str(repo), "--cpu-slots", "2"]
+    if out is not None:
+        common += ["--out", str(out)]
+    comment = f'/bot run --stage-list "{stages}" --disable-fail-fast'
+    return bot("run", *common, *args, comment, env=env)
+
+
+def _report(tmp, repo, *args) -> dict:
+    done = bot(
+        "report", "--ledger", str(tmp / "ledger.sqlite"), "--root", str(repo), "--format", "json",
+        *args,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    return json.loads(done.stdout)
+
+
+def _overlay_pr(repo) -> list[str]:
+    changed = sorted(str(p.relative_to(CORPUS / "pr")) for p in (CORPUS / "pr").rglob("*.*"))
+    shutil.copytree(CORPUS / "pr", repo, dirs_exist_ok=True)
+    return changed
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("corpus4")
+    repo = tmp / "repo"
+    shutil.copytree(CORPUS / "base", repo)
+    base = _run(tmp, repo, "--commit", "base0", "--branch", "main", out=tmp / "base")
+    assert base.returncode == 0, base.stdout + base.stderr
+    (tmp / "changed.txt").write_text("\n".join(_overlay_pr(repo)) + "\n")
+    pr = _run(
+        tmp, repo, "--commit", "head1", "--base-commit", "base0", "--pr", "7",
+        "--changed-files", str(tmp / "changed.txt"), out=tmp / "pr",
+    )  # fmt: skip
+    assert pr.returncode == 1, pr.stdout + pr.stderr
+    report = _report(tmp, repo)
+    failures = {f["test_id"]: f for f in report["failures"]}
+    results = {p.parent.name: json.loads(p.read_text()) for p in (tmp / "pr").glob("*/result.json")}
+    texts = {name: (tmp / "pr" / name).read_text() for name in ("report.md", "report.html")}
+    return failures, results, texts, pr.stdout
+
+
+# -- never lose a test ---------------------------------------------------------------------------
+
+
+def test_a_test_that_ends_the_interpreter_lists_the_tests_it_took_with_it(corpus) -> None:
+    """os._exit(0) in the PR's code: the two tests collected after it never started; they are
+    listed with it, the stage is no SUCCESS (issue 44)."""
+    failures, results, texts, _ = corpus
+    culprit = failures[SHUTDOWN + "test_finish_sums"]
+    assert (culprit["category"], culprit["signature"]) == ("NEW", "crash: pytest exited 0")
+    assert culprit["never_ran"] == [SHUTDOWN + "test_after_one", SHUTDOWN + "test_after_two"]
+    assert SHUTDOWN + "test_after_one" not in failures  # one entry, not three
+    outcomes = {t["test_id"]: t for t in results["CPU-PyTorch-Exit-1"]["tests"]}
+    assert len(outcomes) == 4 and results["CPU-PyTorch-Exit-1"]["state"] != "SUCCESS"
+    assert outcomes[SHUTDOWN + "test_after_two"]["evidence"].startswith("never ran: ")
+    for text in texts.values():
+        assert "never ran: 2 collected test(s) never started" in text
+        assert "test_after_two" in text
+
+
+def test_a_keyboard_interrupt_raised_by_the_code_keeps_the_tests_after_it(corpus) -> None:
+    failures, results, _, _ = corpus
+    culprit = failures[SIGNALS + "test_wait_sorts"]
+    assert culprit["category"] == "NEW"
+    assert culprit["never_ran"] == [SIGNALS + "test_wait_empty"]
+    assert {t["test_id"] for t in results["CPU-PyTorch-Interrupt-1"]["tests"]} == {
+        SIGNALS + "test_wait_sorts",
+        SIGNALS + "test_wait_empty",
+    }
+
+
+def test_tests_the_pr_skipped_are_lost_coverage(corpus) -> None:
+    """Every test of a file passed on the base and is skipped here: a NEW finding naming them,
+    the file that added the skip its suspect. A file skipped on the base too, and a file the
+    waives file skips, lost nothing (the negative controls)."""
+    failures, _, texts, _ = corpus
+    lost = failures["tests/skip/check_kernels.py (lost coverage)"]
+    assert lost["category"] == "NEW"
+    assert lost["signature"] == "lost coverage: 2 test(s) skipped here, passed on base"
+    assert lost["note"] == "passed on base #1, skipped here: test_add_small, test_add_large"
+    assert lost["evidence"] == "skipped here: slow on the new runners"
+    assert [s["path"] for s in lost["suspects"]] == ["tests/skip/check_kernels.py"]
+    assert not any("check_gpu_only" in t for t in failures)
+    assert failures["tests/skip/check_slow_path.py::test_add_negative"]["category"] == "WAIVED"
+    assert not any("check_slow_path.py (lost coverage)" in t for t in failures)
+    assert "lost coverage: 2 test(s) skipped here" in texts["report.md"]
+
+
+def test_an_unchanged_failure_stays_as_it_was(corpus) -> None:
+    """The control: an ordinary NEW failure is unchanged by the cases around it."""
+    failures, _, _, _ = corpus
+    plain = failures["tests/history/check_history.py::test_mul"]
+    assert (plain["category"], plain.get("never_ran", [])) == ("NEW", [])
+    assert [s["path"] for s in plain["suspects"]] == ["src/kit/calc.py"]
+
+
+def test_the_default_output_folder_is_out_of_the_tests_reach(tmp_path) -> None:
+    """A PR whose test deletes the repository's out/ folder: without --out the shard folders
+    live outside the repository, so its stream, log and results are whole."""
+    repo = tmp_path / "repo"
+    shutil.copytree(CORPUS / "base", repo)
+    _overlay_pr(repo)
+    env = {"XDG_STATE_HOME": str(tmp_path / "state")}
+    done = subprocess.run(
+        [sys.executable, "-c", "from stagebot.bot.cli.main import main; main()", "run",
+         "--catalog", str(repo / "ci"), "--ledger", str(tmp_path / "ledger.sqlite"),
+         "--root", str(repo), "--commit", "c1", '/bot run --stage-list "CPU-PyTorch-Clean-1"'],
+        cwd=repo, env={**os.environ, **env}, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    (result,) = (tmp_path / "state").rglob("CPU-PyTorch-Clean-1/result.json")
+    data = json.loads(result.read_text())
+    assert data["state"] == "SUCCESS"
+    assert sorted(t["outcome"] for t in data["tests"]) == ["passed", "passed"]
+    assert result.with_name("tests.jsonl").read_text().count('"event": "result"') == 2
+    assert str(repo) not in str(result)
+
+
+def test_a_shard_folder_the_tests_removed_is_reported_tampered(tmp_path) -> None:
+    """--out inside the repository, and the PR's test deletes it: the report says so rather
+    than "no test ran here"; the same stage without the deleting test passes (the control)."""
+    repo = tmp_path / "repo"
+    shutil.copytree(CORPUS / "base", repo)
+    out = repo / "out" / "run"
+    base = _run(
+        tmp_path, repo, "--commit", "b0", "--branch", "main", out=out, stages="CPU-PyTorch-Clean-1"
+    )
+    assert base.returncode == 0, base.stdout + base.stderr
+    _overlay_pr(repo)
+    pr = _run(
+        tmp_path,
+        repo,
+        "--commit",
+        "h1",
+        "--base-commit",
+        "b0",
+        out=out,
+        stages="CPU-PyTorch-Clean-1",
+    )
+    assert pr.returncode == 1, pr.stdout + pr.stderr
+    (entry,) = _report(tmp_path, repo)["failures"]
+    assert entry["test_id"] == "CPU-PyTorch-Clean-1 (whole shard)"
+    assert entry["evidence"].startswith("tampered: the shard's output folder")
+    assert entry["note"].startswith("2 test(s) passed here, yet")
+
+
+# -- the base is another commit, and a verdict is final ------------------------------------------
+
+
+def _git(repo, *args) -> str:
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.invalid",
+        "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.invalid",
+    }  # fmt: skip
+    done = subprocess.run(["git", *args], cwd=repo, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def test_on_the_default_branch_the_base_is_the_parent_and_a_verdict_is_final(tmp_path) -> None:
+    """On main, a run's base is its parent's pipeline, never the commit under test; and a
+    pipeline rendered again later says what it said when it finished."""
+    repo = tmp_path / "repo"
+    shutil.copytree(CORPUS / "base", repo)
+    (repo / ".gitignore").write_text("out/\n")
+    _git(repo, "init", "-q", "-b", "main")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-qm", "base")
+    parent = _git(repo, "rev-parse", "HEAD")
+    shutil.copy(CORPUS / "pr" / "src" / "kit" / "calc.py", repo / "src" / "kit" / "calc.py")
+    _git(repo, "commit", "-qam", "the off-by-one")
+    stages = "CPU-PyTorch-History-1"
+
+    def run(*args):
+        return _run(tmp_path, repo, "--branch", "main", *args, out=tmp_path / "o", stages=stages)
+
+    first = run()  # on the head of main, before its parent ran: no base
+    assert first.returncode == 1, first.stdout + first.stderr
+    assert f"on {parent[:7]} (its parent)" in first.stdout
+    (entry,) = _report(tmp_path, repo, "--pipeline", "1")["failures"]
+    assert entry["category"] == "UNCLASSIFIED"
+    _git(repo, "checkout", "-q", parent)
+    assert run("--commit", parent).returncode == 0  # #2: the parent
+    _git(repo, "checkout", "-q", "main")
+    third = run()  # #3: the same commit as #1, compared with its parent's #2, not with #1
+    assert third.returncode == 1, third.stdout + third.stderr
+    (entry,) = _report(tmp_path, repo, "--pipeline", "3")["failures"]
+    assert (entry["category"], entry["note"][:21]) == ("NEW", "passed on base #2 in ")
+    again = _report(tmp_path, repo, "--pipeline", "1")  # #1 keeps the verdict it had
+    assert [f["category"] for f in again["failures"]] == ["UNCLASSIFIED"]

@@ -76,6 +76,7 @@ _ORDER_SUSPECTS = re.compile(r"order-dependent: .*?\(nearest first: (?P<tests>.*
 _HOST = re.compile(r"host='([^']+)'|\w+://([^/:'\s]+)")
 _LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1", "[::1]"}
 _LOAD = re.compile(r"load average [\d.]+ on \d+ CPUs?")
+_BASE_DURATION = re.compile(r" in [\d.]+ s$")  # "passed on base #3 in 0.02 s"
 BaseOutcomes = Mapping[tuple[str, str], TestOutcome]  # (stage family, test id) -> outcome
 
 
@@ -116,7 +117,8 @@ class Analysis:
         and ranks) folded into their first: [(first, the others)]."""
         grouped: dict[tuple, tuple[Failure, list[Failure]]] = {}
         for failure in self.of(category):
-            key = (failure.evidence, failure.signature, failure.note)
+            note = _BASE_DURATION.sub("", failure.note or "")  # each passed in its own time
+            key = (failure.evidence, failure.signature, note)
             if key in grouped:
                 grouped[key][1].append(failure)
             else:

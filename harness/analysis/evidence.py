@@ -26,6 +26,12 @@ _DIFF = (
 ABS_DIFF = re.compile(_DIFF.format("absolute"))
 REL_DIFF = re.compile(_DIFF.format("relative"))
 MAX_LINE = 300
+_ANSI = re.compile(r"\x1b(?:\[[0-9;?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
+
+
+def strip_ansi(text: str) -> str:
+    """``text`` without terminal escape sequences (colours, cursor moves, OSC titles)."""
+    return _ANSI.sub("", text)
 
 
 @dataclass(frozen=True)
@@ -139,7 +145,7 @@ def _number(raw: str) -> float | None:
 
 
 def _clip(line: str) -> str:
-    line = " ".join(line.split())
+    line = " ".join(strip_ansi(line).split())
     return line if len(line) <= MAX_LINE else line[: MAX_LINE - 1] + "…"
 
 

@@ -45,7 +45,7 @@ SUITE_OPTIONS: dict[str, str] = {
     "nvfp4_moe": "stagebot.harness.suites.nvfp4_moe.options",
 }
 WAIVE_PREFIX = "stagebot waive: "
-LOG_LIMIT = 32_000  # characters of a test's failure text kept in the stream
+LOG_LIMIT = 32_000  # characters of a test's failure text kept in the stream (heads and ends)
 LOAD_SECTION = "stagebot: load"  # the host's load when a test failed (a section of its log)
 
 
@@ -196,7 +196,7 @@ class TestStream:
                     "outcome": "error",
                     "phase": "collect",
                     "duration_s": 0.0,
-                    "log": _text(report)[:LOG_LIMIT],
+                    "log": _text(report, LOG_LIMIT),
                     "time": time.time(),
                 }
             )
@@ -240,7 +240,7 @@ def _outcome(reports) -> tuple[str, str, str]:
         if report.failed:
             outcome = "failed" if report.when == "call" else "error"
             load = f"\n----- {LOAD_SECTION} -----\n{load_average()}"
-            return outcome, report.when, _text(report)[: LOG_LIMIT - len(load)] + load
+            return outcome, report.when, _text(report, LOG_LIMIT - len(load)) + load
     for report in reports:
         if report.skipped:
             if hasattr(report, "wasxfail"):
@@ -259,10 +259,23 @@ def _skip_reason(report) -> str:
     return str(longrepr or "")
 
 
-def _text(report) -> str:
-    text = report.longreprtext or ""
-    for name, content in getattr(report, "sections", []):
-        text += f"\n----- {name} -----\n{content}"
+def _clip(text: str, limit: int) -> str:
+    """``text`` within ``limit`` characters: its first quarter (the error) and its end (where
+    the captured output ends), the middle cut with a line that says how much."""
+    if len(text) <= limit:
+        return text
+    head = limit // 4
+    end = max(limit - head - 40, 0)  # 40: room for the line that says what was cut
+    return f"{text[:head]}\n… {len(text) - head - end} characters cut …\n{text[len(text) - end :]}"
+
+
+def _text(report, limit: int) -> str:
+    """The failure text and each captured section, each kept within its share of ``limit``."""
+    sections = getattr(report, "sections", [])
+    share = limit // (1 + len(sections))
+    text = _clip(report.longreprtext or "", share)
+    for name, content in sections:
+        text += f"\n----- {name} -----\n{_clip(content, share)}"
     return text
 
 

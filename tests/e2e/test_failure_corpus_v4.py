@@ -19,7 +19,10 @@ from fixtures.botrun import ROOT, bot
 pytestmark = pytest.mark.slow
 
 CORPUS = ROOT / "tests" / "fixtures" / "corpus" / "v4"
-STAGES = "CPU-PyTorch-Exit-1, CPU-PyTorch-Interrupt-1, CPU-PyTorch-Skip-1, CPU-PyTorch-Clean-1, CPU-PyTorch-History-1"
+STAGES = ", ".join(
+    f"CPU-PyTorch-{name}-1"
+    for name in ("Exit", "Interrupt", "Skip", "Clean", "History", "Many", "Output")
+)
 SHUTDOWN, SIGNALS = "tests/exit/check_shutdown.py::", "tests/interrupt/check_signals.py::"
 
 
@@ -170,6 +173,43 @@ def test_a_shard_folder_the_tests_removed_is_reported_tampered(tmp_path) -> None
     assert entry["test_id"] == "CPU-PyTorch-Clean-1 (whole shard)"
     assert entry["evidence"].startswith("tampered: the shard's output folder")
     assert entry["note"].startswith("2 test(s) passed here, yet")
+
+
+# -- what the author reads ----------------------------------------------------------------------
+
+
+def test_many_failures_of_one_cause_are_one_entry_everywhere(corpus) -> None:
+    """250 tests fail with one error: one entry in the markdown, the terminal and the HTML,
+    with the count; no line of ids runs on for pages (issue 44: a 2.5 MB page, a 30,000-character
+    terminal line)."""
+    failures, _, texts, terminal = corpus
+    many = [f for t, f in failures.items() if t.startswith("tests/many/")]
+    assert len(many) == 250 and {f["category"] for f in many} == {"NEW"}
+    for text in (texts["report.md"], terminal):
+        assert text.count("same error in 250 tests") == 1
+        assert text.count("check_many.py::test_to_metres") <= 10
+        assert max(len(line) for line in text.splitlines()) < 2_000
+    page = texts["report.html"]
+    rows = [row for row in page.split('<tr class="failure-row"')[1:] if "check_many.py" in row]
+    assert len(rows) == 1 and "same error in 250 tests" in rows[0]
+    assert len(page) < 400_000
+
+
+def test_key_lines_carry_no_terminal_escapes(corpus) -> None:
+    failures, _, texts, terminal = corpus
+    painted = failures["tests/output/check_output.py::test_paint"]
+    assert painted["evidence"] == "RuntimeError: cannot paint 'ok': no palette"
+    assert not any("\x1b" in line for line in painted["key_lines"])
+    assert "\x1b" not in texts["report.md"] and "\x1b" not in terminal
+
+
+def test_the_end_of_captured_output_is_kept(corpus) -> None:
+    """6,000 lines of progress on stderr, then the line that says what went wrong: the key
+    lines end with it (today only the first 32 KB of a test's text were kept)."""
+    failures, _, _, _ = corpus
+    progress = failures["tests/output/check_output.py::test_progress"]
+    assert "FATAL: the last step found no output shape" in progress["key_lines"]
+    assert progress["evidence"] == "ValueError: progress ended early"
 
 
 # -- the base is another commit, and a verdict is final ------------------------------------------

@@ -53,6 +53,7 @@ from stagebot.harness.analysis.evidence import (
     error_line,
     mismatch,
     never_ran_culprit,
+    summary_mismatch,
 )
 from stagebot.harness.analysis.key_lines import key_lines
 from stagebot.harness.analysis.rules import SHARD_WIDE_TESTS, Rule, Verdict, judge, read_sources
@@ -68,6 +69,7 @@ CATEGORIES = ("NEW", "PRE-EXISTING", "UNCLASSIFIED", "INFRA", "FLAKY", "WAIVED")
 BLOCKING = ("NEW", "PRE-EXISTING", "UNCLASSIFIED")
 FAILED = ("failed", "error")
 _TIMES = {1: "once", 2: "twice"}
+SLOWER = 10  # a shard that ran out of time with tests this many times slower than on base: NEW
 # How much of a crashed shard's log is read: all of a faulthandler dump (up to 100 frames a
 # thread, then the extension modules), whose head holds the crash and the innermost frames.
 CRASH_TAIL_BYTES = 64_000
@@ -76,6 +78,9 @@ _ORDER_SUSPECTS = re.compile(r"order-dependent: .*?\(nearest first: (?P<tests>.*
 _HOST = re.compile(r"host='([^']+)'|\w+://([^/:'\s]+)")
 _LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1", "[::1]"}
 _LOAD = re.compile(r"load average [\d.]+ on \d+ CPUs?")
+_EXCEPTION_NAME = re.compile(r"^(?:[\w.]+\.)?[A-Z]\w*(?:Error|Exception|Failure|Exit)?: ")
+_HEX = re.compile(r"\b0x[0-9a-fA-F]+\b")
+_NUMBER = re.compile(r"\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
 _BASE_DURATION = re.compile(r" in [\d.]+ s$")  # "passed on base #3 in 0.02 s"
 BaseOutcomes = Mapping[tuple[str, str], TestOutcome]  # (stage family, test id) -> outcome
 
@@ -347,6 +352,9 @@ def _classify(case: _Case, context: _Context, wide: set[str]) -> Failure:
             there = f"flaky there {numbers}: {signature_of(seen[-1])}"
             return failure("NEW", f"fails differently than on main ({there})")
         return failure("FLAKY", note="flaky on main: " + numbers)
+    slower = _slower_than_base(case, context) if verdict.machine is not None else None
+    if slower is not None:
+        return failure("NEW", slower[1], sig=slower[0])
     if verdict.machine is not None:
         return failure("INFRA", note=_infra_note(verdict.machine, evidence, case.log))
     if case.environment_fault:
@@ -364,6 +372,9 @@ def _classify(case: _Case, context: _Context, wide: set[str]) -> Failure:
         if before.evidence and error_kind(before.evidence) != error_kind(evidence):
             there = signature_of(before.evidence)
             return failure("NEW", f"fails differently than on base #{base_pipeline}: there {there}")
+        worse = worse_than(before.evidence, evidence)
+        if worse:
+            return failure("NEW", f"worse than on base #{base_pipeline}: {worse}")
         return failure("PRE-EXISTING", f"also failing on base #{base_pipeline}")
     if before.outcome in ("passed", "flaky"):
         return failure("NEW", f"passed on base #{base_pipeline} in {_seconds(before.duration_s)}")
@@ -492,18 +503,64 @@ def _whole_shard(result: StageResult, link: str | None, context: _Context) -> Fa
 
 
 def error_kind(evidence: str | None) -> str:
-    """What kind of error an evidence line is (the rule that names it, else its exception type),
-    comparable across pipelines: the numbers and paths in it may differ, the kind may not."""
+    """What kind of error an evidence line is, comparable across pipelines: the rule that names
+    it, else its exception type and its message with the numbers and addresses masked (another
+    assertion with another message is another failure; other numbers in it are not)."""
     verdict = judge(read_sources(evidence, None))
     if verdict.machine is not None:
         return verdict.machine.name
-    return verdict.kind or _fallback(evidence or "", None)
+    if verdict.kind:
+        return verdict.kind
+    line = evidence or ""
+    message = line.split(": ", 1)[1] if _EXCEPTION_NAME.match(line) else line
+    return f"{_fallback(line, None)}: {_masked(message)}"
+
+
+def worse_than(there: str | None, here: str) -> str | None:
+    """How much worse a numeric failure is here than on the base (at least twice the
+    mismatched elements or the largest difference), both figures; None when it is not."""
+    base, now = summary_mismatch(there), summary_mismatch(here)
+    if base is None or now is None:
+        return None
+    worse = []
+    if now.mismatched >= max(2 * base.mismatched, base.mismatched + 2):
+        worse.append(f"{now.mismatched}/{now.total} mismatched ({base.mismatched} there)")
+    if base.max_abs is not None and now.max_abs is not None and now.max_abs >= 2 * base.max_abs:
+        worse.append(f"max abs diff {now.max_abs:g} ({base.max_abs:g} there)")
+    return ", ".join(worse) or None
+
+
+def _masked(message: str) -> str:
+    """``message`` with its addresses and numbers masked."""
+    return _NUMBER.sub("N", _HEX.sub("<address>", message.strip()))
 
 
 def signature_of(evidence: str | None) -> str:
     """The signature of an evidence line alone (another pipeline's failure: no log here)."""
     verdict = judge(read_sources(evidence, None))
     return verdict.machine_signature or verdict.signature or _fallback(evidence or "", None)
+
+
+def _slower_than_base(case: _Case, context: _Context) -> tuple[str, str] | None:
+    """(signature, note) when the shard ran out of time because its code got slower: the
+    tests that finished took at least SLOWER times as long as on the base (and a second in
+    all). None when they took about as long: the machine's limit, INFRA."""
+    if case.verdict.machine is None or case.verdict.machine.name != "shard-timeout":
+        return None
+    family = stage_family(case.result.stage)
+    here = there = 0.0
+    count = 0
+    for test in case.result.tests:
+        before = (context.base or {}).get((family, test.test_id))
+        if test.outcome == "passed" and before is not None and before.outcome == "passed":
+            here, there, count = here + test.duration_s, there + before.duration_s, count + 1
+    if not count or here < 1.0 or here < SLOWER * max(there, 0.001):
+        return None
+    times = here / max(there, 0.001)
+    return f"slow: {times:.0f}× slower than on base", (
+        f"{times:.0f}× slower than on base #{context.base_pipeline}: the {count} test(s) that "
+        f"finished took {_seconds(here)} here, {_seconds(there)} there"
+    )
 
 
 def _own_service(case: _Case, context: _Context) -> bool:

@@ -54,6 +54,21 @@ class Mismatch:
         return ", ".join(parts)
 
 
+_SUMMARY = re.compile(
+    r"(?P<n>\d+)/(?P<total>\d+) elements mismatched(?:, max abs diff (?P<abs>[-+\w.]+))?"
+)
+
+
+def summary_mismatch(evidence: str | None) -> Mismatch | None:
+    """The numbers an evidence line carries (``Mismatch.summary``, as ``test_evidence`` writes
+    it): another pipeline's failure, of which only the line is at hand."""
+    found = _SUMMARY.search(evidence or "")
+    if found is None:
+        return None
+    max_abs = _number(found["abs"]) if found["abs"] else None
+    return Mismatch(int(found["n"]), int(found["total"]), max_abs, None, None, None)
+
+
 def _at(index: str | None) -> str:
     return f" at {index}" if index else ""
 

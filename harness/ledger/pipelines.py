@@ -279,8 +279,7 @@ class Pipelines(Keys):
                 " ('SUCCESS', 'FAILURE') AND validated_by IS NULL AND (? IS NULL OR number != ?)"
                 " AND (? IS NULL OR number < ?) AND (? IS NULL OR commit_id IS NOT ?)"
                 " ORDER BY id DESC LIMIT 1",
-                (self.repo, value, exclude, exclude, before, before)
-                + (not_commit, not_commit),
+                (self.repo, value, exclude, exclude, before, before) + (not_commit, not_commit),
             )
             if row is not None:
                 return row["number"]

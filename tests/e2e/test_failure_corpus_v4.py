@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -16,13 +17,28 @@ import sys
 import pytest
 from fixtures.botrun import ROOT, bot
 
+from stagebot.templates.markdown import escape
+
 pytestmark = pytest.mark.slow
 
 CORPUS = ROOT / "tests" / "fixtures" / "corpus" / "v4"
 STAGES = ", ".join(
     f"CPU-PyTorch-{name}-1"
-    for name in ("Exit", "Interrupt", "Skip", "Clean", "History", "Many", "Output")
+    for name in (
+        "Exit",
+        "Interrupt",
+        "Skip",
+        "Clean",
+        "History",
+        "Many",
+        "Output",
+        "Compare",
+        "Slow",
+    )
 )
+# The PR run's shard timeout: the slow shard's 40 one-second tests run out of it; every other
+# shard needs a few seconds.
+SHARD_TIMEOUT_S = 25
 SHUTDOWN, SIGNALS = "tests/exit/check_shutdown.py::", "tests/interrupt/check_signals.py::"
 
 
@@ -56,11 +72,12 @@ def corpus(tmp_path_factory):
     repo = tmp / "repo"
     shutil.copytree(CORPUS / "base", repo)
     base = _run(tmp, repo, "--commit", "base0", "--branch", "main", out=tmp / "base")
-    assert base.returncode == 0, base.stdout + base.stderr
+    assert base.returncode == 1, base.stdout + base.stderr  # tests/compare fails there already
     (tmp / "changed.txt").write_text("\n".join(_overlay_pr(repo)) + "\n")
     pr = _run(
         tmp, repo, "--commit", "head1", "--base-commit", "base0", "--pr", "7",
-        "--changed-files", str(tmp / "changed.txt"), out=tmp / "pr",
+        "--changed-files", str(tmp / "changed.txt"), "--shard-timeout", str(SHARD_TIMEOUT_S),
+        out=tmp / "pr",
     )  # fmt: skip
     assert pr.returncode == 1, pr.stdout + pr.stderr
     report = _report(tmp, repo)
@@ -173,6 +190,49 @@ def test_a_shard_folder_the_tests_removed_is_reported_tampered(tmp_path) -> None
     assert entry["test_id"] == "CPU-PyTorch-Clean-1 (whole shard)"
     assert entry["evidence"].startswith("tampered: the shard's output folder")
     assert entry["note"].startswith("2 test(s) passed here, yet")
+
+
+# -- decide from the difference -----------------------------------------------------------------
+COMPARE = "tests/compare/check_compare.py::"
+
+
+def test_another_assertion_with_another_message_is_new(corpus) -> None:
+    """Both AssertionErrors, but another assertion with another message: NEW; the same
+    assertion with other numbers stays PRE-EXISTING (the control)."""
+    failures, _, _, _ = corpus
+    moved = failures[COMPARE + "test_stable_by_key"]
+    assert (moved["category"], moved["evidence"]) == ("NEW", "AssertionError: keys must be unique")
+    assert moved["note"].startswith("fails differently than on base #1")
+    same = failures[COMPARE + "test_round_half_even"]
+    assert (same["category"], same["evidence"]) == ("PRE-EXISTING", "assert 4 == 2")
+
+
+def test_worse_than_on_base_is_new_with_both_figures(corpus) -> None:
+    """2 of 4096 mismatched on the base, 417 here (max difference 0.15 -> 0.61): NEW; 2 -> 3
+    (0.15 -> 0.16) stays PRE-EXISTING (the control)."""
+    failures, _, texts, _ = corpus
+    worse = failures[COMPARE + "test_blend_matches_reference"]
+    assert worse["category"] == "NEW"
+    assert worse["note"] == (
+        "worse than on base #1: 417/4096 mismatched (2 there), max abs diff 0.61 (0.15 there)"
+    )
+    assert escape(worse["note"]) in texts["report.md"]
+    about = failures[COMPARE + "test_blend_tail_matches_reference"]
+    assert about["category"] == "PRE-EXISTING"
+
+
+def test_a_shard_that_ran_out_of_time_because_its_tests_got_slower_is_new(corpus) -> None:
+    """The tests that finished took about 1 s each against 0.02 s on the base: the PR's
+    slowness, NEW, with both figures and the tests that never started; a shard timeout with
+    tests as fast as on the base stays INFRA (the first corpus's tests/sched, the control)."""
+    failures, _, _, _ = corpus
+    (slow,) = [f for t, f in failures.items() if t.startswith("tests/slow/")]
+    assert slow["category"] == "NEW"
+    assert re.fullmatch(r"slow: \d+× slower than on base", slow["signature"])
+    assert re.match(
+        r"\d+× slower than on base #1: the \d+ test\(s\) that finished took", slow["note"]
+    )
+    assert slow["never_ran"]  # the tests after it are listed, not lost
 
 
 # -- what the author reads ----------------------------------------------------------------------

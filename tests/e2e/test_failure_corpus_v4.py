@@ -286,10 +286,13 @@ def _git(repo, *args) -> str:
     return done.stdout.strip()
 
 
-def test_on_the_default_branch_the_base_is_the_parent_and_a_verdict_is_final(tmp_path) -> None:
-    """On main, a run's base is its parent's pipeline, never the commit under test; and a
-    pipeline rendered again later says what it said when it finished."""
-    repo = tmp_path / "repo"
+@pytest.fixture(scope="module")
+def main_history(tmp_path_factory):
+    """A repository on main: the base commit, then the off-by-one on top. #1 runs the head
+    before its parent ever ran, #2 the parent, #3 the head again; #1 is rendered when it ends
+    and again after #3."""
+    tmp = tmp_path_factory.mktemp("main_history")
+    repo = tmp / "repo"
     shutil.copytree(CORPUS / "base", repo)
     (repo / ".gitignore").write_text("out/\n")
     _git(repo, "init", "-q", "-b", "main")
@@ -298,22 +301,37 @@ def test_on_the_default_branch_the_base_is_the_parent_and_a_verdict_is_final(tmp
     parent = _git(repo, "rev-parse", "HEAD")
     shutil.copy(CORPUS / "pr" / "src" / "kit" / "calc.py", repo / "src" / "kit" / "calc.py")
     _git(repo, "commit", "-qam", "the off-by-one")
-    stages = "CPU-PyTorch-History-1"
 
     def run(*args):
-        return _run(tmp_path, repo, "--branch", "main", *args, out=tmp_path / "o", stages=stages)
+        done = _run(
+            tmp, repo, "--branch", "main", *args, out=tmp / "o", stages="CPU-PyTorch-History-1"
+        )
+        assert done.returncode in (0, 1), done.stdout + done.stderr
+        return done
 
-    first = run()  # on the head of main, before its parent ran: no base
-    assert first.returncode == 1, first.stdout + first.stderr
-    assert f"on {parent[:7]} (its parent)" in first.stdout
-    (entry,) = _report(tmp_path, repo, "--pipeline", "1")["failures"]
-    assert entry["category"] == "UNCLASSIFIED"
+    first = run()
+    report_1 = _report(tmp, repo, "--pipeline", "1")
     _git(repo, "checkout", "-q", parent)
-    assert run("--commit", parent).returncode == 0  # #2: the parent
+    assert run("--commit", parent).returncode == 0
     _git(repo, "checkout", "-q", "main")
-    third = run()  # #3: the same commit as #1, compared with its parent's #2, not with #1
-    assert third.returncode == 1, third.stdout + third.stderr
-    (entry,) = _report(tmp_path, repo, "--pipeline", "3")["failures"]
+    run()
+    return parent, first.stdout, report_1, _report(tmp, repo, "--pipeline", "3"), tmp, repo
+
+
+def test_on_the_default_branch_the_base_is_the_parent(main_history) -> None:
+    """A clean commit on main is compared with its parent's pipeline, never with a pipeline on
+    itself: #3 (the same commit as #1) is NEW against the parent's #2, not PRE-EXISTING against
+    #1; before the parent ran, the report names the parent as the base to run first."""
+    parent, first, _, report_3, _, _ = main_history
+    assert f"on {parent[:7]} (its parent)" in first
+    (entry,) = report_3["failures"]
     assert (entry["category"], entry["note"][:21]) == ("NEW", "passed on base #2 in ")
-    again = _report(tmp_path, repo, "--pipeline", "1")  # #1 keeps the verdict it had
+
+
+def test_a_pipelines_verdict_is_final(main_history) -> None:
+    """#1 ended UNCLASSIFIED (no base): rendered again after #2 and #3 ran, it still is."""
+    _, _, report_1, _, tmp, repo = main_history
+    again = _report(tmp, repo, "--pipeline", "1")
+    assert [f["category"] for f in report_1["failures"]] == ["UNCLASSIFIED"]
     assert [f["category"] for f in again["failures"]] == ["UNCLASSIFIED"]
+    assert again["base_pipeline"] is None

@@ -57,7 +57,13 @@ from stagebot.harness.analysis.evidence import (
 )
 from stagebot.harness.analysis.key_lines import key_lines
 from stagebot.harness.analysis.rules import SHARD_WIDE_TESTS, Rule, Verdict, judge, read_sources
-from stagebot.harness.analysis.suspects import MAX_SUSPECTS, Suspect, import_closure, rank_suspects
+from stagebot.harness.analysis.suspects import (
+    MAX_SUSPECTS,
+    Suspect,
+    import_closure,
+    rank_suspects,
+    traceback_files,
+)
 from stagebot.harness.results import SESSION_ID, StageResult, TestOutcome
 from stagebot.stages.names import stage_family
 
@@ -69,6 +75,9 @@ CATEGORIES = ("NEW", "PRE-EXISTING", "UNCLASSIFIED", "INFRA", "FLAKY", "WAIVED")
 BLOCKING = ("NEW", "PRE-EXISTING", "UNCLASSIFIED")
 FAILED = ("failed", "error")
 _TIMES = {1: "once", 2: "twice"}
+# machine-looking errors that the code under test can cause itself: the PR's when raised
+# through a file it changed
+CODE_CAUSABLE = ("gpu-unavailable", "download-failed")
 SLOWER = 10  # a shard that ran out of time with tests this many times slower than on base: NEW
 # How much of a crashed shard's log is read: all of a faulthandler dump (up to 100 frames a
 # thread, then the extension modules), whose head holds the crash and the innermost frames.
@@ -81,6 +90,11 @@ _LOAD = re.compile(r"load average [\d.]+ on \d+ CPUs?")
 _EXCEPTION_NAME = re.compile(r"^(?:[\w.]+\.)?[A-Z]\w*(?:Error|Exception|Failure|Exit)?: ")
 _HEX = re.compile(r"\b0x[0-9a-fA-F]+\b")
 _NUMBER = re.compile(r"\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
+_NO_MODULE = re.compile(r"ModuleNotFoundError: No module named '(?P<module>[\w.]+)'")
+_REQUIREMENTS = re.compile(
+    r"(?:^|/)(?:(?:requirements|constraints)[\w.-]*\.txt|pyproject\.toml|setup\.cfg|"
+    r"environment\.ya?ml)$"
+)
 _BASE_DURATION = re.compile(r" in [\d.]+ s$")  # "passed on base #3 in 0.02 s"
 BaseOutcomes = Mapping[tuple[str, str], TestOutcome]  # (stage family, test id) -> outcome
 
@@ -248,7 +262,11 @@ def _failure(case: _Case, context: _Context, wide: set[str], link: str | None) -
         root=context.root,
         stage_patterns=tuple(context.stage_paths.get(result.stage, ())),
     )
-    return replace(failure, suspects=(*_earlier_tests(failure.evidence), *suspects)[:MAX_SUSPECTS])
+    ranked = (*_earlier_tests(failure.evidence), *failure.suspects, *suspects)
+    first = {}  # path -> its first (strongest) reason
+    for suspect in ranked:
+        first.setdefault(suspect.path, suspect)
+    return replace(failure, suspects=tuple(first.values())[:MAX_SUSPECTS])
 
 
 def _case(result: StageResult, test: TestOutcome, log: str | None) -> _Case:
@@ -355,12 +373,20 @@ def _classify(case: _Case, context: _Context, wide: set[str]) -> Failure:
     slower = _slower_than_base(case, context) if verdict.machine is not None else None
     if slower is not None:
         return failure("NEW", slower[1], sig=slower[0])
+    own = _raised_through_the_pr(case, context)
+    if own:
+        note = f"{verdict.machine.means}, but raised through the PR's own code: the PR's doing"
+        return replace(failure("NEW", note), suspects=own)
     if verdict.machine is not None:
         return failure("INFRA", note=_infra_note(verdict.machine, evidence, case.log))
     if case.environment_fault:
         return failure("INFRA", note=ENVIRONMENT_NOTE, sig=case.environment_fault)
     if verdict.shard_wide in wide and not _own_service(case, context):
         return failure("INFRA", note="the same error hit many unrelated tests of this shard: retry")
+    package = _missing_package(case, context)
+    if package is not None:
+        category, note, suspects = package
+        return replace(failure(category, note), suspects=suspects)
     if base is None:
         return failure("UNCLASSIFIED", "no base pipeline to compare with")
     if "::" not in test.test_id:
@@ -561,6 +587,54 @@ def _slower_than_base(case: _Case, context: _Context) -> tuple[str, str] | None:
         f"{times:.0f}× slower than on base #{context.base_pipeline}: the {count} test(s) that "
         f"finished took {_seconds(here)} here, {_seconds(there)} there"
     )
+
+
+def _raised_through_the_pr(case: _Case, context: _Context) -> tuple[Suspect, ...]:
+    """The PR's changed files in the traceback of a machine-looking error that code can cause
+    (no GPU visible, a download failed): the PR's launcher hid the GPUs, the PR's test added
+    the download. Empty for the machine's own (nothing the PR changed on the way)."""
+    machine = case.verdict.machine
+    if machine is None or machine.name not in CODE_CAUSABLE or not context.changed_files:
+        return ()
+    frames = traceback_files(case.log or "", context.root)
+    return tuple(
+        Suspect(path, "in traceback")
+        for path in context.changed_files
+        if any(frame == path or frame.endswith("/" + path) for frame in frames)
+    )
+
+
+def _missing_package(case: _Case, context: _Context):
+    """(category, note, suspects) of a test that cannot import a package (not the repository's
+    own): NEW when a requirements file the PR changed no longer lists it (that file the first
+    suspect); INFRA when the PR changed nothing the test imports (the runner's image lost it);
+    else None (judged as any other failure)."""
+    found = _NO_MODULE.search(case.test.evidence or "")
+    root, changed = context.root, context.changed_files or []
+    if found is None or root is None:
+        return None
+    top = found["module"].split(".")[0]
+    if any((root / where / top).exists() or (root / where / f"{top}.py").exists()
+           for where in (".", "src")):  # fmt: skip
+        return None  # the repository's own module: the import rule and the base decide
+    wanted = top.lower().replace("-", "_")
+    for path in (p for p in changed if _REQUIREMENTS.search(p)):
+        try:
+            text = (root / path).read_text(encoding="utf-8").lower().replace("-", "_")
+        except OSError:
+            continue
+        if not re.search(rf"\b{re.escape(wanted)}\b", text):
+            return (
+                "NEW",
+                f"the PR's {path} no longer lists {top!r}",
+                (Suspect(path, f"no longer lists {top!r}"),),
+            )
+    test_file = case.test.test_id.split("::")[0]
+    closure = import_closure(str(root.resolve()), test_file)
+    if not any(path in closure or path == test_file for path in changed):
+        note = f"the runner's environment lacks {top!r} and the PR changed nothing the test "
+        return "INFRA", note + "imports: fix the image, then retry", ()
+    return None
 
 
 def _own_service(case: _Case, context: _Context) -> bool:

@@ -45,7 +45,7 @@ def rank_suspects(
     if not changed_files:
         return ()
     test_file = test_id.split("::")[0]
-    frames = _frames(log or "", root)
+    frames = traceback_files(log or "", root)
     closure = import_closure(str(root.resolve()), test_file) if root else frozenset()
     found: dict[str, str] = {}
     for path in changed_files:
@@ -65,7 +65,7 @@ def rank_suspects(
     return tuple(Suspect(path, reason) for path, reason in ranked[:MAX_SUSPECTS])
 
 
-def _frames(log: str, root: Path | None) -> list[str]:
+def traceback_files(log: str, root: Path | None) -> list[str]:
     """The traceback's file paths, relative to ``root`` where they lie under it."""
     base = str(root.resolve()) + os.sep if root else None
     paths = []

@@ -29,7 +29,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -275,6 +275,8 @@ def _run_tests(entry, context, env, deadline, timeout_s):
         return tests, "ABORTED", "cancelled: another shard failed (fail-fast) or the run stopped"
     if problem is None:
         tests = _reruns(entry, context, env, deadline, tests, first.stream.started)
+    elif first.finished.signal_name == "SIGKILL" and first.stream.unfinished:
+        tests = _rerun_killed(entry, context, env, deadline, tests, first.stream.unfinished[-1])
     if problem is None and _silent_exit_1(tests, first):
         tests.append(_session_failure(first))
     state = _state(tests, problem)
@@ -509,6 +511,25 @@ def _reruns(
                 still.append(test_id)
         remaining = still
     return [by_id[t.test_id] for t in tests]
+
+
+def _rerun_killed(entry, context, env, deadline, tests: list[TestOutcome], killed: str):
+    """Re-run alone the test whose pytest was SIGKILLed: killed again, it is its own doing (a
+    memory request the machine cannot meet, every time); passing, the kill was the machine's."""
+    if time.monotonic() >= deadline or context.cancel.is_set():
+        return tests
+    path = context.out_dir / "rerun-killed.jsonl"
+    attempt = _attempt(entry, context, env, deadline, path, "rerun-killed", [killed])
+    if attempt.finished.signal_name == "SIGKILL":
+        again = ", and again when re-run alone"
+    elif (attempt.stream.results.get(killed) or {}).get("outcome") == "passed":
+        again = "; it passed when re-run alone"
+    else:
+        return tests
+    return [
+        replace(t, evidence=f"{t.evidence}{again}", attempts=2) if t.test_id == killed else t
+        for t in tests
+    ]
 
 
 def _order_check(entry, context, env, deadline, passed: list[str], order: list[str], number: int):

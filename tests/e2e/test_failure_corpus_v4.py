@@ -22,23 +22,20 @@ from stagebot.templates.markdown import escape
 pytestmark = pytest.mark.slow
 
 CORPUS = ROOT / "tests" / "fixtures" / "corpus" / "v4"
-STAGES = ", ".join(
-    f"CPU-PyTorch-{name}-1"
-    for name in (
-        "Exit",
-        "Interrupt",
-        "Skip",
-        "Clean",
-        "History",
-        "Many",
-        "Output",
-        "Compare",
-        "Slow",
-    )
-)
+FAMILIES = "Exit Interrupt Skip Clean History Many Output Compare Slow Deps Machine Oomkill Oneoff"
+STAGES = ", ".join(f"CPU-PyTorch-{name}-1" for name in FAMILIES.split())
 # The PR run's shard timeout: the slow shard's 40 one-second tests run out of it; every other
 # shard needs a few seconds.
 SHARD_TIMEOUT_S = 25
+# The PR's runner: its image lost tinyplot (the corpus's conftest.py reads this), it is offline,
+# its GPU is gone (src/kit/net.py and gpu.py simulate them with the libraries' words) and its
+# OOM killer kills one process once (src/kit/preload.py).
+BROKEN_RUNNER = {
+    "CORPUS_IMAGE_LOST": "tinyplot",
+    "CORPUS_OFFLINE": "1",
+    "CORPUS_GPU_GONE": "1",
+    "CORPUS_OOM_KILL_ONCE": "1",
+}
 SHUTDOWN, SIGNALS = "tests/exit/check_shutdown.py::", "tests/interrupt/check_signals.py::"
 
 
@@ -77,7 +74,7 @@ def corpus(tmp_path_factory):
     pr = _run(
         tmp, repo, "--commit", "head1", "--base-commit", "base0", "--pr", "7",
         "--changed-files", str(tmp / "changed.txt"), "--shard-timeout", str(SHARD_TIMEOUT_S),
-        out=tmp / "pr",
+        out=tmp / "pr", env=BROKEN_RUNNER,
     )  # fmt: skip
     assert pr.returncode == 1, pr.stdout + pr.stderr
     report = _report(tmp, repo)
@@ -233,6 +230,61 @@ def test_a_shard_that_ran_out_of_time_because_its_tests_got_slower_is_new(corpus
         r"\d+× slower than on base #1: the \d+ test\(s\) that finished took", slow["note"]
     )
     assert slow["never_ran"]  # the tests after it are listed, not lost
+
+
+def test_a_missing_package_is_decided_by_who_changed_the_requirements(corpus) -> None:
+    """The same ModuleNotFoundError twice: the PR dropped tinyfmt from requirements.txt (NEW,
+    that file the first suspect); the runner's image lost tinyplot, which the requirements
+    still list, and the PR changed nothing its test imports (INFRA)."""
+    failures, _, _, _ = corpus
+    dropped = failures["tests/deps/check_format.py"]
+    assert dropped["category"] == "NEW"
+    assert dropped["note"] == "the PR's requirements.txt no longer lists 'tinyfmt'"
+    assert dropped["suspects"][0] == {
+        "path": "requirements.txt",
+        "reason": "no longer lists 'tinyfmt'",
+    }
+    lost = failures["tests/deps/check_plot.py"]
+    assert lost["category"] == "INFRA"
+    assert lost["note"].startswith("the runner's environment lacks 'tinyplot'")
+
+
+def test_machine_looking_errors_raised_through_the_prs_code_are_new(corpus) -> None:
+    """ "No CUDA GPUs are available" because the PR's launcher set CUDA_VISIBLE_DEVICES=-1, a
+    failed download the PR added to a test: NEW, the PR's file in the traceback the suspect.
+    The same errors through unchanged code on the broken runner stay INFRA (the controls)."""
+    failures, _, _, _ = corpus
+    machine = "tests/machine/"
+    for test_id, culprit in (
+        ("check_launch.py::test_launch", "src/kit/launcher.py"),
+        ("check_vocab.py::test_vocab_size", "tests/machine/check_vocab.py"),
+    ):
+        found = failures[machine + test_id]
+        assert found["category"] == "NEW", found
+        assert found["note"].endswith("raised through the PR's own code: the PR's doing")
+        assert found["suspects"][0] == {"path": culprit, "reason": "in traceback"}
+    for test_id, signature in (
+        ("check_gpu.py::test_device_count", "GPU unavailable"),
+        ("check_table.py::test_load_table", "download failed"),
+    ):
+        found = failures[machine + test_id]
+        assert (found["category"], found["signature"]) == ("INFRA", signature), found
+
+
+def test_a_test_killed_every_time_is_new_a_one_off_kill_infra(corpus) -> None:
+    """The PR asks for 64 TiB: SIGKILLed, and again when re-run alone: NEW (its own doing). The
+    runner's OOM killer kills another shard's test once, and it passes re-run alone: INFRA."""
+    failures, _, _, _ = corpus
+    every = failures["tests/oomkill/check_warm.py::test_warm"]
+    assert every["category"] == "NEW"
+    assert every["evidence"].endswith(
+        "killed by SIGKILL during this test, and again when re-run alone"
+    )
+    assert every["suspects"][0]["path"] == "src/kit/tables.py"
+    assert every["never_ran"] == ["tests/oomkill/check_warm.py::test_after_warm"]
+    once = failures["tests/oneoff/check_small.py::test_small_preload"]
+    assert (once["category"], once["signature"]) == ("INFRA", "runner killed")
+    assert once["evidence"].endswith("; it passed when re-run alone")
 
 
 # -- what the author reads ----------------------------------------------------------------------

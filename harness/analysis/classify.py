@@ -78,6 +78,17 @@ _TIMES = {1: "once", 2: "twice"}
 # machine-looking errors that the code under test can cause itself: the PR's when raised
 # through a file it changed
 CODE_CAUSABLE = ("gpu-unavailable", "download-failed")
+# what a runner leaves behind, and what it means
+LEFTOVERS = (
+    (re.compile(r"\[Errno 98\] Address already in use|EADDRINUSE"), "a port another process holds"),
+    (
+        re.compile(
+            r"PytorchStreamReader failed reading zip archive|MetadataIncompleteBuffer"
+            r"|Error while deserializing header|Ran out of input"
+        ),
+        "a truncated file in the runner's cache",
+    ),
+)
 SLOWER = 10  # a shard that ran out of time with tests this many times slower than on base: NEW
 # How much of a crashed shard's log is read: all of a faulthandler dump (up to 100 frames a
 # thread, then the extension modules), whose head holds the crash and the innermost frames.
@@ -383,6 +394,9 @@ def _classify(case: _Case, context: _Context, wide: set[str]) -> Failure:
         return failure("INFRA", note=ENVIRONMENT_NOTE, sig=case.environment_fault)
     if verdict.shard_wide in wide and not _own_service(case, context):
         return failure("INFRA", note="the same error hit many unrelated tests of this shard: retry")
+    leftover = _runner_leftover(case, context)
+    if leftover is not None:
+        return failure("INFRA", note=leftover)
     package = _missing_package(case, context)
     if package is not None:
         category, note, suspects = package
@@ -602,6 +616,22 @@ def _raised_through_the_pr(case: _Case, context: _Context) -> tuple[Suspect, ...
         for path in context.changed_files
         if any(frame == path or frame.endswith("/" + path) for frame in frames)
     )
+
+
+def _runner_leftover(case: _Case, context: _Context) -> str | None:
+    """What a runner left behind made the test fail (a port another process holds, a truncated
+    file in its model cache), when neither the test nor anything it imports changed: INFRA.
+    Through code the PR changed, the same error is judged against the base."""
+    final = read_sources(case.test.evidence, case.log)["final"]
+    means = next((m for pattern, m in LEFTOVERS if pattern.search(final)), None)
+    if means is None or context.root is None or context.changed_files is None:
+        return None
+    test_file = case.test.test_id.split("::")[0]
+    touched = import_closure(str(context.root.resolve()), test_file) | {test_file}
+    touched |= set(traceback_files(case.log or "", context.root))
+    if any(path in touched for path in context.changed_files):
+        return None
+    return f"{means}, and the test and all it imports are unchanged: clean the runner, then retry"
 
 
 def _missing_package(case: _Case, context: _Context):

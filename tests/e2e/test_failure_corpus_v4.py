@@ -11,6 +11,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 
@@ -23,6 +24,7 @@ pytestmark = pytest.mark.slow
 
 CORPUS = ROOT / "tests" / "fixtures" / "corpus" / "v4"
 FAMILIES = "Exit Interrupt Skip Clean History Many Output Compare Slow Deps Machine Oomkill Oneoff"
+FAMILIES += " Leftover"
 STAGES = ", ".join(f"CPU-PyTorch-{name}-1" for name in FAMILIES.split())
 # The PR run's shard timeout: the slow shard's 40 one-second tests run out of it; every other
 # shard needs a few seconds.
@@ -71,11 +73,17 @@ def corpus(tmp_path_factory):
     base = _run(tmp, repo, "--commit", "base0", "--branch", "main", out=tmp / "base")
     assert base.returncode == 1, base.stdout + base.stderr  # tests/compare fails there already
     (tmp / "changed.txt").write_text("\n".join(_overlay_pr(repo)) + "\n")
-    pr = _run(
-        tmp, repo, "--commit", "head1", "--base-commit", "base0", "--pr", "7",
-        "--changed-files", str(tmp / "changed.txt"), "--shard-timeout", str(SHARD_TIMEOUT_S),
-        out=tmp / "pr", env=BROKEN_RUNNER,
-    )  # fmt: skip
+    (tmp / "cache").mkdir()
+    (tmp / "cache" / "model.bin").write_bytes(bytes(range(100)))  # a download cut short
+    with socket.socket() as held:  # another process's port, left on the runner
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        leftovers = {"CORPUS_PORT": str(held.getsockname()[1]), "CORPUS_CACHE": str(tmp / "cache")}
+        pr = _run(
+            tmp, repo, "--commit", "head1", "--base-commit", "base0", "--pr", "7",
+            "--changed-files", str(tmp / "changed.txt"), "--shard-timeout", str(SHARD_TIMEOUT_S),
+            out=tmp / "pr", env={**BROKEN_RUNNER, **leftovers},
+        )  # fmt: skip
     assert pr.returncode == 1, pr.stdout + pr.stderr
     report = _report(tmp, repo)
     failures = {f["test_id"]: f for f in report["failures"]}
@@ -285,6 +293,20 @@ def test_a_test_killed_every_time_is_new_a_one_off_kill_infra(corpus) -> None:
     once = failures["tests/oneoff/check_small.py::test_small_preload"]
     assert (once["category"], once["signature"]) == ("INFRA", "runner killed")
     assert once["evidence"].endswith("; it passed when re-run alone")
+
+
+def test_runner_leftovers_are_the_runners(corpus) -> None:
+    """EADDRINUSE on a port another process holds and a truncated model in the runner's cache,
+    the tests and all they import unchanged: INFRA. The PR's relay binding its own port twice
+    is the same EADDRINUSE through changed code: NEW (the control)."""
+    failures, _, _, _ = corpus
+    for test_id in ("check_serve.py::test_serve", "check_model.py::test_load"):
+        found = failures["tests/leftover/" + test_id]
+        assert found["category"] == "INFRA", found
+        assert found["note"].endswith("are unchanged: clean the runner, then retry")
+    own = failures["tests/leftover/check_relay.py::test_start"]
+    assert own["category"] == "NEW"
+    assert [s["path"] for s in own["suspects"]][:1] == ["src/kit/relay.py"]
 
 
 # -- what the author reads ----------------------------------------------------------------------

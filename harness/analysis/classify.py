@@ -51,6 +51,7 @@ from stagebot.harness.analysis.evidence import (
     NEVER_RAN,
     Mismatch,
     error_line,
+    failing_frame,
     mismatch,
     never_ran_culprit,
     summary_mismatch,
@@ -106,6 +107,7 @@ _REQUIREMENTS = re.compile(
     r"(?:^|/)(?:(?:requirements|constraints)[\w.-]*\.txt|pyproject\.toml|setup\.cfg|"
     r"environment\.ya?ml)$"
 )
+_LOCATED = re.compile(r"^[\w./\\-]+\.py:\d+: (?P<error>[\w.]+)")
 _BASE_DURATION = re.compile(r" in [\d.]+ s$")  # "passed on base #3 in 0.02 s"
 BaseOutcomes = Mapping[tuple[str, str], TestOutcome]  # (stage family, test id) -> outcome
 
@@ -161,6 +163,7 @@ class _Context:
     """What every failure of one analysis is compared with."""
 
     base: BaseOutcomes | None
+    base_logs: Mapping[tuple[str, str], str]
     base_pipeline: int | None
     flaky_history: Mapping[tuple[str, str], tuple[int, ...]]
     flaky_evidence: Mapping[tuple[str, str], tuple[str, ...]]  # how it failed there
@@ -204,13 +207,16 @@ def analyse(
     flaky_evidence: Mapping[tuple[str, str], tuple[str, ...]] | None = None,
     root: Path | None = None,
     log_links: Mapping[str, str] | None = None,
+    base_logs: Mapping[tuple[str, str], str] | None = None,
 ) -> Analysis:
     """Classify every failed / flaky / waived test of ``results`` (see the module's docstring).
     ``flaky_evidence``: (family, test id) -> the evidence of its failures where main saw it flaky
-    (a failure unlike all of them is not main's flakiness)."""
+    (a failure unlike all of them is not main's flakiness). ``base_logs``: (family, test id) ->
+    the base's failure text (where its failing frame is read)."""
     logs = logs or {}
     context = _Context(
         base,
+        base_logs or {},
         base_pipeline,
         flaky_history or {},
         flaky_evidence or {},
@@ -351,11 +357,12 @@ def _classify(case: _Case, context: _Context, wide: set[str]) -> Failure:
         "log": case.log,
     }
     first = evidence.split("after: ", 1)[-1] if test.outcome == "flaky" else evidence
+    frame = failing_frame(case.log)
     signature = (
         verdict.machine_signature
         or verdict.signature
         or verdict.shard_wide
-        or _fallback(first, case.log)
+        or _fallback(first, case.log) + (f" in {frame}" if frame else "")
     )
     if test.test_id == SESSION_ID:
         signature = "suite verdict: pytest exited 1 with no failed test"
@@ -412,6 +419,12 @@ def _classify(case: _Case, context: _Context, wide: set[str]) -> Failure:
         if before.evidence and error_kind(before.evidence) != error_kind(evidence):
             there = signature_of(before.evidence)
             return failure("NEW", f"fails differently than on base #{base_pipeline}: there {there}")
+        there = failing_frame(context.base_logs.get((family, test.test_id)))
+        here = failing_frame(case.log)
+        if there and here and there != here:
+            return failure(
+                "NEW", f"fails elsewhere than on base #{base_pipeline}: in {here}, there in {there}"
+            )
         worse = worse_than(before.evidence, evidence)
         if worse:
             return failure("NEW", f"worse than on base #{base_pipeline}: {worse}")
@@ -706,7 +719,8 @@ def _seconds(value: float) -> str:
 def _fallback(evidence: str, log: str | None) -> str:
     """A signature for a failure no rule names: the kind of error and its first words."""
     line = error_line(log) or evidence
-    kind = line.split(":", 1)[0] if ":" in line else line
+    located = _LOCATED.match(line)  # "path.py:12: ValueError": the error, not the file
+    kind = located["error"] if located else line.split(":", 1)[0] if ":" in line else line
     if kind.startswith("assert") or kind.endswith("AssertionError"):
         return "assertion"
     return PurePosixPath(kind.split(".")[-1]).name[:60] or "error"

@@ -181,3 +181,23 @@ def never_ran_culprit(evidence: str | None) -> str | None:
     """The test during which pytest ended, as ``never_ran_evidence`` names it."""
     found = _NEVER_RAN_DURING.match(evidence or "")
     return found["test"] if found else None
+
+
+_LOCATION_LINE = re.compile(r"^(?P<file>[\w./\\-]+\.py):\d+: (?:\w|$)")
+_DEF_LINE = re.compile(r"^\s*(?:>\s*)?(?:async\s+)?def (?P<name>\w+)\(")
+_NATIVE_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+\.py)", line \d+, in (?P<name>[\w<>]+)')
+
+
+def failing_frame(log: str | None) -> str | None:
+    """``file:function`` of the frame that raised a test's final exception, read from pytest's
+    failure text (the last location line, and the last ``def`` shown before the final ``E``
+    block), else from a Python traceback's last ``File "…", line N, in name``; None when the
+    text names none."""
+    lines = (log or "").split("\n----- ", 1)[0].splitlines()
+    ends = [i for i, line in enumerate(lines) if _E_MARK.match(line)]
+    located = [m for m in map(_LOCATION_LINE.match, lines) if m]
+    if ends and located:
+        names = [m["name"] for m in map(_DEF_LINE.match, lines[: ends[-1]]) if m]
+        return f"{located[-1]['file']}:{names[-1]}" if names else located[-1]["file"]
+    native = [m for m in map(_NATIVE_FRAME.match, lines) if m]
+    return f"{native[-1]['file']}:{native[-1]['name']}" if native else None

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from stagebot.harness.analysis.flakiness import flaky_evidence, flaky_history
 from stagebot.harness.results import TestOutcome
 from stagebot.stages.errors import StagebotError
+from stagebot.stages.names import stage_family
 
 
 @dataclass(frozen=True)
@@ -21,6 +22,7 @@ class Base:
     outcomes: dict[tuple[str, str], TestOutcome] | None = None  # (stage family, test id)
     flaky: dict[tuple[str, str], tuple[int, ...]] = field(default_factory=dict)
     flaky_evidence: dict[tuple[str, str], tuple[str, ...]] = field(default_factory=dict)
+    logs: dict[tuple[str, str], str] = field(default_factory=dict)  # its failures' text
 
 
 def select_base(
@@ -52,11 +54,13 @@ def select_base(
         not_commit=tested.commit if tested else None,
     )
     outcomes = source.test_outcomes(number) if number is not None else None
+    record = source.pipeline(number) if number is not None else None
     return Base(
         number,
         outcomes,
         flaky_history(source, default_branch, before=before),
         flaky_evidence(source, default_branch, before=before),
+        {(stage_family(s), t): log for (s, t), log in (record.logs if record else {}).items()},
     )
 
 

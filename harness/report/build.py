@@ -71,6 +71,7 @@ def _base_arguments(base) -> dict[str, Any]:
         "base_pipeline": base.pipeline,
         "flaky_history": base.flaky,
         "flaky_evidence": base.flaky_evidence,
+        "base_logs": getattr(base, "logs", None),
     }
 
 

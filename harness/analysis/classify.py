@@ -27,11 +27,10 @@ that never started (the session ended) are listed with the test it ended during.
 whose tests all passed on the base and are all skipped here is "lost coverage" (NEW). A shard
 that ended in ERROR without any failed test is one "(whole shard)" entry: NEW when its stage
 family passed on the base (the changed files its traceback names are the suspects). An
-order-dependent failure's first suspects are the tests that ran just before it. Pipeline state
-and exit code: any NEW / PRE-EXISTING / UNCLASSIFIED -> FAILURE, 1; only INFRA -> FAILURE, 3;
-cancelled -> ABORTED, 1;
-no shard ran (each one NOT_RUN or REUSED, at least one NOT_RUN) -> NOT_RUN, 4; otherwise
-SUCCESS, 0.
+order-dependent failure's first suspect is the earliest test after which it fails (bisected),
+then the tests that ran just before it. Pipeline state and exit code: any NEW / PRE-EXISTING /
+UNCLASSIFIED -> FAILURE, 1; only INFRA -> FAILURE, 3; cancelled -> ABORTED, 1; no shard ran
+(each one NOT_RUN or REUSED, at least one NOT_RUN) -> NOT_RUN, 4; otherwise SUCCESS, 0.
 """
 
 from __future__ import annotations
@@ -95,7 +94,9 @@ SLOWER = 10  # a shard that ran out of time with tests this many times slower th
 # thread, then the extension modules), whose head holds the crash and the innermost frames.
 CRASH_TAIL_BYTES = 64_000
 
-_ORDER_SUSPECTS = re.compile(r"order-dependent: .*?\(nearest first: (?P<tests>.*?)\): ")
+_ORDER_SUSPECTS = re.compile(
+    r"order-dependent: .*?\((?:to blame: (?P<blame>\S+); )?nearest first: (?P<tests>.*?)\): "
+)
 _HOST = re.compile(r"host='([^']+)'|\w+://([^/:'\s]+)")
 _LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1", "[::1]"}
 _LOAD = re.compile(r"load average [\d.]+ on \d+ CPUs?")
@@ -709,7 +710,10 @@ def _earlier_tests(evidence: str) -> tuple[Suspect, ...]:
     found = _ORDER_SUSPECTS.match(evidence)
     if found is None:
         return ()
-    return tuple(Suspect(t, "ran before it in its process") for t in found["tests"].split(", "))
+    blame = found["blame"]
+    first = (Suspect(blame, "the first earlier test after which it fails"),) if blame else ()
+    nearest = [t for t in found["tests"].split(", ") if t != blame]
+    return (*first, *(Suspect(t, "ran before it in its process") for t in nearest))
 
 
 def _seconds(value: float) -> str:

@@ -15,7 +15,8 @@ SUCCESS. Failed tests are re-run (the entry's ``max_reruns`` times, only when at
 ``rerun_max_failures`` failed: the catalog family's policy); one that then passes alone is re-run
 once more after the tests that ran before it in its process: passing there too it is ``flaky``,
 failing there it stays failed, its evidence opening with ``order-dependent:`` and naming the
-nearest of those tests.
+earliest of those tests after which it fails (bisected: the test that left the fault) and the
+nearest ones.
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ from stagebot.stages.plan import MatrixEntry
 
 EXECUTED = ("passed", "failed", "error", "flaky", "xfailed")
 ORDER_SUSPECTS = 2  # earlier tests named as suspects of an order-dependent failure
+BLAME_PROBES = 6  # pytest runs that bisect for the earlier test to blame (64 earlier tests)
 # pytest-timeout's thread method: the banner around its stack dump, then os._exit(1).
 _THREAD_TIMEOUT = re.compile(r"^\++ [Tt]imeout \++$")
 PYTEST_EXIT = {2: "interrupted", 3: "an internal error", 4: "a usage error"}
@@ -551,11 +553,39 @@ def _order_check(entry, context, env, deadline, passed: list[str], order: list[s
             continue
         before = started[: started.index(test_id)]
         nearest = ", ".join(reversed(before[-ORDER_SUSPECTS:]))
+        blame = _first_to_blame(entry, context, env, deadline, before, test_id, number)
         found[test_id] = (
             f"order-dependent: passes alone, fails after the {len(before)} test(s) that ran "
-            f"before it in its process (nearest first: {nearest})"
+            f"before it in its process ({f'to blame: {blame}; ' if blame else ''}"
+            f"nearest first: {nearest})"
         )
     return found
+
+
+def _first_to_blame(entry, context, env, deadline, before: list[str], test_id: str, number: int):
+    """The earliest of ``before`` after which ``test_id`` fails (the test that left the fault,
+    such as a device it poisoned), bisected over prefixes of ``before`` (``test_id`` fails
+    after all of them and passes alone); None when out of time or probes."""
+    good, bad = 0, len(before)  # test_id passes after before[:good], fails after before[:bad]
+    for probe in range(BLAME_PROBES):
+        if bad - good <= 1:
+            return before[bad - 1]
+        if time.monotonic() >= deadline or context.cancel.is_set():
+            return None
+        middle = (good + bad) // 2
+        tag = f"rerun-{number}-blame-{probe}"
+        select = [*before[:middle], test_id]
+        attempt = _attempt(
+            entry, context, env, deadline, context.out_dir / f"{tag}.jsonl", tag, select
+        )
+        outcome = (attempt.stream.results.get(test_id) or {}).get("outcome")
+        if outcome in ("failed", "error"):
+            bad = middle
+        elif outcome == "passed":
+            good = middle
+        else:
+            return None
+    return before[bad - 1] if bad - good <= 1 else None
 
 
 def _state(tests: list[TestOutcome], problem: str | None) -> str:

@@ -24,7 +24,7 @@ pytestmark = pytest.mark.slow
 
 CORPUS = ROOT / "tests" / "fixtures" / "corpus" / "v4"
 FAMILIES = "Exit Interrupt Skip Clean History Many Output Compare Slow Deps Machine Oomkill Oneoff"
-FAMILIES += " Leftover"
+FAMILIES += " Leftover Poison"
 STAGES = ", ".join(f"CPU-PyTorch-{name}-1" for name in FAMILIES.split())
 # The PR run's shard timeout: the slow shard's 40 one-second tests run out of it; every other
 # shard needs a few seconds.
@@ -307,6 +307,20 @@ def test_runner_leftovers_are_the_runners(corpus) -> None:
     own = failures["tests/leftover/check_relay.py::test_start"]
     assert own["category"] == "NEW"
     assert [s["path"] for s in own["suspects"]][:1] == ["src/kit/relay.py"]
+
+
+def test_the_test_that_poisoned_the_device_is_blamed(corpus) -> None:
+    """The PR's scatter writes out of bounds and passes; three plain tests later a synchronise
+    raises the illegal memory access. The first suspect is the scatter test (bisected: the first
+    after which it fails), not the plain tests that ran just before it."""
+    failures, _, _, _ = corpus
+    sync = failures["tests/poison/check_c_sync.py::test_synchronize"]
+    assert sync["category"] == "NEW"
+    assert sync["suspects"][0] == {
+        "path": "tests/poison/check_a_scatter.py::test_scatter_wraps",
+        "reason": "the first earlier test after which it fails",
+    }
+    assert "to blame: tests/poison/check_a_scatter.py::test_scatter_wraps" in sync["evidence"]
 
 
 # -- what the author reads ----------------------------------------------------------------------

@@ -56,6 +56,7 @@ from stagebot.harness.analysis.evidence import (
     summary_mismatch,
 )
 from stagebot.harness.analysis.key_lines import key_lines
+from stagebot.harness.analysis.renames import renamed_from
 from stagebot.harness.analysis.rules import SHARD_WIDE_TESTS, Rule, Verdict, judge, read_sources
 from stagebot.harness.analysis.suspects import (
     MAX_SUSPECTS,
@@ -164,6 +165,7 @@ class _Context:
     """What every failure of one analysis is compared with."""
 
     base: BaseOutcomes | None
+    base_commit: str | None  # where a renamed test's old body is read
     base_logs: Mapping[tuple[str, str], str]
     base_pipeline: int | None
     flaky_history: Mapping[tuple[str, str], tuple[int, ...]]
@@ -209,6 +211,7 @@ def analyse(
     root: Path | None = None,
     log_links: Mapping[str, str] | None = None,
     base_logs: Mapping[tuple[str, str], str] | None = None,
+    base_commit: str | None = None,
 ) -> Analysis:
     """Classify every failed / flaky / waived test of ``results`` (see the module's docstring).
     ``flaky_evidence``: (family, test id) -> the evidence of its failures where main saw it flaky
@@ -217,6 +220,7 @@ def analyse(
     logs = logs or {}
     context = _Context(
         base,
+        base_commit,
         base_logs or {},
         base_pipeline,
         flaky_history or {},
@@ -414,6 +418,11 @@ def _classify(case: _Case, context: _Context, wide: set[str]) -> Failure:
     if "::" not in test.test_id:
         return _file_level(failure, base, base_pipeline, family, test.test_id)
     before = base.get((family, test.test_id))
+    renamed = _renamed_from(case, context) if before is None else None
+    if renamed is not None:
+        before = base[(family, renamed)]
+        # what follows is said of the old name's result
+        base_pipeline = f"{base_pipeline} as {renamed.split('::')[-1]} (renamed, same body)"
     if before is None:
         return failure("UNCLASSIFIED", f"base #{base_pipeline} did not run this test in {family}")
     if before.outcome in FAILED:
@@ -437,6 +446,23 @@ def _classify(case: _Case, context: _Context, wide: set[str]) -> Failure:
             "NEW", f"new coverage: did not run on base #{base_pipeline} ({before.outcome} there)"
         )
     return failure("NEW", f"{before.outcome} on base #{base_pipeline}")
+
+
+def _renamed_from(case: _Case, context: _Context) -> str | None:
+    """The id the base ran this test under, when the PR only renamed it (renames.py)."""
+    if context.root is None or not context.base_commit or not context.base:
+        return None
+    family = stage_family(case.result.stage)
+    path = case.test.test_id.split("::")[0]
+    here = {t.test_id for t in case.result.tests}
+    gone = [
+        test_id
+        for fam, test_id in context.base
+        if fam == family and test_id.startswith(path + "::") and test_id not in here
+    ]
+    if not gone:
+        return None
+    return renamed_from(case.test.test_id, context.root, context.base_commit, gone)
 
 
 def _file_level(failure, base, base_pipeline, family: str, test_id: str) -> Failure:

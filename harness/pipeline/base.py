@@ -23,6 +23,7 @@ class Base:
     flaky: dict[tuple[str, str], tuple[int, ...]] = field(default_factory=dict)
     flaky_evidence: dict[tuple[str, str], tuple[str, ...]] = field(default_factory=dict)
     logs: dict[tuple[str, str], str] = field(default_factory=dict)  # its failures' text
+    commit: str | None = None  # the base pipeline's commit (a dirty identity: its commit)
 
 
 def select_base(
@@ -61,6 +62,7 @@ def select_base(
         flaky_history(source, default_branch, before=before),
         flaky_evidence(source, default_branch, before=before),
         {(stage_family(s), t): log for (s, t), log in (record.logs if record else {}).items()},
+        (record.commit or "").split("+")[0] or None if record else None,
     )
 
 

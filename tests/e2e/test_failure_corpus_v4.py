@@ -374,21 +374,29 @@ def _git(repo, *args) -> str:
     return done.stdout.strip()
 
 
+HISTORY = "tests/history/check_history.py::"
+RENAMED_BEFORE = "\n\ndef test_mul_by_one() -> None:\n    assert mul(7, 1) == 7\n"
+RENAMED_AFTER = RENAMED_BEFORE.replace("test_mul_by_one", "test_one_is_neutral")
+
+
 @pytest.fixture(scope="module")
 def main_history(tmp_path_factory):
-    """A repository on main: the base commit, then the off-by-one on top. #1 runs the head
-    before its parent ever ran, #2 the parent, #3 the head again; #1 is rendered when it ends
-    and again after #3."""
+    """A repository on main: the base commit, then the off-by-one on top (which also renames a
+    test, same body). #1 runs the head before its parent ever ran, #2 the parent, #3 the head
+    again; #1 is rendered when it ends and again after #3."""
     tmp = tmp_path_factory.mktemp("main_history")
     repo = tmp / "repo"
     shutil.copytree(CORPUS / "base", repo)
     (repo / ".gitignore").write_text("out/\n")
+    history = repo / "tests" / "history" / "check_history.py"
+    history.write_text(history.read_text() + RENAMED_BEFORE)
     _git(repo, "init", "-q", "-b", "main")
     _git(repo, "add", "-A")
     _git(repo, "commit", "-qm", "base")
     parent = _git(repo, "rev-parse", "HEAD")
     shutil.copy(CORPUS / "pr" / "src" / "kit" / "calc.py", repo / "src" / "kit" / "calc.py")
-    _git(repo, "commit", "-qam", "the off-by-one")
+    history.write_text(history.read_text().replace(RENAMED_BEFORE, RENAMED_AFTER))
+    _git(repo, "commit", "-qam", "the off-by-one, and a clearer name for a test")
 
     def run(*args):
         done = _run(
@@ -412,14 +420,24 @@ def test_on_the_default_branch_the_base_is_the_parent(main_history) -> None:
     #1; before the parent ran, the report names the parent as the base to run first."""
     parent, first, _, report_3, _, _ = main_history
     assert f"on {parent[:7]} (its parent)" in first
-    (entry,) = report_3["failures"]
+    entry = {f["test_id"]: f for f in report_3["failures"]}[HISTORY + "test_mul"]
     assert (entry["category"], entry["note"][:21]) == ("NEW", "passed on base #2 in ")
+
+
+def test_a_renamed_test_keeps_its_history(main_history) -> None:
+    """The PR renamed test_mul_by_one (same body): compared with the old name's pass on the
+    base, NEW, not UNCLASSIFIED for a test the base never ran; test_mul (not renamed) is the
+    control above."""
+    _, _, _, report_3, _, _ = main_history
+    entry = {f["test_id"]: f for f in report_3["failures"]}[HISTORY + "test_one_is_neutral"]
+    assert entry["category"] == "NEW"
+    assert entry["note"].startswith("passed on base #2 as test_mul_by_one (renamed, same body) in ")
 
 
 def test_a_pipelines_verdict_is_final(main_history) -> None:
     """#1 ended UNCLASSIFIED (no base): rendered again after #2 and #3 ran, it still is."""
     _, _, report_1, _, tmp, repo = main_history
     again = _report(tmp, repo, "--pipeline", "1")
-    assert [f["category"] for f in report_1["failures"]] == ["UNCLASSIFIED"]
-    assert [f["category"] for f in again["failures"]] == ["UNCLASSIFIED"]
+    assert [f["category"] for f in report_1["failures"]] == ["UNCLASSIFIED"] * 2
+    assert [f["category"] for f in again["failures"]] == ["UNCLASSIFIED"] * 2
     assert again["base_pipeline"] is None

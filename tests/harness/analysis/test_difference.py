@@ -3,6 +3,8 @@ tests/e2e/test_failure_corpus_v4.py runs them end to end."""
 
 from __future__ import annotations
 
+import subprocess
+
 from stagebot.harness.analysis.classify import analyse, error_kind, worse_than
 from stagebot.harness.analysis.evidence import (
     failing_frame,
@@ -11,6 +13,7 @@ from stagebot.harness.analysis.evidence import (
     strip_ansi,
     test_evidence,
 )
+from stagebot.harness.analysis.renames import renamed_from
 from stagebot.harness.results import StageResult
 from stagebot.harness.results import TestOutcome as Outcome
 
@@ -123,3 +126,22 @@ def test_terminal_escapes_leave_the_evidence() -> None:
     assert (
         test_evidence("E   RuntimeError: \x1b[31mno palette\x1b[0m") == "RuntimeError: no palette"
     )
+
+
+def test_a_renamed_test_is_found_by_its_body(tmp_path) -> None:
+    def git(*args: str) -> str:
+        identity = ["-c", "user.name=t", "-c", "user.email=t@example.invalid"]
+        done = subprocess.run(["git", *identity, *args], cwd=tmp_path, capture_output=True)
+        return done.stdout.decode().strip()
+
+    test = tmp_path / "check_x.py"
+    test.write_text("def test_old():\n    assert 1 + 1 == 2\n\n\ndef test_other():\n    pass\n")
+    git("init", "-q")
+    git("add", "-A")
+    git("commit", "-qm", "base")
+    base = git("rev-parse", "HEAD")
+    test.write_text("def test_new():\n    assert 1 + 1 == 2\n\n\ndef test_changed():\n    x = 1\n")
+    gone = ["check_x.py::test_old", "check_x.py::test_other"]
+    assert renamed_from("check_x.py::test_new", tmp_path, base, gone) == "check_x.py::test_old"
+    assert renamed_from("check_x.py::test_changed", tmp_path, base, gone) is None  # other body
+    assert renamed_from("check_x.py::test_new", tmp_path, "0" * 40, gone) is None  # no such commit

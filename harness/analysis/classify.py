@@ -393,7 +393,7 @@ def _classify(case: _Case, context: _Context, wide: set[str]) -> Failure:
             there = f"flaky there {numbers}: {signature_of(seen[-1])}"
             return failure("NEW", f"fails differently than on main ({there})")
         return failure("FLAKY", note="flaky on main: " + numbers)
-    slower = _slower_than_base(case, context) if verdict.machine is not None else None
+    slower = _slower_than_base(case, context)
     if slower is not None:
         return failure("NEW", slower[1], sig=slower[0])
     own = _raised_through_the_pr(case, context)
@@ -429,7 +429,7 @@ def _classify(case: _Case, context: _Context, wide: set[str]) -> Failure:
         if before.evidence and error_kind(before.evidence) != error_kind(evidence):
             there = signature_of(before.evidence)
             return failure("NEW", f"fails differently than on base #{base_pipeline}: there {there}")
-        there = failing_frame(context.base_logs.get((family, test.test_id)))
+        there = failing_frame(context.base_logs.get((family, renamed or test.test_id)))
         here = failing_frame(case.log)
         if there and here and there != here:
             return failure(

@@ -26,6 +26,12 @@ _DIFF = (
 ABS_DIFF = re.compile(_DIFF.format("absolute"))
 REL_DIFF = re.compile(_DIFF.format("relative"))
 MAX_LINE = 300
+_ANSI = re.compile(r"\x1b(?:\[[0-9;?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
+
+
+def strip_ansi(text: str) -> str:
+    """``text`` without terminal escape sequences (colours, cursor moves, OSC titles)."""
+    return _ANSI.sub("", text)
 
 
 @dataclass(frozen=True)
@@ -46,6 +52,21 @@ class Mismatch:
         if self.max_rel is not None:
             parts.append(f"max rel diff {self.max_rel:g}" + _at(self.max_rel_at))
         return ", ".join(parts)
+
+
+_SUMMARY = re.compile(
+    r"(?P<n>\d+)/(?P<total>\d+) elements mismatched(?:, max abs diff (?P<abs>[-+\w.]+))?"
+)
+
+
+def summary_mismatch(evidence: str | None) -> Mismatch | None:
+    """The numbers an evidence line carries (``Mismatch.summary``, as ``test_evidence`` writes
+    it): another pipeline's failure, of which only the line is at hand."""
+    found = _SUMMARY.search(evidence or "")
+    if found is None:
+        return None
+    max_abs = _number(found["abs"]) if found["abs"] else None
+    return Mismatch(int(found["n"]), int(found["total"]), max_abs, None, None, None)
 
 
 def _at(index: str | None) -> str:
@@ -139,5 +160,44 @@ def _number(raw: str) -> float | None:
 
 
 def _clip(line: str) -> str:
-    line = " ".join(line.split())
+    line = " ".join(strip_ansi(line).split())
     return line if len(line) <= MAX_LINE else line[: MAX_LINE - 1] + "…"
+
+
+NEVER_RAN = "never ran: "  # a collected test the session ended before (the executor's line)
+_NEVER_RAN_DURING = re.compile(r"^never ran: pytest ended during (?P<test>\S+) ")
+
+
+def never_ran_evidence(during: str | None, exit_status: int | None) -> str:
+    """The evidence of a collected test that never started: the test during which pytest
+    ended (its culprit), else how the session ended."""
+    if during:
+        return f"{NEVER_RAN}pytest ended during {during} before this test started"
+    how = f"exit {exit_status}" if exit_status is not None else "no exit status"
+    return f"{NEVER_RAN}the pytest session ended ({how}) before this test started"
+
+
+def never_ran_culprit(evidence: str | None) -> str | None:
+    """The test during which pytest ended, as ``never_ran_evidence`` names it."""
+    found = _NEVER_RAN_DURING.match(evidence or "")
+    return found["test"] if found else None
+
+
+_LOCATION_LINE = re.compile(r"^(?P<file>[\w./\\-]+\.py):\d+: (?:\w|$)")
+_DEF_LINE = re.compile(r"^\s*(?:>\s*)?(?:async\s+)?def (?P<name>\w+)\(")
+_NATIVE_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+\.py)", line \d+, in (?P<name>[\w<>]+)')
+
+
+def failing_frame(log: str | None) -> str | None:
+    """``file:function`` of the frame that raised a test's final exception, read from pytest's
+    failure text (the last location line, and the last ``def`` shown before the final ``E``
+    block), else from a Python traceback's last ``File "…", line N, in name``; None when the
+    text names none."""
+    lines = (log or "").split("\n----- ", 1)[0].splitlines()
+    ends = [i for i, line in enumerate(lines) if _E_MARK.match(line)]
+    located = [m for m in map(_LOCATION_LINE.match, lines) if m]
+    if ends and located:
+        names = [m["name"] for m in map(_DEF_LINE.match, lines[: ends[-1]]) if m]
+        return f"{located[-1]['file']}:{names[-1]}" if names else located[-1]["file"]
+    native = [m for m in map(_NATIVE_FRAME.match, lines) if m]
+    return f"{native[-1]['file']}:{native[-1]['name']}" if native else None

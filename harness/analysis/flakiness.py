@@ -13,12 +13,15 @@ from stagebot.stages.names import stage_family
 Key = tuple[str, str]  # (stage family, test id)
 
 
-def flaky_history(book, branch: str, last: int = HISTORY_PIPELINES) -> dict[Key, tuple[int, ...]]:
-    """(stage family, test id) -> the pipelines on ``branch`` (the latest ``last``) where the
-    test was flaky."""
+def flaky_history(
+    book, branch: str, last: int = HISTORY_PIPELINES, before: int | None = None
+) -> dict[Key, tuple[int, ...]]:
+    """(stage family, test id) -> the pipelines on ``branch`` (the latest ``last``, numbered
+    below ``before`` when given) where the test was flaky."""
     flaky: dict[Key, set[int]] = {}
     at_commit: dict[tuple[str, str, str], dict[str, list[int]]] = {}
-    for number, commit, stage, test_id, outcome, _ in book.test_history(branch, last=last):
+    history = book.test_history(branch, last=last, before=before)
+    for number, commit, stage, test_id, outcome, _ in history:
         key = (stage_family(stage), test_id)
         if outcome == "flaky":
             flaky.setdefault(key, set()).add(number)
@@ -31,13 +34,15 @@ def flaky_history(book, branch: str, last: int = HISTORY_PIPELINES) -> dict[Key,
     return {key: tuple(sorted(numbers)) for key, numbers in flaky.items()}
 
 
-def flaky_evidence(book, branch: str, last: int = HISTORY_PIPELINES) -> dict[Key, tuple[str, ...]]:
+def flaky_evidence(
+    book, branch: str, last: int = HISTORY_PIPELINES, before: int | None = None
+) -> dict[Key, tuple[str, ...]]:
     """(stage family, test id) -> how it failed in the pipelines where ``flaky_history`` saw it
     flaky (the evidence of the failed attempt), oldest first: a failure of another kind is not
     that flakiness."""
-    flaky = flaky_history(book, branch, last)
+    flaky = flaky_history(book, branch, last, before)
     found: dict[Key, list[str]] = {}
-    for number, stage, test_id, outcome, evidence in book.failure_evidence(branch, last):
+    for number, stage, test_id, outcome, evidence in book.failure_evidence(branch, last, before):
         key = (stage_family(stage), test_id)
         if number in flaky.get(key, ()):
             if outcome == "flaky":

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from stagebot.harness.analysis.evidence import last_e_block
+from stagebot.harness.analysis.evidence import last_e_block, strip_ansi
 from stagebot.harness.analysis.rules import read_sources
 
 MAX_LINES = 14
@@ -32,7 +32,8 @@ _EXAMPLE = re.compile(r"^(?:Falsifying example|Failing test case): ")
 def key_lines(
     evidence: str | None, log: str | None, shard_log_tail: str | None = None
 ) -> list[str]:
-    """At most MAX_LINES lines (each at most MAX_CHARS) that say why the test failed."""
+    """At most MAX_LINES lines (each at most MAX_CHARS, without terminal escapes) that say why
+    the test failed."""
     sources = read_sources(evidence, log)
     message_lines = (log or "").split("\n----- ", 1)[0].splitlines()
     lines: list[str] = []
@@ -77,4 +78,5 @@ def _last_e_block(lines: list[str], limit: int = 8) -> list[str]:
 
 
 def _clip(line: str) -> str:
+    line = strip_ansi(line)
     return line if len(line) <= MAX_CHARS else line[: MAX_CHARS - 1] + "…"

@@ -201,7 +201,7 @@ RULES: tuple[Rule, ...] = (
         "runner-killed",
         True,
         ("exit",),
-        re.compile(r"killed by SIGKILL"),
+        re.compile(r"killed by SIGKILL(?!.*again when re-run alone)"),  # every time: its own
         "runner killed",
         "the runner or the host's OOM killer killed the process (SIGKILL from outside)",
     ),

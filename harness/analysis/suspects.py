@@ -2,7 +2,9 @@
 
 1. "in traceback": a changed file is a frame of the failure's traceback (strongest);
 2. "imported by the test": a changed file is in the test module's import closure;
-3. "same folder as the test" / "the stage's run_if_changed": proximity only (weakest).
+3. "the stage's run_if_changed": the catalog ties the file to the stage (weakest).
+
+A changed file that merely lies in the test's folder is no suspect: proximity is no evidence.
 
 The import closure is read statically with ``ast`` from the test file and the repository's own
 modules (``harness/reuse/import_graph.py`` says why not grimp or modulefinder).
@@ -13,7 +15,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 from stagebot.harness.reuse.import_graph import import_closure
 from stagebot.stages.patterns import path_matches
@@ -43,7 +45,7 @@ def rank_suspects(
     if not changed_files:
         return ()
     test_file = test_id.split("::")[0]
-    frames = _frames(log or "", root)
+    frames = traceback_files(log or "", root)
     closure = import_closure(str(root.resolve()), test_file) if root else frozenset()
     found: dict[str, str] = {}
     for path in changed_files:
@@ -55,18 +57,15 @@ def rank_suspects(
             found.setdefault(path, "imported by the test")
         elif path == test_file:
             found.setdefault(path, "the test file itself")
-    test_dir = PurePosixPath(test_file).parent
     for path in changed_files:
-        if PurePosixPath(path).parent == test_dir and "::" in test_id:
-            found.setdefault(path, "same folder as the test")
-        elif stage_patterns and path_matches(path, stage_patterns):
+        if stage_patterns and path_matches(path, stage_patterns):
             found.setdefault(path, "the stage's run_if_changed")
     order = ["in traceback", "imported by the test", "the test file itself"]
     ranked = sorted(found.items(), key=lambda kv: order.index(kv[1]) if kv[1] in order else 9)
     return tuple(Suspect(path, reason) for path, reason in ranked[:MAX_SUSPECTS])
 
 
-def _frames(log: str, root: Path | None) -> list[str]:
+def traceback_files(log: str, root: Path | None) -> list[str]:
     """The traceback's file paths, relative to ``root`` where they lie under it."""
     base = str(root.resolve()) + os.sep if root else None
     paths = []

@@ -260,18 +260,27 @@ class Pipelines(Keys):
         return row["duration_s"] if row else None
 
     def base_pipeline(
-        self, base_commit: str | None, default_branch: str | None, exclude: int | None = None
+        self,
+        base_commit: str | None,
+        default_branch: str | None,
+        exclude: int | None = None,
+        *,
+        before: int | None = None,
+        not_commit: str | None = None,
     ) -> int | None:
-        """The latest finished pipeline on ``base_commit``, else on ``default_branch``."""
+        """The latest finished pipeline on ``base_commit``, else on ``default_branch``; never
+        ``exclude``, one numbered ``before`` or later, nor one on ``not_commit`` (the commit
+        under test)."""
         for column, value in (("commit_id", base_commit), ("branch", default_branch)):
             if not value:
                 continue
             row = self._query_one(
                 f"SELECT number FROM pipelines WHERE repo = ? AND {column} = ? AND state IN"
                 " ('SUCCESS', 'FAILURE', 'NOT_RUN') AND validated_by IS NULL"
-                " AND (? IS NULL OR number != ?)"
+                " AND (? IS NULL OR number != ?) AND (? IS NULL OR number < ?)"
+                " AND (? IS NULL OR commit_id IS NOT ?)"
                 " ORDER BY id DESC LIMIT 1",
-                (self.repo, value, exclude, exclude),
+                (self.repo, value, exclude, exclude, before, before) + (not_commit, not_commit),
             )
             if row is not None:
                 return row["number"]

@@ -14,6 +14,8 @@ from stagebot.harness.results import StageResult, TestOutcome
 from stagebot.stages.names import stage_family
 
 HISTORY_PIPELINES = 20  # how far back main's flaky history looks
+# only the pipelines before a given one: the history that pipeline was judged with
+_BEFORE = "AND (? IS NULL OR number < ?)"
 
 
 class Tests(Store):
@@ -145,19 +147,25 @@ class Tests(Store):
         return outcomes
 
     def test_history(
-        self, branch: str, *, test_id: str | None = None, last: int = HISTORY_PIPELINES
+        self,
+        branch: str,
+        *,
+        test_id: str | None = None,
+        last: int = HISTORY_PIPELINES,
+        before: int | None = None,
     ) -> list[tuple[int, str, str, str, str, int]]:
         """(pipeline, commit, stage, test id, outcome, attempts) of the latest ``last`` finished
-        pipelines on ``branch`` (one test id, or a prefix of ids ending at ``::``), newest
-        first; reused results are left out (they were not run there)."""
+        pipelines on ``branch`` (numbered below ``before`` when given: the history a pipeline
+        was judged with), one test id or a prefix of ids ending at ``::``, newest first; reused
+        results are left out (they were not run there)."""
         rows = self._query(
             "SELECT p.number, p.commit_id, t.stage, t.test_id, t.outcome, t.attempts"
             " FROM tests t JOIN pipelines p ON p.id = t.pipeline_id"
             " WHERE p.id IN (SELECT id FROM pipelines WHERE repo = ? AND branch = ? AND state IN"
-            " ('SUCCESS', 'FAILURE', 'NOT_RUN') ORDER BY id DESC LIMIT ?)"
+            f" ('SUCCESS', 'FAILURE', 'NOT_RUN') {_BEFORE} ORDER BY id DESC LIMIT ?)"
             " AND t.reused_from IS NULL AND (? IS NULL OR t.test_id = ? OR t.test_id LIKE ?)"
             " ORDER BY p.id DESC, t.stage, t.test_id",
-            (self.repo, branch, last, test_id, test_id, f"{test_id}::%"),
+            (self.repo, branch, before, before, last, test_id, test_id, f"{test_id}::%"),
         )
         return [
             (
@@ -172,17 +180,18 @@ class Tests(Store):
         ]
 
     def failure_evidence(
-        self, branch: str, last: int = HISTORY_PIPELINES
+        self, branch: str, last: int = HISTORY_PIPELINES, before: int | None = None
     ) -> list[tuple[int, str, str, str, str]]:
         """(pipeline, stage, test id, outcome, evidence) of each flaky, failed or erroring test
-        with evidence in the latest ``last`` finished pipelines on ``branch``, oldest first."""
+        with evidence in the latest ``last`` finished pipelines on ``branch`` (numbered below
+        ``before`` when given), oldest first."""
         rows = self._query(
             "SELECT p.number, t.stage, t.test_id, t.outcome, t.evidence"
             " FROM tests t JOIN pipelines p ON p.id = t.pipeline_id"
             " WHERE p.id IN (SELECT id FROM pipelines WHERE repo = ? AND branch = ? AND state IN"
-            " ('SUCCESS', 'FAILURE', 'NOT_RUN') ORDER BY id DESC LIMIT ?)"
+            f" ('SUCCESS', 'FAILURE', 'NOT_RUN') {_BEFORE} ORDER BY id DESC LIMIT ?)"
             " AND t.outcome IN ('flaky', 'failed', 'error') AND t.evidence IS NOT NULL"
             " ORDER BY p.id",
-            (self.repo, branch, last),
+            (self.repo, branch, before, before, last),
         )
         return [(r["number"], r["stage"], r["test_id"], r["outcome"], r["evidence"]) for r in rows]

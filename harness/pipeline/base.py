@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from stagebot.harness.analysis.flakiness import flaky_evidence, flaky_history
 from stagebot.harness.results import TestOutcome
 from stagebot.stages.errors import StagebotError
+from stagebot.stages.names import stage_family
 
 
 @dataclass(frozen=True)
@@ -21,6 +22,8 @@ class Base:
     outcomes: dict[tuple[str, str], TestOutcome] | None = None  # (stage family, test id)
     flaky: dict[tuple[str, str], tuple[int, ...]] = field(default_factory=dict)
     flaky_evidence: dict[tuple[str, str], tuple[str, ...]] = field(default_factory=dict)
+    logs: dict[tuple[str, str], str] = field(default_factory=dict)  # its failures' text
+    commit: str | None = None  # the base pipeline's commit (a dirty identity: its commit)
 
 
 def select_base(
@@ -34,19 +37,32 @@ def select_base(
 ) -> Base:
     """The base of a report of ``book``'s pipeline ``exclude`` (or of loose result files):
     ``base_book`` (main's ledger, read-only) when given, else ``book`` itself. ``pinned``: the
-    base the pipeline recorded when it finished (a later re-render keeps it)."""
+    base the pipeline recorded when it finished (a later re-render keeps it).
+
+    The base is never a pipeline on the commit under test, and in ``book`` itself only one
+    numbered before ``exclude``, with main's flaky history as it was then: a report rendered
+    again later says what it said when the pipeline finished."""
     source = base_book if base_book is not None else book
     if source is None:
         return Base()
+    before = exclude if source is book else None
+    tested = book.pipeline(exclude, with_results=False) if book and exclude else None
     number = pinned or source.base_pipeline(
-        base_commit, default_branch, exclude=exclude if source is book else None
+        base_commit,
+        default_branch,
+        exclude=before,
+        before=before,
+        not_commit=tested.commit if tested else None,
     )
     outcomes = source.test_outcomes(number) if number is not None else None
+    record = source.pipeline(number) if number is not None else None
     return Base(
         number,
         outcomes,
-        flaky_history(source, default_branch),
-        flaky_evidence(source, default_branch),
+        flaky_history(source, default_branch, before=before),
+        flaky_evidence(source, default_branch, before=before),
+        {(stage_family(s), t): log for (s, t), log in (record.logs if record else {}).items()},
+        (record.commit or "").split("+")[0] or None if record else None,
     )
 
 
@@ -83,11 +99,14 @@ def base_target(book, base_commit: str | None, commit: str | None, root, default
     """(commit, how) a local run compares with: ``base_commit`` (any unambiguous prefix, checked
     before anything runs) when given, else the merge-base of ``commit`` with the default branch
     (None when git cannot tell)."""
-    from stagebot.harness.pipeline.worktree import merge_base
+    from stagebot.harness.pipeline.worktree import merge_base, resolve_commit
 
     if base_commit:
         return resolve_base_commit(book, base_commit, root), "--base-commit"
     wanted = merge_base(root, commit, default_branch) if commit else None
+    if wanted and commit and "+" not in commit and wanted == resolve_commit(root, commit):
+        # a clean commit on the default branch: its base is its parent, never itself
+        return resolve_commit(root, f"{wanted}^"), "its parent"
     return wanted, f"the merge-base with {default_branch}"
 
 

@@ -8,6 +8,8 @@ the pipeline finished and its reports written. What it says goes through a ``Ter
 from __future__ import annotations
 
 import getpass
+import hashlib
+import os
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
@@ -42,7 +44,7 @@ class RunRequest:
     commit: str | None
     dirty: bool
     pr: int | None
-    out_dir: Path | None  # None: out/pipeline-<number> under ``home``
+    out_dir: Path | None  # None: default_out_folder
     cpu_slots: int
     base_commit: str | None  # as given: any unambiguous prefix (resolved before anything runs)
     branch: str | None
@@ -129,6 +131,15 @@ def _base_target(book: Ledger, request: RunRequest) -> tuple[str | None, str]:
         )
 
 
+def default_out_folder(home: Path, ledger: Path, number: int) -> Path:
+    """Where a run writes its shard folders and reports without ``--out``: outside the
+    repository, so the code under test cannot delete or rewrite its own results
+    (``$XDG_STATE_HOME/stagebot/<repository>-<ledger digest>/pipeline-<number>``)."""
+    state = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
+    digest = hashlib.sha256(str(Path(ledger).resolve()).encode()).hexdigest()[:10]
+    return state / "stagebot" / f"{home.name}-{digest}" / f"pipeline-{number}"
+
+
 def _os_user() -> str:
     """Who started this local run (the OS user), as the reports say it."""
     try:
@@ -147,7 +158,7 @@ def _execute(
     base_target: tuple[str | None, str],
     terminal: Terminal,
 ) -> int:
-    out = request.out_dir or request.home / "out" / f"pipeline-{number}"
+    out = request.out_dir or default_out_folder(request.home, book.path, number)
     make_output_folder(out)
     record = book.pipeline(number)
     terminal.say(plain_text(reply_triggered(report_from_record(record))))

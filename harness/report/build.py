@@ -72,6 +72,8 @@ def _base_arguments(base) -> dict[str, Any]:
         "base_pipeline": base.pipeline,
         "flaky_history": base.flaky,
         "flaky_evidence": base.flaky_evidence,
+        "base_logs": base.logs,
+        "base_commit": base.commit,
     }
 
 

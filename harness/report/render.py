@@ -31,7 +31,11 @@ def render_report(report: Report, fmt: str = "md", *, limit: int = COMMENT_LIMIT
     from stagebot.templates import render_template
 
     if fmt == "html":
-        return render_template("report.html.j2", r=report, inline=html_inline, href=local_href)
+        from stagebot.harness.analysis.classify import CATEGORIES
+
+        return render_template(
+            "report.html.j2", r=report, inline=html_inline, href=local_href, categories=CATEGORIES
+        )
     if fmt == "text":
         return plain_text(render_report(report, "md", limit=limit))
     if fmt != "md":

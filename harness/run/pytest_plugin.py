@@ -11,9 +11,11 @@ at import time), since every session that loads the plugin imports it.
 It also carries the executor's options (group ``stagebot``), each plugin object registered only
 when its option is given:
 
-- ``--stagebot-jsonl PATH``: stream one JSON line per test as it starts and as it finishes
-  (``{"event": "start"|"result", ...}``), flushed at once, so a crash or a timeout keeps every
-  earlier result and the last ``start`` without a ``result`` names the test that hung.
+- ``--stagebot-jsonl PATH``: stream the collected test ids (``{"event": "collected", ...}``),
+  then one JSON line per test as it starts and as it finishes (``{"event": "start"|"result",
+  ...}``), flushed at once, so a crash or a timeout keeps every earlier result, the last
+  ``start`` without a ``result`` names the test that hung and the tests that never started are
+  known.
 - ``--stagebot-waives FILE``: a JSON list of ``{"test_id", "reason"}``; matching tests are skipped
   with ``stagebot waive: <reason>`` and streamed with outcome ``waived``.
 - ``--stagebot-select FILE`` / ``--stagebot-deselect FILE``: newline-separated test ids to keep /
@@ -46,7 +48,7 @@ SUITE_OPTIONS: dict[str, str] = {
     "nvfp4_moe": "stagebot.harness.suites.nvfp4_moe.options",
 }
 WAIVE_PREFIX = "stagebot waive: "
-LOG_LIMIT = 32_000  # characters of a test's failure text kept in the stream
+LOG_LIMIT = 32_000  # characters of a test's failure text kept in the stream (heads and ends)
 LOAD_SECTION = "stagebot: load"  # the host's load when a test failed (a section of its log)
 
 
@@ -197,10 +199,14 @@ class TestStream:
                     "outcome": "error",
                     "phase": "collect",
                     "duration_s": 0.0,
-                    "log": _text(report)[:LOG_LIMIT],
+                    "log": _text(report, LOG_LIMIT),
                     "time": time.time(),
                 }
             )
+
+    def pytest_collection_finish(self, session) -> None:
+        """Every test the session will run: one that never reports a result is not lost."""
+        self._write({"event": "collected", "test_ids": [item.nodeid for item in session.items]})
 
     def pytest_runtest_logstart(self, nodeid, location) -> None:
         self.reports[nodeid] = []
@@ -237,7 +243,7 @@ def _outcome(reports) -> tuple[str, str, str]:
         if report.failed:
             outcome = "failed" if report.when == "call" else "error"
             load = f"\n----- {LOAD_SECTION} -----\n{load_average()}"
-            return outcome, report.when, _text(report)[: LOG_LIMIT - len(load)] + load
+            return outcome, report.when, _text(report, LOG_LIMIT - len(load)) + load
     for report in reports:
         if report.skipped:
             if hasattr(report, "wasxfail"):
@@ -256,10 +262,23 @@ def _skip_reason(report) -> str:
     return str(longrepr or "")
 
 
-def _text(report) -> str:
-    text = report.longreprtext or ""
-    for name, content in getattr(report, "sections", []):
-        text += f"\n----- {name} -----\n{content}"
+def _clip(text: str, limit: int) -> str:
+    """``text`` within ``limit`` characters: its first quarter (the error) and its end (where
+    the captured output ends), the middle cut with a line that says how much."""
+    if len(text) <= limit:
+        return text
+    head = limit // 4
+    end = max(limit - head - 40, 0)  # 40: room for the line that says what was cut
+    return f"{text[:head]}\n… {len(text) - head - end} characters cut …\n{text[len(text) - end :]}"
+
+
+def _text(report, limit: int) -> str:
+    """The failure text and each captured section, each kept within its share of ``limit``."""
+    sections = getattr(report, "sections", [])
+    share = limit // (1 + len(sections))
+    text = _clip(report.longreprtext or "", share)
+    for name, content in sections:
+        text += f"\n----- {name} -----\n{_clip(content, share)}"
     return text
 
 

@@ -7,14 +7,16 @@ combinable suite group, pinned to its devices (``CUDA_VISIBLE_DEVICES``), with `
 pointing at a scratch folder; a build/sanity shard runs its command under ``bash -c``.
 
 States: cancelled -> ABORTED; timeout, a signal, a crash, an internal/usage error or a corrupt
-JUnit/JSONL -> ERROR with that evidence; a failed test -> FAILURE (a file that fails to import is
+JUnit/JSONL -> ERROR with that evidence; a failed test, or a collected one that never started (the
+session ended before it: ``never ran: …``, never re-run) -> FAILURE (a file that fails to import is
 a failed item named by its path; pytest exiting 1 with no failed test -> a failed item
 ``(pytest session)`` with the suite's own line: its verdict); 0 executed tests -> NOT_RUN; else
 SUCCESS. Failed tests are re-run (the entry's ``max_reruns`` times, only when at most
 ``rerun_max_failures`` failed: the catalog family's policy); one that then passes alone is re-run
 once more after the tests that ran before it in its process: passing there too it is ``flaky``,
 failing there it stays failed, its evidence opening with ``order-dependent:`` and naming the
-nearest of those tests.
+earliest of those tests after which it fails (bisected: the test that left the fault) and the
+nearest ones.
 """
 
 from __future__ import annotations
@@ -22,12 +24,13 @@ from __future__ import annotations
 import json
 import os
 import re
+import secrets
 import shutil
 import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -37,7 +40,12 @@ from stagebot.harness.analysis.causes import (
     read_tail,
     unusable_interpreter,
 )
-from stagebot.harness.analysis.evidence import log_error_line, test_evidence
+from stagebot.harness.analysis.evidence import (
+    NEVER_RAN,
+    log_error_line,
+    never_ran_evidence,
+    test_evidence,
+)
 from stagebot.harness.results import SESSION_ID, StageResult, TestOutcome
 from stagebot.harness.run import own_names
 from stagebot.harness.run.junit import JunitError, read_junit, write_junit
@@ -48,6 +56,7 @@ from stagebot.stages.plan import MatrixEntry
 
 EXECUTED = ("passed", "failed", "error", "flaky", "xfailed")
 ORDER_SUSPECTS = 2  # earlier tests named as suspects of an order-dependent failure
+BLAME_PROBES = 6  # pytest runs that bisect for the earlier test to blame (64 earlier tests)
 # pytest-timeout's thread method: the banner around its stack dump, then os._exit(1).
 _THREAD_TIMEOUT = re.compile(r"^\++ [Tt]imeout \++$")
 PYTEST_EXIT = {2: "interrupted", 3: "an internal error", 4: "a usage error"}
@@ -86,12 +95,13 @@ class _Attempt:
 # What a shard run writes into its folder; an earlier run's copies are removed first, so a
 # reused --out folder never lends its stale results to this run (the plugin appends to streams).
 SHARD_OUTPUTS = ("tests.jsonl", "log.txt", "junit.xml", "result.json", "waives.json", "keys.json")
+SEAL = ".stagebot-seal"  # written before the tests run, checked after: was the folder tampered?
 
 
 def clear_shard_folder(out: Path) -> None:
     """Remove an earlier run's outputs from the shard folder ``out`` (and create it)."""
     out.mkdir(parents=True, exist_ok=True)
-    for path in [*(out / name for name in SHARD_OUTPUTS), *out.glob("rerun-*.jsonl")]:
+    for path in [*(out / n for n in (*SHARD_OUTPUTS, SEAL)), *out.glob("rerun-*.jsonl")]:
         path.unlink(missing_ok=True)
     shutil.rmtree(out / "raw", ignore_errors=True)
     shutil.rmtree(out / "work", ignore_errors=True)
@@ -129,6 +139,7 @@ def run_shard(entry: MatrixEntry, context: ShardContext) -> StageResult:
         if state == "NOT_RUN" and keys is not None and keys.reused:
             # nothing left to execute (or only skips): the shard's tests passed, by key
             state, evidence = "SUCCESS", f"{len(keys.reused)} test(s) reused by key, none failed"
+    out.mkdir(parents=True, exist_ok=True)  # the code under test may have removed it
     write_junit(out / "junit.xml", entry.stage, tests)
     (out / "tests.jsonl").touch()
     if not context.keep_work:
@@ -255,14 +266,18 @@ def pytest_argv(entry: MatrixEntry, python: str) -> list[list[str]]:
 def _run_tests(entry, context, env, deadline, timeout_s):
     out = context.out_dir
     (out / "waives.json").write_text(json.dumps(entry.waives), encoding="utf-8")
+    seal = secrets.token_hex(8)
+    (out / SEAL).write_text(seal, encoding="utf-8")
     select = list(entry.tests)
     first = _attempt(entry, context, env, deadline, out / "tests.jsonl", "1", select)
-    problem = _problem(first, timeout_s)
+    problem = _tampered(out, seal) or _problem(first, timeout_s)
     tests = _outcomes(first, timeout_s)
     if first.finished.cancelled:
         return tests, "ABORTED", "cancelled: another shard failed (fail-fast) or the run stopped"
     if problem is None:
         tests = _reruns(entry, context, env, deadline, tests, first.stream.started)
+    elif first.finished.signal_name == "SIGKILL" and first.stream.unfinished:
+        tests = _rerun_killed(entry, context, env, deadline, tests, first.stream.unfinished[-1])
     if problem is None and _silent_exit_1(tests, first):
         tests.append(_session_failure(first))
     state = _state(tests, problem)
@@ -272,6 +287,22 @@ def _run_tests(entry, context, env, deadline, timeout_s):
         cause = environment_cause(tail, context.python, context.root) if _never_ran(first) else None
         evidence = error_evidence(evidence, tail, cause)
     return tests, state, evidence
+
+
+def _tampered(out: Path, seal: str) -> str | None:
+    """Why the shard's folder cannot be trusted: the seal written before the tests ran is gone
+    or changed (the code under test removed or rewrote the folder), or None."""
+    try:
+        intact = (out / SEAL).read_text(encoding="utf-8") == seal
+    except OSError:
+        intact = False
+    if intact:
+        return None
+    return (
+        f"tampered: the shard's output folder {out} was removed or rewritten while its tests "
+        "ran (by the code under test); its stream and log are incomplete: keep --out outside "
+        "the repository"
+    )
 
 
 def _never_ran(attempt: _Attempt) -> bool:
@@ -395,6 +426,14 @@ def _outcomes(attempt: _Attempt, timeout_s: float) -> list[TestOutcome]:
         else:
             why = f"crashed: pytest exited {finished.returncode} during this test"
         tests.append(TestOutcome(test_id, "error", 0.0, why))
+    if not finished.cancelled:  # every collected test ends with a result
+        during = stream.unfinished[-1] if stream.unfinished else None
+        status = stream.session_end if stream.session_end is not None else finished.returncode
+        why = never_ran_evidence(during, status)
+        recovered = {t.test_id for t in tests}
+        tests += [
+            TestOutcome(t, "error", 0.0, why) for t in stream.never_started if t not in recovered
+        ]
     return tests
 
 
@@ -425,7 +464,13 @@ def _reruns(
     """Re-run the failed tests alone; one that passes alone is re-run once more after the tests
     that ran before it in its process (``order``: the first attempt's start order): failing
     there, it is order-dependent (an earlier test leaks state into it), not flaky."""
-    failed = [t.test_id for t in tests if t.outcome in ("failed", "error") and "::" in t.test_id]
+    failed = [
+        t.test_id
+        for t in tests
+        if t.outcome in ("failed", "error")
+        and "::" in t.test_id
+        and not (t.evidence or "").startswith(NEVER_RAN)  # what ended the session is re-run
+    ]
     if not failed or len(failed) > entry.rerun_max_failures:
         return tests
     by_id = {t.test_id: t for t in tests}
@@ -469,6 +514,25 @@ def _reruns(
     return [by_id[t.test_id] for t in tests]
 
 
+def _rerun_killed(entry, context, env, deadline, tests: list[TestOutcome], killed: str):
+    """Re-run alone the test whose pytest was SIGKILLed: killed again, it is its own doing (a
+    memory request the machine cannot meet, every time); passing, the kill was the machine's."""
+    if time.monotonic() >= deadline or context.cancel.is_set():
+        return tests
+    path = context.out_dir / "rerun-killed.jsonl"
+    attempt = _attempt(entry, context, env, deadline, path, "rerun-killed", [killed])
+    if attempt.finished.signal_name == "SIGKILL":
+        again = ", and again when re-run alone"
+    elif (attempt.stream.results.get(killed) or {}).get("outcome") == "passed":
+        again = "; it passed when re-run alone"
+    else:
+        return tests
+    return [
+        replace(t, evidence=f"{t.evidence}{again}", attempts=2) if t.test_id == killed else t
+        for t in tests
+    ]
+
+
 def _order_check(entry, context, env, deadline, passed: list[str], order: list[str], number: int):
     """Re-run ``passed`` (tests that passed alone) with the tests that ran before them in the
     first attempt, in that order; test id -> its "order-dependent: …" line for each that fails
@@ -488,11 +552,39 @@ def _order_check(entry, context, env, deadline, passed: list[str], order: list[s
             continue
         before = started[: started.index(test_id)]
         nearest = ", ".join(reversed(before[-ORDER_SUSPECTS:]))
+        blame = _first_to_blame(entry, context, env, deadline, before, test_id, number)
         found[test_id] = (
             f"order-dependent: passes alone, fails after the {len(before)} test(s) that ran "
-            f"before it in its process (nearest first: {nearest})"
+            f"before it in its process ({f'to blame: {blame}; ' if blame else ''}"
+            f"nearest first: {nearest})"
         )
     return found
+
+
+def _first_to_blame(entry, context, env, deadline, before: list[str], test_id: str, number: int):
+    """The earliest of ``before`` after which ``test_id`` fails (the test that left the fault,
+    such as a device it poisoned), bisected over prefixes of ``before`` (``test_id`` fails
+    after all of them and passes alone); None when out of time or probes."""
+    good, bad = 0, len(before)  # test_id passes after before[:good], fails after before[:bad]
+    for probe in range(BLAME_PROBES):
+        if bad - good <= 1:
+            return before[bad - 1]
+        if time.monotonic() >= deadline or context.cancel.is_set():
+            return None
+        middle = (good + bad) // 2
+        tag = f"rerun-{number}-blame-{probe}"
+        select = [*before[:middle], test_id]
+        attempt = _attempt(
+            entry, context, env, deadline, context.out_dir / f"{tag}.jsonl", tag, select
+        )
+        outcome = (attempt.stream.results.get(test_id) or {}).get("outcome")
+        if outcome in ("failed", "error"):
+            bad = middle
+        elif outcome == "passed":
+            good = middle
+        else:
+            return None
+    return before[bad - 1] if bad - good <= 1 else None
 
 
 def _state(tests: list[TestOutcome], problem: str | None) -> str:

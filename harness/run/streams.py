@@ -17,6 +17,7 @@ from stagebot.harness.decoding import clean_json
 class Stream:
     results: dict[str, dict] = field(default_factory=dict)  # test id -> its result record
     started: list[str] = field(default_factory=list)  # test ids in start order
+    collected: list[str] = field(default_factory=list)  # what the sessions were to run
     session_end: int | None = None  # pytest's exit status, when the session finished
     exists: bool = True
     problem: str | None = None  # why the stream is not whole (corrupt or truncated)
@@ -25,6 +26,12 @@ class Stream:
     def unfinished(self) -> list[str]:
         """Tests that started and never reported a result: the one that hung or crashed."""
         return [t for t in dict.fromkeys(self.started) if t not in self.results]
+
+    @property
+    def never_started(self) -> list[str]:
+        """Collected tests that never started: the session ended before them."""
+        started = set(self.started)
+        return [t for t in dict.fromkeys(self.collected) if t not in started]
 
 
 def read_stream(path: Path) -> Stream:
@@ -52,6 +59,8 @@ def read_stream(path: Path) -> Stream:
             stream.started.append(record["test_id"])
         elif record["event"] == "result":
             stream.results[record["test_id"]] = record
+        elif record["event"] == "collected":
+            stream.collected.extend(record.get("test_ids") or [])
         elif record["event"] == "session_end":
             stream.session_end = record.get("exitstatus")
     return stream

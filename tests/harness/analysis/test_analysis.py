@@ -82,8 +82,7 @@ def test_categories_against_the_base() -> None:
     assert got["unseen"].note == "base #3 did not run this test in S-PyTorch"
     assert got["flaky"].signature == "flaky: assertion once"
     assert got["disk"].signature == "disk full"
-    assert [str(s) for s in got["new"].suspects] == [
-        "t_helpers.py (same folder as the test)",
+    assert [str(s) for s in got["new"].suspects] == [  # t_helpers.py: only its folder
         "src/a.py (the stage's run_if_changed)",
     ]
     assert (analysis.state, analysis.exit_code) == ("FAILURE", 1)
@@ -406,6 +405,7 @@ def test_counts_not_run_and_which_failures_name_suspects() -> None:
         base=base,
         base_pipeline=3,
         changed_files=["src/a.py"],
+        stage_paths={"S-PyTorch-1": ["src/"]},
     )
     assert analysis.counts() == {
         "NEW": 1,

@@ -79,7 +79,15 @@ def test_other_shards_and_earlier_tests_are_kept(faulty_run) -> None:
     outcomes = {t["test_id"].split("::")[1]: t for t in out["CPU-PyTorch-Killed-1"]["tests"]}
     assert outcomes["test_before_the_kill"]["outcome"] == "passed"  # streamed before the crash
     assert outcomes["test_kills_the_worker"]["outcome"] == "error"
-    assert "test_after_the_kill" not in outcomes
+    after = outcomes["test_after_the_kill"]  # never started: listed, not lost
+    assert after["outcome"] == "error"
+    assert after["evidence"] == (
+        "never ran: pytest ended during tests/fixtures/suites/check_killed.py::"
+        "test_kills_the_worker before this test started"
+    )
+    report = (tmp / "out" / "report.md").read_text()
+    assert "never ran: 1 collected test(s) never started" in report
+    assert report.count("check_killed.py::test_after_the_kill") == 1  # with its culprit
     hang = {t["test_id"].split("::")[1]: t for t in out["CPU-PyTorch-Hang-1"]["tests"]}
     assert hang["test_quick"]["outcome"] == "passed"
     assert hang["test_hangs_forever"]["evidence"].startswith("timeout: still running")

@@ -93,8 +93,8 @@ def clear_shard_folder(out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     for path in [*(out / name for name in SHARD_OUTPUTS), *out.glob("rerun-*.jsonl")]:
         path.unlink(missing_ok=True)
-    shutil.rmtree(out / "raw", ignore_errors=True)
-    shutil.rmtree(out / "work", ignore_errors=True)
+    for folder in ("raw", "work", "observed"):
+        shutil.rmtree(out / folder, ignore_errors=True)
 
 
 def run_shard(entry: MatrixEntry, context: ShardContext) -> StageResult:
@@ -293,6 +293,8 @@ def _attempt(entry, context, env, deadline, stream_path, tag, select) -> _Attemp
         junit.parent.mkdir(exist_ok=True)
         argv = [*argv, f"--junitxml={junit}", f"--stagebot-jsonl={stream_path}"]
         argv.append(f"--stagebot-waives={out / 'waives.json'}")
+        if entry.key_reuse:  # what the tests open and import joins their dependency keys
+            argv.append(f"--stagebot-observe={out / 'observed'}")
         if select:
             ids = out / "raw" / f"select-{tag}.txt"
             ids.write_text("\n".join(select) + "\n", encoding="utf-8")

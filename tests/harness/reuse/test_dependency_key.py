@@ -239,7 +239,7 @@ BLIND = [
         id="a subprocess running a Python file named at run time",
     ),
     pytest.param(
-        'from pkg.launch import run_process\n\ndef run():\n    run_process(["python", "x.py"])\n',
+        'from pkg.launch import run_process\n\ndef run(script):\n    run_process(["python", script])\n',
         "run_process() may run repository code",
         id="a launcher given a Python command",
     ),

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import configparser
 import dataclasses
+import functools
 import hashlib
 import json
 import os
@@ -76,6 +77,17 @@ class Environment:
         return environment_lines(
             self.python, self.platform, (self.gpu_type, self.gpu_driver), self.distributions
         )
+
+    def digest(self, read: tuple[str, ...]) -> str:
+        """The ``environment`` part's digest for the variables ``read``, computed once per
+        environment and set of variables (a shard's thousands of keys share a few)."""
+        if read not in self._digests:
+            self._digests[read] = _digest(self.described(read))
+        return self._digests[read]
+
+    @functools.cached_property
+    def _digests(self) -> dict[tuple[str, ...], str]:
+        return {}
 
     def described(self, read: Iterable[str]) -> dict[str, object]:
         """The ``environment`` part: the variables read by name, and nothing else of them."""
@@ -217,17 +229,17 @@ def dependency_key(
     repo = root if isinstance(root, Repository) else Repository(root)
     if not isinstance(family, FamilyInputs):
         family = FamilyInputs.of(family, waives)
-    inputs = repo.inputs(test_id.split("::")[0], family.plugins).observed_as(repo, observed)
+    inputs = repo.inputs(test_id.split("::")[0], family.plugins, observed)
     catalog_entry = {"entry": family.entry}
     catalog_entry["waives"] = sorted(
         [pattern, reason] for pattern, reason in family.waives if waive_matches(test_id, pattern)
     )
     parts = {
         "test": _digest([test_id, family.name]),
-        "files": _digest(inputs.files),
+        "files": inputs.digest,
         "suite_args": family.suite_args,
         "catalog": _digest(catalog_entry),
-        "environment": _digest(environment.described(inputs.environment)),
+        "environment": environment.digest(inputs.environment),
         "gpu": _digest([environment.gpu_type, environment.gpu_driver]),
     }
     if inputs.observed:
@@ -265,13 +277,20 @@ class Repository:
         self._facts: dict[str, ModuleFacts] = {}
         self._data: dict[str, frozenset[str]] = {}
         self._inputs: dict[tuple[str, tuple[str, ...]], TestInputs] = {}
+        self._observed: dict[tuple[str, tuple[str, ...], Observation | None], TestInputs] = {}
 
-    def inputs(self, test_file: str, plugins: tuple[str, ...] = ()) -> TestInputs:
-        """``TestInputs.read`` of ``test_file`` in a session that loads ``plugins`` by name, once
-        per checkout (its tests share it)."""
+    def inputs(
+        self, test_file: str, plugins: tuple[str, ...] = (), observed: Observation | None = None
+    ) -> TestInputs:
+        """``TestInputs.read`` of ``test_file`` in a session that loads ``plugins`` by name, with
+        what a run ``observed`` (``TestInputs.observed_as``), once per checkout (its tests
+        share it)."""
         if (test_file, plugins) not in self._inputs:
             self._inputs[test_file, plugins] = TestInputs.read(self, test_file, plugins)
-        return self._inputs[test_file, plugins]
+        if (test_file, plugins, observed) not in self._observed:
+            static = self._inputs[test_file, plugins]
+            self._observed[test_file, plugins, observed] = static.observed_as(self, observed)
+        return self._observed[test_file, plugins, observed]
 
     def module_file(self, name: str) -> list[str]:
         """The repository file of the module ``name`` (as pytest's -p or an entry point names
@@ -340,6 +359,11 @@ class TestInputs:
     conservative: tuple[str, ...]
     needs_run: tuple[str, ...] = ()  # "path: line N: what" that only an observed run can tell
     observed: tuple[str, ...] = ()  # files added from an observed run (not in the static set)
+
+    @functools.cached_property
+    def digest(self) -> str:
+        """The ``files`` part (once per test file: its tests share it)."""
+        return _digest(self.files)
 
     @classmethod
     def read(cls, repo: Repository, test_file: str, plugins: tuple[str, ...] = ()) -> TestInputs:

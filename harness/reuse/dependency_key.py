@@ -394,8 +394,9 @@ class TestInputs:
         return cls(files, tuple(sorted(environment)), tuple(blind), needs)
 
     def observed_as(self, repo: Repository, observation: Observation | None) -> TestInputs:
-        """These inputs with a run's observation: the files it opened or imported that the
-        static reading left out join ``files``; without one, what only a run can tell makes
+        """These inputs with a run's observation: the repository files it opened or imported
+        that the static reading left out join ``files`` (not outputs or caches: they are no
+        repository files, ``repository_files``); without one, what only a run can tell makes
         them conservative, and so does a program the run started that may run our code."""
         if self.conservative:
             return self
@@ -406,7 +407,7 @@ class TestInputs:
         elif self.needs_run and observation.started:
             why = tuple(f"observed: started {command}" for command in observation.started)
         else:
-            extra = sorted(set(observation.files) - self.files.keys())
+            extra = sorted(set(observation.files) & repo.present - self.files.keys())
             if not extra:
                 return self
             files = {**self.files, **{path: repo.digest(path) for path in extra}}

@@ -1,10 +1,11 @@
 # ruff: noqa: E501 - the sample repository's files are written out as they read
-"""A sample repository for planted regressions against reuse by key (tests/harness/reuse/
-test_planted_regressions.py, tests/bench/planted_reuse.py): a package ``shop`` whose modules reach
-their inputs every way issue 46 lists (package resources, bare-name and aliased calls, native
-libraries, paths named by configuration files, an env file named in pyproject.toml, files opened
-by computed paths), one test file per way, and a root conftest that loads ``.env`` with
-``os.environ.setdefault`` (the common env-file pattern, which must not switch reuse off).
+"""A sample repository for planted regressions against reuse by key
+(tests/harness/reuse/test_planted_regressions.py; tests/bench/adopted_reuse.py --sample): a
+package ``shop`` whose modules reach their inputs every way issue 46 lists (package resources,
+bare-name and aliased calls, native libraries, paths named by configuration files, an env file
+named in pyproject.toml, files opened by computed paths), one test file per way, and a root
+conftest that loads ``.env`` with ``os.environ.setdefault`` (the common env-file pattern, which
+must not switch reuse off).
 
 Each ``Kind`` is a one-input change that makes exactly its test fail."""
 

@@ -124,7 +124,7 @@ _NATIVE_ATTRIBUTES = {"dlopen", "LoadLibrary"}
 # The environment: reading calls and the mapping itself (its writes are not reads).
 _ENVIRONMENT_READS = {"os.getenv", "os.getenvb", "os.environ.get", "os.environ.pop"}
 _ENVIRONMENT_MAPPINGS = {"os.environ", "os.environb"}
-_BUILTINS = {"open": "builtins.open", "__import__": "builtins.__import__"}
+_BUILTINS = {"__import__": "builtins.__import__"}
 
 
 @dataclass(frozen=True)
@@ -488,7 +488,13 @@ class _Reader(ast.NodeVisitor):
             self.imports += child.imports
             self.literals += child.literals
             self.environment += child.environment
-            self.blind += [f"{what} (in the python -c code)" for what in child.blind]
+            self.resources += child.resources
+            self.scripts += child.scripts
+            self.loads_native |= child.loads_native
+            # the audit hook sees this process only: what the child alone can tell is blind
+            self.blind += [
+                f"{what} (in the python -c code)" for what in (*child.blind, *child.observed)
+            ]
         return True
 
     def _environment_name(self, node: ast.AST | None, at: ast.AST) -> None:

@@ -7,7 +7,8 @@ whose suite is ``--suite`` (default ``tests``). Pipeline #1 runs every test on m
 the keys, the observed part among them); then, ``--repeat`` times, alternating:
 
 - plain ``python -m pytest SUITE -q`` in the copy (the baseline);
-- `bot run` of a full pipeline with reuse off (``--disable-reuse-test``): stagebot's own cost;
+- with ``--full``, `bot run` of a full pipeline with reuse off (``--disable-reuse-test``):
+  stagebot's own cost when nothing is reused;
 - `bot run` of a docs-only commit (``--docs FILE`` edited): the reuse and its wall time.
 
 It prints each run's wall time, the medians, the ratios to plain pytest, the tests reused by key
@@ -45,6 +46,7 @@ def main() -> None:
     parser.add_argument("--docs", default="docs/guide.md", help="the file a docs commit edits")
     parser.add_argument("--env", action="append", default=[], help="NAME=VALUE for every run")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--full", action="store_true", help="also time a run with reuse off")
     parser.add_argument("--work", type=Path, default=None)
     args = parser.parse_args()
     work = args.work or Path(tempfile.mkdtemp(prefix="adopted-"))
@@ -73,8 +75,9 @@ def main() -> None:
     for number in range(args.repeat):
         seconds, _ = timed([sys.executable, "-m", "pytest", args.suite, "-q"], cwd=root, env=env)
         plain.append(seconds)
-        seconds, _ = bot_run(f"full{number}", "--disable-reuse-test")
-        full.append(seconds)
+        if args.full:
+            seconds, _ = bot_run(f"full{number}", "--disable-reuse-test")
+            full.append(seconds)
         edited = root / args.docs
         edited.parent.mkdir(parents=True, exist_ok=True)
         with open(edited, "a", encoding="utf-8") as docs_file:
@@ -82,14 +85,16 @@ def main() -> None:
         seconds, done = bot_run(f"docs{number}")
         docs.append(seconds)
         reused.append(by_key(ledger, f"docs{number}"))
+        without = f", bot run without reuse {full[-1]:.1f} s" if args.full else ""
         print(
-            f"round {number + 1}: plain pytest {plain[-1]:.1f} s, bot run without reuse "
-            f"{full[-1]:.1f} s, docs-only commit {docs[-1]:.1f} s ({reused[-1]}), "
-            f"load {load()}"
+            f"round {number + 1}: plain pytest {plain[-1]:.1f} s{without}, docs-only commit "
+            f"{docs[-1]:.1f} s ({reused[-1]}), load {load()}"
         )
     base = statistics.median(plain)
     print(f"median plain pytest: {base:.1f} s")
     for what, times in (("bot run, no reuse", full), ("docs-only commit", docs)):
+        if not times:
+            continue
         median = statistics.median(times)
         print(f"median {what}: {median:.1f} s ({median / base:.2f}x plain pytest)")
     print(f"docs-only commit: {reused[-1]}")

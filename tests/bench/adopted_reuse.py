@@ -9,6 +9,8 @@ the keys, the observed part among them); then, ``--repeat`` times, alternating:
 - plain ``python -m pytest SUITE -q`` in the copy (the baseline);
 - with ``--full``, `bot run` of a full pipeline with reuse off (``--disable-reuse-test``):
   stagebot's own cost when nothing is reused;
+- with ``--plugin``, pytest as a shard runs it (``--stagebot-jsonl``, ``--stagebot-observe``):
+  what the stream and the observed key's audit hook cost inside pytest;
 - `bot run` of a docs-only commit (``--docs FILE`` edited): the reuse and its wall time.
 
 It prints each run's wall time, the medians, the ratios to plain pytest, the tests reused by key
@@ -47,6 +49,7 @@ def main() -> None:
     parser.add_argument("--env", action="append", default=[], help="NAME=VALUE for every run")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--full", action="store_true", help="also time a run with reuse off")
+    parser.add_argument("--plugin", action="store_true", help="also time pytest with our plugin")
     parser.add_argument("--work", type=Path, default=None)
     args = parser.parse_args()
     work = args.work or Path(tempfile.mkdtemp(prefix="adopted-"))
@@ -71,13 +74,19 @@ def main() -> None:
 
     first, done = bot_run("c0")
     print(f"pipeline 1 (every test, keys recorded): {first:.1f} s, exit {done.returncode}")
-    plain, full, docs, reused = [], [], [], []
+    plain, full, plugin, docs, reused = [], [], [], [], []
     for number in range(args.repeat):
         seconds, _ = timed([sys.executable, "-m", "pytest", args.suite, "-q"], cwd=root, env=env)
         plain.append(seconds)
         if args.full:
             seconds, _ = bot_run(f"full{number}", "--disable-reuse-test")
             full.append(seconds)
+        if args.plugin:
+            streams = [f"--stagebot-jsonl={work / 'stream.jsonl'}"]
+            streams.append(f"--stagebot-observe={work / 'observed'}")
+            pytest = [sys.executable, "-m", "pytest", args.suite, "-q", *streams]
+            seconds, _ = timed(pytest, cwd=root, env=env)
+            plugin.append(seconds)
         edited = root / args.docs
         edited.parent.mkdir(parents=True, exist_ok=True)
         with open(edited, "a", encoding="utf-8") as docs_file:
@@ -86,13 +95,15 @@ def main() -> None:
         docs.append(seconds)
         reused.append(by_key(ledger, f"docs{number}"))
         without = f", bot run without reuse {full[-1]:.1f} s" if args.full else ""
+        without += f", pytest with our plugin {plugin[-1]:.1f} s" if args.plugin else ""
         print(
             f"round {number + 1}: plain pytest {plain[-1]:.1f} s{without}, docs-only commit "
             f"{docs[-1]:.1f} s ({reused[-1]}), load {load()}"
         )
     base = statistics.median(plain)
     print(f"median plain pytest: {base:.1f} s")
-    for what, times in (("bot run, no reuse", full), ("docs-only commit", docs)):
+    medians = (("bot run, no reuse", full), ("pytest, our plugin", plugin), ("docs-only", docs))
+    for what, times in medians:
         if not times:
             continue
         median = statistics.median(times)

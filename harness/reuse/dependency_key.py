@@ -265,13 +265,13 @@ class Repository:
         self.present = set(self.files)
         self.index = build_index(self.files)
         self.under: dict[str, list[str]] = {}  # a file or folder -> the data files it names
-        self.folders: dict[str, list[str]] = {}  # a folder path -> its sub-folders' paths
+        self.folders: dict[str, set[str]] = {}  # a folder's name -> the folders of that name
         for path in self.files:
             if not path.endswith(".py"):
                 for named in (path, *map(str, PurePosixPath(path).parents)):
                     self.under.setdefault(named, []).append(path)
             for folder in PurePosixPath(path).parents:
-                self.folders.setdefault(folder.name, []).append(str(folder))
+                self.folders.setdefault(folder.name, set()).add(str(folder))
         self.native = [path for path in self.files if is_native_library(path)]
         self._digests: dict[str, str] = {}
         self._facts: dict[str, ModuleFacts] = {}

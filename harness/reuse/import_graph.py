@@ -125,6 +125,7 @@ _NATIVE_ATTRIBUTES = {"dlopen", "LoadLibrary"}
 _ENVIRONMENT_READS = {"os.getenv", "os.getenvb", "os.environ.get", "os.environ.pop"}
 _ENVIRONMENT_MAPPINGS = {"os.environ", "os.environb"}
 _BUILTINS = {"__import__": "builtins.__import__"}
+_EXTENSION_SUFFIXES = (".so", ".pyd")  # extension modules, indexed by their module name
 
 
 @dataclass(frozen=True)
@@ -159,12 +160,17 @@ def module_index(root: str) -> Mapping[str, tuple[str, ...]]:
 
 
 def build_index(files: Iterable[str]) -> Mapping[str, tuple[str, ...]]:
-    """Dotted name (every suffix of a file's dotted path) -> repository files, nearest first."""
+    """Dotted name (every suffix of a file's dotted path) -> repository files, nearest first;
+    an extension module by its module name (the part of its file name before the first dot)."""
     index: dict[str, list[str]] = {}
     for relative in files:
-        if not relative.endswith(".py"):
+        if relative.endswith(".py"):
+            parts = relative[:-3].split("/")
+        elif relative.endswith(_EXTENSION_SUFFIXES):  # pkg/_speed.cpython-311-x86_64-linux-gnu.so
+            parts = relative.split("/")
+            parts[-1] = parts[-1].split(".")[0]
+        else:
             continue
-        parts = relative[:-3].split("/")
         if parts[-1] == "__init__":
             parts.pop()
         for start in range(len(parts)):
@@ -202,6 +208,8 @@ def resolve(index: Mapping[str, tuple[str, ...]], name: str) -> list[str]:
 
 
 def module_facts(root: str, path: str) -> ModuleFacts:
+    if not path.endswith(".py"):  # an extension module: compiled, it names nothing we can read
+        return ModuleFacts((), (), (), ())
     try:
         source = Path(root, path).read_text(errors="replace")
     except OSError as error:

@@ -599,3 +599,16 @@ def test_an_observed_run_adds_what_it_opened_and_a_computed_program_needs_one(re
     assert key(repo, family, observed=started).conservative == (
         "observed: started python tools/x.py",
     )
+
+
+def test_an_extension_module_an_import_names_is_in_the_key(repo, family) -> None:
+    """``from pkg.fast import _speed`` where ``pkg/fast/`` holds only the compiled module (no
+    ``__init__.py`` beside it to bring it in as a file beside a module)."""
+    (repo / "pkg/fast").mkdir()
+    library = "pkg/fast/_speed.cpython-311-x86_64-linux-gnu.so"
+    (repo / library).write_bytes(b"\x7fELF")
+    edit(repo, "pkg/deep.py", "from pkg.fast import _speed\n")
+    before = key(repo, family)
+    assert library in before.files
+    (repo / library).write_bytes(b"\x7fELF2")
+    assert changed_inputs(before, key(repo, family)) == [f"files changed: {library}"]

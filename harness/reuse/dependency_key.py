@@ -27,10 +27,12 @@ from __future__ import annotations
 
 import configparser
 import dataclasses
+import functools
 import hashlib
 import json
 import os
 import platform
+import re
 import shlex
 import sys
 import tomllib
@@ -75,6 +77,17 @@ class Environment:
         return environment_lines(
             self.python, self.platform, (self.gpu_type, self.gpu_driver), self.distributions
         )
+
+    def digest(self, read: tuple[str, ...]) -> str:
+        """The ``environment`` part's digest for the variables ``read``, computed once per
+        environment and set of variables (a shard's thousands of keys share a few)."""
+        if read not in self._digests:
+            self._digests[read] = _digest(self.described(read))
+        return self._digests[read]
+
+    @functools.cached_property
+    def _digests(self) -> dict[tuple[str, ...], str]:
+        return {}
 
     def described(self, read: Iterable[str]) -> dict[str, object]:
         """The ``environment`` part: the variables read by name, and nothing else of them."""
@@ -206,27 +219,40 @@ def dependency_key(
     family: Family | FamilyInputs,
     environment: Environment,
     waives: Iterable[Waive] = (),
+    observed: Observation | None = None,
 ) -> DependencyKey:
     """The key of ``test_id`` (a pytest node id relative to ``root``) in ``family``; pass one
     ``Repository`` for the keys of many tests of one checkout. ``waives`` (the catalog's) only
-    with a ``Family``: ``FamilyInputs`` holds its own."""
+    with a ``Family``: ``FamilyInputs`` holds its own. ``observed``: what a run of its test file
+    opened, imported and started (``harness/reuse/observe.py``); None when nothing was observed,
+    and then what only a run can tell makes the key conservative."""
     repo = root if isinstance(root, Repository) else Repository(root)
     if not isinstance(family, FamilyInputs):
         family = FamilyInputs.of(family, waives)
-    inputs = repo.inputs(test_id.split("::")[0], family.plugins)
+    inputs = repo.inputs(test_id.split("::")[0], family.plugins, observed)
     catalog_entry = {"entry": family.entry}
     catalog_entry["waives"] = sorted(
         [pattern, reason] for pattern, reason in family.waives if waive_matches(test_id, pattern)
     )
     parts = {
         "test": _digest([test_id, family.name]),
-        "files": _digest(inputs.files),
+        "files": inputs.digest,
         "suite_args": family.suite_args,
         "catalog": _digest(catalog_entry),
-        "environment": _digest(environment.described(inputs.environment)),
+        "environment": environment.digest(inputs.environment),
         "gpu": _digest([environment.gpu_type, environment.gpu_driver]),
     }
+    if inputs.observed:
+        parts["observed"] = json.dumps(inputs.observed)  # the files next time's key adds
     return DependencyKey(test_id, family.name, parts, inputs.files, inputs.conservative)
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What a run of a test file did that its static reading may miss (``observe.py``)."""
+
+    files: tuple[str, ...] = ()  # repository files it opened or imported
+    started: tuple[str, ...] = ()  # programs it started that may run repository code
 
 
 class Repository:
@@ -239,27 +265,52 @@ class Repository:
         self.present = set(self.files)
         self.index = build_index(self.files)
         self.under: dict[str, list[str]] = {}  # a file or folder -> the data files it names
+        self.folders: dict[str, set[str]] = {}  # a folder's name -> the folders of that name
         for path in self.files:
             if not path.endswith(".py"):
                 for named in (path, *map(str, PurePosixPath(path).parents)):
                     self.under.setdefault(named, []).append(path)
+            for folder in PurePosixPath(path).parents:
+                self.folders.setdefault(folder.name, set()).add(str(folder))
+        self.native = [path for path in self.files if is_native_library(path)]
         self._digests: dict[str, str] = {}
         self._facts: dict[str, ModuleFacts] = {}
         self._data: dict[str, frozenset[str]] = {}
         self._inputs: dict[tuple[str, tuple[str, ...]], TestInputs] = {}
+        self._observed: dict[tuple[str, tuple[str, ...], Observation | None], TestInputs] = {}
 
-    def inputs(self, test_file: str, plugins: tuple[str, ...] = ()) -> TestInputs:
-        """``TestInputs.read`` of ``test_file`` in a session that loads ``plugins`` by name, once
-        per checkout (its tests share it)."""
+    def inputs(
+        self, test_file: str, plugins: tuple[str, ...] = (), observed: Observation | None = None
+    ) -> TestInputs:
+        """``TestInputs.read`` of ``test_file`` in a session that loads ``plugins`` by name, with
+        what a run ``observed`` (``TestInputs.observed_as``), once per checkout (its tests
+        share it)."""
         if (test_file, plugins) not in self._inputs:
             self._inputs[test_file, plugins] = TestInputs.read(self, test_file, plugins)
-        return self._inputs[test_file, plugins]
+        if (test_file, plugins, observed) not in self._observed:
+            static = self._inputs[test_file, plugins]
+            self._observed[test_file, plugins, observed] = static.observed_as(self, observed)
+        return self._observed[test_file, plugins, observed]
 
     def module_file(self, name: str) -> list[str]:
         """The repository file of the module ``name`` (as pytest's -p or an entry point names
         it), nearest the root; none for a module of an installed distribution."""
         candidates = self.index.get(name) or self.index.get(name.partition(".")[2], ())
         return list(candidates[:1])
+
+    def package_folder(self, package: str) -> list[str]:
+        """The folder of the package ``package`` (dotted, as a resource call names it): the
+        repository folder whose path ends with its parts, nearest the root; [] for none."""
+        parts = package.split(".")
+        found = {
+            folder
+            for folder in self.folders.get(parts[-1], ())
+            if PurePosixPath(folder).parts[-len(parts) :] == tuple(parts)
+        }
+        if not found:
+            return []
+        nearest = min(folder.count("/") for folder in found)
+        return [folder for folder in sorted(found) if folder.count("/") == nearest]
 
     def facts(self, root: str, path: str) -> ModuleFacts:
         if path not in self._facts:
@@ -268,20 +319,25 @@ class Repository:
 
     def data_files(self, module: str) -> frozenset[str]:
         """The files and folders a string literal of ``module`` names (relative to its folder or
-        to the repository root), and the non-Python files beside it when it locates itself
-        (``__file__``, package resources): it may open them by a computed name."""
+        to the repository root), the non-Python files beside it when it locates itself
+        (``__file__``, package resources: it may open them by a computed name), every file under
+        the folders of the packages it reads resources of, and the native libraries beside it
+        (every one in the repository when it loads one by ctypes or cffi)."""
         if module not in self._data:
             facts = self.facts(self.root, module)
             folder = str(PurePosixPath(module).parent)
-            found: set[str] = set()
-            if facts.locates_itself:
-                beside = self.under.get(folder, ())
-                found.update(p for p in beside if str(PurePosixPath(p).parent) == folder)
+            found: set[str] = set(self.native if facts.loads_native else ())
+            found.update(p for p in self.under.get(folder, ()) if _beside(p, folder))
+            if not facts.locates_itself:
+                found = {p for p in found if is_native_library(p)}
             for literal in facts.literals:
                 for base in (folder, "."):
                     named = os.path.normpath(os.path.join(base, literal)).replace(os.sep, "/")
                     if named not in (".", "..") and not named.startswith("../"):
                         found.update(self.under.get(named, ()))
+            for package in facts.resources:
+                for resources in self.package_folder(package) or [package.replace(".", "/")]:
+                    found.update(self.under.get(resources, ()))
             self._data[module] = frozenset(found)
         return self._data[module]
 
@@ -301,6 +357,13 @@ class TestInputs:
     files: dict[str, str]
     environment: tuple[str, ...]  # environment variables read by name
     conservative: tuple[str, ...]
+    needs_run: tuple[str, ...] = ()  # "path: line N: what" that only an observed run can tell
+    observed: tuple[str, ...] = ()  # files added from an observed run (not in the static set)
+
+    @functools.cached_property
+    def digest(self) -> str:
+        """The ``files`` part (once per test file: its tests share it)."""
+        return _digest(self.files)
 
     @classmethod
     def read(cls, repo: Repository, test_file: str, plugins: tuple[str, ...] = ()) -> TestInputs:
@@ -308,19 +371,153 @@ class TestInputs:
         named = [path for name in plugins for path in repo.module_file(name)]
         start = {test_file, *_conftests(test_file), *_session_files(repo), *named} & repo.present
         code = closure(root, sorted(p for p in start if p.endswith(".py")), repo.index, repo.facts)
-        launchers = {name for path in code for name in repo.facts(root, path).launchers}
+        facts = {path: repo.facts(root, path) for path in sorted(code)}
+        launchers = {name for fact in facts.values() for name in fact.launchers}
         blind = [
-            f"{path}: {what}"
-            for path in sorted(code)
-            for what in repo.facts(root, path).blind_with(launchers)
+            f"{path}: {what}" for path, fact in facts.items() for what in fact.blind_with(launchers)
+        ]
+        blind += [
+            f"{path}: runs {script}, which is not a repository file"
+            for path, fact in facts.items()
+            for script in fact.scripts
+            if not _script_found(repo, path, script)
         ]
         if test_file not in repo.present:  # what it imports cannot be read: the whole repository
             blind.append(f"{test_file}: not among the repository's files that were read")
-        chosen = repo.files if blind else sorted(code | start | _data_files(repo, code))
-        environment = {name for path in code for name in repo.facts(root, path).environment}
+        data = _data_files(repo, code)
+        data |= config_named(repo, start | data)
+        chosen = repo.files if blind else sorted(code | start | data)
+        environment = {name for fact in facts.values() for name in fact.environment}
         environment |= PYTEST_VARIABLES
         files = {path: repo.digest(path) for path in chosen}
-        return cls(files, tuple(sorted(environment)), tuple(blind))
+        needs = tuple(f"{path}: {what}" for path, fact in facts.items() for what in fact.observed)
+        return cls(files, tuple(sorted(environment)), tuple(blind), needs)
+
+    def observed_as(self, repo: Repository, observation: Observation | None) -> TestInputs:
+        """These inputs with a run's observation: the repository files it opened or imported
+        that the static reading left out join ``files`` (not outputs or caches: they are no
+        repository files, ``repository_files``); without one, what only a run can tell makes
+        them conservative, and so does a program the run started that may run our code."""
+        if self.conservative:
+            return self
+        if observation is None:
+            if not self.needs_run:
+                return self
+            why = tuple(f"{what} (no observed run)" for what in self.needs_run)
+        elif self.needs_run and observation.started:
+            why = tuple(f"observed: started {command}" for command in observation.started)
+        else:
+            extra = sorted(set(observation.files) & repo.present - self.files.keys())
+            if not extra:
+                return self
+            files = {**self.files, **{path: repo.digest(path) for path in extra}}
+            return dataclasses.replace(self, files=dict(sorted(files.items())), observed=extra)
+        everything = {path: repo.digest(path) for path in repo.files}
+        return dataclasses.replace(self, files=everything, conservative=why)
+
+
+def _script_found(repo: Repository, module: str, script: str) -> bool:
+    folder = str(PurePosixPath(module).parent)
+    candidates = {os.path.normpath(os.path.join(base, script)) for base in (folder, ".")}
+    return bool(candidates & repo.present)
+
+
+# Tools whose tables in pyproject.toml name paths of their own (sources, outputs, excludes),
+# never data a test reads.
+_TOOL_TABLES = {
+    "black", "bandit", "bumpversion", "cibuildwheel", "codespell", "commitizen", "coverage",
+    "flit", "hatch", "importlinter", "isort", "maturin", "mypy", "pdm", "poetry", "pydocstyle",
+    "pylint", "pyright", "ruff", "scikit-build", "semantic_release", "setuptools",
+    "setuptools_scm", "towncrier", "uv", "vulture",
+}  # fmt: skip
+_CONFIG_SUFFIXES = (".toml", ".yaml", ".yml", ".json", ".ini", ".cfg", ".env", ".conf")
+_CONFIG_LIMIT = 256_000  # characters of a configuration file read for the paths it names
+_DATA_SUFFIX = re.compile(r"\.[A-Za-z0-9]{1,8}$")
+
+
+def config_named(repo: Repository, files: Iterable[str]) -> set[str]:
+    """The repository paths that the configuration files among ``files`` name (the data path
+    in a settings file, the env file in a pyproject.toml tool table): code may open them by
+    the value it reads, which no literal shows. A named file is in, a named folder's data files
+    are (not from pyproject.toml, whose tables name source folders), and a path-like value that
+    names nothing yet is in as absent, so creating it changes the key."""
+    found: set[str] = set()
+    todo = [path for path in files if path.endswith(_CONFIG_SUFFIXES)]
+    done: set[str] = set()
+    while todo:
+        config = todo.pop()
+        if config in done:
+            continue
+        done.add(config)
+        project = PurePosixPath(config).name == "pyproject.toml"
+        folder = str(PurePosixPath(config).parent)
+        for value in _config_values(repo, config, project):
+            for base in (folder, "."):
+                named = os.path.normpath(os.path.join(base, value)).replace(os.sep, "/")
+                if named in (".", "..") or named.startswith(("../", "/")):
+                    continue
+                if named in repo.present:
+                    found.add(named)
+                    if named.endswith(_CONFIG_SUFFIXES):
+                        todo.append(named)
+                elif not project and named in repo.under:
+                    found.update(repo.under[named])
+                elif _path_like(value):
+                    found.add(named)  # absent now: digested as unreadable
+    return found
+
+
+def _path_like(value: str) -> bool:
+    if any(c in value for c in " {}$*:@<>|\\"):
+        return False
+    return "/" in value or _DATA_SUFFIX.search(value) is not None
+
+
+def _config_values(repo: Repository, config: str, project: bool) -> list[str]:
+    """The string values of a configuration file (of pyproject.toml: its tool tables but those
+    of ``_TOOL_TABLES``), or every quoted or assigned word of one that is not TOML or JSON."""
+    try:
+        text = Path(repo.root, config).read_text(errors="replace")[:_CONFIG_LIMIT]
+    except OSError:
+        return []
+    if project:
+        try:
+            tools = tomllib.loads(text).get("tool", {})
+        except tomllib.TOMLDecodeError:
+            return []
+        return _strings_in({k: v for k, v in tools.items() if k not in _TOOL_TABLES})
+    if config.endswith(".json"):
+        try:
+            return _strings_in(json.loads(text))
+        except ValueError:
+            pass
+    elif config.endswith(".toml"):
+        try:
+            return _strings_in(tomllib.loads(text))
+        except tomllib.TOMLDecodeError:
+            pass
+    words = re.findall(r"[\"']([^\"'\n]{1,200})[\"']|[:=][ \t]*([^\s\"'#,\]\[{}]{1,200})", text)
+    return [quoted or bare for quoted, bare in words]
+
+
+def _strings_in(value: object) -> list[str]:
+    if isinstance(value, str):
+        return [value] if 0 < len(value) <= 200 else []
+    if isinstance(value, Mapping):
+        return [s for item in value.values() for s in _strings_in(item)]
+    if isinstance(value, list | tuple):
+        return [s for item in value for s in _strings_in(item)]
+    return []
+
+
+def is_native_library(path: str) -> bool:
+    """A compiled library Python code may load: an extension module or a ctypes target."""
+    name = PurePosixPath(path).name
+    return name.endswith((".so", ".pyd", ".dylib", ".dll")) or ".so." in name
+
+
+def _beside(path: str, folder: str) -> bool:
+    return str(PurePosixPath(path).parent) == folder
 
 
 def _conftests(test_file: str) -> list[str]:

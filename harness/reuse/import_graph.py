@@ -38,28 +38,94 @@ SKIP_DIRS = {
 }
 SKIP_ROOT_DIRS = {"out", "build", "dist", "venv"}
 
+# Every callable of the families below is matched by its qualified name, however the module
+# reaches it: ``subprocess.run``, ``from subprocess import run``, ``import subprocess as sp;
+# sp.run``, ``runner = subprocess.run; runner(...)`` all read as ``subprocess.run``.
+SUBMODULES = ".*"  # an import name's suffix: every module under that folder
 # Calls whose first argument names a module to import: followed when it is a literal, blind
 # otherwise.
-SUBMODULES = ".*"  # an import name's suffix: every module under that folder
+_IMPORT_FUNCTIONS = {
+    "importlib.import_module": "import_module",
+    "builtins.__import__": "__import__",
+    "importlib.__import__": "__import__",
+    "runpy.run_module": "run_module",
+    "runpy.run_path": "run_path",
+    "importlib.util.spec_from_file_location": "spec_from_file_location",
+    "importlib.machinery.SourceFileLoader": "SourceFileLoader",
+    "imp.load_source": "load_source",
+    "pkgutil.resolve_name": "resolve_name",
+}
+# The same by their bare attribute name, when what owns them cannot be told (``self.loader``).
 _IMPORT_CALLS = {"import_module", "__import__", "run_module", "run_path", "spec_from_file_location"}
 # Calls that start another program: it may run repository code that no import shows.
-_PROCESS_CALLS = {
-    ("subprocess", "run"),
-    ("subprocess", "Popen"),
-    ("subprocess", "call"),
-    ("subprocess", "check_call"),
-    ("subprocess", "check_output"),
-    ("os", "system"),
-    ("os", "popen"),
-    ("asyncio", "create_subprocess_exec"),
-    ("asyncio", "create_subprocess_shell"),
+_PROCESS_FUNCTIONS = {
+    "subprocess.run",
+    "subprocess.Popen",
+    "subprocess.call",
+    "subprocess.check_call",
+    "subprocess.check_output",
+    "subprocess.getoutput",
+    "subprocess.getstatusoutput",
+    "os.system",
+    "os.popen",
+    "pty.spawn",
+    "asyncio.create_subprocess_exec",
+    "asyncio.create_subprocess_shell",
 }
-_PROCESS_PREFIXES = {("os", "exec"), ("os", "spawn"), ("os", "posix_spawn")}
+_PROCESS_PREFIXES = ("os.exec", "os.spawn", "os.posix_spawn")
 # Programs that are not the repository's: starting them is not blind (never an interpreter,
 # pytest, `bot` or a shell, which may run repository code).
 _OUTSIDE_PROGRAMS = {"git", "nvidia-smi", "nvcc", "ptxas", "chromium", "chromium-browser", "which"}
+# Interpreter options that take the next argument as their value (``-X dev``, ``-W error``).
+_PYTHON_OPTION_VALUES = {"-X", "-W", "-Q"}
 # Modules that open files relative to a package (importlib.resources, pkgutil.get_data).
 _RESOURCE_MODULES = ("importlib.resources", "importlib_resources", "pkgutil", "pkg_resources")
+# Their calls whose first argument names the package whose folder holds the resource.
+_RESOURCE_FUNCTIONS = {
+    *(
+        f"{module}.{name}"
+        for module in ("importlib.resources", "importlib_resources")
+        for name in (
+            "files",
+            "read_text",
+            "read_binary",
+            "open_text",
+            "open_binary",
+            "path",
+            "contents",
+            "is_resource",
+        )
+    ),
+    "pkgutil.get_data",
+    *(
+        f"pkg_resources.{name}"
+        for name in (
+            "resource_string",
+            "resource_stream",
+            "resource_filename",
+            "resource_listdir",
+            "resource_exists",
+            "resource_isdir",
+        )
+    ),
+}
+# Names that, as a resource call's package argument, mean the calling module's own package.
+_OWN_PACKAGE = {"__name__", "__package__", "__spec__.parent", "__spec__.name"}
+# Loading a native library: ``ctypes.CDLL(...)``, ``ctypes.cdll.LoadLibrary``, ``ffi.dlopen``.
+_NATIVE_PREFIXES = (
+    "ctypes.CDLL",
+    "ctypes.PyDLL",
+    "ctypes.cdll",
+    "ctypes.pydll",
+    "ctypes.util",
+    "numpy.ctypeslib.load_library",
+)
+_NATIVE_ATTRIBUTES = {"dlopen", "LoadLibrary"}
+# The environment: reading calls and the mapping itself (its writes are not reads).
+_ENVIRONMENT_READS = {"os.getenv", "os.getenvb", "os.environ.get", "os.environ.pop"}
+_ENVIRONMENT_MAPPINGS = {"os.environ", "os.environb"}
+_BUILTINS = {"__import__": "builtins.__import__"}
+_EXTENSION_SUFFIXES = (".so", ".pyd")  # extension modules, indexed by their module name
 
 
 @dataclass(frozen=True)
@@ -73,6 +139,10 @@ class ModuleFacts:
     launchers: tuple[str, ...] = ()  # functions that start the program their caller names
     calls: tuple[tuple[str, int, bool], ...] = ()  # (callee, line, its command is followed)
     locates_itself: bool = False  # reads __file__ or package resources: may open files beside it
+    resources: tuple[str, ...] = ()  # packages (dotted) whose folders it reads resources from
+    loads_native: bool = False  # loads a native library by ctypes / cffi
+    observed: tuple[str, ...] = ()  # "line N: what" — only a run can tell (an observed key)
+    scripts: tuple[str, ...] = ()  # Python files it runs as ``python FILE`` (literal paths)
 
     def blind_with(self, launchers: set[str]) -> tuple[str, ...]:
         """``blind``, plus the calls of those launchers (of any module) that may run our code."""
@@ -90,12 +160,17 @@ def module_index(root: str) -> Mapping[str, tuple[str, ...]]:
 
 
 def build_index(files: Iterable[str]) -> Mapping[str, tuple[str, ...]]:
-    """Dotted name (every suffix of a file's dotted path) -> repository files, nearest first."""
+    """Dotted name (every suffix of a file's dotted path) -> repository files, nearest first;
+    an extension module by its module name (the part of its file name before the first dot)."""
     index: dict[str, list[str]] = {}
     for relative in files:
-        if not relative.endswith(".py"):
+        if relative.endswith(".py"):
+            parts = relative[:-3].split("/")
+        elif relative.endswith(_EXTENSION_SUFFIXES):  # pkg/_speed.cpython-311-x86_64-linux-gnu.so
+            parts = relative.split("/")
+            parts[-1] = parts[-1].split(".")[0]
+        else:
             continue
-        parts = relative[:-3].split("/")
         if parts[-1] == "__init__":
             parts.pop()
         for start in range(len(parts)):
@@ -133,6 +208,8 @@ def resolve(index: Mapping[str, tuple[str, ...]], name: str) -> list[str]:
 
 
 def module_facts(root: str, path: str) -> ModuleFacts:
+    if not path.endswith(".py"):  # an extension module: compiled, it names nothing we can read
+        return ModuleFacts((), (), (), ())
     try:
         source = Path(root, path).read_text(errors="replace")
     except OSError as error:
@@ -162,6 +239,7 @@ class _Reader(ast.NodeVisitor):
         self.constants: dict[str, tuple[str, ...]] = {}  # names that can only be these literals
         self.bound: list[dict[str, tuple[str, ...]]] = []  # loop targets over those, innermost last
         self.programs: dict[str, str] = {}  # names that can only be shutil.which("program")
+        self.names: dict[str, str] = {}  # local name -> the qualified name it stands for
         self.parameters: list[tuple[str, set[str]]] = []  # enclosing functions and their parameters
         self.launchers: list[str] = []
         self.calls: list[tuple[str, int, bool]] = []
@@ -170,6 +248,10 @@ class _Reader(ast.NodeVisitor):
         self.literals: list[str] = []
         self.environment: list[str] = []
         self.blind: list[str] = []
+        self.observed: list[str] = []
+        self.resources: list[str] = []
+        self.scripts: list[str] = []
+        self.loads_native = False
 
     def read(self, tree: ast.Module) -> ModuleFacts:
         self.constants = _literal_names(tree, _literal_strings)
@@ -178,6 +260,7 @@ class _Reader(ast.NodeVisitor):
             for name, values in _literal_names(tree, _which_program).items()
             if len(values) == 1
         }
+        self.names = _qualified_names(tree, self.package)
         self.visit(tree)
         return ModuleFacts(
             tuple(name for name in self.imports if name),
@@ -187,6 +270,10 @@ class _Reader(ast.NodeVisitor):
             tuple(dict.fromkeys(self.launchers)),
             tuple(self.calls),
             self.locates_itself or any(name.startswith(_RESOURCE_MODULES) for name in self.imports),
+            tuple(dict.fromkeys(self.resources)),
+            self.loads_native,
+            tuple(self.observed),
+            tuple(self.scripts),
         )
 
     def visit_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
@@ -216,12 +303,7 @@ class _Reader(ast.NodeVisitor):
         self.generic_visit(node)
 
     def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
-        if node.level:
-            package = self.package
-            anchor = package[: len(package) - (node.level - 1)] if node.level > 1 else package
-            module = ".".join([*anchor, *([node.module] if node.module else [])])
-        else:
-            module = node.module or ""
+        module = _from_module(node, self.package)
         self.imports.append(module)
         self.imports += [f"{module}.{alias.name}" for alias in node.names if alias.name != "*"]
 
@@ -241,31 +323,75 @@ class _Reader(ast.NodeVisitor):
 
     def visit_Call(self, node: ast.Call) -> None:
         owner, name = _callee(node.func)
+        qualified = self._qualified(node.func) or ""
         first = node.args[0] if node.args else None
         followed = self._outside_program(first) or self._python_child(first, node)
-        if name in _IMPORT_CALLS and (owner is not None or name == "__import__"):
-            modules = self._strings(first)
-            if modules is None and self._own_submodule(first):
-                self.imports.append(".".join(self.package) + SUBMODULES)
-            elif modules is None:
-                self._blind(node, f"{name}() of a computed name")
-            elif name in ("import_module", "__import__", "run_module"):
-                self.imports += modules
-            else:
-                self._blind(node, f"{name}() runs a file by path")
-        elif (owner, name) in _PROCESS_CALLS or any(
-            owner == o and name.startswith(p) for o, p in _PROCESS_PREFIXES
+        if qualified in _IMPORT_FUNCTIONS or (
+            not qualified and name in _IMPORT_CALLS and owner is not None
         ):
+            self._import_call(_IMPORT_FUNCTIONS.get(qualified, name), first, node)
+        elif _is_process(qualified) or (not qualified and _is_process(f"{owner}.{name}")):
             if self._is_parameter(first):
                 self.launchers.append(self.parameters[-1][0])
+            elif not followed and self._computed_program(first):
+                self.observed.append(f"line {node.lineno}: {name}() of a computed program")
             elif not followed:
-                self._blind(node, f"{owner}.{name}() may run repository code")
-        elif (owner, name) == ("os", "getenv") or (
-            name in ("get", "pop", "setdefault") and _is_environ(node.func.value)  # type: ignore[attr-defined]
+                self._blind(node, f"{qualified or f'{owner}.{name}'}() may run repository code")
+        elif qualified in _ENVIRONMENT_READS or (
+            name in ("get", "pop") and self._is_environ(node.func.value)  # type: ignore[attr-defined]
         ):
             self._environment_name(first, node)
+        elif qualified in _RESOURCE_FUNCTIONS:
+            self._resource_call(qualified, first, node)
+        elif qualified.startswith(_NATIVE_PREFIXES) or name in _NATIVE_ATTRIBUTES:
+            self.loads_native = True
         self.calls.append((name, node.lineno, followed))
         self.generic_visit(node)
+
+    def _qualified(self, node: ast.AST) -> str | None:
+        """The qualified name an expression stands for through the module's imports and
+        aliases (``sp.run`` -> ``subprocess.run``), None when it is not one."""
+        return _dotted(node, self.names)
+
+    def _is_environ(self, node: ast.AST) -> bool:
+        return self._qualified(node) in _ENVIRONMENT_MAPPINGS or _is_environ(node)
+
+    def _import_call(self, name: str, first: ast.expr | None, node: ast.Call) -> None:
+        modules = self._strings(first)
+        if modules is None and self._own_submodule(first):
+            self.imports.append(".".join(self.package) + SUBMODULES)
+        elif modules is None:
+            self._blind(node, f"{name}() of a computed name")
+        elif name in ("import_module", "__import__", "run_module", "resolve_name"):
+            self.imports += [module.split(":")[0] for module in modules]
+        else:
+            self._blind(node, f"{name}() runs a file by path")
+
+    def _resource_call(self, qualified: str, first: ast.expr | None, node: ast.Call) -> None:
+        """A package resource: every file under the named package's folder is in the key."""
+        self.locates_itself = True
+        if first is None or self._is_own_package(first):
+            self.resources.append(".".join(self.package))
+            return
+        packages = self._strings(first) or _tuple(self._qualified(first))
+        if packages is None:
+            self._blind(node, f"{qualified.rsplit('.', 1)[-1]}() of a computed package")
+        else:
+            self.resources += packages
+
+    def _is_own_package(self, node: ast.expr) -> bool:
+        text = ast.unparse(node)
+        return text in _OWN_PACKAGE
+
+    def _computed_program(self, command: ast.expr | None) -> bool:
+        """A command whose program is computed (a name, an attribute, a call), not the
+        interpreter, not a literal: what it runs only a run can tell (the observed key)."""
+        program = command.elts[0] if isinstance(command, ast.List | ast.Tuple) else None
+        if program is None or isinstance(program, ast.Constant | ast.Starred):
+            return False
+        if self._qualified(program) == "sys.executable" or self._strings(program) is not None:
+            return False
+        return not (isinstance(program, ast.Name) and program.id in self.programs)
 
     def _own_submodule(self, node: ast.expr | None) -> bool:
         """``f"{__name__}.{…}"`` in a package's ``__init__.py`` (plug-ins found with
@@ -283,12 +409,12 @@ class _Reader(ast.NodeVisitor):
         )
 
     def visit_Subscript(self, node: ast.Subscript) -> None:
-        if _is_environ(node.value) and isinstance(node.ctx, ast.Load):
+        if isinstance(node.ctx, ast.Load) and self._is_environ(node.value):
             self._environment_name(node.slice, node)
         self.generic_visit(node)
 
     def visit_Compare(self, node: ast.Compare) -> None:
-        if any(_is_environ(c) for c in node.comparators):
+        if any(self._is_environ(c) for c in node.comparators):
             self._environment_name(node.left, node)
         self.generic_visit(node)
 
@@ -325,18 +451,40 @@ class _Reader(ast.NodeVisitor):
         return word in _OUTSIDE_PROGRAMS
 
     def _python_child(self, command: ast.AST | None, at: ast.AST) -> bool:
-        """``[python, "-c", CODE]`` or ``[python, "-m", MODULE]`` with literal CODE / MODULE: the
-        child runs that code, read here as part of this module. False for any other command."""
-        if not isinstance(command, ast.List | ast.Tuple) or len(command.elts) < 3:
+        """``[python, OPTIONS..., "-c", CODE]``, ``[python, ..., "-m", MODULE]`` or ``[python,
+        ..., "script.py", ...]`` with literal CODE / MODULE / script: the child runs that code,
+        read here as part of this module (a script as an import of its file). The interpreter
+        with options only (``python -V``) runs no repository code. False for any other command."""
+        if not isinstance(command, ast.List | ast.Tuple) or len(command.elts) < 2:
             return False
-        program, flag, argument = command.elts[:3]
-        interpreter = _is_sys_executable(program) or (
+        program, *arguments = command.elts
+        interpreter = self._qualified(program) == "sys.executable" or (
             (self._strings(program) or ("",))[0].rsplit("/", 1)[-1].startswith("python")
         )
-        flag_value, values = self._strings(flag), self._strings(argument)
-        if not interpreter or flag_value not in (("-c",), ("-m",)) or values is None:
+        if not interpreter:
             return False
-        if flag_value == ("-m",):
+        flags = [self._strings(argument) for argument in arguments]
+        position = 0
+        while position < len(flags):
+            flag = flags[position]
+            if flag is None or len(flag) != 1:
+                return False
+            word = flag[0]
+            if word in ("-c", "-m"):
+                break
+            if not word.startswith("-"):  # a script: followed when it is a Python file
+                if not word.endswith(".py"):
+                    return False
+                self.scripts.append(word)
+                self.imports.append(word.removesuffix(".py").replace("/", "."))
+                return True
+            position += 2 if word in _PYTHON_OPTION_VALUES else 1
+        else:
+            return True  # the interpreter and its options only
+        values = flags[position + 1] if position + 1 < len(flags) else None
+        if values is None:
+            return False
+        if word == "-m":
             self.imports += values
             return True
         for source in values:
@@ -348,7 +496,13 @@ class _Reader(ast.NodeVisitor):
             self.imports += child.imports
             self.literals += child.literals
             self.environment += child.environment
-            self.blind += [f"{what} (in the python -c code)" for what in child.blind]
+            self.resources += child.resources
+            self.scripts += child.scripts
+            self.loads_native |= child.loads_native
+            # the audit hook sees this process only: what the child alone can tell is blind
+            self.blind += [
+                f"{what} (in the python -c code)" for what in (*child.blind, *child.observed)
+            ]
         return True
 
     def _environment_name(self, node: ast.AST | None, at: ast.AST) -> None:
@@ -396,6 +550,63 @@ def _literal_names(
     }
 
 
+def _qualified_names(tree: ast.Module, package: tuple[str, ...]) -> dict[str, str]:
+    """Local name -> the qualified name it is bound to by an import (``import subprocess as
+    sp``, ``from os import getenv``, a relative import made absolute) or by an assignment of
+    such a name (``run = subprocess.run``, ``env = os.environ``); any binding counts, so a name
+    bound to a followed function anywhere is read as that function everywhere."""
+    names: dict[str, str] = {}
+    assignments: list[tuple[str, ast.expr]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.asname:
+                    names[alias.asname] = alias.name
+                else:
+                    top = alias.name.split(".")[0]
+                    names[top] = top
+        elif isinstance(node, ast.ImportFrom):
+            module = _from_module(node, package)
+            for alias in node.names:
+                if alias.name != "*":
+                    names[alias.asname or alias.name] = f"{module}.{alias.name}"
+        elif isinstance(node, ast.Assign | ast.AnnAssign) and node.value is not None:
+            for target in getattr(node, "targets", None) or [node.target]:
+                if isinstance(target, ast.Name):
+                    assignments.append((target.id, node.value))
+    for _ in range(3):  # aliases of aliases
+        for name, value in assignments:
+            qualified = _dotted(value, names)
+            if qualified is not None and name not in names:
+                names[name] = qualified
+    return names
+
+
+def _from_module(node: ast.ImportFrom, package: tuple[str, ...]) -> str:
+    """The module a ``from ... import`` names, a relative one made absolute."""
+    if not node.level:
+        return node.module or ""
+    anchor = package[: len(package) - (node.level - 1)] if node.level > 1 else package
+    return ".".join([*anchor, *([node.module] if node.module else [])])
+
+
+def _dotted(node: ast.AST, names: Mapping[str, str]) -> str | None:
+    if isinstance(node, ast.Name):
+        return names.get(node.id, _BUILTINS.get(node.id))
+    if isinstance(node, ast.Attribute):
+        owner = _dotted(node.value, names)
+        return f"{owner}.{node.attr}" if owner else None
+    return None
+
+
+def _is_process(qualified: str) -> bool:
+    return qualified in _PROCESS_FUNCTIONS or qualified.startswith(_PROCESS_PREFIXES)
+
+
+def _tuple(value: str | None) -> tuple[str, ...] | None:
+    return (value,) if value else None
+
+
 def _which_program(value: ast.AST) -> tuple[str, ...] | None:
     """``shutil.which("program")``: the program, when it is a literal."""
     if isinstance(value, ast.Call) and _callee(value.func) == ("shutil", "which") and value.args:
@@ -428,15 +639,6 @@ def _callee(func: ast.AST) -> tuple[str | None, str]:
     if isinstance(func, ast.Name):
         return None, func.id
     return None, ""
-
-
-def _is_sys_executable(node: ast.AST) -> bool:
-    return (
-        isinstance(node, ast.Attribute)
-        and node.attr == "executable"
-        and isinstance(node.value, ast.Name)
-        and node.value.id == "sys"
-    )
 
 
 def _is_environ(node: ast.AST) -> bool:

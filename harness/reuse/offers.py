@@ -36,11 +36,14 @@ from stagebot.harness.reuse.dependency_key import (
     DependencyKey,
     Environment,
     FamilyInputs,
+    Observation,
     Repository,
     changed_lines,
     current_environment,
     dependency_key,
 )
+from stagebot.harness.reuse.observe import FOLDER as OBSERVED
+from stagebot.harness.reuse.observe import read_observations
 from stagebot.stages.history import EnvironmentChange
 from stagebot.stages.names import stage_family
 from stagebot.stages.plan import MatrixEntry
@@ -92,7 +95,8 @@ def offer(
 def _compact(found: dict) -> dict[str, Any]:
     """The offered passes as a matrix entry carries them (its JSON travels in a dispatch's
     inputs, at most 60,000 characters): each distinct (source, environment, gpu) once in
-    ``sources``; per test, its code key's first ``DIGEST_CHARS`` and its source's index."""
+    ``sources``; per test, its code key's first ``DIGEST_CHARS``, its source's index and, when
+    its run observed files its static reading left out, those files (its key digests them)."""
     sources: list[list] = []
     index: dict[tuple, int] = {}
     candidates = {}
@@ -105,7 +109,8 @@ def _compact(found: dict) -> dict[str, Any]:
         if where not in index:
             index[where] = len(sources)
             sources.append(list(where))
-        candidates[test] = [hit.key[:DIGEST_CHARS], index[where]]
+        observed = json.loads(hit.parts.get("observed", "[]"))
+        candidates[test] = [hit.key[:DIGEST_CHARS], index[where], *([observed] if observed else [])]
     return {"sources": sources, "candidates": candidates}
 
 
@@ -178,11 +183,11 @@ class KeyCheck:
         share = set(entry.tests) if entry.tests else None
         dropped: Counter[str] = Counter()
         sources = entry.key_reuse.get("sources", [])
-        for test_id, (code, at) in sorted(entry.key_reuse.get("candidates", {}).items()):
+        for test_id, (code, at, *seen) in sorted(entry.key_reuse.get("candidates", {}).items()):
             source, environment, gpu = sources[at]
             if (share is not None and test_id not in share) or test_id in entry.reused_tests:
                 continue
-            key = check.key(test_id)
+            key = check.key(test_id, Observation(tuple(seen[0]) if seen else ()))
             if key.code[:DIGEST_CHARS] != code:
                 continue
             mismatch = [
@@ -200,8 +205,8 @@ class KeyCheck:
         ]
         return check
 
-    def key(self, test_id: str) -> DependencyKey:
-        return dependency_key(self.repo, test_id, self.family, self.environment)
+    def key(self, test_id: str, observed: Observation | None = None) -> DependencyKey:
+        return dependency_key(self.repo, test_id, self.family, self.environment, (), observed)
 
     def deselected(self, entry: MatrixEntry) -> MatrixEntry:
         """``entry`` with the tests reused by key deselected too."""
@@ -211,11 +216,15 @@ class KeyCheck:
 
     def write(self, out: Path, finished: Iterable[str] = ()) -> None:
         """``keys.json`` in the shard folder ``out``: the tests reused by key and the keys of
-        the ``finished`` tests (those with an outcome), written whole or not at all."""
+        the ``finished`` tests (those with an outcome), with what their run observed (``out``'s
+        ``observed/``: a test file no session observed keeps its static key), written whole or
+        not at all."""
         keys, files = [], {}
-        for test_id in sorted(set(finished)):
-            key = self.key(test_id)
+        finished = sorted(set(finished))
+        observed = read_observations(out / OBSERVED, {t.split("::")[0] for t in finished})
+        for test_id in finished:
             test_file = test_id.split("::")[0]
+            key = self.key(test_id, observed.get(test_file))
             keys.append(
                 {
                     "test_id": test_id,

@@ -21,6 +21,9 @@ when its option is given:
 - ``--stagebot-select FILE`` / ``--stagebot-deselect FILE``: newline-separated test ids to keep /
   drop (a shard's share of its family, and the tests reused from an earlier pipeline).
 
+- ``--stagebot-observe FOLDER``: record what each test file's collection and tests opened,
+  imported and started (``harness/reuse/observe.py``: the observed part of a dependency key).
+
 A failed test's log ends with a ``stagebot: load`` section: the host's load average when it
 failed, so a limit that ran out (a rank's deadline) is judged with it.
 
@@ -85,6 +88,13 @@ def pytest_addoption(parser) -> None:
         default=None,
         help="drop the test ids listed in FILE (one per line)",
     )
+    group.addoption(
+        "--stagebot-observe",
+        dest="stagebot_observe",
+        metavar="FOLDER",
+        default=None,
+        help="record the files each test file opened and imported, for its dependency key",
+    )
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -147,6 +157,13 @@ def pytest_configure(config) -> None:
     if config.getoption("stagebot_jsonl"):
         config.pluginmanager.register(
             TestStream(config.getoption("stagebot_jsonl")), "stagebot-jsonl"
+        )
+    if config.getoption("stagebot_observe"):
+        from stagebot.harness.reuse.observe import Observer
+
+        folder = Path(config.getoption("stagebot_observe"))
+        config.pluginmanager.register(
+            Observer(config.invocation_params.dir, folder), "stagebot-observe"
         )
     if any(
         config.getoption(o) for o in ("stagebot_waives", "stagebot_select", "stagebot_deselect")

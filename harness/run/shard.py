@@ -103,8 +103,8 @@ def clear_shard_folder(out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     for path in [*(out / n for n in (*SHARD_OUTPUTS, SEAL)), *out.glob("rerun-*.jsonl")]:
         path.unlink(missing_ok=True)
-    shutil.rmtree(out / "raw", ignore_errors=True)
-    shutil.rmtree(out / "work", ignore_errors=True)
+    for folder in ("raw", "work", "observed"):
+        shutil.rmtree(out / folder, ignore_errors=True)
 
 
 def run_shard(entry: MatrixEntry, context: ShardContext) -> StageResult:
@@ -323,6 +323,8 @@ def _attempt(entry, context, env, deadline, stream_path, tag, select) -> _Attemp
         junit.parent.mkdir(exist_ok=True)
         argv = [*argv, f"--junitxml={junit}", f"--stagebot-jsonl={stream_path}"]
         argv.append(f"--stagebot-waives={out / 'waives.json'}")
+        if entry.key_reuse:  # what the tests open and import joins their dependency keys
+            argv.append(f"--stagebot-observe={out / 'observed'}")
         if select:
             ids = out / "raw" / f"select-{tag}.txt"
             ids.write_text("\n".join(select) + "\n", encoding="utf-8")

@@ -35,6 +35,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import tomllib
 from collections import Counter
 from pathlib import Path
 
@@ -325,7 +326,14 @@ def run_tests(commit: str, path: str, work: Path) -> dict[str, str]:
         (shim / "__init__.py").write_text("")
     with tempfile.TemporaryDirectory() as scratch:
         report = Path(scratch, "report.xml")
-        env = {**os.environ, "PYTHONPATH": f"{shim.parent}{os.pathsep}{folder / 'tests'}"}
+        # the tree's own pytest plugin, not the installed one (whose module may not exist at
+        # that commit, and then the editable install would lend today's to an old tree)
+        env = {
+            **os.environ,
+            "PYTHONPATH": f"{shim.parent}{os.pathsep}{folder / 'tests'}",
+            "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+        }
+        plugins = [arg for module in tree_plugins(folder) for arg in ("-p", module)]
         subprocess.run(
             [
                 sys.executable,
@@ -335,6 +343,7 @@ def run_tests(commit: str, path: str, work: Path) -> dict[str, str]:
                 "-q",
                 "-p",
                 "no:cacheprovider",
+                *plugins,
                 f"--junitxml={report}",
             ],
             cwd=folder,
@@ -344,6 +353,13 @@ def run_tests(commit: str, path: str, work: Path) -> dict[str, str]:
         )
         cases = read_junit(report) or []
         return {case.test_id: case.outcome for case in cases} or {path: "no result"}
+
+
+def tree_plugins(folder: Path) -> list[str]:
+    """The pytest11 entry points' modules of the tree's pyproject.toml."""
+    project = tomllib.loads((folder / "pyproject.toml").read_text())
+    entries = project.get("project", {}).get("entry-points", {}).get("pytest11", {})
+    return [str(module).split(":")[0] for module in entries.values()]
 
 
 if __name__ == "__main__":

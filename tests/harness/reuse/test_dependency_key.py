@@ -6,12 +6,14 @@ the whole repository's."""
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
 import pytest
 
 from stagebot.harness.reuse.dependency_key import (
     Environment,
+    Observation,
     Repository,
     changed_inputs,
     dependency_key,
@@ -87,8 +89,15 @@ def family():
     return next(f for f in catalog.families if f.name == "CPU-PyTorch")
 
 
-def key(root: Path, family, environment: Environment = ENVIRONMENT, waives=(), test_id=TEST_ID):
-    return dependency_key(Repository(root), test_id, family, environment, waives)
+def key(
+    root: Path,
+    family,
+    environment: Environment = ENVIRONMENT,
+    waives=(),
+    test_id=TEST_ID,
+    observed=None,
+):
+    return dependency_key(Repository(root), test_id, family, environment, waives, observed)
 
 
 def edit(root: Path, name: str, text: str = "# changed\n") -> None:
@@ -239,7 +248,8 @@ BLIND = [
         id="a subprocess running a Python file named at run time",
     ),
     pytest.param(
-        'from pkg.launch import run_process\n\ndef run():\n    run_process(["python", "x.py"])\n',
+        "from pkg.launch import run_process\n\n"
+        'def run(script):\n    run_process(["python", script])\n',
         "run_process() may run repository code",
         id="a launcher given a Python command",
     ),
@@ -416,3 +426,189 @@ def test_pytests_own_variables_are_in_the_key(repo, family) -> None:
         ENVIRONMENT, variables={**ENVIRONMENT.variables, "PYTEST_ADDOPTS": "-x"}
     )
     assert changed_inputs(key(repo, family), key(repo, family, other)) == ["environment changed"]
+
+
+# Each family of calls, reached every way a module can name it: through its module, by its bare
+# name, through an alias of the module, as an attribute of such an alias, through a name bound
+# to it. ``{call}`` is the call's spelling, ``{imports}`` what makes that spelling mean it.
+REACHED = [
+    pytest.param("import {module}", "{module}.{name}", id="through its module"),
+    pytest.param("from {module} import {name}", "{name}", id="by its bare name"),
+    pytest.param("from {module} import {name} as alias", "alias", id="by an alias of it"),
+    pytest.param("import {module} as m", "m.{name}", id="as an attribute of an alias"),
+    pytest.param("import {module}\nbound = {module}.{name}", "bound", id="by a name bound to it"),
+]
+
+
+def facts_of(tmp_path: Path, imports: str, call: str, module: str, name: str, arguments: str):
+    source = imports.format(module=module, name=name) + "\n\n"
+    source += f"def f(value):\n    return {call.format(module=module, name=name)}({arguments})\n"
+    (tmp_path / "m.py").write_text(source)
+    return module_facts(str(tmp_path), "m.py")
+
+
+@pytest.mark.parametrize(("imports", "call"), REACHED)
+@pytest.mark.parametrize(
+    ("module", "name", "arguments", "blind"),
+    [
+        ("importlib", "import_module", "value", "import_module() of a computed name"),
+        ("subprocess", "run", "[value]", "() of a computed program"),
+        ("subprocess", "check_output", "value.strip()", "may run repository code"),
+        ("os", "system", "value.strip()", "may run repository code"),
+        ("runpy", "run_path", "value", "run_path() of a computed name"),
+    ],
+)
+def test_a_blind_call_is_blind_however_it_is_reached(
+    tmp_path, imports, call, module, name, arguments, blind
+) -> None:
+    facts = facts_of(tmp_path, imports, call, module, name, arguments)
+    assert any(blind in why for why in facts.blind + facts.observed), facts
+
+
+@pytest.mark.parametrize(("imports", "call"), REACHED)
+def test_an_environment_read_is_followed_however_it_is_reached(tmp_path, imports, call) -> None:
+    facts = facts_of(tmp_path, imports, call, "os", "getenv", '"PKG_LEVEL"')
+    assert facts.environment == ("PKG_LEVEL",)
+
+
+@pytest.mark.parametrize(("imports", "call"), REACHED)
+@pytest.mark.parametrize(
+    ("module", "name"),
+    [("importlib.resources", "files"), ("pkgutil", "get_data"), ("importlib_resources", "files")],
+)
+def test_a_resource_call_names_its_package_however_it_is_reached(
+    tmp_path, imports, call, module, name
+) -> None:
+    facts = facts_of(tmp_path, imports, call, module, name, '"pkg.data"')
+    assert facts.resources == ("pkg.data",)
+    assert not facts_of(tmp_path, imports, call, module, name, "value").resources  # computed:
+    assert any("of a computed package" in why for why in module_facts(str(tmp_path), "m.py").blind)
+
+
+@pytest.mark.parametrize(("imports", "call"), REACHED)
+def test_a_native_library_load_is_seen_however_it_is_reached(tmp_path, imports, call) -> None:
+    assert facts_of(tmp_path, imports, call, "ctypes", "CDLL", "value").loads_native
+
+
+@pytest.mark.parametrize(
+    "write",
+    [
+        "os.environ.setdefault(name, value)",
+        "os.environ[name] = value",
+        "os.environ.update({name: value})",
+        "environ.setdefault(name, value)",
+    ],
+)
+def test_a_write_to_the_environment_is_not_a_read(repo, family, write) -> None:
+    """An env-file conftest (``for k, v in pairs: os.environ.setdefault(k, v)``) once made every
+    key conservative as "a variable read by a computed name"."""
+    (repo / "conftest.py").write_text(
+        f"import os\nfrom os import environ\n\nfor name, value in [('A', '1')]:\n    {write}\n"
+    )
+    assert key(repo, family).conservative == ()
+    (repo / "conftest.py").write_text("import os\n\nfor name in ['A']:\n    os.environ[name]\n")
+    assert key(repo, family).conservative  # the negative control: a computed read is blind
+
+
+@pytest.mark.parametrize(
+    ("command", "conservative"),
+    [
+        pytest.param('[sys.executable, "-V"]', False, id="the interpreter with options only"),
+        pytest.param('[sys.executable, "-sS", "-c", "import platform"]', False, id="options, -c"),
+        pytest.param('[sys.executable, "pkg/unrelated.py"]', False, id="a repository script"),
+        pytest.param('[sys.executable, "missing.py"]', True, id="a script that is not ours"),
+        pytest.param("[sys.executable, script]", True, id="a computed script"),
+    ],
+)
+def test_a_python_child_is_followed_when_what_it_runs_is_known(
+    repo, family, command, conservative
+) -> None:
+    (repo / "pkg/spawner.py").write_text(
+        f"import subprocess, sys\n\ndef run(script):\n    subprocess.run({command})\n"
+    )
+    edit(repo, "pkg/deep.py", "import pkg.spawner\n")
+    before = key(repo, family)
+    assert bool(before.conservative) == conservative, before.conservative
+    if not conservative and "unrelated" in command:  # the script is read as an import
+        edit(repo, "pkg/unrelated.py")
+        assert changed_inputs(before, key(repo, family)) == ["files changed: pkg/unrelated.py"]
+
+
+def test_package_resources_and_native_libraries_are_in_the_key(repo, family) -> None:
+    (repo / "pkg/data").mkdir()
+    (repo / "pkg/data/table.json").write_text("{}\n")
+    (repo / "pkg/_speed.cpython-311-x86_64-linux-gnu.so").write_bytes(b"\x7fELF")
+    (repo / "native").mkdir()
+    (repo / "native/libm.so.6").write_bytes(b"\x7fELF")
+    (repo / "pkg/res_user.py").write_text(
+        "from importlib.resources import files\n\n"
+        'def table():\n    return files("pkg.data").joinpath("table.json").read_text()\n'
+    )
+    (repo / "pkg/native_user.py").write_text(
+        "import ctypes\n\ndef load(path):\n    return ctypes.CDLL(path)\n"
+    )
+    edit(repo, "pkg/deep.py", "import pkg.res_user\nfrom pkg import _speed\n")
+    before = key(repo, family)
+    assert not before.conservative, before.conservative
+    files = set(before.files)
+    assert {"pkg/data/table.json", "pkg/_speed.cpython-311-x86_64-linux-gnu.so"} <= files
+    assert "native/libm.so.6" not in files  # nothing loads a library by ctypes yet
+    edit(repo, "pkg/deep.py", "import pkg.native_user\n")
+    assert "native/libm.so.6" in key(repo, family).files
+
+
+def test_paths_a_configuration_file_names_are_in_the_key(repo, family) -> None:
+    """A settings file beside a module names a data path; pyproject.toml's tool table names an
+    env file; a path named that does not exist yet is in as absent (creating it re-runs)."""
+    (repo / "pkg/settings.ini").write_text("[data]\nprices = data/prices.csv\nnew = data/x.csv\n")
+    (repo / "data/prices.csv").write_text("1,2\n")
+    (repo / "config").mkdir()
+    (repo / "config/test.env").write_text("A=1\n")
+    edit(repo, "pyproject.toml", '[tool.pkg]\nenv_file = "config/test.env"\n')
+    before = key(repo, family)  # pkg/core.py locates itself: pkg/settings.ini is in
+    assert {"pkg/settings.ini", "data/prices.csv", "config/test.env"} <= set(before.files)
+    for changed in ("data/prices.csv", "config/test.env"):
+        edit(repo, changed)
+        after = key(repo, family)
+        assert changed_inputs(before, after) == [f"files changed: {changed}"]
+        before = after
+    (repo / "data/x.csv").write_text("new\n")
+    assert changed_inputs(before, key(repo, family)) == ["files changed: data/x.csv"]
+    edit(repo, "docs/notes.md")  # the negative control
+    assert key(repo, family).digest == key(repo, family).digest
+
+
+def test_an_observed_run_adds_what_it_opened_and_a_computed_program_needs_one(repo, family) -> None:
+    observed = Observation(files=("data/other.yaml",))
+    before = key(repo, family, observed=observed)
+    assert "data/other.yaml" in before.files and json.loads(before.parts["observed"]) == [
+        "data/other.yaml"
+    ]
+    edit(repo, "data/other.yaml")
+    assert changed_inputs(before, key(repo, family, observed=observed)) == [
+        "files changed: data/other.yaml"
+    ]
+    assert key(repo, family).digest != before.digest  # unobserved: the static key alone
+    (repo / "pkg/runs.py").write_text(
+        "import subprocess\n\ndef run(path):\n    ld = path.upper()\n    subprocess.run([ld])\n"
+    )
+    edit(repo, "pkg/deep.py", "import pkg.runs\n")
+    assert any("no observed run" in why for why in key(repo, family).conservative)
+    assert key(repo, family, observed=Observation()).conservative == ()
+    started = Observation(started=("python tools/x.py",))
+    assert key(repo, family, observed=started).conservative == (
+        "observed: started python tools/x.py",
+    )
+
+
+def test_an_extension_module_an_import_names_is_in_the_key(repo, family) -> None:
+    """``from pkg.fast import _speed`` where ``pkg/fast/`` holds only the compiled module (no
+    ``__init__.py`` beside it to bring it in as a file beside a module)."""
+    (repo / "pkg/fast").mkdir()
+    library = "pkg/fast/_speed.cpython-311-x86_64-linux-gnu.so"
+    (repo / library).write_bytes(b"\x7fELF")
+    edit(repo, "pkg/deep.py", "from pkg.fast import _speed\n")
+    before = key(repo, family)
+    assert library in before.files
+    (repo / library).write_bytes(b"\x7fELF2")
+    assert changed_inputs(before, key(repo, family)) == [f"files changed: {library}"]

@@ -1,8 +1,9 @@
 """`bot audit-reuse`: a seeded sample of the tests reused by key runs for real; a disagreement
 is a reuse fault in the ledger, shown in the report, and that test is not reused by key again.
 
-The planted miss is one a static reading cannot see (docs/reuse.md, "Left to the audit"): the
-test opens a file by a path no literal names, so the key ignores it."""
+The planted miss is one neither the static reading nor the observed run can see (docs/reuse.md,
+"Left to the audit"): a child Python opens a file by a path no literal names, so the key ignores
+it (the audit hook sees the test's own process only)."""
 
 from __future__ import annotations
 
@@ -15,13 +16,15 @@ from helpers.key_reuse import CATALOG, executed, reused, run
 
 from stagebot.harness.pipeline.audit import sample
 
-TEST = """from pathlib import Path
+TEST = """import subprocess
+import sys
 
-FOLDER = "res" + "ources"  # no literal names the file: the key cannot see it
+CHILD = "print(open('res' + 'ources/value.txt').read())"  # no literal names the file
 
 
 def test_reads_a_file_the_key_cannot_see():
-    assert (Path(__file__).parents[1] / FOLDER / "value.txt").read_text() == "1"
+    done = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True)
+    assert done.stdout.strip() == "1"
 
 
 def test_plain():

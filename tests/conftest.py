@@ -1,5 +1,7 @@
 """Every test gets its own cache folder: the catalog remembers fragments that passed its checks
-there (stages/catalog.py), and a test must see every check run, not a verdict from earlier.
+there (stages/catalog.py), and a test must see every check run, not a verdict from earlier. And
+its own state folder: `bot run` writes its shards' outputs there by default (outside the
+repository under test), never into the home folder of whoever runs the suite.
 
 This suite runs in a random order (pytest-randomly); the pytest runs the tests start (a stage's
 shards over tests/fixtures/suites, whose check_killed.py is about the order of its tests) keep
@@ -22,6 +24,7 @@ from helpers.file_order import (  # noqa: F401 - its hooks are this suite's
 @pytest.fixture(autouse=True)
 def _fresh_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("cache")))
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path_factory.mktemp("state")))
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -1,7 +1,8 @@
 """The promise of flakiness in a branch's history (``flaky_history``), stated as a property over
 many pipelines (issue 50): a test was flaky in a pipeline when it passed there only on a re-run
 (``flaky``), or when it failed or errored there while another pipeline at the same commit passed
-it; skipped, waived and xfailed outcomes are neither a pass nor a failure."""
+it; skipped, waived and xfailed outcomes are neither a pass nor a failure. Its evidence
+(``flaky_evidence``) is how the test failed in those pipelines."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from stagebot.harness.analysis.flakiness import flaky_history
+from stagebot.harness.analysis.flakiness import flaky_evidence, flaky_history
 from stagebot.harness.ledger.book import Ledger
 from stagebot.harness.results import TEST_OUTCOMES, StageResult
 from stagebot.harness.results import TestOutcome as Outcome
@@ -47,7 +48,7 @@ def record(book: Ledger, pipelines) -> None:
         book.finish_pipeline(number, state)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(pipelines=st.lists(PIPELINE, max_size=6), branch=st.sampled_from(["main", "feature"]))
 def test_flaky_means_passed_on_a_rerun_or_both_ways_at_one_commit(
     tmp_path_factory, pipelines, branch
@@ -67,3 +68,29 @@ def test_each_outcome_beside_a_pass(tmp_path, outcome, commit) -> None:
         flaky = flaky_history(book, "main")
     assert flaky == expected(pipelines, "main")
     assert bool(flaky) == (outcome == "flaky" or (outcome in FAILURES and commit == "c1"))
+
+
+@pytest.mark.parametrize(
+    ("outcome", "evidence", "shown"),
+    [
+        # a re-run pass names how the first attempt failed, whatever that message says
+        (
+            "flaky",
+            "passed on re-run 1 after: AssertionError: x after: y",
+            "AssertionError: x after: y",
+        ),
+        ("flaky", "passed on re-run 1", "passed on re-run 1"),
+        # a failure beside a pass at the same commit is its own evidence, whole
+        ("failed", "AssertionError: waited after: 3 s", "AssertionError: waited after: 3 s"),
+        ("error", "RuntimeError: setup after: teardown", "RuntimeError: setup after: teardown"),
+    ],
+)
+def test_the_evidence_of_a_flaky_run_is_how_it_failed_there(tmp_path, outcome, evidence, shown):
+    with Ledger.open(tmp_path / "ledger.sqlite") as book:
+        number = book.start_pipeline(command=RUN, commit="c1", branch="main")
+        tested = [Outcome("t.py::a", outcome, 1.0, evidence)]
+        result = StageResult("CPU-PyTorch-1", 1, 1, "FAILURE", None, None, 1.0, "CPU", [], tested)
+        book.record_result(number, result)
+        book.finish_pipeline(number, "FAILURE")
+        record(book, [("c1", "main", {"t.py::a": "passed"})])
+        assert flaky_evidence(book, "main") == {("CPU-PyTorch", "t.py::a"): (shown,)}

@@ -69,7 +69,7 @@ def expected(pipelines, pr, branch) -> dict[str, int]:
     return {test: number for test, (number, outcome) in newest.items() if outcome == "passed"}
 
 
-@settings(max_examples=120, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(
     pipelines=st.lists(PIPELINE, max_size=6),
     pr=st.sampled_from(PRS),

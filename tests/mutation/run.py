@@ -34,6 +34,7 @@ import hashlib
 import json
 import os
 import queue
+import resource
 import shutil
 import subprocess
 import sys
@@ -192,9 +193,11 @@ def cosmic(*args: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedPr
     return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True)
 
 
-def run_target(target: Target, work: Path, timeout_s: float, explained: list[dict]) -> Outcome:
+def run_target(
+    target: Target, print_: str, work: Path, timeout_s: float, explained: list[dict]
+) -> Outcome:
     """Mutate ``target`` in ``work``'s tree copy (made by the caller), resuming a session of the
-    same fingerprint, and sort its mutants."""
+    same fingerprint ``print_`` (taken before the tree was copied), and sort its mutants."""
     from cosmic_ray.work_db import WorkDB, use_db
     from cosmic_ray.work_item import WorkerOutcome
 
@@ -212,8 +215,7 @@ def run_target(target: Target, work: Path, timeout_s: float, explained: list[dic
     sessions.mkdir(parents=True, exist_ok=True)
     session = sessions / f"{target.slug}.sqlite"
     stamp = session.with_suffix(".fingerprint")
-    fresh = fingerprint(target, explained)
-    if not (session.exists() and stamp.exists() and stamp.read_text() == fresh):
+    if not (session.exists() and stamp.exists() and stamp.read_text() == print_):
         session.unlink(missing_ok=True)
         config = sessions / f"{target.slug}.toml"
         config.write_text(
@@ -226,7 +228,7 @@ def run_target(target: Target, work: Path, timeout_s: float, explained: list[dic
         )
         cosmic("init", str(config), str(session), cwd=tree, env=env).check_returncode()
         _skip_annotations(session, tree)
-        stamp.write_text(fresh)
+        stamp.write_text(print_)
     config = sessions / f"{target.slug}.toml"
     done = cosmic("exec", str(config), str(session), cwd=tree, env=env)
     for module in _sources(target):  # a cut run may leave a mutation behind
@@ -313,25 +315,28 @@ def main() -> int:
         else:
             print(f"{target.name}: unchanged since its clean run (clean.json), not run")
     started = time.monotonic()
-    outcomes = run_all(todo, args.work.resolve(), args.workers, args.timeout_s, explained)
+    prints = {target.name: fingerprint(target, explained) for target in todo}  # what is tested
+    outcomes = run_all(todo, prints, args.work.resolve(), args.workers, args.timeout_s, explained)
     failed = False
     for outcome in outcomes:
         failed |= report(outcome)
         if args.record and not outcome.error and not outcome.unexplained:
-            clean[outcome.target.name] = fingerprint(outcome.target, explained)
+            clean[outcome.target.name] = prints[outcome.target.name]
     if args.record:
         clean_path.write_text(json.dumps(dict(sorted(clean.items())), indent=2) + "\n")
     totals = [sum(getattr(o, f) for o in outcomes) for f in ("killed", "timeout", "explained")]
     survivors = sum(len(o.unexplained) for o in outcomes)
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
     print(
-        f"mutation: {len(outcomes)} module(s) in {time.monotonic() - started:.0f} s: "
+        f"mutation: {len(outcomes)} module(s) in {time.monotonic() - started:.0f} s "
+        f"({used.ru_utime + used.ru_stime:.0f} s of CPU): "
         f"{totals[0]} killed ({totals[1]} by the timeout), {totals[2]} survived with a reason "
         f"(equivalent.toml), {survivors} survived without one"
     )
     return 1 if failed else 0
 
 
-def run_all(todo: list[Target], work: Path, workers: int, timeout_s: float, explained):
+def run_all(todo: list[Target], prints, work: Path, workers: int, timeout_s: float, explained):
     """``todo`` on ``workers`` copies of the tree, the largest modules first."""
     todo = sorted(todo, key=lambda t: -sum(len((ROOT / m).read_bytes()) for m in _sources(t)))
     folders: queue.Queue[Path] = queue.Queue()
@@ -342,7 +347,7 @@ def run_all(todo: list[Target], work: Path, workers: int, timeout_s: float, expl
     def one(target: Target) -> Outcome:
         folder = folders.get()
         try:
-            return run_target(target, folder, timeout_s, explained)
+            return run_target(target, prints[target.name], folder, timeout_s, explained)
         finally:
             folders.put(folder)
 

@@ -5,7 +5,9 @@
   force-push follows that comment, whatever other comments, labels and pushes surround it;
 - who may do what is a function of the repository role alone (and the user-id lists), never of
   who else commented: each command's required level, and only maintain or admin (or the
-  approvers list) may approve a run of untrusted code with the label.
+  approvers list) may approve a run of untrusted code with the label;
+- the label approves the head only when its newest ``labeled`` event is an approver's, after a
+  bot reply that recorded the head, with no force-push between that reply and now.
 
 Through the comment handler over the in-memory GitHub (helpers.comment_rules), as a user would
 meet them."""
@@ -22,12 +24,12 @@ from helpers.comment_rules import (
     our_replies,
     pull_request_world,
 )
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from stagebot.bot.comments.authz import authorize
+from stagebot.bot.comments.authz import approve, authorize
 from stagebot.bot.config import BotConfig
-from stagebot.bot.github import Permission
+from stagebot.bot.github import Permission, TimelineEvent
 
 REVIEWER_COMMENT = 4242
 # What else happens on the PR's timeline: someone's comment, a push, a force-push, a label.
@@ -154,3 +156,75 @@ def test_the_approvers_list_approves_whatever_the_role() -> None:
         github, "/bot run --post-merge", comment_id=2, run_number=102, config=config
     )
     assert ran.run
+
+
+HEAD = "a" * 40
+LABEL = BotConfig().approval_label
+# the timeline's events: a bot reply recording the head (or another commit), someone's comment,
+# the approval label added (by an approver or not) or removed, another label, a force-push
+TIMELINE_EVENTS = st.sampled_from(
+    ["reply head", "reply other", "comment", "label approver", "label other", "unlabel"]
+    + ["other label", "force-push"]
+)
+
+
+def timeline_of(kinds: list[str]) -> tuple[list[TimelineEvent], dict[int, str]]:
+    events, replies = [], {}
+    for index, kind in enumerate(kinds):
+        if kind.startswith("reply"):
+            replies[index] = HEAD if kind == "reply head" else "b" * 40
+            events.append(TimelineEvent("commented", "bot", 1, comment_id=index))
+        elif kind == "comment":
+            events.append(TimelineEvent("commented", "reader", 2, comment_id=index))
+        elif kind in ("label approver", "label other"):
+            who = "boss" if kind == "label approver" else "writer"
+            events.append(TimelineEvent("labeled", who, 3, label=LABEL))
+        elif kind == "unlabel":
+            events.append(TimelineEvent("unlabeled", "boss", 3, label=LABEL))
+        elif kind == "other label":
+            events.append(TimelineEvent("labeled", "writer", 4, label="documentation"))
+        else:
+            events.append(TimelineEvent("head_ref_force_pushed", "writer", 4))
+    return events, replies
+
+
+def approves(kinds: list[str]) -> bool:
+    """The rule, stated plainly over the timeline."""
+    marks = [i for i, k in enumerate(kinds) if k in ("label approver", "label other", "unlabel")]
+    if not marks or kinds[marks[-1]] != "label approver":
+        return False
+    added = marks[-1]
+    if "force-push" in kinds[added:]:
+        return False
+    return any(
+        kind == "reply head" and "force-push" not in kinds[index:added]
+        for index, kind in enumerate(kinds[:added])
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(kinds=st.lists(TIMELINE_EVENTS, max_size=8), labelled=st.booleans())
+# the orders that decide, beside what hypothesis draws
+@example(kinds=["reply head", "label approver"], labelled=True)
+@example(kinds=["reply head", "label approver", "force-push"], labelled=True)
+@example(kinds=["reply head", "force-push", "label approver"], labelled=True)
+@example(kinds=["label approver", "reply head"], labelled=True)
+@example(kinds=["reply head", "label approver", "unlabel"], labelled=True)
+@example(kinds=["reply head", "label approver", "label other"], labelled=True)
+@example(kinds=["reply other", "label approver"], labelled=True)
+def test_the_label_approves_the_head_only_when_an_approver_added_it_on_that_head(kinds, labelled):
+    events, replies = timeline_of(kinds)
+    decision = approve(
+        True,
+        ["it asks for --post-merge"],
+        (LABEL,) if labelled else (),
+        BotConfig(),
+        head=HEAD,
+        timeline=lambda: events,
+        is_approver=lambda event: event.actor == "boss",
+        reply_commits=replies,
+    )
+    assert decision.allowed == (labelled and approves(kinds)), decision.why
+    if decision.allowed:
+        assert decision.why == f"@boss added the {LABEL!r} label on {HEAD[:7]}"
+    assert approve(False, [], (), BotConfig(), head=HEAD).allowed

@@ -105,3 +105,39 @@ def test_every_outcome_but_passed_is_not_reusable(tmp_path) -> None:
             record(book, None, "main", [("t.py::a", outcome)])
             found = book.trusted_passes(FAMILY, pr=None, branch=None, default_branch="main")
             assert ("t.py::a" in found) == (outcome == "passed"), outcome
+
+
+SOURCE = st.one_of(st.none(), st.tuples(st.sampled_from(PRS), st.sampled_from(BRANCHES)))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    asker=st.tuples(st.sampled_from(PRS), st.sampled_from(BRANCHES)),
+    sources=st.lists(SOURCE, min_size=1, max_size=4),
+)
+def test_a_reuse_by_key_names_its_source_and_whether_it_was_mains(tmp_path_factory, asker, sources):
+    """What a pipeline reused by key, from where: a source is the pipeline's own kind (the same
+    PR; without a PR, the same branch's runs without one) or else main's, which includes a
+    source this ledger lacks (main's ledger holds it)."""
+    with Ledger.open(tmp_path_factory.mktemp("ledger") / "ledger.sqlite") as book:
+        numbers = [
+            None if source is None else record(book, *source, [("t.py::x", "passed")])
+            for source in sources
+        ]
+        numbers = [90 + index if n is None else n for index, n in enumerate(numbers)]
+        pipeline = book.start_pipeline(command=RUN, commit="c2", pr=asker[0], branch=asker[1])
+        reused = {f"t.py::r{index}": (number, 1.0) for index, number in enumerate(numbers)}
+        result = StageResult("CPU-PyTorch-1", 1, 1, "SUCCESS", None, None, 1.0, "CPU", [], [])
+        book.record_result(pipeline, result, key_reused=reused)
+        assert book.key_reused(pipeline) == [
+            ("CPU-PyTorch-1", test, number) for test, (number, _) in sorted(reused.items())
+        ]
+        found = book.key_reuse_sources(pipeline)
+    counts: dict[int, int] = {}
+    own: dict[int, bool] = {}
+    for source, number in zip(sources, numbers, strict=True):
+        counts[number] = counts.get(number, 0) + 1
+        same_pr = source is not None and source[0] is not None and source[0] == asker[0]
+        same_branch = source is not None and asker[0] is None and source[0] is None
+        own[number] = same_pr or (same_branch and source[1] == asker[1])
+    assert found == [(number, not own[number], counts[number]) for number in sorted(counts)]

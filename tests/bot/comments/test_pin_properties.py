@@ -14,6 +14,9 @@ meet them."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
+
 import pytest
 from github_server import user_id
 from helpers.comment_rules import (
@@ -119,6 +122,10 @@ def test_each_command_needs_its_role(role, command, needed) -> None:
     decision = authorize(command, "someone", Permission(role, role), BotConfig(), user_id=7)
     allowed = needed is None or ROLES.index(role) >= ROLES.index(needed)
     assert decision.allowed == allowed, decision.why
+    if not allowed:  # the refusal names what is needed and what the commenter has
+        what = "write permission" if needed == "write" else "maintain or admin permission"
+        assert f"`/bot {command}` needs {what}" in decision.why
+        assert decision.why.endswith(f"@someone has {role}")
     # the allowlist stands in for write, never for maintain
     listed = authorize(
         command, "someone", Permission(role, role), BotConfig(allowlist=(7,)), user_id=7
@@ -168,6 +175,12 @@ TIMELINE_EVENTS = st.sampled_from(
 )
 
 
+def as_parsed(event: TimelineEvent) -> TimelineEvent:
+    """``event`` as GitHub's JSON gives it: its strings are new objects, not the interned
+    literals of this file (an ``is`` where ``==`` belongs would pass on literals alone)."""
+    return TimelineEvent(**json.loads(json.dumps(dataclasses.asdict(event))))
+
+
 def timeline_of(kinds: list[str]) -> tuple[list[TimelineEvent], dict[int, str]]:
     events, replies = [], {}
     for index, kind in enumerate(kinds):
@@ -185,7 +198,7 @@ def timeline_of(kinds: list[str]) -> tuple[list[TimelineEvent], dict[int, str]]:
             events.append(TimelineEvent("labeled", "writer", 4, label="documentation"))
         else:
             events.append(TimelineEvent("head_ref_force_pushed", "writer", 4))
-    return events, replies
+    return [as_parsed(event) for event in events], replies
 
 
 def approves(kinds: list[str]) -> bool:
@@ -225,6 +238,10 @@ def test_the_label_approves_the_head_only_when_an_approver_added_it_on_that_head
         reply_commits=replies,
     )
     assert decision.allowed == (labelled and approves(kinds)), decision.why
+    marks = [kind for kind in kinds if kind in ("label approver", "label other", "unlabel")]
     if decision.allowed:
         assert decision.why == f"@boss added the {LABEL!r} label on {HEAD[:7]}"
+    elif labelled and marks and marks[-1] == "label approver":  # an approver's, at a wrong time
+        assert f"does not approve the head {HEAD[:7]}: " in decision.why
+        assert f"must review {HEAD[:7]}, then remove" in decision.why
     assert approve(False, [], (), BotConfig(), head=HEAD).allowed

@@ -87,10 +87,7 @@ def test_a_fingerprint_moves_with_the_module_its_tests_and_its_explanations(
     (tmp_path / "tests").mkdir()
     (tmp_path / "m.py").write_text("X = 1\n")
     (tmp_path / "tests" / "test_m.py").write_text("def test_x(): pass\n")
-    (tmp_path / "tests" / "mutation").mkdir()
-    (tmp_path / "tests" / "mutation" / "run.py").write_text("# the tool\n")
     monkeypatch.setattr(gate, "ROOT", tmp_path)
-    monkeypatch.setattr(gate, "__file__", str(tmp_path / "tests" / "mutation" / "run.py"))
     target = gate.Target("m.py", ("tests/test_m.py",), True)
     first = gate.fingerprint(target, [])
     assert gate.fingerprint(target, []) == first

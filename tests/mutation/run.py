@@ -9,11 +9,12 @@ a bug the tests do not notice (a survivor) is a promise nothing pins.
 modules.toml (beside this file) maps each module to the fast tests that pin it, run in order
 with ``-x`` (the first failure kills the mutant); ``gate = true`` marks the security- and
 soundness-critical modules CI runs. The gate runs each gated module whose fingerprint (its
-source, its tests' sources, its entries here and in equivalent.toml, this script) differs from
-the one clean.json recorded at its last clean run, two modules at a time, each in its own copy
-of the tree; it fails when a mutant survives that equivalent.toml does not list with its reason
-(docs/mutation.md: how to read a survivor). A mutant the tests stop by the per-mutant timeout
-counts as killed (a hang is noticed), and is counted apart.
+source, its tests' sources and arguments, the pytest command, cosmic-ray's version, its entries
+in equivalent.toml) differs from the one clean.json recorded at its last clean run, two modules
+at a time, each in its own copy of the tree; it fails when a mutant survives that
+equivalent.toml does not list with its reason (docs/mutation.md: how to read a survivor). A
+mutant the tests stop by the per-mutant timeout counts as killed (a hang is noticed), and is
+counted apart.
 
 Tool: cosmic-ray. It mutates a module's file on disk, runs a test command, and restores the file,
 so it works with this project's ``package-dir`` mapping (``stagebot.bot`` is the folder ``bot/``);
@@ -121,14 +122,21 @@ def equivalents() -> list[dict]:
 
 
 def fingerprint(target: Target, explained: list[dict]) -> str:
-    """What a clean run of ``target`` stands for: change any of it and the module runs again."""
+    """What a run of ``target`` stands for: the module's source, its tests' sources and pytest
+    arguments, how each mutant runs (the pytest command, cosmic-ray's version) and the entries
+    of equivalent.toml for it. Change any of it and the module runs again. A session's results
+    depend on all but the entries (``explained=[]``): new explanations re-sort its survivors
+    without running a mutant again."""
+    from importlib.metadata import version
+
     digest = hashlib.sha256()
     sources = sorted(_sources(target))
     sources += [arg for arg in target.tests if arg.endswith(".py")]
-    for name in [*sources, str(Path(__file__).relative_to(ROOT))]:
+    for name in sources:
         digest.update(f"{name}\0".encode() + (ROOT / name).read_bytes() + b"\0")
     own = [e for e in explained if e["module"] in _sources(target)]
-    digest.update(json.dumps([target.tests, target.gate, own], sort_keys=True).encode())
+    how = [PYTEST[1:], version("cosmic-ray"), target.tests, own]
+    digest.update(json.dumps(how, sort_keys=True).encode())
     return digest.hexdigest()
 
 
@@ -197,7 +205,8 @@ def run_target(
     target: Target, print_: str, work: Path, timeout_s: float, explained: list[dict]
 ) -> Outcome:
     """Mutate ``target`` in ``work``'s tree copy (made by the caller), resuming a session of the
-    same fingerprint ``print_`` (taken before the tree was copied), and sort its mutants."""
+    same fingerprint without explanations ``print_`` (taken before the tree was copied), and
+    sort its mutants."""
     from cosmic_ray.work_db import WorkDB, use_db
     from cosmic_ray.work_item import WorkerOutcome
 
@@ -315,8 +324,10 @@ def main() -> int:
         else:
             print(f"{target.name}: unchanged since its clean run (clean.json), not run")
     started = time.monotonic()
-    prints = {target.name: fingerprint(target, explained) for target in todo}  # what is tested
-    outcomes = run_all(todo, prints, args.work.resolve(), args.workers, args.timeout_s, explained)
+    # what is tested, taken before anything runs: the sessions', and the records'
+    sessions = {target.name: fingerprint(target, []) for target in todo}
+    prints = {target.name: fingerprint(target, explained) for target in todo}
+    outcomes = run_all(todo, sessions, args.work.resolve(), args.workers, args.timeout_s, explained)
     failed = False
     for outcome in outcomes:
         failed |= report(outcome)

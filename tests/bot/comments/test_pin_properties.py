@@ -76,6 +76,7 @@ def test_a_pin_holds_only_when_no_push_follows_its_comment(before, after, on_tim
     comment_event = timeline.pop()
     if on_timeline:
         timeline.insert(len(timeline) - len(after), comment_event)
+    github.events[PR] = [as_parsed(event) for event in timeline]  # as GitHub's JSON gives them
     outcome = deliver_comment(github, body, author="maintainer", comment_id=REVIEWER_COMMENT)
 
     pushed_after = any(kind in ("push", "force-push") for kind in after)
@@ -245,3 +246,38 @@ def test_the_label_approves_the_head_only_when_an_approver_added_it_on_that_head
         assert f"does not approve the head {HEAD[:7]}: " in decision.why
         assert f"must review {HEAD[:7]}, then remove" in decision.why
     assert approve(False, [], (), BotConfig(), head=HEAD).allowed
+
+
+AUTHORS = ("outsider", "reader", "triager", "writer", "maintainer", "boss")
+COMMENTERS = ("writer", "maintainer", "boss")
+
+
+@pytest.mark.parametrize("author", AUTHORS)
+@pytest.mark.parametrize("commenter", COMMENTERS)
+def test_a_run_without_sha_needs_a_pr_author_with_write(author, commenter) -> None:
+    """Whoever comments, the PR author's own permission decides (not the commenter's)."""
+    github = pull_request_world()
+    github.add_pull(9, head_sha="f" * 40, author=author, fork=True)
+    outcome = deliver_comment(github, "/bot run", author=commenter, number=9, comment_id=1)
+    author_writes = author in ("writer", "maintainer", "boss")
+    assert outcome.run == author_writes, our_replies(github, 9)[-1].body
+    if not author_writes:
+        assert "lacks write permission, so `/bot run` needs --sha" in our_replies(github, 9)[0].body
+
+
+@pytest.mark.parametrize("body", ["/bot kill", "/bot help"])
+def test_kill_and_help_need_no_sha_on_any_pr(body) -> None:
+    github = pull_request_world()
+    github.add_pull(9, head_sha="f" * 40, author="outsider", fork=True)
+    deliver_comment(github, body, author="writer", number=9, comment_id=1)
+    (reply,) = our_replies(github, 9)
+    assert "was not run" not in reply.body and "needs --sha" not in reply.body, reply.body
+
+
+@pytest.mark.parametrize("named", ["0" * 40, "e" * 40])  # below and above the head c0ffee…
+def test_a_sha_that_is_not_the_head_is_refused(named) -> None:
+    github = pull_request_world()
+    outcome = deliver_comment(github, f'/bot skip --sha {named} --comment "x"', author="maintainer")
+    assert_ran_nothing(outcome)
+    assert github.latest_status(SHA, "stagebot") is None
+    assert f"--sha {named} is not the PR's head {SHA}" in our_replies(github)[-1].body

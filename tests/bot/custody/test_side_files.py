@@ -22,7 +22,7 @@ from stagebot.bot.custody.files import (
 )
 
 SUFFIXES = ("-wal", "-shm", "-journal")
-KINDS = ("absent", "empty", "content", "symlink", "fifo")
+KINDS = ("absent", "empty", "one byte", "content", "symlink", "fifo")
 WHERE = "the bot's replies on this PR"
 
 
@@ -30,6 +30,8 @@ def lay(ledger: Path, suffix: str, kind: str) -> None:
     side = ledger.with_name(ledger.name + suffix)
     if kind == "empty":
         side.write_bytes(b"")
+    elif kind == "one byte":
+        side.write_bytes(b"p")
     elif kind == "content":
         side.write_bytes(b"pages")
     elif kind == "symlink":
@@ -40,7 +42,7 @@ def lay(ledger: Path, suffix: str, kind: str) -> None:
 
 
 def could_change(suffix: str, kind: str) -> bool:
-    return kind in ("symlink", "fifo") or (kind == "content" and suffix != "-shm")
+    return kind in ("symlink", "fifo") or (kind in ("one byte", "content") and suffix != "-shm")
 
 
 @settings(max_examples=60, deadline=None)

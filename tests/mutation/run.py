@@ -342,7 +342,7 @@ def main() -> int:
     failed = False
     for outcome in outcomes:
         failed |= report(outcome)
-        if args.record and not outcome.error and not outcome.unexplained:
+        if args.record and outcome.target.gate and not outcome.error and not outcome.unexplained:
             clean[outcome.target.name] = prints[outcome.target.name]
     if args.record:
         clean_path.write_text(json.dumps(dict(sorted(clean.items())), indent=2) + "\n")

@@ -67,17 +67,15 @@ def play(github, events: list[str], first_sha: int) -> None:
 def test_a_pin_holds_only_when_no_push_follows_its_comment(before, after, on_timeline) -> None:
     github = pull_request_world()
     play(github, before, 0x100)
+    # the reviewer comments between ``before`` and ``after`` (comment ids grow with time)
+    comment_id = github.add_comment(PR, "(the command)", "maintainer").id
+    if not on_timeline:  # GitHub's timeline lags or leaves it out
+        github.events[PR].pop()
     play(github, after, 0x200)
     head = github.pulls[PR].head_sha
+    github.events[PR] = [as_parsed(event) for event in github.events[PR]]  # as JSON gives them
     body = f'/bot skip --sha {head} --comment "reviewed"'
-    # the reviewer's comment sits between ``before`` and ``after``: move it there
-    github.add_comment(PR, body, "maintainer", comment_id=REVIEWER_COMMENT)
-    timeline = github.events[PR]
-    comment_event = timeline.pop()
-    if on_timeline:
-        timeline.insert(len(timeline) - len(after), comment_event)
-    github.events[PR] = [as_parsed(event) for event in timeline]  # as GitHub's JSON gives them
-    outcome = deliver_comment(github, body, author="maintainer", comment_id=REVIEWER_COMMENT)
+    outcome = deliver_comment(github, body, author="maintainer", comment_id=comment_id)
 
     pushed_after = any(kind in ("push", "force-push") for kind in after)
     applied = github.latest_status(head, "stagebot")

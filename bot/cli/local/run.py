@@ -118,7 +118,7 @@ def run(
     ledger_path = ledger or default_ledger(home)
     if ledger is None:
         make_output_folder(ledger_path.parent)
-        _say_where(ledger_path, home, err=as_json)
+        _warn_former(ledger_path, home)
     _writable_folder(ledger_path.parent, "--ledger's folder")
     dirty = False
     if commit is None:  # stagebot's own outputs are not changes of the tree
@@ -184,18 +184,16 @@ def _given_options(ctx: click.Context) -> tuple[str, ...]:
     return tuple(words)
 
 
-def _say_where(ledger: Path, home: Path, err: bool) -> None:
-    """Name the default ledger; the former one, inside the repository, with how to move it out
-    of the tested code's reach (found there until then)."""
-    if not is_former_ledger(home, ledger):
-        click.echo(f"ledger: {ledger}", err=err)
-        return
-    moved = state_folder(home) / FORMER_LEDGER.name
-    click.echo(
-        f"ledger: {ledger} (the former default, inside the repository, where the code under "
-        f"test can delete it; move it out: mkdir -p {moved.parent} && mv {ledger} {moved})",
-        err=err,
-    )
+def _warn_former(ledger: Path, home: Path) -> None:
+    """The default ledger is the one an older stagebot kept inside the repository (found there,
+    so its history is kept): say how to move it out of the tested code's reach."""
+    if is_former_ledger(home, ledger):
+        moved = state_folder(home) / FORMER_LEDGER.name
+        click.echo(
+            f"ledger: {ledger} (the former default, inside the repository, where the code under "
+            f"test can delete it; move it out: mkdir -p {moved.parent} && mv {ledger} {moved})",
+            err=True,
+        )
 
 
 class OutputError(StagebotError):

@@ -26,7 +26,7 @@ from stagebot.stages.suggest import unknown
     type=click.Path(path_type=Path),
     default=None,
     help="With --test: show the test's recent history on main from this ledger "
-    "(default: out/ledger.sqlite when it exists).",
+    "(default: the repository's, as `bot run` uses it, when it exists).",
 )
 @click.option("--branch", default="main", show_default=True, help="The history's branch.")
 @click.option(

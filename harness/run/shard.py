@@ -16,7 +16,9 @@ SUCCESS. Failed tests are re-run (the entry's ``max_reruns`` times, only when at
 once more after the tests that ran before it in its process: passing there too it is ``flaky``,
 failing there it stays failed, its evidence opening with ``order-dependent:`` and naming the
 earliest of those tests after which it fails (bisected: the test that left the fault) and the
-nearest ones.
+nearest ones. The test during which a SIGKILL or the shard's timeout ended pytest is re-run alone
+(after the timeout, with twice the time it had had: ``hang_rerun_limit``); its evidence then
+ends with what that showed (killed or hung again, or passed).
 """
 
 from __future__ import annotations

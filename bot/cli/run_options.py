@@ -43,7 +43,7 @@ out_option = click.option(
     default=None,
     help="Output folder: one folder per shard (result.json, junit.xml, tests.jsonl, log.txt). "
     "Default: outside the repository, out of the tested code's reach, under "
-    "$XDG_STATE_HOME/stagebot/ (the command prints where).",
+    "$XDG_STATE_HOME/stagebot/<repository>-<digest>/ (`bot run` and `bot run-stage` print where).",
 )
 shard_timeout_option = click.option(
     "--shard-timeout",

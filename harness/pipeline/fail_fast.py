@@ -62,6 +62,6 @@ def condemner(say: Callable[[str], None], **context) -> Callable[[StageResult], 
             return None
         first = failures[0]
         more = f" and {len(failures) - 1} more" if len(failures) > 1 else ""
-        return f"{result.stage} has a {first.category} failure ({first.test_id}{more})"
+        return f"{first.category} failure in {result.stage}: {first.test_id}{more}"
 
     return condemns

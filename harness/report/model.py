@@ -21,7 +21,7 @@ from stagebot.harness.report.status import StatusDecision, decide_status
 from stagebot.harness.report.status_text import label
 from stagebot.harness.report.timeline import timeline
 from stagebot.harness.report.units import duration_text
-from stagebot.harness.results import StageResult
+from stagebot.harness.results import FAIL_FAST, StageResult
 from stagebot.templates.markdown import Trusted
 
 
@@ -180,9 +180,10 @@ class Report:
     def fail_fast(self) -> tuple[str, list[str]]:
         """(why fail-fast cancelled stages, which), ("", []) when it cancelled none."""
         cancelled = [r for r in self.results if cancelled_by_fail_fast(r)]
-        return (
-            (cancelled[0].evidence or "", [r.stage for r in cancelled]) if cancelled else ("", [])
-        )
+        if not cancelled:
+            return "", []
+        why = (cancelled[0].evidence or "").removeprefix(FAIL_FAST).lstrip(": ")
+        return why, [r.stage for r in cancelled]
 
     def gpu_rows(self) -> list[dict[str, str]]:
         """The GPU time table: one row per GPU stage, then the total (GPU-minutes)."""

@@ -44,6 +44,7 @@ from stagebot.harness.run.shard import (
     pytest_argv,
     run_shard,
     shard_timeout_s,
+    write_result,
 )
 from stagebot.stages.catalog import Catalog
 from stagebot.stages.matrix import matrix_entries
@@ -234,6 +235,7 @@ def _run_jobs(jobs, scheduler, settings, ledger, progress, execution, record) ->
                 result = future.result()
                 if result.state == "ABORTED" and stop_reason.startswith(FAIL_FAST):
                     result = replace(result, evidence=stop_reason)  # terminated for it
+                    write_result(settings.out_dir / result.stage, result)
                 record(result)
                 why = settings.condemns(result)
                 if why and settings.fail_fast and not stop_reason:

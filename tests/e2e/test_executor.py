@@ -177,7 +177,8 @@ def test_an_error_shard_triggers_fail_fast_too(tmp_path, ledger) -> None:
     out = results(tmp_path / "out")
     assert out["CPU-PyTorch-Crash-1"]["state"] == "ERROR"
     assert out["CPU-PyTorch-Waived-1"]["state"] == "ABORTED", done.stdout
-    assert "fail-fast: CPU-PyTorch-Crash-1 ended ERROR" in out["CPU-PyTorch-Waived-1"]["evidence"]
+    why = "fail-fast: UNCLASSIFIED failure in CPU-PyTorch-Crash-1: CPU-PyTorch-Crash-1 (whole"
+    assert why in out["CPU-PyTorch-Waived-1"]["evidence"]
     assert done.returncode != 0
 
 

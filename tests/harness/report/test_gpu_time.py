@@ -60,7 +60,7 @@ def ledger(tmp_path: Path) -> Path:
                     shard(ONE, "REUSED", 0.0, reused_from=1),
                     reused_tests=book.passed_tests(1, ONE),
                 )
-                why = f"{FAIL_FAST}: CPU-PyTorch-Toggle-1 has a NEW failure (t::toggle)"
+                why = f"{FAIL_FAST}: NEW failure in CPU-PyTorch-Toggle-1: t::toggle"
                 book.record_result(number, shard(FOUR, "ABORTED", 60.0, evidence=why))
             finish(book, number, base=Base(), cancelled=False)
     return path
@@ -116,7 +116,8 @@ def test_the_reports_gpu_minutes_are_the_ledgers_durations(ledger) -> None:
     text = render_report(report, "md")
     assert "#### GPU time (GPU-minutes)" in text
     assert "| total |  | 4.0 | 2.0 | 16.0 |" in text
-    assert f"**Cancelled by fail-fast (1):** {FOUR}, because {FAIL_FAST}" in text
+    because = "because NEW failure in CPU-PyTorch-Toggle-1: t::toggle"
+    assert f"**Cancelled by fail-fast (1):** {FOUR}, {because}" in text
     json_report = render_report(report, "json")
     assert '"cancelled": 16.0' in json_report and f'"stages": [\n      "{FOUR}"' in json_report
 

@@ -45,14 +45,19 @@ def test_a_pre_existing_failure_lets_the_other_stages_run(tmp_path) -> None:
     ledger = tmp_path / "ledger.sqlite"
     base = run_stages(ledger, tmp_path / "main", "CPU-PyTorch-Fail-1", extra=["--branch", "main"])
     assert base.returncode == 1, base.stdout + base.stderr
-    # one CPU slot: Fail-1 runs first (by name), fails as on main; Waived-1 still runs
+    # Fail-1 fails as on main while Slow-1 runs beside it: Slow-1 goes on to its time limit
     done = run_stages(
-        ledger, tmp_path / "pr", "CPU-PyTorch-Fail-1, CPU-PyTorch-Waived-1", commit="beef"
+        ledger,
+        tmp_path / "pr",
+        "CPU-PyTorch-Fail-1, CPU-PyTorch-Slow-1",
+        extra=["--cpu-slots", "2", "--shard-timeout", "60"],
+        commit="beef",
     )
-    states = {stage: result["state"] for stage, result in results(tmp_path / "pr").items()}
-    assert states == {"CPU-PyTorch-Fail-1": "FAILURE", "CPU-PyTorch-Waived-1": "SUCCESS"}
-    assert "fail-fast" not in done.stdout and "NEW CPU-PyTorch-Fail-1" not in done.stdout
-    assert "PRE-EXISTING" in done.stdout
+    out = results(tmp_path / "pr")
+    assert out["CPU-PyTorch-Fail-1"]["state"] == "FAILURE"
+    assert out["CPU-PyTorch-Slow-1"]["state"] == "ERROR", done.stdout  # timed out, not cancelled
+    assert "fail-fast" not in done.stdout + done.stderr
+    assert "NEW CPU-PyTorch-Fail-1" not in done.stdout and "PRE-EXISTING" in done.stdout
 
 
 def test_a_stage_fail_fast_cancelled_is_run_by_the_next_run(tmp_path) -> None:

@@ -118,6 +118,8 @@ def test_the_reports_gpu_minutes_are_the_ledgers_durations(ledger) -> None:
     assert "| total |  | 4.0 | 2.0 | 16.0 |" in text
     because = "because NEW failure in CPU-PyTorch-Toggle-1: t::toggle"
     assert f"**Cancelled by fail-fast (1):** {FOUR}, {because}" in text
+    html = render_report(report, "html")
+    assert '<table id="gpu-time">' in html and "<td>total</td><td></td><td>4.0</td>" in html
     json_report = render_report(report, "json")
     assert '"cancelled": 16.0' in json_report and f'"stages": [\n      "{FOUR}"' in json_report
 

@@ -13,21 +13,22 @@ TOGGLE = "tests/fixtures/suites/check_toggle.py::test_toggle"
 BROKEN = {"STAGEBOT_FIXTURE_BROKEN": "1"}
 
 
+def beside_slow(tmp_path, stage: str, *extra: str, env=None):
+    """``stage`` run on main (the base), then on a PR commit beside CPU-PyTorch-Slow-1 (one
+    10-minute test) on a second CPU slot; the PR run's CompletedProcess."""
+    ledger = tmp_path / "ledger.sqlite"
+    run_stages(ledger, tmp_path / "main", stage, extra=["--branch", "main"])
+    assert stage in results(tmp_path / "main")  # the base ran
+    stages = f"{stage}, CPU-PyTorch-Slow-1"
+    extra = ["--cpu-slots", "2", *extra]
+    return run_stages(ledger, tmp_path / "pr", stages, extra=extra, env=env, commit="beef")
+
+
 def test_a_new_failure_is_said_as_its_shard_ends_and_cancels_the_running_stage(
     tmp_path,
 ) -> None:
-    ledger = tmp_path / "ledger.sqlite"
-    base = run_stages(ledger, tmp_path / "main", "CPU-PyTorch-Toggle-1", extra=["--branch", "main"])
-    assert base.returncode == 0, base.stdout + base.stderr
-    # Toggle-1 breaks (NEW: it passed on main) while Slow-1, a 10-minute test, runs beside it.
-    done = run_stages(
-        ledger,
-        tmp_path / "pr",
-        "CPU-PyTorch-Toggle-1, CPU-PyTorch-Slow-1",
-        extra=["--cpu-slots", "2"],
-        env=BROKEN,
-        commit="beef",
-    )
+    # Toggle-1 breaks (NEW: it passed on main) while Slow-1 runs beside it.
+    done = beside_slow(tmp_path, "CPU-PyTorch-Toggle-1", env=BROKEN)
     assert done.returncode == 1, done.stdout + done.stderr
     said = f"NEW CPU-PyTorch-Toggle-1 {TOGGLE}: "
     assert said in done.stdout
@@ -42,17 +43,8 @@ def test_a_new_failure_is_said_as_its_shard_ends_and_cancels_the_running_stage(
 
 
 def test_a_pre_existing_failure_lets_the_other_stages_run(tmp_path) -> None:
-    ledger = tmp_path / "ledger.sqlite"
-    base = run_stages(ledger, tmp_path / "main", "CPU-PyTorch-Fail-1", extra=["--branch", "main"])
-    assert base.returncode == 1, base.stdout + base.stderr
     # Fail-1 fails as on main while Slow-1 runs beside it: Slow-1 goes on to its time limit
-    done = run_stages(
-        ledger,
-        tmp_path / "pr",
-        "CPU-PyTorch-Fail-1, CPU-PyTorch-Slow-1",
-        extra=["--cpu-slots", "2", "--shard-timeout", "60"],
-        commit="beef",
-    )
+    done = beside_slow(tmp_path, "CPU-PyTorch-Fail-1", "--shard-timeout", "60")
     out = results(tmp_path / "pr")
     assert out["CPU-PyTorch-Fail-1"]["state"] == "FAILURE"
     assert out["CPU-PyTorch-Slow-1"]["state"] == "ERROR", done.stdout  # timed out, not cancelled

@@ -8,12 +8,6 @@ from pathlib import Path
 
 import click
 
-DEFAULT_LEDGER = Path("out/ledger.sqlite")  # under the repository root, wherever `bot` runs
-
-
-def default_ledger(root: Path) -> Path:
-    return root / DEFAULT_LEDGER
-
 
 def _root_default(ctx, param, value: Path | None) -> Path:
     from stagebot.harness.pipeline.worktree import repository_root
@@ -25,7 +19,9 @@ ledger_option = click.option(
     "--ledger",
     type=click.Path(path_type=Path),  # the ledger checks the path itself (unusable: exit 3)
     default=None,
-    help=f"The pipeline ledger (SQLite). Default: {DEFAULT_LEDGER} under the repository root.",
+    help="The pipeline ledger (SQLite). Default: the repository's, outside it: "
+    "$XDG_STATE_HOME/stagebot/<repository>-<digest>/ledger.sqlite (out/ledger.sqlite where an "
+    "older stagebot left one); `bot run` prints where.",
 )
 base_ledger_option = click.option(
     "--base-ledger",
@@ -45,7 +41,9 @@ out_option = click.option(
     "out_dir",
     type=click.Path(file_okay=False, path_type=Path, resolve_path=True),
     default=None,
-    help="Output folder: one folder per shard (result.json, junit.xml, tests.jsonl, log.txt).",
+    help="Output folder: one folder per shard (result.json, junit.xml, tests.jsonl, log.txt). "
+    "Default: outside the repository, out of the tested code's reach, under "
+    "$XDG_STATE_HOME/stagebot/<repository>-<digest>/ (`bot run` and `bot run-stage` print where).",
 )
 shard_timeout_option = click.option(
     "--shard-timeout",

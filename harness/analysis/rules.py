@@ -225,7 +225,10 @@ RULES: tuple[Rule, ...] = (
         "shard-timeout",
         True,
         ("timeout",),
-        re.compile(r"^timeout: (?!pytest-timeout).*?\b(?:after|over) (?P<s>[\d.]+) s" + _LOAD),
+        re.compile(  # (hanging again alone, it is its own: hang-alone)
+            r"^timeout: (?!pytest-timeout)(?!.*hung again when re-run alone)"
+            r".*?\b(?:after|over) (?P<s>[\d.]+) s" + _LOAD
+        ),
         "time limit: {s} s ran out ({load})",
         "a limit of the harness ran out (the shard's timeout_minutes or --shard-timeout)",
         check=_with_load,
@@ -331,6 +334,15 @@ RULES: tuple[Rule, ...] = (
         re.compile(r"pytest exited (?P<code>-?\d+)"),
         "crash: pytest exited {code}",
         "the pytest process exited during the test",
+    ),
+    Rule(
+        "hang-alone",
+        False,
+        ("timeout",),
+        re.compile(r"hung again when re-run alone with a limit of (?P<s>[\d.]+) s"),
+        "hang: hangs when run alone ({s} s limit)",
+        "the shard ran out of time during the test, and it hung again when re-run alone with "
+        "twice the time it had had: its own hang, not the machine's limit",
     ),
     Rule(
         "timeout",

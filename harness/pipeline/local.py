@@ -10,14 +10,13 @@ it says goes through a ``Terminal``.
 from __future__ import annotations
 
 import getpass
-import hashlib
-import os
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from stagebot.harness.ledger.book import Ledger
+from stagebot.harness.ledger.location import default_out_folder
 from stagebot.harness.pipeline.base import base_target, local_base
 from stagebot.harness.pipeline.fail_fast import condemner
 from stagebot.harness.pipeline.lifecycle import abort, finish, start, write_reports
@@ -47,7 +46,7 @@ class RunRequest:
     commit: str | None
     dirty: bool
     pr: int | None
-    out_dir: Path | None  # None: default_out_folder
+    out_dir: Path | None  # None: default_out_folder (harness/ledger/location.py)
     cpu_slots: int
     base_commit: str | None  # as given: any unambiguous prefix (resolved before anything runs)
     branch: str | None
@@ -132,15 +131,6 @@ def _base_target(book: Ledger, request: RunRequest) -> tuple[str | None, str]:
         return base_target(
             base_book, request.base_commit, request.commit, request.root, request.default_branch
         )
-
-
-def default_out_folder(home: Path, ledger: Path, number: int) -> Path:
-    """Where a run writes its shard folders and reports without ``--out``: outside the
-    repository, so the code under test cannot delete or rewrite its own results
-    (``$XDG_STATE_HOME/stagebot/<repository>-<ledger digest>/pipeline-<number>``)."""
-    state = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
-    digest = hashlib.sha256(str(Path(ledger).resolve()).encode()).hexdigest()[:10]
-    return state / "stagebot" / f"{home.name}-{digest}" / f"pipeline-{number}"
 
 
 def _os_user() -> str:

@@ -16,7 +16,9 @@ SUCCESS. Failed tests are re-run (the entry's ``max_reruns`` times, only when at
 once more after the tests that ran before it in its process: passing there too it is ``flaky``,
 failing there it stays failed, its evidence opening with ``order-dependent:`` and naming the
 earliest of those tests after which it fails (bisected: the test that left the fault) and the
-nearest ones.
+nearest ones. The test during which a SIGKILL or the shard's timeout ended pytest is re-run alone
+(after the timeout, with twice the time it had had: ``hang_rerun_limit``); its evidence then
+ends with what that showed (killed or hung again, or passed).
 """
 
 from __future__ import annotations
@@ -60,6 +62,11 @@ BLAME_PROBES = 6  # pytest runs that bisect for the earlier test to blame (64 ea
 # pytest-timeout's thread method: the banner around its stack dump, then os._exit(1).
 _THREAD_TIMEOUT = re.compile(r"^\++ [Tt]imeout \++$")
 PYTEST_EXIT = {2: "interrupted", 3: "an internal error", 4: "a usage error"}
+# The lone re-run of the test a shard's timeout killed: twice the time the test had, plus
+# pytest's start-up and collection; not re-run when that is over HANG_RERUN_CAP_S.
+HANG_RERUN_FACTOR = 2
+HANG_RERUN_START_S = 10.0
+HANG_RERUN_CAP_S = 600.0
 
 
 def shard_timeout_s(entry: MatrixEntry, override_s: float | None = None) -> float:
@@ -276,8 +283,10 @@ def _run_tests(entry, context, env, deadline, timeout_s):
         return tests, "ABORTED", "cancelled: another shard failed (fail-fast) or the run stopped"
     if problem is None:
         tests = _reruns(entry, context, env, deadline, tests, first.stream.started)
-    elif first.finished.signal_name == "SIGKILL" and first.stream.unfinished:
-        tests = _rerun_killed(entry, context, env, deadline, tests, first.stream.unfinished[-1])
+    elif first.stream.unfinished and (
+        first.finished.timed_out or first.finished.signal_name == "SIGKILL"
+    ):
+        tests = _rerun_alone(entry, context, env, deadline, tests, first)
     if problem is None and _silent_exit_1(tests, first):
         tests.append(_session_failure(first))
     state = _state(tests, problem)
@@ -516,21 +525,52 @@ def _reruns(
     return [by_id[t.test_id] for t in tests]
 
 
-def _rerun_killed(entry, context, env, deadline, tests: list[TestOutcome], killed: str):
-    """Re-run alone the test whose pytest was SIGKILLed: killed again, it is its own doing (a
-    memory request the machine cannot meet, every time); passing, the kill was the machine's."""
+def _rerun_alone(entry, context, env, deadline, tests: list[TestOutcome], first: _Attempt):
+    """Re-run alone the test during which the shard was ended from outside: SIGKILLed (within the
+    shard's deadline) or out of time (with a longer limit of its own: ``hang_rerun_limit``).
+    Ended the same way again, it is its own doing (a memory request the machine cannot meet, a
+    hang); passing, it was the machine's (an OOM killer, a one-off stall). Its evidence says
+    which, and the analysis reads it (rules.py: runner-killed, shard-timeout, hang-alone)."""
+    test_id = first.stream.unfinished[-1]
+    hung = first.finished.timed_out
+    again = ", and again when re-run alone"
+    if hung:
+        ran = max(time.time() - first.stream.start_times.get(test_id, time.time()), 0.0)
+        limit = hang_rerun_limit(ran)
+        if limit is None:
+            words = f"; not re-run alone: it had run {ran:.0f} s, over half the re-run's cap"
+            return _said_of(tests, test_id, f"{words} ({HANG_RERUN_CAP_S:g} s)", 1)
+        deadline = time.monotonic() + limit
+        again = f"; it hung again when re-run alone with a limit of {limit:.0f} s"
     if time.monotonic() >= deadline or context.cancel.is_set():
         return tests
-    path = context.out_dir / "rerun-killed.jsonl"
-    attempt = _attempt(entry, context, env, deadline, path, "rerun-killed", [killed])
-    if attempt.finished.signal_name == "SIGKILL":
-        again = ", and again when re-run alone"
-    elif (attempt.stream.results.get(killed) or {}).get("outcome") == "passed":
-        again = "; it passed when re-run alone"
-    else:
+    path = context.out_dir / "rerun-alone.jsonl"
+    attempt = _attempt(entry, context, env, deadline, path, "rerun-alone", [test_id])
+    ended = attempt.finished
+    if ended.cancelled:
         return tests
+    if ended.timed_out if hung else ended.signal_name == "SIGKILL":
+        return _said_of(tests, test_id, again, 2)
+    if (attempt.stream.results.get(test_id) or {}).get("outcome") == "passed":
+        return _said_of(tests, test_id, "; it passed when re-run alone", 2)
+    return tests
+
+
+def hang_rerun_limit(ran_s: float) -> float | None:
+    """The time limit of the lone re-run of a test that was still running when its shard ran out
+    of time, after ``ran_s`` seconds of it: twice that, plus pytest's start-up; None when that
+    is over HANG_RERUN_CAP_S (what a timed-out shard may cost on top): not re-run, the
+    shard's limit stays the machine's."""
+    limit = HANG_RERUN_FACTOR * ran_s + HANG_RERUN_START_S
+    return limit if limit <= HANG_RERUN_CAP_S else None
+
+
+def _said_of(tests: list[TestOutcome], test_id: str, words: str, attempts: int):
+    """``tests`` with ``words`` appended to ``test_id``'s evidence."""
     return [
-        replace(t, evidence=f"{t.evidence}{again}", attempts=2) if t.test_id == killed else t
+        replace(t, evidence=f"{t.evidence}{words}", attempts=attempts)
+        if t.test_id == test_id
+        else t
         for t in tests
     ]
 

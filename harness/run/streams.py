@@ -17,6 +17,7 @@ from stagebot.harness.decoding import clean_json
 class Stream:
     results: dict[str, dict] = field(default_factory=dict)  # test id -> its result record
     started: list[str] = field(default_factory=list)  # test ids in start order
+    start_times: dict[str, float] = field(default_factory=dict)  # test id -> its last start (epoch)
     collected: list[str] = field(default_factory=list)  # what the sessions were to run
     session_end: int | None = None  # pytest's exit status, when the session finished
     exists: bool = True
@@ -57,6 +58,8 @@ def read_stream(path: Path) -> Stream:
             continue  # keep the records after a damaged line
         if record["event"] == "start":
             stream.started.append(record["test_id"])
+            if isinstance(record.get("time"), (int, float)):
+                stream.start_times[record["test_id"]] = float(record["time"])
         elif record["event"] == "result":
             stream.results[record["test_id"]] = record
         elif record["event"] == "collected":

@@ -19,7 +19,7 @@ up to P and the PR's own results from before the rebase.
 plain pytest on the reusing commit's tree and on the tree of the commit whose run the key
 reuses, and compares each test's outcome: a test reused as passed that fails in the real run is
 an escaped regression (each tree is imported through a ``stagebot`` folder of links first on
-PYTHONPATH, as tests/bench/mutation.py does).
+PYTHONPATH, as tests/mutation/run.py does).
 """
 
 from __future__ import annotations

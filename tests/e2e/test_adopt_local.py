@@ -25,6 +25,7 @@ import pytest
 from helpers.sample_project import adopted_sample, bot
 
 from stagebot.harness.ledger.book import Ledger
+from stagebot.harness.ledger.location import default_ledger
 from stagebot.harness.report import reply_completed, report_from_record
 
 pytestmark = pytest.mark.slow
@@ -56,7 +57,7 @@ def _shell(command: str, cwd: Path) -> subprocess.CompletedProcess:
 
 
 def _pipeline(repo: Path, number: int):
-    with Ledger.open(repo / "out/ledger.sqlite", readonly=True) as book:
+    with Ledger.open(default_ledger(repo), readonly=True) as book:
         return book.pipeline(number)
 
 

@@ -137,11 +137,14 @@ def test_run_stage_takes_the_gpu_type_from_the_entry_not_the_default_catalog(tmp
 
 
 def test_dry_run_reads_bot_runs_default_ledger(tmp_path) -> None:
-    """Without --ledger both use out/ledger.sqlite: dry-run shows the reuse that run would do."""
+    """Without --ledger both use the repository's default ledger: dry-run shows the reuse that
+    run would do."""
     import subprocess
     import sys
 
     from fixtures.botrun import CATALOG, ROOT
+
+    from stagebot.harness.ledger.location import default_ledger
 
     def bot_here(*args: str):
         return subprocess.run(
@@ -156,10 +159,10 @@ def test_dry_run_reads_bot_runs_default_ledger(tmp_path) -> None:
     common = ["--catalog", str(CATALOG), "--commit", "c0ffee"]
     before = bot_here("dry-run", *common, comment)
     assert before.returncode == 0 and "no result for this stage on c0ffee" in before.stdout
-    assert not (tmp_path / "out").exists()  # dry-run creates no ledger
+    ledger = default_ledger(tmp_path)
+    assert not ledger.exists()  # dry-run creates no ledger
     done = bot_here("run", *common, "--root", str(ROOT), "--out", str(tmp_path / "o"), comment)
     assert done.returncode == 0, done.stdout + done.stderr
-    ledger = tmp_path / "out" / "ledger.sqlite"
     snapshot = ledger.read_bytes()
     after = bot_here("dry-run", *common, comment)
     assert after.returncode == 0, after.stderr

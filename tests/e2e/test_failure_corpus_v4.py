@@ -24,19 +24,21 @@ pytestmark = pytest.mark.slow
 
 CORPUS = ROOT / "tests" / "fixtures" / "corpus" / "v4"
 FAMILIES = "Exit Interrupt Skip Clean History Many Output Compare Slow Deps Machine Oomkill Oneoff"
-FAMILIES += " Leftover Poison"
+FAMILIES += " Stall Leftover Poison"
 STAGES = ", ".join(f"CPU-PyTorch-{name}-1" for name in FAMILIES.split())
 # The PR run's shard timeout: the slow shard's 40 one-second tests run out of it; every other
 # shard needs a few seconds.
 SHARD_TIMEOUT_S = 25
 # The PR's runner: its image lost tinyplot (the corpus's conftest.py reads this), it is offline,
-# its GPU is gone (src/kit/net.py and gpu.py simulate them with the libraries' words) and its
-# OOM killer kills one process once (src/kit/preload.py).
+# its GPU is gone (src/kit/net.py and gpu.py simulate them with the libraries' words), its
+# OOM killer kills one process once (src/kit/preload.py) and its storage stalls once
+# (src/kit/storage.py).
 BROKEN_RUNNER = {
     "CORPUS_IMAGE_LOST": "tinyplot",
     "CORPUS_OFFLINE": "1",
     "CORPUS_GPU_GONE": "1",
     "CORPUS_OOM_KILL_ONCE": "1",
+    "CORPUS_STALL_ONCE": "1",
 }
 SHUTDOWN, SIGNALS = "tests/exit/check_shutdown.py::", "tests/interrupt/check_signals.py::"
 
@@ -228,8 +230,8 @@ def test_worse_than_on_base_is_new_with_both_figures(corpus) -> None:
 
 def test_a_shard_that_ran_out_of_time_because_its_tests_got_slower_is_new(corpus) -> None:
     """The tests that finished took about 1 s each against 0.02 s on the base: the PR's
-    slowness, NEW, with both figures and the tests that never started; a shard timeout with
-    tests as fast as on the base stays INFRA (the first corpus's tests/sched, the control)."""
+    slowness, NEW, with both figures and the tests that never started; a shard timeout during a
+    one-off stall, with no test slower than on the base, stays INFRA (tests/stall, the control)."""
     failures, _, _, _ = corpus
     (slow,) = [f for t, f in failures.items() if t.startswith("tests/slow/")]
     assert slow["category"] == "NEW"
@@ -238,6 +240,23 @@ def test_a_shard_that_ran_out_of_time_because_its_tests_got_slower_is_new(corpus
         r"\d+× slower than on base #1: the \d+ test\(s\) that finished took", slow["note"]
     )
     assert slow["never_ran"]  # the tests after it are listed, not lost
+
+
+def test_a_one_off_stall_that_passes_alone_stays_the_machines(corpus) -> None:
+    """The runner's storage stalls the first write past the shard's time limit: re-run alone
+    with twice the time it had had, the test passes, so the limit was the machine's: INFRA, with
+    the load. (The PR's own hang, hanging again alone, is NEW: the first corpus's tests/sched.)"""
+    failures, results, _, _ = corpus
+    stall = failures["tests/stall/check_flush.py::test_flush_checkpoint"]
+    assert stall["category"] == "INFRA"
+    assert re.fullmatch(
+        rf"time limit: {SHARD_TIMEOUT_S} s ran out \(load average .+\)", stall["signature"]
+    )
+    assert stall["evidence"].startswith(
+        f"timeout: still running when the shard was killed after {SHARD_TIMEOUT_S} s"
+    )
+    assert stall["evidence"].endswith("; it passed when re-run alone")
+    assert results["CPU-PyTorch-Stall-1"]["state"] == "ERROR"
 
 
 def test_a_missing_package_is_decided_by_who_changed_the_requirements(corpus) -> None:

@@ -45,9 +45,9 @@ from stagebot.bot.cli.run_options import ledger_option, out_option, pipeline_opt
 def audit_reuse(catalog, ledger, number, root, out_dir, rate, seed, config_path) -> None:
     """Run a sample of the tests a pipeline reused by dependency key, for real; record each
     that fails as a reuse fault (never reused by key again, shown in the report)."""
-    from stagebot.bot.cli.run_options import default_ledger
     from stagebot.bot.config import load_config
     from stagebot.harness.ledger.book import Ledger
+    from stagebot.harness.ledger.location import default_ledger, default_out_folder
     from stagebot.harness.pipeline.audit import audit_reuse as run_audit
     from stagebot.stages.catalog import load_catalog
 
@@ -58,7 +58,7 @@ def audit_reuse(catalog, ledger, number, root, out_dir, rate, seed, config_path)
         number = number or book.latest_number()
         if number is None:
             raise click.UsageError(f"the ledger {book.path} has no pipeline to audit")
-        out = out_dir or root / "out" / f"audit-{number}"
+        out = out_dir or default_out_folder(root, book.path, number).with_name(f"audit-{number}")
         audit = run_audit(book, number, loaded, root, out, rate=rate, seed=seed)
     click.echo("\n".join(audit.lines()))
     sys.exit(1 if audit.faults else 0)

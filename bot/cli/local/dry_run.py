@@ -17,8 +17,9 @@ from stagebot.bot.cli.options import (
     read_changed_files,
     read_comment,
 )
-from stagebot.bot.cli.run_options import default_ledger, ledger_option
+from stagebot.bot.cli.run_options import ledger_option
 from stagebot.bot.comments.grammar import near_miss, parse_comment
+from stagebot.harness.ledger.location import default_ledger
 from stagebot.harness.pipeline.worktree import repository_root, tree_identity
 from stagebot.stages.catalog import load_catalog
 from stagebot.stages.errors import CommandError
@@ -59,7 +60,7 @@ def dry_run(as_json, catalog, changed_files, commit, pr, ledger, comment) -> Non
 
         environment_change = environment_change_here()
         if commit is None:
-            commit, _ = tree_identity(root, outputs=(ledger, root / "out"))
+            commit, _ = tree_identity(root, outputs=(ledger,))
         # A ledger `bot run` has not created yet holds no history: everything would run.
         history = Ledger.open(ledger, readonly=True) if ledger.exists() else None
     try:

@@ -10,11 +10,11 @@ import click
 
 from stagebot.bot.cli.run_options import (
     base_ledger_option,
-    default_ledger,
     ledger_option,
     pipeline_option,
     root_option,
 )
+from stagebot.harness.ledger.location import default_ledger
 from stagebot.stages.errors import StagebotError
 
 

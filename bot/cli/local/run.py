@@ -29,12 +29,18 @@ from stagebot.bot.cli.options import (
 from stagebot.bot.cli.output import quiet_when_closed
 from stagebot.bot.cli.run_options import (
     base_ledger_option,
-    default_ledger,
     ledger_option,
     out_option,
     pipeline_option,
     root_option,
     shard_timeout_option,
+)
+from stagebot.harness.ledger.location import (
+    FORMER_LEDGER,
+    default_ledger,
+    default_out_folder,
+    is_former_ledger,
+    state_folder,
 )
 from stagebot.stages.errors import StagebotError
 
@@ -108,16 +114,18 @@ def run(
             "`/bot reuse-pipeline`)"
         )
         return
-    home = repository_root(Path.cwd())  # the default ledger and out/ live there
+    home = repository_root(Path.cwd())  # the repository whose ledger is the default
     ledger_path = ledger or default_ledger(home)
     if ledger is None:
         make_output_folder(ledger_path.parent)
+        _warn_former(ledger_path, home)
     _writable_folder(ledger_path.parent, "--ledger's folder")
     dirty = False
     if commit is None:  # stagebot's own outputs are not changes of the tree
-        commit, dirty = tree_identity(root, outputs=(ledger_path, out_dir or home / "out"))
+        commit, dirty = tree_identity(root, outputs=(ledger_path, *filter(None, [out_dir])))
     with Ledger.open(ledger_path) as book:
-        _writable_folder(out_dir or home / "out", "--out")  # the ledger is usable: nothing ran yet
+        # the ledger is usable: nothing ran yet
+        _writable_folder(out_dir or default_out_folder(home, ledger_path, 1).parent, "--out")
         named = command.pipeline_id if command.name == "reuse-pipeline" else command.run.reuse_test
         if isinstance(named, int):  # a pipeline that does not exist is a usage error
             book.require_pipeline(named)
@@ -174,6 +182,18 @@ def _given_options(ctx: click.Context) -> tuple[str, ...]:
         value = ctx.params[param.name]
         words += [param.opts[0], str(value.resolve() if isinstance(value, Path) else value)]
     return tuple(words)
+
+
+def _warn_former(ledger: Path, home: Path) -> None:
+    """The default ledger is the one an older stagebot kept inside the repository (found there,
+    so its history is kept): say how to move it out of the tested code's reach."""
+    if is_former_ledger(home, ledger):
+        moved = state_folder(home) / FORMER_LEDGER.name
+        click.echo(
+            f"ledger: {ledger} (the former default, inside the repository, where the code under "
+            f"test can delete it; move it out: mkdir -p {moved.parent} && mv {ledger} {moved})",
+            err=True,
+        )
 
 
 class OutputError(StagebotError):

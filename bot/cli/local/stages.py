@@ -26,7 +26,7 @@ from stagebot.stages.suggest import unknown
     type=click.Path(path_type=Path),
     default=None,
     help="With --test: show the test's recent history on main from this ledger; with --cost: "
-    "sum its pipelines (default: out/ledger.sqlite when it exists).",
+    "sum its pipelines (default: the repository's, as `bot run` uses it, when it exists).",
 )
 @click.option("--branch", default="main", show_default=True, help="The history's branch.")
 @click.option(
@@ -87,8 +87,8 @@ def stages(
 
 def _cost(ledger: Path | None, branch: str) -> str:
     """The running total of GPU-minutes per day and GPU type on ``branch``, oldest day first."""
-    from stagebot.bot.cli.run_options import default_ledger
     from stagebot.harness.ledger.book import Ledger
+    from stagebot.harness.ledger.location import default_ledger
     from stagebot.harness.pipeline.worktree import repository_root
 
     if ledger is None:
@@ -110,8 +110,8 @@ def _cost(ledger: Path | None, branch: str) -> str:
 
 
 def _explain(catalog: Catalog, ledger: Path | None, test_id: str) -> str:
-    from stagebot.bot.cli.run_options import default_ledger
     from stagebot.harness.ledger.book import Ledger
+    from stagebot.harness.ledger.location import default_ledger
     from stagebot.harness.pipeline.worktree import repository_root
     from stagebot.harness.reuse.explain import explain_reuse
 
@@ -226,9 +226,9 @@ def _stages_for_test(catalog: Catalog, test_id: str) -> str:
 
 def _history(ledger: Path | None, branch: str, test_id: str) -> str | None:
     """The test's outcomes in the latest pipelines on ``branch``, and where it was flaky."""
-    from stagebot.bot.cli.run_options import default_ledger
     from stagebot.harness.analysis.flakiness import flaky_history
     from stagebot.harness.ledger.book import Ledger
+    from stagebot.harness.ledger.location import default_ledger
     from stagebot.harness.ledger.tests import HISTORY_PIPELINES
     from stagebot.harness.pipeline.worktree import repository_root
 

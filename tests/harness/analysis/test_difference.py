@@ -82,6 +82,27 @@ def test_the_same_error_raised_elsewhere_is_new() -> None:
     assert by_id["t.py::same"].category == "PRE-EXISTING"  # the control
 
 
+def test_a_hang_that_reproduces_alone_is_new_a_one_off_stall_infra() -> None:
+    """The shard ran out of time during each test; re-run alone with a longer limit, one hung
+    again (NEW: the PR's hang, it passed on the base), the other passed (INFRA: the machine's
+    limit, the control). Both passed on the base as fast as the tests here."""
+    load = "load average 3.1 on 2 CPUs"
+    timeout = f"timeout: still running when the shard was killed after 60 s, {load}"
+    again = "; it hung again when re-run alone with a limit of 126 s"
+    tests = [
+        Outcome("t.py::hangs", "error", 0, timeout + again),
+        Outcome("u.py::stalls", "error", 0, f"{timeout}; it passed when re-run alone"),
+    ]
+    base = {("S-PyTorch", t.test_id): Outcome(t.test_id, "passed", 0.02) for t in tests}
+    got = analyse([shard(tests, state="ERROR")], base=base, base_pipeline=3)
+    by_id = {f.test_id: f for f in got.failures}
+    hang = by_id["t.py::hangs"]
+    assert (hang.category, hang.signature) == ("NEW", "hang: hangs when run alone (126 s limit)")
+    assert hang.note == "passed on base #3 in 0.02 s"
+    stall = by_id["u.py::stalls"]
+    assert (stall.category, stall.signature) == ("INFRA", f"time limit: 60 s ran out ({load})")
+
+
 def test_tests_that_never_started_are_listed_with_the_test_that_ended_the_session() -> None:
     why = never_ran_evidence("t.py::ends", None)
     assert never_ran_culprit(why) == "t.py::ends"

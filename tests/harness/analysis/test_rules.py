@@ -201,6 +201,18 @@ CASES = [
         "time limit: 1800 s ran out (load average 17.20 on 2 CPUs)",
     ),
     (
+        "hang-alone",
+        "timeout: still running when the shard was killed after 60 s, load average 1.00 on 2 CPUs; it hung again when re-run alone with a limit of 126 s",
+        "",
+        "hang: hangs when run alone (126 s limit)",
+    ),
+    (
+        "shard-timeout",
+        "timeout: still running when the shard was killed after 60 s, load average 1.00 on 2 CPUs; it passed when re-run alone",
+        "",
+        "time limit: 60 s ran out (load average 1.00 on 2 CPUs)",
+    ),
+    (
         "shard-timeout",
         "timeout: killed after 300 s while running t.py::test_x",
         "",

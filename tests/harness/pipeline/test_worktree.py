@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from fixtures.botrun import CATALOG
 
+from stagebot.harness.ledger.location import state_folder
 from stagebot.harness.pipeline.worktree import make_output_folder, repository_root, tree_identity
 
 COMMENT = '/bot run --stage-list "CPU-Build_Check"'
@@ -83,7 +84,8 @@ def test_reuse_from_a_subfolder_and_another_out(repo: Path) -> None:
     catalog = str(repo / "catalog.yaml")
     first = _bot(repo / "sub", "run", "--catalog", catalog, "--out", "../results/one", COMMENT)
     assert first.returncode == 0, first.stdout + first.stderr
-    assert (repo / "out" / "ledger.sqlite").exists() and not (repo / "sub" / "out").exists()
+    assert (state_folder(repo) / "ledger.sqlite").exists()  # the repository's, outside it
+    assert not (repo / "out").exists() and not (repo / "sub" / "out").exists()
     assert "triggered by alice" in first.stdout
     second = _bot(repo / "sub", "run", "--catalog", catalog, "--out", "../results/two", COMMENT)
     assert second.returncode == 0, second.stdout + second.stderr

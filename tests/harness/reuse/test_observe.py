@@ -39,7 +39,8 @@ def test_the_hook_records_what_each_test_file_read_and_started(tmp_path) -> None
     folder = tmp_path / "observed"
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", "-p", "no:cacheprovider",
-         f"--stagebot-observe={folder}", f"--basetemp={tmp_path / 'base'}"],
+         "-p", "stagebot.harness.run.pytest_plugin", f"--stagebot-observe={folder}",
+         f"--basetemp={tmp_path / 'base'}"],
         cwd=root, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(root)},
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr

@@ -238,7 +238,7 @@ def _run_jobs(jobs, scheduler, settings, ledger, progress, execution, record) ->
                     write_result(settings.out_dir / result.stage, result)
                 record(result)
                 why = settings.condemns(result)
-                if why and settings.fail_fast and not stop_reason:
+                if why and settings.fail_fast and not stop_reason and (queue or running):
                     stop_reason = f"{FAIL_FAST}: {why} (--disable-fail-fast runs every stage)"
                     progress.line(stop_reason)
     except KeyboardInterrupt:

@@ -19,6 +19,7 @@ STATES = ("SUCCESS", "FAILURE", "ERROR", "ABORTED", "NOT_RUN", "REUSED")
 TEST_OUTCOMES = ("passed", "failed", "error", "skipped", "waived", "flaky", "xfailed")
 # The test id of a suite's own verdict: pytest exited 1 with no failed test (a failing item).
 SESSION_ID = "(pytest session)"
+FAIL_FAST = "cancelled by fail-fast"  # how the evidence of a shard fail-fast cancelled begins
 
 
 def environment_lines(

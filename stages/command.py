@@ -117,7 +117,11 @@ RUN_FLAGS = (
         "[N]",
     ),
     Flag("--disable-reuse-test", "bool", "Run every test, even those that passed before."),
-    Flag("--disable-fail-fast", "bool", "Keep running the other stages after one fails."),
+    Flag(
+        "--disable-fail-fast",
+        "bool",
+        "Keep running the other stages after one ends with a NEW failure.",
+    ),
     Flag("--skip-test", "bool", "Run only the build and sanity stages.", partly_tested=True),
     Flag(
         "--stage-list",

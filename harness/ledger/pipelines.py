@@ -36,6 +36,8 @@ class PipelineRecord:
     results: list[StageResult] = field(default_factory=list)
     logs: dict[tuple[str, str], str] = field(default_factory=dict)  # (stage, test id) -> text
     reused_tests: dict[str, list[str]] = field(default_factory=dict)  # stage -> test ids
+    # stage -> the recorded durations of its reused tests, summed (what reuse saved)
+    reused_seconds: dict[str, float] = field(default_factory=dict)
     # (source pipeline, a post-merge one?, tests reused from it by key), by source
     key_reuses: list[tuple[int, bool, int]] = field(default_factory=list)
     # (family, test id, pipeline, source, detail) of the reuse faults found in this pipeline
@@ -250,6 +252,22 @@ class Pipelines(Keys):
             or (row["stage"].startswith(family + "-") and row["stage"][len(family) + 1 :].isdigit())
         }
 
+    def gpu_minutes_by_day(self, branch: str) -> dict[tuple[str, str], dict[str, float]]:
+        """(day, GPU type) -> the GPU-minutes (run, reused, cancelled) ``branch``'s finished
+        pipelines recorded when they finished (``meta["gpu_minutes"]``), summed; the day is
+        the UTC date the pipeline started."""
+        sums: dict[tuple[str, str], dict[str, float]] = {}
+        for row in self._query(
+            "SELECT started_at, meta FROM pipelines WHERE repo = ? AND branch = ?"
+            f" AND state IN ({', '.join('?' * len(FINAL_STATES))}) ORDER BY id",
+            (self.repo, branch, *FINAL_STATES),
+        ):
+            for gpu_type, figures in (json.loads(row["meta"]).get("gpu_minutes") or {}).items():
+                day = sums.setdefault((row["started_at"][:10], gpu_type), {})
+                for name, minutes in figures.items():
+                    day[name] = day.get(name, 0.0) + minutes
+        return sums
+
     def shard_duration(self, stage: str) -> float | None:
         row = self._query_one(
             "SELECT s.duration_s FROM shards s JOIN pipelines p ON p.id = s.pipeline_id"
@@ -325,20 +343,22 @@ class Pipelines(Keys):
         )
         if row is None:
             return None
-        results, logs, reused = [], {}, {}
+        results, logs, reused, saved = [], {}, {}, {}
         if with_results:
             for shard in self._query(
                 "SELECT result FROM shards WHERE pipeline_id = ? ORDER BY rowid", (row["id"],)
             ):
                 results.append(StageResult.from_json(json.loads(shard["result"])))
             for test in self._query(
-                "SELECT stage, test_id, log, reused_from, outcome FROM tests WHERE pipeline_id = ?",
+                "SELECT stage, test_id, log, reused_from, duration_s FROM tests"
+                " WHERE pipeline_id = ?",
                 (row["id"],),
             ):
                 if test["log"]:
                     logs[(test["stage"], test["test_id"])] = test["log"]
                 if test["reused_from"] is not None:
                     reused.setdefault(test["stage"], []).append(test["test_id"])
+                    saved[test["stage"]] = saved.get(test["stage"], 0.0) + test["duration_s"]
         return PipelineRecord(
             number=row["number"],
             repo=row["repo"],
@@ -358,6 +378,7 @@ class Pipelines(Keys):
             results=results,
             logs=logs,
             reused_tests=reused,
+            reused_seconds=saved,
             key_reuses=self.key_reuse_sources(number) if with_results else [],
             reuse_faults=self.reuse_faults(number) if with_results else [],
         )

@@ -13,6 +13,7 @@ from typing import Any
 
 from stagebot.harness.ledger.store import busy_timeout_s, retry_busy
 from stagebot.harness.report import Report, render_report, report_from_record
+from stagebot.harness.report.gpu_time import by_gpu_type, cancelled_by_fail_fast
 from stagebot.stages.catalog import Catalog
 from stagebot.stages.plan import Plan
 
@@ -55,13 +56,20 @@ def finish(
     log_links: dict[str, str] | None = None,
 ) -> Report:
     """Decide pipeline ``number``'s final state from its recorded results against ``base`` (a
-    ``base.Base``), record it with ``meta`` (and the base pipeline), and return its Report."""
-    meta = {**(meta or {}), "base_pipeline": base.pipeline}
+    ``base.Base``), record it with ``meta`` (and the base pipeline, its GPU-minutes by GPU type
+    and what its cancelled shards would have run), and return its Report."""
     record = book.pipeline(number)
+    expected = {  # what the shards fail-fast cancelled would have run (report/gpu_time.py)
+        result.stage: book.shard_duration(result.stage) or 0.0
+        for result in record.results
+        if cancelled_by_fail_fast(result)
+    }
+    meta = {**(meta or {}), "base_pipeline": base.pipeline, "fail_fast_expected_s": expected}
     record = replace(record, meta={**(record.meta or {}), **meta})
     report = report_from_record(
         record, base=base, cancelled=cancelled, root=root, log_links=log_links
     )
+    meta["gpu_minutes"] = by_gpu_type(report.gpu_times)  # what `bot stages --cost` sums
     retry_busy(lambda: book.finish_pipeline(number, report.analysis.state, meta=meta))
     report.state = report.analysis.state
     return report

@@ -1,8 +1,10 @@
 """A pipeline on this host, start to finish (`bot run`): one call, ``run_local``.
 
 Below it, in order: the base the failures will be compared with (checked before anything runs),
-the plan with the ledger as history, the pipeline started, its shards run here, the base chosen,
-the pipeline finished and its reports written. What it says goes through a ``Terminal``.
+the plan with the ledger as history, the pipeline started, the base chosen, its shards run here,
+the pipeline finished and its reports written. The base is chosen before the shards run: each
+shard's NEW failures are said the moment it ends, and they decide fail-fast (fail_fast.py). What
+it says goes through a ``Terminal``.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from pathlib import Path
 from stagebot.harness.ledger.book import Ledger
 from stagebot.harness.ledger.location import default_out_folder
 from stagebot.harness.pipeline.base import base_target, local_base
+from stagebot.harness.pipeline.fail_fast import condemner
 from stagebot.harness.pipeline.lifecycle import abort, finish, start, write_reports
 from stagebot.harness.pipeline.worktree import make_output_folder
 from stagebot.harness.report import (
@@ -153,16 +156,6 @@ def _execute(
     record = book.pipeline(number)
     terminal.say(plain_text(reply_triggered(report_from_record(record))))
     options = command.run
-    settings = Settings(
-        out_dir=out,
-        root=request.root,
-        cpu_slots=request.cpu_slots,
-        fail_fast=not options.disable_fail_fast,
-        detailed_log=options.detailed_log,
-        debug=options.debug,
-        shard_timeout_s=request.shard_timeout,
-    )
-    execution = execute(plan, catalog, number, settings, ledger=book)
     wanted, how = base_target
     with ExitStack() as stack:
         base_book = (
@@ -178,6 +171,23 @@ def _execute(
             default_branch=request.default_branch,
             exclude=number,
         )
+    settings = Settings(
+        out_dir=out,
+        root=request.root,
+        cpu_slots=request.cpu_slots,
+        fail_fast=not options.disable_fail_fast,
+        detailed_log=options.detailed_log,
+        debug=options.debug,
+        shard_timeout_s=request.shard_timeout,
+        condemns=condemner(
+            terminal.say,
+            base=base,
+            changed_files=plan.changed_files,
+            stage_paths=(record.meta or {}).get("stage_paths"),
+            root=request.root,
+        ),
+    )
+    execution = execute(plan, catalog, number, settings, ledger=book)
     report = finish(
         book,
         number,

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from stagebot.harness.analysis.classify import analyse
+from stagebot.harness.report.gpu_time import stage_gpu_times
 from stagebot.harness.report.model import Report
 from stagebot.harness.results import ResultError, StageResult
 from stagebot.harness.run.streams import read_stream
@@ -30,7 +31,7 @@ def report_from_record(
     changed_files = plan.changed_files if plan else None
     analysis = analyse(
         results,
-        **_base_arguments(base),
+        **base_arguments(base),
         changed_files=changed_files,
         stage_paths=meta.get("stage_paths"),
         logs=record.logs,
@@ -61,10 +62,16 @@ def report_from_record(
         root=root,
         key_reuses=record.key_reuses,
         reuse_faults=record.reuse_faults,
+        gpu_times=stage_gpu_times(
+            results,
+            {shard.stage: shard.gpu_count for shard in plan.shards} if plan else {},
+            record.reused_seconds,
+            meta.get("fail_fast_expected_s") or {},
+        ),
     )
 
 
-def _base_arguments(base) -> dict[str, Any]:
+def base_arguments(base) -> dict[str, Any]:
     if base is None:
         return {}
     return {
@@ -93,7 +100,7 @@ def report_from_results(folder: Path, *, pipeline: int | None = None, base=None)
                 logs[(result.stage, test_id)] = record["log"]
     if not results:
         raise ResultError(f"{folder}: no result.json below this folder")
-    analysis = analyse(results, logs=logs, **_base_arguments(base))
+    analysis = analyse(results, logs=logs, **base_arguments(base))
     starts = [r.started_at for r in results if r.started_at]
     ends = [r.finished_at for r in results if r.finished_at]
     return Report(

@@ -9,12 +9,19 @@ from typing import Any
 
 from stagebot.harness.analysis.causes import cause_line, is_environment
 from stagebot.harness.analysis.classify import Analysis, nothing_ran
+from stagebot.harness.report.gpu_time import (
+    StageGpuTime,
+    by_gpu_type,
+    cancelled_by_fail_fast,
+    minutes_text,
+    total,
+)
 from stagebot.harness.report.headline import headline
 from stagebot.harness.report.status import StatusDecision, decide_status
 from stagebot.harness.report.status_text import label
 from stagebot.harness.report.timeline import timeline
 from stagebot.harness.report.units import duration_text
-from stagebot.harness.results import StageResult
+from stagebot.harness.results import FAIL_FAST, StageResult
 from stagebot.templates.markdown import Trusted
 
 
@@ -46,6 +53,7 @@ class Report:
         default_factory=list
     )  # Ledger.key_reuse_sources
     reuse_faults: list[tuple[str, str, int, int, str]] = field(default_factory=list)
+    gpu_times: list[StageGpuTime] = field(default_factory=list)  # report/gpu_time.py
 
     @property
     def exit_code(self) -> int:
@@ -168,6 +176,40 @@ class Report:
                 }
             )
         return rows
+
+    def fail_fast(self) -> tuple[str, list[str]]:
+        """(why fail-fast cancelled stages, which), ("", []) when it cancelled none."""
+        cancelled = [r for r in self.results if cancelled_by_fail_fast(r)]
+        if not cancelled:
+            return "", []
+        why = (cancelled[0].evidence or "").removeprefix(FAIL_FAST).lstrip(": ")
+        return why, [r.stage for r in cancelled]
+
+    def gpu_rows(self) -> list[dict[str, str]]:
+        """The GPU time table: one row per GPU stage, then the total (GPU-minutes)."""
+        rows = [
+            {"stage": row.stage, "gpu": f"{row.gpus} x {row.gpu_type}"}
+            | {name: minutes_text(value) for name, value in row.figures().items()}
+            for row in self.gpu_times
+            if row.gpus
+        ]
+        if rows:
+            rows.append(
+                {"stage": "total", "gpu": ""}
+                | {name: minutes_text(value) for name, value in total(self.gpu_times).items()}
+            )
+        return rows
+
+    def gpu_minutes(self) -> dict[str, Any]:
+        """The GPU time as `bot report --format json` gives it."""
+        return {
+            "stages": [
+                {"stage": row.stage, "gpu_type": row.gpu_type, "gpus": row.gpus, **row.figures()}
+                for row in self.gpu_times
+            ],
+            "total": total(self.gpu_times),
+            "by_gpu_type": by_gpu_type(self.gpu_times),
+        }
 
     def environment_errors(self) -> list[StageResult]:
         """ERROR shards whose environment cannot run them: re-running does not help."""

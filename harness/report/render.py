@@ -124,4 +124,6 @@ def _json(report: Report) -> dict[str, Any]:
         ],
         "not_run": [{"stage": s, "why": w} for s, w in report.analysis.not_run],
         "base_pipeline": report.analysis.base_pipeline,
+        "gpu_minutes": report.gpu_minutes(),
+        "cancelled_by_fail_fast": dict(zip(("why", "stages"), report.fail_fast(), strict=True)),
     }

@@ -6,8 +6,10 @@ after the split, when every test of the shard's share passed (the split is pinne
 catalog in the ledger, so it normally is the same); shards this host cannot run (GPU
 type, count, nodes) become NOT_RUN with the reason; the rest run concurrently as their slots
 allow (``harness.scheduler``), each in its own pytest, and each result is written to the ledger
-the moment it ends. Fail-fast (the default): the first FAILURE/ERROR cancels the queue and
-terminates running shards (ABORTED). Ctrl-C / SIGTERM cancels everything (the pipeline ABORTED).
+the moment it ends. Fail-fast (the default): the first shard that ``Settings.condemns`` (`bot run`:
+one with a NEW failure; here by default any FAILURE/ERROR) cancels the queue and terminates running
+shards (ABORTED, their evidence starting with ``FAIL_FAST``). Ctrl-C / SIGTERM cancels everything
+(the pipeline ABORTED).
 """
 
 from __future__ import annotations
@@ -17,11 +19,12 @@ import shlex
 import signal
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from stagebot.harness.ledger.store import retry_busy
-from stagebot.harness.results import StageResult
+from stagebot.harness.results import FAIL_FAST, StageResult
 from stagebot.harness.reuse.offers import offer, read_keys, with_refusals
 from stagebot.harness.run.collect import CollectError
 from stagebot.harness.run.gpus import Device, describe, detect_devices, gpu_types_of
@@ -41,6 +44,7 @@ from stagebot.harness.run.shard import (
     pytest_argv,
     run_shard,
     shard_timeout_s,
+    write_result,
 )
 from stagebot.stages.catalog import Catalog
 from stagebot.stages.matrix import matrix_entries
@@ -49,6 +53,11 @@ from stagebot.stages.plan import MatrixEntry, Plan
 DEFAULT_EXPECTED_S = 60.0
 STOPPED = "cancelled: the run was stopped (Ctrl-C / SIGTERM)"
 FAILED_STATES = ("FAILURE", "ERROR")
+
+
+def failed_state(result: StageResult) -> str | None:
+    """Why ``result`` condemns the pipeline when nothing finer is known: it FAILED or ERRORed."""
+    return f"{result.stage} ended {result.state}" if result.state in FAILED_STATES else None
 
 
 @dataclass
@@ -62,6 +71,9 @@ class Settings:
     shard_timeout_s: float | None = None  # every shard's timeout instead of the catalog's
     devices: list[Device] | None = None  # None: detect this host's GPUs
     default_branch: str = "main"  # whose post-merge pipelines reuse by key trusts
+    # a shard's end -> why it condemns the pipeline (fail-fast), or None; called for every
+    # shard that ran, fail-fast or not (`bot run` says its NEW failures there)
+    condemns: Callable[[StageResult], str | None] = failed_state
 
 
 @dataclass
@@ -221,12 +233,14 @@ def _run_jobs(jobs, scheduler, settings, ledger, progress, execution, record) ->
             for future in done:
                 running.pop(future)
                 result = future.result()
+                if result.state == "ABORTED" and stop_reason.startswith(FAIL_FAST):
+                    result = replace(result, evidence=stop_reason)  # terminated for it
+                    write_result(settings.out_dir / result.stage, result)
                 record(result)
-                if result.state in FAILED_STATES and settings.fail_fast and not stop_reason:
-                    stop_reason = (
-                        f"cancelled by fail-fast: {result.stage} ended {result.state} "
-                        "(comment with --disable-fail-fast to run every stage)"
-                    )
+                why = settings.condemns(result)
+                if why and settings.fail_fast and not stop_reason and (queue or running):
+                    stop_reason = f"{FAIL_FAST}: {why} (--disable-fail-fast runs every stage)"
+                    progress.line(stop_reason)
     except KeyboardInterrupt:
         stop.set()
         execution.cancelled = True

@@ -11,7 +11,7 @@ import click
 
 from stagebot.bot.cli.options import local_catalog_option
 from stagebot.stages.catalog import Catalog, Stage, load_catalog
-from stagebot.stages.errors import PlanError
+from stagebot.stages.errors import PlanError, StagebotError
 from stagebot.stages.planner import STAGE_LISTING
 from stagebot.stages.suggest import unknown
 
@@ -25,8 +25,8 @@ from stagebot.stages.suggest import unknown
     "--ledger",
     type=click.Path(path_type=Path),
     default=None,
-    help="With --test: show the test's recent history on main from this ledger "
-    "(default: the repository's, as `bot run` uses it, when it exists).",
+    help="With --test: show the test's recent history on main from this ledger; with --cost: "
+    "sum its pipelines (default: the repository's, as `bot run` uses it, when it exists).",
 )
 @click.option("--branch", default="main", show_default=True, help="The history's branch.")
 @click.option(
@@ -36,6 +36,12 @@ from stagebot.stages.suggest import unknown
     help="Whether this test's latest run (in --ledger) would be reused by dependency key on "
     "this checkout, and which input changed (docs/reuse.md).",
 )
+@click.option(
+    "--cost",
+    is_flag=True,
+    help="The GPU-minutes --branch's pipelines (in --ledger) ran, reused and cancelled by "
+    "fail-fast, per day and GPU type.",
+)
 def stages(
     catalog,
     list_all: bool,
@@ -44,21 +50,26 @@ def stages(
     ledger,
     branch,
     explain_id: str | None,
+    cost: bool,
 ) -> None:
     """Show the stage catalog: every stage (the default, or --list), one (--stage), the
-    stages that run a test (--test), or why a test would or would not be reused by key
-    (--explain-reuse)."""
+    stages that run a test (--test), why a test would or would not be reused by key
+    (--explain-reuse), or what the branch's pipelines cost in GPU time (--cost)."""
     options = (
         ("--list", list_all),
         ("--stage", stage_name),
         ("--test", test_id),
         ("--explain-reuse", explain_id),
+        ("--cost", cost),
     )
     given = [flag for flag, value in options if value]
     if len(given) > 1:
         raise click.UsageError(
-            f"give one of --list, --stage NAME, --test ID, --explain-reuse ID (got {given})"
+            f"give one of --list, --stage NAME, --test ID, --explain-reuse ID, --cost (got {given})"
         )
+    if cost:
+        click.echo(_cost(ledger, branch))
+        return
     loaded = load_catalog(catalog)
     if explain_id:
         click.echo(_explain(loaded, ledger, _repository_relative(explain_id)))
@@ -72,6 +83,30 @@ def stages(
             click.echo(history)
     else:
         click.echo(_table(loaded.stages))
+
+
+def _cost(ledger: Path | None, branch: str) -> str:
+    """The running total of GPU-minutes per day and GPU type on ``branch``, oldest day first."""
+    from stagebot.harness.ledger.book import Ledger
+    from stagebot.harness.ledger.location import default_ledger
+    from stagebot.harness.pipeline.worktree import repository_root
+
+    if ledger is None:
+        ledger = default_ledger(repository_root(Path.cwd()))
+    if not Path(ledger).is_file():
+        raise StagebotError(
+            f"no ledger at {ledger}: give --ledger PATH (the one `bot run` records in)"
+        )
+    with Ledger.open(ledger, readonly=True) as book:
+        sums = book.gpu_minutes_by_day(branch)
+    title = f"GPU-minutes of the finished pipelines on {branch} ({ledger}):"
+    if not sums:
+        return f"{title} none recorded"
+    lines = [title, f"{'day':<10}  {'GPU type':<12} {'run':>9} {'reused':>9} {'cancelled':>9}"]
+    for (day, gpu_type), figures in sorted(sums.items()):
+        run, reused, cancelled = (figures.get(name, 0.0) for name in ("run", "reused", "cancelled"))
+        lines.append(f"{day:<10}  {gpu_type:<12} {run:>9.1f} {reused:>9.1f} {cancelled:>9.1f}")
+    return "\n".join(lines)
 
 
 def _explain(catalog: Catalog, ledger: Path | None, test_id: str) -> str:

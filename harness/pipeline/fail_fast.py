@@ -1,0 +1,67 @@
+"""The first signal of a local run: a shard's NEW failures, said the moment it ends, and whether
+they condemn the pipeline (fail-fast cancels the rest).
+
+A shard condemns the pipeline when the failure analysis, run on that shard alone against the
+pipeline's base, finds a failure that is NEW or UNCLASSIFIED (no base to clear it): a FLAKY,
+INFRA, PRE-EXISTING or WAIVED one says nothing the rest of the pipeline could not change, so the
+other stages go on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from stagebot.harness.analysis.causes import cause_line
+from stagebot.harness.analysis.classify import Failure, analyse
+from stagebot.harness.report.build import base_arguments
+from stagebot.harness.results import StageResult
+from stagebot.harness.run.recording import logs_of
+
+CONDEMNING = ("NEW", "UNCLASSIFIED")
+
+
+def condemning_failures(
+    result: StageResult,
+    *,
+    base,
+    changed_files: list[str] | None,
+    stage_paths: Mapping[str, list[str]] | None,
+    root: Path | None,
+) -> list[Failure]:
+    """``result``'s failures that condemn its pipeline (NEW or UNCLASSIFIED against ``base``)."""
+    if result.state not in ("FAILURE", "ERROR"):
+        return []
+    logs = {(result.stage, test_id): log for test_id, log in logs_of(result).items()}
+    analysis = analyse(
+        [result],
+        **base_arguments(base),
+        changed_files=changed_files,
+        stage_paths=stage_paths,
+        logs=logs,
+        root=root,
+    )
+    return [failure for failure in analysis.failures if failure.category in CONDEMNING]
+
+
+def signal_line(failure: Failure) -> str:
+    """One line for the terminal: category, stage, test id and the first key line."""
+    first = failure.key_lines[0] if failure.key_lines else cause_line(failure.evidence)
+    return f"{failure.category} {failure.stage} {failure.test_id}: {first}"
+
+
+def condemner(say: Callable[[str], None], **context) -> Callable[[StageResult], str | None]:
+    """``Settings.condemns`` for `bot run`: says each NEW failure of a shard as it ends and
+    returns why the pipeline is condemned (None when nothing is NEW)."""
+
+    def condemns(result: StageResult) -> str | None:
+        failures = condemning_failures(result, **context)
+        for failure in failures:
+            say(signal_line(failure) + "\n")
+        if not failures:
+            return None
+        first = failures[0]
+        more = f" and {len(failures) - 1} more" if len(failures) > 1 else ""
+        return f"{first.category} failure in {result.stage}: {first.test_id}{more}"
+
+    return condemns

@@ -20,8 +20,9 @@ bot_login: github-actions[bot] # who the bot posts as; only its replies' markers
                                # (default: $STAGEBOT_BOT_LOGIN, which `bot app-token` sets to the
                                # GitHub App's login, else github-actions[bot])
 rate_limit: 10                 # /bot comments of one person answered per PR and hour (default 10)
-reuse_audit_rate: 0.05         # the share of tests reused by key that `bot audit-reuse` runs for
-                               # real (0 to 1; default 0.05, at least one when any was reused)
+reuse_audit_rate: 0.05         # the share of tests reused by key that `bot audit-reuse`, and
+                               # main's post-merge stage jobs by themselves, run for real (0 to
+                               # 1; default 0.05, at least one when any was reused)
 ```
 
 Migration from login allowlists: a bare login is refused with the fix in the message; write
@@ -75,7 +76,7 @@ class BotConfig:
     report_workflow: str = "report.yml"
     bot_login: str = "github-actions[bot]"
     rate_limit: int = 10  # /bot comments one person may have answered per PR and hour
-    reuse_audit_rate: float = 0.05  # the share of reused-by-key tests `bot audit-reuse` runs
+    reuse_audit_rate: float = 0.05  # the share of reused-by-key tests an audit runs for real
     source: str = "(defaults)"
     given: tuple[str, ...] = ()  # the keys the file set
 

@@ -18,7 +18,10 @@ def plan_post_merge(
     run_number: int | None,
     ledger_path: Path | None,
     connect: Callable,
+    audit_rate: float = 0.0,
 ) -> Outcome:
+    """``audit_rate``: the share of the tests reused by key that the stage jobs run anyway
+    (the bot's ``reuse_audit_rate``; harness/reuse/sampled.py)."""
     from stagebot.bot.comments.grammar import parse_comment
     from stagebot.bot.custody.main_ledger import RECORDED_WHERE
     from stagebot.bot.protocols.dispatch_inputs import fitting
@@ -47,6 +50,7 @@ def plan_post_merge(
             book,
             pipeline,
             default_branch=event.default_branch,
+            audit_rate=audit_rate,
         )
     finally:
         ledger.close()

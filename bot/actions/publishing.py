@@ -22,6 +22,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+REUSE_AUDIT_STATUS = "stagebot/reuse-audit"
+
 
 @dataclass(frozen=True)
 class PublishRequest:
@@ -74,7 +76,19 @@ def publish(request: PublishRequest, env, config) -> list[str]:
         lines += _publish_to_pr(api, env, config, record, report, digest, request.cancelled)
     else:
         lines.append(record_main_ledger(api, request.ledger, env.run_id))
+        lines += _audit_status(api, record.commit, report)
     return lines
+
+
+def _audit_status(api, commit: str, report) -> list[str]:
+    """A post-merge pipeline has no reply: its reuse audit (harness/reuse/sampled.py) is the
+    ``stagebot/reuse-audit`` status of its commit, a failure when a sampled test disagreed."""
+    if not report.reuse_audits:
+        return []
+    line = str(report.reuse_audit_line())
+    state = "failure" if report.reuse_faults else "success"
+    api.set_status(commit, state, REUSE_AUDIT_STATUS, line, None)
+    return [f"{line} ({REUSE_AUDIT_STATUS} status: {state})"]
 
 
 def _job_links(api, run_id: int | None) -> tuple[dict[str, str], list[str]]:

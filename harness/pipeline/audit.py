@@ -11,19 +11,16 @@ the pipeline's ``meta["reuse_audits"]``, so an audit can be repeated exactly.
 
 from __future__ import annotations
 
-import math
-import random
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from stagebot.harness.reuse.sampled import DISAGREE, META, fault_detail, sample
 from stagebot.harness.run.gpus import describe, detect_devices
 from stagebot.harness.run.placement import missing_hardware, serving
 from stagebot.harness.run.shard import ShardContext, run_shard
 from stagebot.stages.errors import StagebotError
 from stagebot.stages.matrix import matrix_entries
 from stagebot.stages.names import stage_family
-
-DISAGREE = ("failed", "error")
 
 
 class AuditError(StagebotError):
@@ -55,14 +52,6 @@ class Audit:
             else "nothing was audited"
         ]
         return [head, *body, *tail]
-
-
-def sample(items: list, rate: float, seed: int) -> list:
-    """``ceil(rate * n)`` of ``items`` (at least one when ``rate`` > 0), chosen by ``seed``."""
-    if not items or rate <= 0:
-        return []
-    count = min(len(items), max(1, math.ceil(rate * len(items))))
-    return sorted(random.Random(seed).sample(sorted(items), count))
 
 
 def audit_reuse(
@@ -103,15 +92,13 @@ def audit_reuse(
             got = ran.get(test)
             outcomes[(stage, test)] = got.outcome if got else "not run (not collected here)"
             if got is not None and got.outcome in DISAGREE:
-                detail = f"it {got.outcome} when run for real by bot audit-reuse (seed {seed})"
-                if got.evidence:
-                    detail += f": {got.evidence.splitlines()[0][:200]}"
+                detail = fault_detail(got.outcome, got.evidence, seed, "bot audit-reuse")
                 book.record_fault(stage_family(stage), test, number, source, detail)
                 faults.append(f"{test} ({stage}), reused from #{source}: {detail}")
     audit = Audit(number, rate, seed, len(reused), outcomes, faults, not_here)
     book.add_meta(
         number,
-        "reuse_audits",
+        META,
         {
             "rate": rate,
             "seed": seed,

@@ -68,6 +68,7 @@ def report_from_record(
             record.reused_seconds,
             meta.get("fail_fast_expected_s") or {},
         ),
+        reuse_audits=list(meta.get("reuse_audits") or []),
     )
 
 

@@ -22,6 +22,7 @@ from stagebot.harness.report.status_text import label
 from stagebot.harness.report.timeline import timeline
 from stagebot.harness.report.units import duration_text
 from stagebot.harness.results import FAIL_FAST, StageResult
+from stagebot.harness.reuse.sampled import summary as audit_summary
 from stagebot.templates.markdown import Trusted
 
 
@@ -54,6 +55,7 @@ class Report:
     )  # Ledger.key_reuse_sources
     reuse_faults: list[tuple[str, str, int, int, str]] = field(default_factory=list)
     gpu_times: list[StageGpuTime] = field(default_factory=list)  # report/gpu_time.py
+    reuse_audits: list[dict] = field(default_factory=list)  # meta["reuse_audits"]
 
     @property
     def exit_code(self) -> int:
@@ -114,6 +116,13 @@ class Report:
         )
         plural = "s" if total != 1 else ""
         return Trusted(f"{total} test{plural} reused by key (from {', '.join(sources)})")
+
+    def reuse_audit_line(self) -> Trusted:
+        """ "Reuse audit: N sampled, M disagreed": the tests reused by key that this pipeline's
+        stage jobs (main's pipelines) or `bot audit-reuse` ran for real anyway. The bot's own
+        words around numbers: not escaped."""
+        sampled, disagreed = audit_summary(self.reuse_audits)
+        return Trusted(f"Reuse audit: {sampled} sampled, {disagreed} disagreed")
 
     def reuse_fault_lines(self) -> list[str]:
         """One line per reuse fault the audit found in this pipeline."""

@@ -373,8 +373,11 @@ class TestInputs:
         code = closure(root, sorted(p for p in start if p.endswith(".py")), repo.index, repo.facts)
         facts = {path: repo.facts(root, path) for path in sorted(code)}
         launchers = {name for fact in facts.values() for name in fact.launchers}
+        importers = {importer for fact in facts.values() for importer in fact.importers}
         blind = [
-            f"{path}: {what}" for path, fact in facts.items() for what in fact.blind_with(launchers)
+            f"{path}: {what}"
+            for path, fact in facts.items()
+            for what in fact.blind_with(launchers, importers)
         ]
         blind += [
             f"{path}: runs {script}, which is not a repository file"
@@ -433,6 +436,7 @@ _TOOL_TABLES = {
 _CONFIG_SUFFIXES = (".toml", ".yaml", ".yml", ".json", ".ini", ".cfg", ".env", ".conf")
 _CONFIG_LIMIT = 256_000  # characters of a configuration file read for the paths it names
 _DATA_SUFFIX = re.compile(r"\.[A-Za-z0-9]{1,8}$")
+_COMMENT_LINE = re.compile(r"^[ \t]*[#;].*$", re.MULTILINE)
 
 
 def config_named(repo: Repository, files: Iterable[str]) -> set[str]:
@@ -496,6 +500,14 @@ def _config_values(repo: Repository, config: str, project: bool) -> list[str]:
             return _strings_in(tomllib.loads(text))
         except tomllib.TOMLDecodeError:
             pass
+    elif config.endswith((".yaml", ".yml")):
+        import yaml  # the catalog's parser; only for a test's own configuration files
+
+        try:
+            return _strings_in(list(yaml.safe_load_all(text)))
+        except yaml.YAMLError:
+            pass
+    text = _COMMENT_LINE.sub("", text)  # a comment is never a value code reads
     words = re.findall(r"[\"']([^\"'\n]{1,200})[\"']|[:=][ \t]*([^\s\"'#,\]\[{}]{1,200})", text)
     return [quoted or bare for quoted, bare in words]
 

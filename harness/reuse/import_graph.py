@@ -42,6 +42,8 @@ SKIP_ROOT_DIRS = {"out", "build", "dist", "venv"}
 # reaches it: ``subprocess.run``, ``from subprocess import run``, ``import subprocess as sp;
 # sp.run``, ``runner = subprocess.run; runner(...)`` all read as ``subprocess.run``.
 SUBMODULES = ".*"  # an import name's suffix: every module under that folder
+_TEST_RUNNERS = {"pytest", "py.test", "unittest"}  # ``python -m`` modules that run our tests
+_COLLECTED = "collected"  # a module name computed from the file pytest collects (``self.path``)
 # Calls whose first argument names a module to import: followed when it is a literal, blind
 # otherwise.
 _IMPORT_FUNCTIONS = {
@@ -57,6 +59,15 @@ _IMPORT_FUNCTIONS = {
 }
 # The same by their bare attribute name, when what owns them cannot be told (``self.loader``).
 _IMPORT_CALLS = {"import_module", "__import__", "run_module", "run_path", "spec_from_file_location"}
+# pytest's collectors: ``self.path`` in a method of a subclass is the file pytest collects.
+_PYTEST_COLLECTORS = {
+    "pytest.Module",
+    "pytest.File",
+    "pytest.Package",
+    "_pytest.python.Module",
+    "_pytest.python.Package",
+    "_pytest.nodes.File",
+}
 # Calls that start another program: it may run repository code that no import shows.
 _PROCESS_FUNCTIONS = {
     "subprocess.run",
@@ -137,19 +148,34 @@ class ModuleFacts:
     environment: tuple[str, ...]  # environment variables read by a literal name
     blind: tuple[str, ...]  # "line N: what" — dependencies no static reading can follow
     launchers: tuple[str, ...] = ()  # functions that start the program their caller names
-    calls: tuple[tuple[str, int, bool], ...] = ()  # (callee, line, its command is followed)
+    # (callee, line, its command is followed, the argument positions that name a conftest file)
+    calls: tuple[tuple[str, int, bool, tuple[str, ...]], ...] = ()
     locates_itself: bool = False  # reads __file__ or package resources: may open files beside it
     resources: tuple[str, ...] = ()  # packages (dotted) whose folders it reads resources from
     loads_native: bool = False  # loads a native library by ctypes / cffi
     observed: tuple[str, ...] = ()  # "line N: what" — only a run can tell (an observed key)
     scripts: tuple[str, ...] = ()  # Python files it runs as ``python FILE`` (literal paths)
+    # (function, argument position): functions that import the module of the path they are given
+    importers: tuple[tuple[str, str], ...] = ()
 
-    def blind_with(self, launchers: set[str]) -> tuple[str, ...]:
-        """``blind``, plus the calls of those launchers (of any module) that may run our code."""
-        return self.blind + tuple(
-            f"line {line}: {name}() may run repository code"
-            for name, line, outside in self.calls
-            if name in launchers and not outside
+    def blind_with(
+        self, launchers: set[str], importers: set[tuple[str, str]] = frozenset()
+    ) -> tuple[str, ...]:
+        """``blind``, plus the calls of those launchers (of any module) that may run our code and
+        of those importers (of any module) that are given no conftest file to import."""
+        return (
+            self.blind
+            + tuple(
+                f"line {line}: {name}() may run repository code"
+                for name, line, outside, _ in self.calls
+                if name in launchers and not outside
+            )
+            + tuple(
+                f"line {line}: {name}() imports a module by a computed name"
+                for name, line, _, conftests in self.calls
+                for importer, position in importers
+                if name == importer and position not in conftests
+            )
         )
 
 
@@ -241,6 +267,13 @@ class _Reader(ast.NodeVisitor):
         self.programs: dict[str, str] = {}  # names that can only be shutil.which("program")
         self.names: dict[str, str] = {}  # local name -> the qualified name it stands for
         self.parameters: list[tuple[str, set[str]]] = []  # enclosing functions and their parameters
+        self.functions: list[ast.FunctionDef | ast.AsyncFunctionDef] = []  # the enclosing ones
+        self.collectors: list[bool] = []  # enclosing classes: is it a pytest collector
+        # (function, parameter position, import function, its call)
+        self.importing: list[tuple[str, str, str, ast.Call]] = []
+        self.importers: list[tuple[str, str]] = []  # those whose calls can all be checked
+        self.referenced: dict[str, int] = {}  # function name -> times named other than called
+        self.called: dict[str, int] = {}  # function name -> times called
         self.launchers: list[str] = []
         self.calls: list[tuple[str, int, bool]] = []
         self.locates_itself = False
@@ -262,6 +295,12 @@ class _Reader(ast.NodeVisitor):
         }
         self.names = _qualified_names(tree, self.package)
         self.visit(tree)
+        for function, position, called, call in self.importing:
+            # passed on as a value, or called from nowhere here: its calls cannot be checked
+            if self.referenced.get(function) or not self.called.get(function):
+                self._blind(call, f"{called}() of a computed name")
+            else:
+                self.importers.append((function, position))
         return ModuleFacts(
             tuple(name for name in self.imports if name),
             tuple(dict.fromkeys(self.literals)),
@@ -274,19 +313,34 @@ class _Reader(ast.NodeVisitor):
             self.loads_native,
             tuple(self.observed),
             tuple(self.scripts),
+            tuple(dict.fromkeys(self.importers)),
         )
 
     def visit_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
         arguments = node.args
         names = [a.arg for a in (*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs)]
         self.parameters.append((node.name, set(names)))
+        self.functions.append(node)
         self.generic_visit(node)
+        self.functions.pop()
         self.parameters.pop()
 
     visit_AsyncFunctionDef = visit_FunctionDef
 
+    def visit_ClassDef(self, node: ast.ClassDef) -> None:
+        self.collectors.append(any(self._qualified(b) in _PYTEST_COLLECTORS for b in node.bases))
+        self.generic_visit(node)
+        self.collectors.pop()
+
     def visit_Name(self, node: ast.Name) -> None:
         self.locates_itself |= node.id in ("__file__", "__spec__", "__path__")
+        if isinstance(node.ctx, ast.Load):
+            self.referenced[node.id] = self.referenced.get(node.id, 0) + 1
+
+    def visit_Attribute(self, node: ast.Attribute) -> None:
+        if isinstance(node.ctx, ast.Load):
+            self.referenced[node.attr] = self.referenced.get(node.attr, 0) + 1
+        self.generic_visit(node)
 
     def visit_Import(self, node: ast.Import) -> None:
         self.imports += [alias.name for alias in node.names]
@@ -345,8 +399,10 @@ class _Reader(ast.NodeVisitor):
             self._resource_call(qualified, first, node)
         elif qualified.startswith(_NATIVE_PREFIXES) or name in _NATIVE_ATTRIBUTES:
             self.loads_native = True
-        self.calls.append((name, node.lineno, followed))
+        self.calls.append((name, node.lineno, followed, self._conftest_arguments(node)))
         self.generic_visit(node)
+        self.referenced[name] = self.referenced.get(name, 0) - 1  # named by this call
+        self.called[name] = self.called.get(name, 0) + 1
 
     def _qualified(self, node: ast.AST) -> str | None:
         """The qualified name an expression stands for through the module's imports and
@@ -361,11 +417,55 @@ class _Reader(ast.NodeVisitor):
         if modules is None and self._own_submodule(first):
             self.imports.append(".".join(self.package) + SUBMODULES)
         elif modules is None:
-            self._blind(node, f"{name}() of a computed name")
+            source = self._path_source(first)
+            function = self.functions[-1] if self.functions else None
+            hidden = function is None or function.decorator_list or _called_by_pytest(function)
+            by_name = name in ("import_module", "__import__")
+            if source is None or not by_name or (source != _COLLECTED and hidden):
+                self._blind(node, f"{name}() of a computed name")
+            elif source != _COLLECTED:  # a parameter: its callers must give a conftest file
+                self.importing.append((function.name, source, name, node))  # type: ignore[union-attr]
         elif name in ("import_module", "__import__", "run_module", "resolve_name"):
             self.imports += [module.split(":")[0] for module in modules]
         else:
             self._blind(node, f"{name}() runs a file by path")
+
+    def _path_source(self, node: ast.AST | None, depth: int = 0) -> str | None:
+        """Where a computed module name comes from, when it is computed from a path alone (the
+        expression itself, or a call of one argument on it, ``canonical_name(path)``, or a
+        local name bound once to that): ``_COLLECTED`` for ``self.path`` in a method of a pytest
+        collector (the file pytest collects), the position of the enclosing function's
+        parameter it comes from (the function then imports what its callers name), else None."""
+        function = self.functions[-1] if self.functions else None
+        if function is None or depth > 4:
+            return None
+        parameters = [a.arg for a in (*function.args.posonlyargs, *function.args.args)]
+        method = bool(self.collectors) and parameters[:1] in (["self"], ["cls"])
+        if isinstance(node, ast.Call) and len(node.args) == 1 and not node.keywords:
+            return self._path_source(node.args[0], depth + 1)
+        if isinstance(node, ast.Attribute) and node.attr == "path":
+            collected = method and self.collectors[-1] and isinstance(node.value, ast.Name)
+            return _COLLECTED if collected and node.value.id == "self" else None  # type: ignore[attr-defined]
+        if not isinstance(node, ast.Name):
+            return None
+        if node.id in parameters:
+            return str(parameters.index(node.id) - method)
+        bindings = [
+            n.value
+            for n in ast.walk(function)
+            if isinstance(n, ast.Assign) and any(_binds(t, node.id) for t in n.targets)
+        ]
+        stores = [n for n in ast.walk(function) if _binds(n, node.id)]
+        if len(bindings) == 1 and len(stores) == 1:
+            return self._path_source(bindings[0], depth + 1)
+        return None
+
+    def _conftest_arguments(self, node: ast.Call) -> tuple[str, ...]:
+        """The positions (and keywords) of a call's arguments that name a conftest file:
+        ``folder / "conftest.py"`` or a literal path ending in ``conftest.py``."""
+        arguments = [(str(i), a) for i, a in enumerate(node.args)]
+        arguments += [(k.arg, k.value) for k in node.keywords if k.arg]
+        return tuple(position for position, value in arguments if _names_conftest(value))
 
     def _resource_call(self, qualified: str, first: ast.expr | None, node: ast.Call) -> None:
         """A package resource: every file under the named package's folder is in the key."""
@@ -485,6 +585,10 @@ class _Reader(ast.NodeVisitor):
         if values is None:
             return False
         if word == "-m":
+            rest = [flag for flag in flags[position + 2 :] if flag is not None]
+            named = [w for flag in rest for w in flag if w.endswith(".py") or "::" in w]
+            if set(values) & _TEST_RUNNERS or named:  # runs the tests or files it is given
+                self._blind(at, f"python -m {values[0]} runs repository files it is given")
             self.imports += values
             return True
         for source in values:
@@ -514,6 +618,25 @@ class _Reader(ast.NodeVisitor):
 
     def _blind(self, node: ast.AST, what: str) -> None:
         self.blind.append(f"line {getattr(node, 'lineno', '?')}: {what}")
+
+
+def _binds(node: ast.AST, name: str) -> bool:
+    return isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Store)
+
+
+def _called_by_pytest(function: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """A hook or a test: pytest calls it with arguments no static reading sees."""
+    return function.name.startswith(("pytest_", "test"))
+
+
+def _names_conftest(node: ast.AST) -> bool:
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+        node = node.right
+    return (
+        isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and PurePosixPath(node.value).name == "conftest.py"
+    )
 
 
 def _literal_names(

@@ -44,6 +44,7 @@ from stagebot.harness.reuse.dependency_key import (
 )
 from stagebot.harness.reuse.observe import FOLDER as OBSERVED
 from stagebot.harness.reuse.observe import read_observations
+from stagebot.harness.reuse.sampled import sample
 from stagebot.stages.history import EnvironmentChange
 from stagebot.stages.names import stage_family
 from stagebot.stages.plan import MatrixEntry
@@ -67,11 +68,14 @@ def offer(
     default_branch: str,
     enabled: bool = True,
     main_book=None,
+    audit_rate: float = 0.0,
 ) -> list[MatrixEntry]:
     """``entries`` of pipeline ``pipeline`` with their ``key_reuse`` filled: every test shard
     gets its family's key inputs (so its keys are recorded), and the trusted passed runs of its
     family's tests when ``enabled`` and there is a ledger (``book``, which has the pipeline; in
-    Actions a PR's own, with ``main_book``, main's vouched ledger, beside it)."""
+    Actions a PR's own, with ``main_book``, main's vouched ledger, beside it). ``audit_rate``
+    (main's post-merge pipelines): the share of the tests a shard would reuse by key that it
+    runs anyway, seeded by the pipeline's number (``KeyCheck.before``)."""
     out, offers = [], {}
     for entry in entries:
         stage = catalog.stage(entry.stage)
@@ -88,6 +92,8 @@ def offer(
             offers[family.name] = _compact(found)
         inputs = FamilyInputs.of(family, catalog.waives)
         reuse = {"family": inputs.to_json(), **offers[family.name]}
+        if audit_rate > 0 and reuse.get("candidates"):
+            reuse["audit"] = [audit_rate, pipeline]
         out.append(replace(entry, key_reuse=reuse))
     return out
 
@@ -172,6 +178,8 @@ class KeyCheck:
     repo: Repository
     reused: Passed = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    audited: Passed = field(default_factory=dict)  # would be reused; run anyway (the audit)
+    audit: tuple[float, int] | None = None  # the audit's (rate, seed), from the entry
 
     @classmethod
     def before(cls, entry: MatrixEntry, root: Path) -> KeyCheck | None:
@@ -199,6 +207,11 @@ class KeyCheck:
                 dropped[" and ".join(mismatch)] += 1
                 continue
             check.reused[test_id] = (source, 0.0)  # the ledger's duration is recorded
+        if entry.key_reuse.get("audit"):
+            rate, seed = entry.key_reuse["audit"]
+            check.audit = (float(rate), int(seed))
+            for test_id in sample(list(check.reused), *check.audit):
+                check.audited[test_id] = check.reused.pop(test_id)
         check.notes = [
             f"{n} test(s) with unchanged code not reused: their {what} differ(s) on this runner"
             for what, n in sorted(dropped.items())
@@ -239,6 +252,8 @@ class KeyCheck:
         data = {
             "family": self.family.name,
             "reused": {t: list(v) for t, v in sorted(self.reused.items())},
+            "audited": {t: list(v) for t, v in sorted(self.audited.items())},
+            "audit": list(self.audit) if self.audit else None,
             "keys": keys,
             "files": files,
         }
@@ -255,6 +270,8 @@ class Keyed:
     keys: list[RecordedKey]
     files: dict[str, dict[str, str]]
     refused: list[str]  # claimed reuses the ledger does not offer (named in the log)
+    audited: Passed = field(default_factory=dict)  # run by the shard's audit (offered ones)
+    audit: tuple[float, int] = (0.0, 0)  # the audit's (rate, seed)
 
 
 def trusted(
@@ -302,19 +319,26 @@ def read_keys(
             return None
         keys = [RecordedKey(family=family, **_key_fields(k)) for k in data.get("keys", [])]
         claims = {str(t): (int(v[0]), float(v[1])) for t, v in data.get("reused", {}).items()}
+        audits = {str(t): (int(v[0]), float(v[1])) for t, v in data.get("audited", {}).items()}
+        rate, seed = data.get("audit") or (0.0, 0)
+        audit = (float(rate), int(seed))
         files = {str(f): dict(m) for f, m in data.get("files", {}).items()}
     except (OSError, ValueError, TypeError, KeyError, IndexError, AttributeError):
         return None
+    offers = {
+        source: trusted(book, pipeline, family, default_branch, main_book, source)
+        for source in sorted({source for source, _ in (*claims.values(), *audits.values())})
+    }
     reused, refused = {}, []
-    for source in sorted({source for source, _ in claims.values()}):
-        offered = trusted(book, pipeline, family, default_branch, main_book, source)
-        for test_id, (claimed, _) in sorted(claims.items()):
-            hit = offered.get(test_id) if claimed == source else None
-            if hit is not None:
-                reused[test_id] = (source, hit.duration_s)
-            elif claimed == source:
-                refused.append(test_id)
-    return Keyed(reused, keys, files, refused)
+    for test_id, (source, _) in sorted(claims.items()):
+        hit = offers[source].get(test_id)
+        if hit is not None:
+            reused[test_id] = (source, hit.duration_s)
+        else:
+            refused.append(test_id)
+    # an audited test ran: a claim the ledger does not offer is no audit, and costs nothing
+    audited = {t: (s, d) for t, (s, d) in sorted(audits.items()) if t in offers[s]}
+    return Keyed(reused, keys, files, refused, audited, audit)
 
 
 def with_refusals(result: StageResult, keyed: Keyed | None) -> StageResult:

@@ -13,8 +13,10 @@ from pathlib import Path
 from stagebot.harness.ledger.store import retry_busy
 from stagebot.harness.results import StageResult
 from stagebot.harness.reuse.offers import Keyed
+from stagebot.harness.reuse.sampled import record_shard_audit
 from stagebot.harness.run.shard import placeholder_result
 from stagebot.harness.run.streams import read_stream
+from stagebot.stages.names import stage_family
 
 Passed = dict[str, tuple[int, float]]  # test id -> (pipeline it passed in, its duration)
 
@@ -29,7 +31,8 @@ def record_result(
     keyed: Keyed | None = None,
 ) -> None:
     """Store ``result`` as pipeline ``number``'s (waiting out a busy ledger), with the tests it
-    reused by key and its tests' keys (``keyed``, from its ``keys.json``)."""
+    reused by key and its tests' keys (``keyed``, from its ``keys.json``), and the audit of the
+    tests it ran instead of reusing them (``harness/reuse/sampled.py``)."""
     retry_busy(
         lambda: book.record_result(
             number,
@@ -41,6 +44,11 @@ def record_result(
             key_files=keyed.files if keyed else None,
         )
     )
+    if keyed is not None and keyed.audited:
+        family = stage_family(result.stage)
+        retry_busy(
+            lambda: record_shard_audit(book, number, result, family, keyed.audited, keyed.audit)
+        )
 
 
 def failure_logs(stream: Path) -> dict[str, str]:

@@ -14,8 +14,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-F = ROOT / "harness" / "dependency_key.py"
-G = ROOT / "harness" / "import_graph.py"
+F = ROOT / "harness" / "reuse" / "dependency_key.py"
+G = ROOT / "harness" / "reuse" / "import_graph.py"
 # the input ignored -> (file, the code that reads it, the code that ignores it)
 MUTANTS = {
     "imports ignored (closure = start files)": (
@@ -28,7 +28,11 @@ MUTANTS = {
         "    return set().union(*(repo.data_files(module) for module in code))",
         "    return set()",
     ),
-    "beside files ignored": (F, "            if facts.locates_itself:", "            if False:"),
+    "beside files ignored": (
+        F,
+        "            if not facts.locates_itself:",
+        "            if True:",
+    ),
     "literal-named data ignored": (
         F,
         "            for literal in facts.literals:",
@@ -101,6 +105,16 @@ MUTANTS = {
         G,
         "for name, found in values.items() if name not in other",
         "for name, found in values.items()",
+    ),
+    "importer calls not checked": (
+        G,
+        "                if name == importer and position not in conftests",
+        "                if False",
+    ),
+    "configuration comments read as values": (
+        F,
+        '    text = _COMMENT_LINE.sub("", text)  # a comment is never a value code reads',
+        "    pass",
     ),
     "a package's plug-ins not expanded": (
         G,

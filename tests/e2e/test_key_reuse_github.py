@@ -101,3 +101,26 @@ def test_a_stage_job_cannot_claim_another_prs_pass_as_reused(gh, jobs) -> None:
     body = reply(jobs, OTHER_PR, 102)
     assert "completed with state FAILURE" in body and "Reuse:" not in body
     assert "skipped it as reused by key, but the ledger does not offer" in body
+
+
+def test_mains_pipeline_runs_a_sample_of_what_it_would_reuse_and_says_so(gh, jobs) -> None:
+    """A post-merge pipeline's stage jobs run a seeded sample (``reuse_audit_rate``, default
+    0.05: one of six) of the tests they would reuse by key; the result is the
+    ``stagebot/reuse-audit`` status of the commit (a post-merge pipeline has no reply)."""
+    outputs = jobs.push(104)
+    jobs.report(jobs.stages(outputs), 104)
+    assert ran(jobs, 60104, 104) == (TESTS, {})
+    assert "stagebot/reuse-audit" not in {s["context"] for s in gh.statuses[outputs["commit"]]}
+
+    later = "c1" + "0" * 38  # main's next commit, the same code
+    outputs = jobs.push(105, sha=later)
+    shards = [s for s in json.loads(outputs["matrix"]) if s["key_reuse"]]  # the test shard
+    assert [shard["key_reuse"]["audit"] for shard in shards] == [[0.05, 105]]
+    _, log = jobs.report(jobs.stages(outputs), 105)
+    assert ran(jobs, 60105, 105) == (1, {104: TESTS - 1})  # the sampled one ran for real
+    (status,) = [s for s in gh.statuses[later] if s["context"] == "stagebot/reuse-audit"]
+    assert (status["state"], status["description"]) == (
+        "success",
+        "Reuse audit: 1 sampled, 0 disagreed",
+    )
+    assert "Reuse audit: 1 sampled, 0 disagreed (stagebot/reuse-audit status: success)" in log

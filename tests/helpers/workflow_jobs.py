@@ -162,11 +162,13 @@ class Jobs:
         self.env(run_id, "issue_comment", payload, number)
         return self._plan_job(run_id)
 
-    def push(self, number: int) -> dict[str, str]:
-        """The plan job of bot.yml run ``number`` on a push to main; its outputs (and log)."""
+    def push(self, number: int, sha: str | None = None) -> dict[str, str]:
+        """The plan job of bot.yml run ``number`` on a push to main (of ``sha``, default the
+        event file's); its outputs (and log)."""
         run_id = 50000 + number
         self.gh.add_run(number, run_id=run_id, event="push")
         payload = json.loads((EVENTS / "push_main.json").read_text())
+        payload["after"] = sha or payload["after"]
         if payload["after"] not in self.gh.main_commits:
             self.gh.main_commits.insert(0, payload["after"])
         self.env(run_id, "push", payload, number)

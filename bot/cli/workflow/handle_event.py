@@ -81,7 +81,12 @@ def handle_event(config_path, catalog, ledger, out) -> None:
         ).handle()
     elif env.event_name == "push":
         outcome = plan_post_merge(
-            payload, catalog, env.run_number, ledger, lambda: connect(env, policy)
+            payload,
+            catalog,
+            env.run_number,
+            ledger,
+            lambda: connect(env, policy),
+            audit_rate=config.reuse_audit_rate,
         )
     else:
         outcome = Outcome(f"no-op: {env.event_name} events are not handled")

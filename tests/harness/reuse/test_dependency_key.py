@@ -230,6 +230,14 @@ def test_the_test_id_and_family_are_in_the_key(repo, family) -> None:
     assert changed_inputs(before, key(repo, renamed)) == ["test changed"]
 
 
+# A function importing the module of the path its callers name (stagebot's own pytest plugin
+# adopts its conftests this way); the cases below give it no conftest.
+IMPORTER = (
+    "import importlib\nfrom pathlib import Path\n\nROOT = Path()\n\n"
+    "def adopt(conftest):\n"
+    "    name = canonical_name(conftest)\n    return importlib.import_module(name)\n"
+)
+
 BLIND = [
     pytest.param(
         "import importlib\n\ndef load(name):\n    return importlib.import_module(name)\n",
@@ -271,6 +279,46 @@ BLIND = [
         "an environment variable read by a computed name",
         id="an environment variable read by a computed name",
     ),
+    pytest.param(
+        IMPORTER + "\ndef use(path):\n    return adopt(path)\n",
+        "adopt() imports a module by a computed name",
+        id="an importer of a path given a path that is no conftest",
+    ),
+    pytest.param(
+        IMPORTER + '\nHANDLERS = [adopt]\nadopt(ROOT / "conftest.py")\n',
+        "import_module() of a computed name",
+        id="an importer of a path passed on as a value",
+    ),
+    pytest.param(
+        "import importlib\n\ndef pytest_collect_file(file_path, parent):\n"
+        "    return importlib.import_module(str(file_path))\n",
+        "import_module() of a computed name",
+        id="a hook importing the path pytest gives it",
+    ),
+    pytest.param(
+        "import importlib\n\nclass Thing:\n    def load(self):\n"
+        "        return importlib.import_module(str(self.path))\n",
+        "import_module() of a computed name",
+        id="self.path of a class that is no pytest collector",
+    ),
+    pytest.param(
+        "import importlib, pytest\n\nclass Own(pytest.Module):\n    def _getobj(self):\n"
+        '        return importlib.import_module(pick(self.path, "pkg"))\n',
+        "import_module() of a computed name",
+        id="a name computed from the collected path and something else",
+    ),
+    pytest.param(
+        "import subprocess, sys\n\ndef run():\n"
+        '    subprocess.run([sys.executable, "-m", "pytest"])\n',
+        "python -m pytest runs repository files it is given",
+        id="a pytest child",
+    ),
+    pytest.param(
+        "import subprocess, sys\n\ndef run():\n"
+        '    subprocess.run([sys.executable, "-m", "tool", "-q", "tests/check.py"])\n',
+        "python -m tool runs repository files it is given",
+        id="a python -m child given a Python file",
+    ),
 ]
 
 
@@ -292,6 +340,34 @@ def test_what_cannot_be_followed_makes_the_key_the_whole_repositorys(
         before = after
     edit(repo, ".pytest_cache/v/cache/lastfailed")  # a cache is no input, even then
     assert key(repo, family).digest == before.digest
+
+
+def test_imports_of_the_files_pytest_collects_keep_the_key_precise(repo, family) -> None:
+    """A pytest plugin importing, by a name computed from the path, the file a pytest collector
+    collects (``self.path``) or a conftest its callers name (``folder / "conftest.py"``)
+    imports what pytest itself would: the key stays precise. Another module calling the same
+    importer with any other path makes it conservative."""
+    (repo / "pkg/adopter.py").write_text(
+        "import importlib\nimport pytest\n\n"
+        "def pytest_collect_directory(path, parent):\n"
+        '    _adopt(parent.config.pluginmanager, path / "conftest.py")\n\n'
+        "def _adopt(manager, conftest):\n"
+        "    name = canonical_name(conftest)\n"
+        "    manager.register(importlib.import_module(name))\n\n"
+        "class OwnModule(pytest.Module):\n"
+        "    def _getobj(self):\n"
+        "        return importlib.import_module(canonical_name(self.path))\n"
+    )
+    edit(repo, "pkg/deep.py", "import pkg.adopter\n")
+    before = key(repo, family)
+    assert before.conservative == ()
+    edit(repo, "docs/notes.md")
+    assert key(repo, family).digest == before.digest
+    (repo / "pkg/caller.py").write_text("from pkg.adopter import _adopt\n\n_adopt(None, 'x.py')\n")
+    edit(repo, "pkg/deep.py", "import pkg.caller\n")
+    assert "pkg/caller.py: line 3: _adopt() imports a module by a computed name" in (
+        key(repo, family).conservative
+    )
 
 
 def test_what_can_be_followed_keeps_the_key_precise(repo, family) -> None:
@@ -573,9 +649,37 @@ def test_paths_a_configuration_file_names_are_in_the_key(repo, family) -> None:
         assert changed_inputs(before, after) == [f"files changed: {changed}"]
         before = after
     (repo / "data/x.csv").write_text("new\n")
-    assert changed_inputs(before, key(repo, family)) == ["files changed: data/x.csv"]
-    edit(repo, "docs/notes.md")  # the negative control
-    assert key(repo, family).digest == key(repo, family).digest
+    after = key(repo, family)
+    assert changed_inputs(before, after) == ["files changed: data/x.csv"]
+    edit(repo, "docs/notes.md")  # the negative control: a file no configuration names
+    assert key(repo, family).digest == after.digest
+
+
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [
+        pytest.param(
+            "settings.yaml",
+            '# the notes: "docs/notes.md"\nprices: data/prices.csv  # not "docs/notes.md"\n',
+            id="YAML",
+        ),
+        pytest.param(
+            "settings.ini",
+            '; the notes: "docs/notes.md"\n[data]\nprices = data/prices.csv\n',
+            id="INI",
+        ),
+    ],
+)
+def test_a_configuration_files_comments_name_no_paths(repo, family, name, text) -> None:
+    """A comment is never a value code reads: a path only a comment names stays out (else a
+    catalog's comments would tie every test to the docs), the values' paths are in."""
+    (repo / "pkg" / name).write_text(text)
+    (repo / "data/prices.csv").write_text("1,2\n")
+    before = key(repo, family)  # pkg/core.py locates itself: the settings file is in
+    assert {f"pkg/{name}", "data/prices.csv"} <= set(before.files)
+    assert "docs/notes.md" not in before.files
+    edit(repo, "docs/notes.md")
+    assert key(repo, family).digest == before.digest
 
 
 def test_an_observed_run_adds_what_it_opened_and_a_computed_program_needs_one(repo, family) -> None:

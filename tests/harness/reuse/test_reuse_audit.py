@@ -14,7 +14,7 @@ from pathlib import Path
 from fixtures.botrun import bot
 from helpers.key_reuse import CATALOG, executed, reused, run
 
-from stagebot.harness.pipeline.audit import sample
+from stagebot.harness.reuse.sampled import sample
 
 TEST = """import subprocess
 import sys
@@ -103,3 +103,44 @@ def test_the_rate_comes_from_the_settings_and_a_bad_one_is_refused(tmp_path) -> 
     bad = audit(tmp_path, 2, "--config", str(settings))
     assert bad.returncode == 2 and "reuse_audit_rate must be a number from 0 to 1" in bad.stderr
     assert "Traceback" not in bad.stderr
+
+
+def test_a_stage_jobs_own_audit_is_checked_recorded_and_loud_in_the_report(tmp_path) -> None:
+    """Main's pipelines audit themselves (harness/reuse/sampled.py): the stage job runs a
+    sampled test it would have reused and says so in keys.json; the trusted side keeps only
+    the audits of tests the ledger offers, records a failure as a reuse fault, and the report
+    says "Reuse audit: N sampled, M disagreed", in bold when one disagreed."""
+    from stagebot.harness.ledger.book import Ledger
+    from stagebot.harness.results import StageResult, TestOutcome
+    from stagebot.harness.reuse.offers import KEYS_FILE, read_keys
+    from stagebot.harness.reuse.sampled import record_shard_audit
+
+    repo(tmp_path)
+    assert run(tmp_path, "c1")[0].returncode == 0
+    assert run(tmp_path, "c2")[0].returncode == 0  # pipeline #2 may be offered #1's passes
+    shard = tmp_path / "shard"
+    shard.mkdir()
+    claims = {BLIND: [1, 0.0], "tests/test_blind.py::test_unknown": [1, 0.0]}
+    (shard / KEYS_FILE).write_text(
+        json.dumps({"family": "CPU-PyTorch", "audited": claims, "audit": [0.5, 2], "keys": []})
+    )
+    result = StageResult(
+        "CPU-PyTorch-1", 1, 1, "FAILED", None, None, 0.1, "CPU", [],
+        tests=[TestOutcome(BLIND, "failed", 0.1, "AssertionError: '2' == '1'")],
+    )  # fmt: skip
+    with Ledger.open(tmp_path / "ledger.sqlite") as book:
+        keyed = read_keys(shard, "CPU-PyTorch-1", book, 2, "main")
+        assert keyed is not None and keyed.audited == {BLIND: (1, 0.0)}  # no pass of the other
+        assert keyed.audit == (0.5, 2)
+        faults = record_shard_audit(book, 2, result, "CPU-PyTorch", keyed.audited, keyed.audit)
+        assert faults == [
+            f"{BLIND} (CPU-PyTorch-1), reused from #1: it failed when run for real by the stage "
+            "job's reuse audit (seed 2): AssertionError: '2' == '1'"
+        ]
+        assert [f[1] for f in book.reuse_faults()] == [BLIND]
+
+    report = bot("report", "--ledger", str(tmp_path / "ledger.sqlite"), "--pipeline", "2")
+    assert "**Reuse audit: 1 sampled, 1 disagreed.**" in report.stdout
+    assert "**Reuse faults**" in report.stdout
+    done, out = run(tmp_path, "c3")  # the faulted test is never reused by key again
+    assert "test_reads_a_file_the_key_cannot_see" in executed(out)

@@ -5,6 +5,8 @@ extra labels on the runner do not matter); GitHub-hosted types need no runner.""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -31,6 +33,20 @@ class Runners:
         return Answer(200, {"total_count": len(listed), "runners": listed}, {})
 
 
+def context(registered, runner_labels: dict[str, tuple[str, ...]]) -> Context:
+    """What the runners check reads: the runners GitHub lists and each GPU type's labels."""
+    return Context(
+        root=Path("."),
+        settings=None,
+        config=BotConfig(),
+        catalog=None,
+        runner_labels=runner_labels,
+        client=Runners(registered),
+        app=None,
+        without_app=True,
+    )
+
+
 def served(labels: frozenset[str], registered) -> bool:
     if "self-hosted" not in labels:
         return True
@@ -44,8 +60,7 @@ def served(labels: frozenset[str], registered) -> bool:
 )
 def test_a_gpu_type_is_served_only_by_an_online_runner_with_all_its_labels(types, registered):
     runner_labels = {name: tuple(sorted(labels)) for name, labels in types.items()}
-    ctx = Context(Runners(registered), None, BotConfig(), runner_labels, None, True)
-    check = runners(ctx)
+    check = runners(context(registered, runner_labels))
     unserved = [name for name, labels in types.items() if not served(labels, registered)]
     assert check.ok == (not unserved), check.detail
     for name in unserved:
@@ -54,12 +69,5 @@ def test_a_gpu_type_is_served_only_by_an_online_runner_with_all_its_labels(types
 
 def test_a_runner_missing_one_label_serves_nothing() -> None:
     wanted = ("self-hosted", "linux", "h200")
-    ctx = Context(
-        Runners([(frozenset({"self-hosted", "linux"}), "online")]),
-        None,
-        BotConfig(),
-        {"H200": wanted},
-        None,
-        True,
-    )
+    ctx = context([(frozenset({"self-hosted", "linux"}), "online")], {"H200": wanted})
     assert not runners(ctx).ok

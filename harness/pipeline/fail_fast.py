@@ -28,8 +28,9 @@ def condemning_failures(
     changed_files: list[str] | None,
     stage_paths: Mapping[str, list[str]] | None,
     root: Path | None,
-) -> list[Failure]:
-    """``result``'s failures that condemn its pipeline (NEW or UNCLASSIFIED against ``base``)."""
+) -> list[tuple[Failure, list[Failure]]]:
+    """``result``'s failures that condemn its pipeline (NEW or UNCLASSIFIED against ``base``),
+    identical ones folded into their first as the report folds them: [(first, the others)]."""
     if result.state not in ("FAILURE", "ERROR"):
         return []
     logs = {(result.stage, test_id): log for test_id, log in logs_of(result).items()}
@@ -41,27 +42,30 @@ def condemning_failures(
         logs=logs,
         root=root,
     )
-    return [failure for failure in analysis.failures if failure.category in CONDEMNING]
+    return [group for category in CONDEMNING for group in analysis.groups(category)]
 
 
-def signal_line(failure: Failure) -> str:
-    """One line for the terminal: category, stage, test id and the first key line."""
+def signal_line(failure: Failure, others: list[Failure]) -> str:
+    """One line for the terminal: category, stage, test id, the first key line, and how many
+    more tests failed the same way (250 tests of one cause are one line, not 250)."""
     first = failure.key_lines[0] if failure.key_lines else cause_line(failure.evidence)
-    return f"{failure.category} {failure.stage} {failure.test_id}: {first}"
+    same = f" (and {len(others)} more test(s) with the same error)" if others else ""
+    return f"{failure.category} {failure.stage} {failure.test_id}: {first}{same}"
 
 
 def condemner(say: Callable[[str], None], **context) -> Callable[[StageResult], str | None]:
-    """``Settings.condemns`` for `bot run`: says each NEW failure of a shard as it ends and
-    returns why the pipeline is condemned (None when nothing is NEW)."""
+    """``Settings.condemns`` for `bot run`: says each NEW failure of a shard as it ends (one
+    line per cause) and returns why the pipeline is condemned (None when nothing is NEW)."""
 
     def condemns(result: StageResult) -> str | None:
-        failures = condemning_failures(result, **context)
-        for failure in failures:
-            say(signal_line(failure) + "\n")
-        if not failures:
+        groups = condemning_failures(result, **context)
+        for failure, others in groups:
+            say(signal_line(failure, others) + "\n")
+        if not groups:
             return None
-        first = failures[0]
-        more = f" and {len(failures) - 1} more" if len(failures) > 1 else ""
+        first = groups[0][0]
+        count = sum(len(others) + 1 for _, others in groups)
+        more = f" and {count - 1} more" if count > 1 else ""
         return f"{first.category} failure in {result.stage}: {first.test_id}{more}"
 
     return condemns

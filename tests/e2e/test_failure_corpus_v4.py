@@ -354,7 +354,8 @@ def test_many_failures_of_one_cause_are_one_entry_everywhere(corpus) -> None:
     assert len(many) == 250 and {f["category"] for f in many} == {"NEW"}
     for text in (texts["report.md"], terminal):
         assert text.count("same error in 250 tests") == 1
-        assert text.count("check_many.py::test_to_metres") <= 10
+        # the entry's first id and 8 more; in the terminal, the first signal's line names it too
+        assert text.count("check_many.py::test_to_metres") <= 11 + (text is terminal)
         assert max(len(line) for line in text.splitlines()) < 2_000
     page = texts["report.html"]
     rows = [row for row in page.split('<tr class="failure-row"')[1:] if "check_many.py" in row]

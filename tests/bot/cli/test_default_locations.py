@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from fixtures.botrun import CATALOG
+from helpers.catalog_repo import committed_catalog_repo
 from helpers.shards import entry
 
 from stagebot.harness.ledger.book import Ledger
@@ -32,21 +32,12 @@ def _bot(cwd: Path, *args: str) -> subprocess.CompletedProcess:
     )
 
 
-def _git(repo: Path, *args: str) -> None:
-    subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True)
-
-
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
     """A committed git repository holding the fixture catalog, a suite and a subfolder."""
-    repo = tmp_path / "repo"
-    (repo / "sub").mkdir(parents=True)
-    (repo / "catalog.yaml").write_text((CATALOG / "stages.yaml").read_text())
-    (repo / "check_suite.py").write_text("def test_ok():\n    assert True\n")
-    _git(repo, "init", "-q")
-    _git(repo, "add", ".")
-    _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init")
-    return repo
+    return committed_catalog_repo(
+        tmp_path / "repo", {"check_suite.py": "def test_ok():\n    assert True\n"}
+    )
 
 
 def _numbers(ledger: Path) -> list[int]:

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from fixtures.botrun import CATALOG
+from helpers.catalog_repo import committed_catalog_repo
 
 from stagebot.harness.ledger.location import state_folder
 from stagebot.harness.pipeline.worktree import make_output_folder, repository_root, tree_identity
@@ -19,21 +19,10 @@ from stagebot.harness.pipeline.worktree import make_output_folder, repository_ro
 COMMENT = '/bot run --stage-list "CPU-Build_Check"'
 
 
-def _git(repo: Path, *args: str) -> None:
-    subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True)
-
-
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
     """A committed git repository holding the fixture catalog and a subfolder."""
-    repo = tmp_path / "repo"
-    (repo / "sub").mkdir(parents=True)
-    (repo / "catalog.yaml").write_text((CATALOG / "stages.yaml").read_text())
-    (repo / "sub" / "notes.txt").write_text("tracked\n")
-    _git(repo, "init", "-q")
-    _git(repo, "add", ".")
-    _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init")
-    return repo
+    return committed_catalog_repo(tmp_path / "repo", {"sub/notes.txt": "tracked\n"})
 
 
 def test_repository_root_from_a_subfolder(repo: Path, tmp_path: Path) -> None:

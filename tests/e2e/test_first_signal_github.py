@@ -1,15 +1,21 @@
 """The first signal on GitHub, as the three workflows run it on the fake GitHub (real PyGithub):
-what the reply says of GPU time. (Fail-fast and partial replies across stage runs are not built
-yet: docs/github.md says so.)"""
+one stage run per stage, a report run for each as it ends, the reply edited into a partial
+report, fail-fast cancelling the stage runs a NEW failure condemned, and what the reply says of
+GPU time."""
 
 # ruff: noqa: F401, F811 - pytest fixtures imported from the helper that defines them
 from __future__ import annotations
 
+import json
+
 import pytest
-from helpers.fake_pr import replies
-from helpers.workflow_jobs import gh, jobs
+from helpers.fake_pr import SHA, marker_of, replies, status
+from helpers.workflow_jobs import Jobs, gh, jobs
 
 pytestmark = pytest.mark.slow
+
+TOGGLE = "tests/fixtures/suites/check_toggle.py::test_toggle"
+FIRST, SLOW = "CPU-PyTorch-1", "CPU-Build_Check"
 
 
 def test_the_reply_counts_gpu_time(gh, jobs) -> None:
@@ -17,3 +23,117 @@ def test_the_reply_counts_gpu_time(gh, jobs) -> None:
     (reply,) = replies(gh)
     assert "completed with state SUCCESS" in reply["body"]
     assert "GPU time: none (no GPU stage in this pipeline)." in reply["body"]
+
+
+@pytest.fixture
+def toggled(gh, tmp_path, monkeypatch, capsys) -> Jobs:
+    """The jobs of a repository whose CPU-PyTorch stage runs the toggle suite: main's pipeline
+    (the base) has passed it; the PR's stage jobs break it (a NEW failure)."""
+    jobs = Jobs(gh, tmp_path, monkeypatch, capsys, suite="check_toggle.py")
+    main = jobs.push(1)
+    jobs.report(jobs.stages(main), 1)
+    monkeypatch.setenv("STAGEBOT_FIXTURE_BROKEN", "1")
+    gh.cancel_at_once = False  # a cancelled run stops when the test says, as runners do
+    return jobs
+
+
+def _reply(gh, number: int) -> dict:
+    return next(c for c in replies(gh) if marker_of(c).pipeline == number)
+
+
+def _first_stage_fails(jobs: Jobs, body: str) -> tuple[dict, str]:
+    """Pipeline #101 of ``body``: its first stage ends with a NEW failure and is reported while
+    the second stage's run still runs; (the plan job's outputs, the report's log)."""
+    outputs = jobs.plan(body, 101)
+    assert list(outputs["stage_runs"]) == [FIRST, SLOW]
+    assert len(set(outputs["stage_runs"].values())) == 2  # one stage run per stage
+    _, log = jobs.report(jobs.stage(outputs, FIRST), 101)
+    return outputs, log
+
+
+def test_a_new_failure_is_in_the_reply_and_status_before_the_slow_stage_ends_and_cancels_it(
+    gh, toggled
+) -> None:
+    outputs, log = _first_stage_fails(toggled, "/bot run")
+    slow_run = outputs["stage_runs"][SLOW]
+    assert gh.runs[slow_run]["status"] != "completed"  # the slow stage has not ended
+    partial = _reply(gh, 101)["body"]
+    assert "running: 1 of 2 stage(s) done" in partial
+    assert f"**NEW failure in {FIRST}** (so far): NEW failure in {FIRST}: {TOGGLE}" in partial
+    assert "toggle broken by this change" in partial  # the failure's key line, in the report
+    assert f"**Cancelled by fail-fast (1):** {SLOW}, because NEW failure in {FIRST}" in partial
+    assert marker_of(_reply(gh, 101)).stages == {FIRST: "FAILURE", SLOW: "PENDING"}
+    pending = status(gh)
+    assert pending["state"] == "pending"
+    assert pending["description"] == f"PR_Github #101 is running on {SHA[:7]}: NEW failure in {FIRST}"
+    assert gh.cancel_requested == [slow_run]  # the report job cancelled it
+    assert f"fail-fast: cancelled {SLOW} (run {slow_run})" in log
+
+    gh.runs[slow_run].update(status="completed", conclusion="cancelled")  # its runner stops
+    toggled.report(slow_run, 101)
+    final = _reply(gh, 101)["body"]
+    assert "completed with state FAILURE" in final
+    why = f"NEW failure in {FIRST}: {TOGGLE}"
+    assert f"**Cancelled by fail-fast (1):** {SLOW}, because {why}" in final
+    assert status(gh)["state"] == "failure"
+    stages = marker_of(_reply(gh, 101)).stages
+    assert stages == {FIRST: "FAILURE", SLOW: "ABORTED"}  # never "passed" for reuse
+
+    # the next /bot run runs the cancelled stage again (and the failed one)
+    again = toggled.plan("/bot run", 102)
+    assert list(again["stage_runs"]) == [FIRST, SLOW]
+
+
+def test_disable_fail_fast_runs_the_slow_stage_to_its_end(gh, toggled) -> None:
+    outputs, _ = _first_stage_fails(toggled, "/bot run --disable-fail-fast")
+    assert gh.cancel_requested == []
+    partial = _reply(gh, 101)["body"]
+    assert f"**NEW failure in {FIRST}** (so far)" in partial
+    assert f"**Still running (1):** {SLOW}." in partial and "Cancelled by fail-fast" not in partial
+    assert status(gh)["description"].endswith(f": NEW failure in {FIRST}")
+
+    toggled.report(toggled.stage(outputs, SLOW), 101)
+    final = _reply(gh, 101)["body"]
+    assert "completed with state FAILURE" in final and "Cancelled by fail-fast" not in final
+    assert marker_of(_reply(gh, 101)).stages == {FIRST: "FAILURE", SLOW: "SUCCESS"}
+
+
+def test_a_superseded_pipelines_late_partial_report_never_replaces_the_newer_reply(
+    gh, toggled
+) -> None:
+    old = toggled.plan("/bot run --disable-fail-fast", 101)
+    new = toggled.plan("/bot run --disable-fail-fast", 102)  # supersedes #101: cancels its runs
+    assert set(old["stage_runs"].values()) <= set(gh.cancel_requested)
+    toggled.report(toggled.stage(new, FIRST), 102)
+    newer = _reply(gh, 102)["body"]
+    newer_status = status(gh)
+    # #101's first stage job had finished before its run was cancelled; its report comes last
+    toggled.stage(old, FIRST)
+    _, log = toggled.report(old["stage_runs"][FIRST], 101)
+    assert "partial report of pipeline #101 not written: its reply says ABORTED" in log
+    assert _reply(gh, 102)["body"] == newer
+    assert status(gh) == newer_status
+    assert marker_of(_reply(gh, 101)).state == "ABORTED"
+
+
+def test_a_report_that_wrote_less_than_it_could_repairs_the_reply(gh, toggled) -> None:
+    """GitHub has no conditional edit: the second stage ends, and its report could land, right
+    after the first stage's report read the reply; the first report looks at the stage runs
+    again after writing and publishes what it now knows (here: the final report)."""
+    outputs = toggled.plan("/bot run --disable-fail-fast", 101)
+    toggled.stage(outputs, FIRST)
+    slow_run = outputs["stage_runs"][SLOW]
+    (dispatch,) = [d for d in gh.dispatches if d["run_id"] == slow_run]
+    (entry,) = json.loads(dispatch["inputs"]["matrix"])
+    toggled.run_stage(entry, toggled.tmp / "slow")
+
+    def slow_stage_ends() -> None:
+        toggled.upload_results(slow_run, SLOW, toggled.tmp / "slow")
+        gh.runs[slow_run].update(status="completed", conclusion="success")
+
+    gh.after("list_comments", slow_stage_ends)  # while the first report reads the reply
+    outputs, log = toggled.report(outputs["stage_runs"][FIRST], 101)
+    assert "into the partial report: 1 of 2 stage(s) done" in log
+    assert outputs["published"] == "true"  # it went on to the final report, and its ledger
+    assert marker_of(_reply(gh, 101)).stages == {FIRST: "FAILURE", SLOW: "SUCCESS"}
+    assert "completed with state FAILURE" in _reply(gh, 101)["body"]

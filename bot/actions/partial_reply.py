@@ -34,10 +34,15 @@ class Progress:
         return len(self.done) + len(self.running)
 
     @property
+    def going_on(self) -> list[str]:
+        """The stages still running that fail-fast is not cancelling."""
+        return [s for s in self.running if s not in self.cancelled]
+
+    @property
     def eta(self) -> str:
         """When the stages still running should end, from the ledger's durations."""
-        known = {s: d for s, d in self.expected_s.items() if d is not None and s in self.running}
-        unknown = [s for s in self.running if s not in known]
+        known = {s: d for s, d in self.expected_s.items() if d is not None and s in self.going_on}
+        unknown = [s for s in self.going_on if s not in known]
         if not known:
             return "No estimate of when they end: the ledger has no full run of them."
         slowest = max(known, key=known.__getitem__)

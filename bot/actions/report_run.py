@@ -240,8 +240,7 @@ def _partial(context: _Context, stage_runs: dict, folder: Path, say) -> frozense
             if context.api.cancel_run(stage_runs[stage].id):
                 say(f"fail-fast: cancelled {stage} (run {stage_runs[stage].id}): {condemned}")
         cancelled = [s for s in order if s in running or s in cancelled]
-    with _ledger(context) as book:
-        expected = {stage: book.shard_duration(stage) for stage in running}
+    expected = _expected_seconds(context, running)
     progress = Progress(
         done=[s for s in order if s in finished],
         running=running,
@@ -257,10 +256,18 @@ def _partial(context: _Context, stage_runs: dict, folder: Path, say) -> frozense
     return frozenset(finished)
 
 
-def _ledger(context: _Context):
+def _expected_seconds(context: _Context, stages: list[str]) -> dict[str, float | None]:
+    """stage -> what its last full run took, in the PR's ledger or else in main's (None when
+    neither has one): the partial report's estimate of when the running stages end."""
     from stagebot.harness.ledger.book import Ledger
 
-    return Ledger.open(context.ledger, readonly=True)
+    books = [context.ledger] + ([context.base] if context.base else [])
+    expected: dict[str, float | None] = dict.fromkeys(stages)
+    for path in books:
+        with Ledger.open(path, readonly=True) as book:
+            for stage in stages:
+                expected[stage] = expected[stage] or book.shard_duration(stage)
+    return expected
 
 
 def _final(context: _Context, stage_runs: dict, folder: Path, say) -> Reported:

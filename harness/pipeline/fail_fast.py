@@ -70,9 +70,14 @@ class Condemned:
         """``NEW failure in <stage>``: what the gating status' description says."""
         return f"{self.category} failure in {self.stage}"
 
-    def __str__(self) -> str:
+    @property
+    def detail(self) -> str:
+        """The first failing test, and how many more condemn."""
         more = f" and {self.count - 1} more" if self.count > 1 else ""
-        return f"{self.headline}: {self.test_id}{more}"
+        return f"{self.test_id}{more}"
+
+    def __str__(self) -> str:
+        return f"{self.headline}: {self.detail}"
 
 
 def condemned(result: StageResult, groups) -> Condemned | None:

@@ -47,6 +47,7 @@ from stagebot.bot.protocols.names import (
     parse_title,
     result_stage,
 )
+from stagebot.harness.pipeline.intake import CANCELLED
 from stagebot.stages.errors import StagebotError
 from stagebot.stages.plan import Plan
 
@@ -194,7 +195,7 @@ def _observe(context: _Context, stage_runs: dict, folder: Path, say: Callable[[s
             finished=finished,
             plan_path=context.plan_dir / "plan.json",
             unreadable=unreadable,
-            aborted={},
+            aborted=dict.fromkeys(_cancelled(stage_runs), CANCELLED),  # fail-fast's or not
             default_branch=default_branch(context.env.event_path),
             main_book=main_book,
             log_links=links,
@@ -204,6 +205,11 @@ def _observe(context: _Context, stage_runs: dict, folder: Path, say: Callable[[s
         main_book.close()
     condemned = _condemned(report, base, record, finished)
     return report, condemned, results, unreadable
+
+
+def _cancelled(stage_runs: dict) -> set[str]:
+    """The stages whose run was cancelled (by fail-fast, a kill or a newer pipeline)."""
+    return {s for s, r in stage_runs.items() if r.conclusion == "cancelled"}
 
 
 def _condemned(report, base, record, finished: set[str]):
@@ -234,7 +240,7 @@ def _partial(context: _Context, stage_runs: dict, folder: Path, say) -> frozense
     finished = {s for s, r in stage_runs.items() if r.status == "completed"}
     order = [s.stage for s in context.plan.shards_to("run")]
     running = [s for s in order if s not in finished]
-    cancelled = [s for s in order if stage_runs[s].conclusion == "cancelled"]
+    cancelled = [s for s in order if s in _cancelled(stage_runs)]
     if condemned is not None and _fail_fast(context):
         for stage in running:
             if context.api.cancel_run(stage_runs[stage].id):
@@ -280,7 +286,7 @@ def _final(context: _Context, stage_runs: dict, folder: Path, say) -> Reported:
     from stagebot.harness.results import fail_fast_evidence
 
     report, condemned, results, unreadable = _observe(context, stage_runs, folder, say)
-    cancelled = {s for s, r in stage_runs.items() if r.conclusion == "cancelled"}
+    cancelled = _cancelled(stage_runs)
     aborted = {}
     if condemned is not None and _fail_fast(context):
         aborted = dict.fromkeys(cancelled, fail_fast_evidence(str(condemned)))

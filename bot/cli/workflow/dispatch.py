@@ -24,7 +24,7 @@ from pathlib import Path
 
 import click
 
-from stagebot.bot.protocols.dispatch_inputs import MAX_MATRIX
+from stagebot.bot.protocols.dispatch_inputs import MAX_MATRIX, NO_STAGE
 from stagebot.stages.errors import StagebotError
 
 
@@ -65,17 +65,19 @@ def dispatch(plan_dir: Path, config_path: Path | None) -> None:
         return
 
     runs: dict[str, int] = {}
-    for part, entry in enumerate(entries, start=1):
+    # every shard reused: one run with no job still starts the report that publishes them
+    parts = [(entry["stage"], [entry]) for entry in entries] or [(NO_STAGE, [])]
+    for part, (stage, matrix) in enumerate(parts, start=1):
         inputs = {
             "plan-run": str(env.run_id),
             "pipeline": str(pipeline),
             "key": stage_key(pr),
             "part": str(part),
-            "matrix": json.dumps([entry], separators=(",", ":")),
+            "matrix": json.dumps(matrix, separators=(",", ":")),
         }
         title = stage_title(pr, pipeline, env.run_id, part)
         try:
-            runs[entry["stage"]] = api.dispatch_workflow(
+            runs[stage] = api.dispatch_workflow(
                 config.stage_workflow,
                 config.stage_branch,
                 inputs,

@@ -69,6 +69,7 @@ def conclude(
         cancelled=cancelled,
         meta={"ignored_results": ignored},
         log_links=log_links,
+        main_book=main_book,
     )
     if out is not None:
         write_reports(report, out)

@@ -7,6 +7,8 @@ GPU time."""
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 
 import pytest
 from helpers.fake_pr import SHA, marker_of, replies, status
@@ -140,3 +142,76 @@ def test_a_report_that_wrote_less_than_it_could_repairs_the_reply(gh, toggled) -
     assert outputs["published"] == "true"  # it went on to the final report, and its ledger
     assert marker_of(_reply(gh, 101)).stages == {FIRST: "FAILURE", SLOW: "SUCCESS"}
     assert "completed with state FAILURE" in _reply(gh, 101)["body"]
+
+
+GPU_CATALOG = """
+gpu_types:
+  H200: {device_names: ['NVIDIA H200*'], runner_labels: [gpu-h200]}
+families:
+  - {name: H200-8_GPUs-PyTorch, kind: test, timeout_minutes: 2, run_if_changed: ['src/*'],
+     suites: [{path: tests/fixtures/suites/check_toggle.py}]}
+  - {name: H200-8_GPUs-PyTorch-Steady, kind: test, timeout_minutes: 2,
+     run_if_changed: ['src/*'], suites: [{path: tests/fixtures/suites/check_basic.py}]}
+"""
+EIGHT, STEADY = "H200-8_GPUs-PyTorch-1", "H200-8_GPUs-PyTorch-Steady-1"
+
+
+def _shard_seconds(gh, artifact_name: str, pipeline: int, stage: str) -> float:
+    """A shard's recorded duration, read with SQL from the ledger a report run uploaded (the
+    newest artifact of that name), not through the code under test."""
+    import io
+    import sqlite3
+    import tempfile
+    import zipfile
+
+    artifact = max(
+        (a for a in gh.artifacts.values() if a["name"] == artifact_name), key=lambda a: a["id"]
+    )
+    data = zipfile.ZipFile(io.BytesIO(gh.blobs[artifact["id"]])).read("ledger.sqlite")
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "ledger.sqlite"
+        path.write_bytes(data)
+        with sqlite3.connect(path) as db:
+            (seconds,) = db.execute(
+                "SELECT s.duration_s FROM shards s JOIN pipelines p ON p.id = s.pipeline_id"
+                " WHERE p.number = ? AND s.stage = ?",
+                (pipeline, stage),
+            ).fetchone()
+    return seconds
+
+
+def _gpu_row(body: str, stage: str) -> list[str]:
+    """The GPU time table's row of ``stage``: [GPUs, run, reused, cancelled]."""
+    (row,) = [line for line in body.splitlines() if line.startswith(f"| {stage} | 8 x H200")]
+    return [cell.strip() for cell in row.strip("|").split("|")][1:]
+
+
+def test_gpu_minutes_in_the_partial_and_final_reply_are_the_ledgers_durations(
+    gh, tmp_path, monkeypatch, capsys
+) -> None:
+    smi = tmp_path / "bin" / "nvidia-smi"  # the stage jobs' host "has" eight H200s
+    smi.parent.mkdir()
+    smi.write_text("#!/bin/sh\n" + "".join(f"echo '{i}, NVIDIA H200'\n" for i in range(8)))
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{smi.parent}:{os.environ['PATH']}")
+    jobs = Jobs(gh, tmp_path, monkeypatch, capsys)
+    jobs.catalog.write_text(GPU_CATALOG)
+    main = jobs.push(1)
+    jobs.report(jobs.stages(main), 1)
+    monkeypatch.setenv("STAGEBOT_FIXTURE_BROKEN", "1")
+    gh.cancel_at_once = False
+    outputs = jobs.plan("/bot run --disable-reuse-test", 101)  # main's passes not reused
+    assert list(outputs["stage_runs"]) == [EIGHT, STEADY], outputs["log"]
+    jobs.report(jobs.stage(outputs, EIGHT), 101)
+    partial = _reply(gh, 101)["body"]
+    assert "running: 1 of 2 stage(s) done" in partial
+
+    gh.runs[outputs["stage_runs"][STEADY]].update(status="completed", conclusion="cancelled")
+    final_outputs, _ = jobs.report(outputs["stage_runs"][STEADY], 101)
+    final = _reply(gh, 101)["body"]
+    ran = _shard_seconds(gh, final_outputs["ledger_artifact"], 101, EIGHT)
+    full = _shard_seconds(gh, "stagebot-ledger-main", 1, STEADY)  # main's last full run
+    assert ran > 0 and full > 0
+    assert _gpu_row(partial, EIGHT) == ["8 x H200", f"{8 * ran / 60:.1f}", "0.0", "0.0"]
+    assert _gpu_row(final, EIGHT) == ["8 x H200", f"{8 * ran / 60:.1f}", "0.0", "0.0"]
+    assert _gpu_row(final, STEADY) == ["8 x H200", "0.0", "0.0", f"{8 * full / 60:.1f}"]

@@ -133,7 +133,7 @@ def _report(api, run, parsed, work: Path, env, config, say: Callable[[str], None
     seen = None
     for attempt in range(1, ROUNDS + 1):
         stage_runs = _stage_runs(api, runs, say)
-        finished = frozenset(s for s, r in stage_runs.items() if r.status == "completed")
+        finished = _finished(stage_runs)
         if finished == seen:
             break  # nothing finished since this job last wrote: the reply is up to date
         if finished == set(stage_runs):
@@ -169,14 +169,14 @@ def _stage_runs(api, runs: dict[str, int], say: Callable[[str], None]) -> dict:
 
 def _observe(context: _Context, stage_runs: dict, folder: Path, say: Callable[[str], None]):
     """The finished stage runs' results taken into a copy of the plan job's ledger (pipeline
-    left RUNNING): (the ledger copy, the Report, the Base, the fail-fast verdict, the results
-    folder, the unreadable artifacts)."""
+    left RUNNING): (its Report, the fail-fast verdict, the results folder, stage -> why its
+    artifact could not be read)."""
     from stagebot.bot.actions.publishing import job_links
     from stagebot.bot.comments.events import default_branch
     from stagebot.harness.ledger.book import Ledger
     from stagebot.harness.pipeline.conclude import observe
 
-    finished = {s for s, r in stage_runs.items() if r.status == "completed"}
+    finished = _finished(stage_runs)
     results = folder / "results"
     lines, unreadable = _results(context.api, stage_runs, finished, results, folder)
     for line in lines:
@@ -207,6 +207,10 @@ def _observe(context: _Context, stage_runs: dict, folder: Path, say: Callable[[s
     return report, condemned, results, unreadable
 
 
+def _finished(stage_runs: dict) -> frozenset[str]:
+    return frozenset(s for s, r in stage_runs.items() if r.status == "completed")
+
+
 def _cancelled(stage_runs: dict) -> set[str]:
     """The stages whose run was cancelled (by fail-fast, a kill or a newer pipeline)."""
     return {s for s, r in stage_runs.items() if r.conclusion == "cancelled"}
@@ -227,6 +231,7 @@ def _condemned(report, base, record, finished: set[str]):
 
 
 def _fail_fast(context: _Context) -> bool:
+    """Whether the command leaves fail-fast on (no --disable-fail-fast)."""
     command = context.plan.parsed_command()
     return not (command.run is not None and command.run.disable_fail_fast)
 
@@ -237,29 +242,28 @@ def _partial(context: _Context, stage_runs: dict, folder: Path, say) -> frozense
     from stagebot.bot.actions.partial_reply import Progress, publish_partial
 
     report, condemned, _, _ = _observe(context, stage_runs, folder, say)
-    finished = {s for s, r in stage_runs.items() if r.status == "completed"}
+    finished = _finished(stage_runs)
     order = [s.stage for s in context.plan.shards_to("run")]
     running = [s for s in order if s not in finished]
-    cancelled = [s for s in order if s in _cancelled(stage_runs)]
+    cancelled: list[str] = []
     if condemned is not None and _fail_fast(context):
         for stage in running:
             if context.api.cancel_run(stage_runs[stage].id):
                 say(f"fail-fast: cancelled {stage} (run {stage_runs[stage].id}): {condemned}")
-        cancelled = [s for s in order if s in running or s in cancelled]
-    expected = _expected_seconds(context, running)
+        cancelled = [s for s in order if s in running or s in _cancelled(stage_runs)]
     progress = Progress(
         done=[s for s in order if s in finished],
         running=running,
-        cancelled=cancelled if condemned is not None and _fail_fast(context) else [],
+        cancelled=cancelled,
         condemned=condemned,
-        expected_s=expected,
+        expected_s=_expected_seconds(context, running),
     )
     if context.plan.pr is None:
         say(f"pipeline #{report.pipeline} (main): {len(progress.done)} stage(s) done, no reply")
     else:
         for line in publish_partial(context.api, context.env, context.config, report, progress):
             say(line)
-    return frozenset(finished)
+    return finished
 
 
 def _expected_seconds(context: _Context, stages: list[str]) -> dict[str, float | None]:

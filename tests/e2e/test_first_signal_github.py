@@ -68,7 +68,8 @@ def test_a_new_failure_is_in_the_reply_and_status_before_the_slow_stage_ends_and
     assert marker_of(_reply(gh, 101)).stages == {FIRST: "FAILURE", SLOW: "PENDING"}
     pending = status(gh)
     assert pending["state"] == "pending"
-    assert pending["description"] == f"PR_Github #101 is running on {SHA[:7]}: NEW failure in {FIRST}"
+    said = f"PR_Github #101 is running on {SHA[:7]}: NEW failure in {FIRST}"
+    assert pending["description"] == said
     assert gh.cancel_requested == [slow_run]  # the report job cancelled it
     assert f"fail-fast: cancelled {SLOW} (run {slow_run})" in log
 

@@ -4,8 +4,8 @@ for every end-to-end test of a pipeline.
 Two ways a pipeline's jobs hand things on, both driven here:
 
 - as on GitHub (bot.yml, the dispatched stage.yml runs, one per stage, report.yml): `plan`,
-  `push`, `stages` (or one `stage`), `report`, `whole`. Every job starts in an empty folder; the ledger, the plan and the results
-  travel as artifacts on the fake server.
+  `push`, `stages` (or one `stage`), `report`, `whole`. Every job starts in an empty folder;
+  the ledger, the plan and the results travel as artifacts on the fake server.
 - with the ledger as a file beside the jobs (`bot handle-event`, `bot run-stage`, then
   `bot publish` itself): `handle_comment`, `handle_push`, `stage_jobs`, `publish`,
   `publish_whole`, `post_merge`.

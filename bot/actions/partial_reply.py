@@ -59,6 +59,16 @@ class Progress:
         return dict.fromkeys(self.running, "PENDING")
 
 
+def refusal(marker, known: int) -> str | None:
+    """Why a partial report that knows ``known`` stages done must not replace the reply whose
+    marker is ``marker`` (None: no reply), or None when it may."""
+    if marker is None or marker.state != "RUNNING":
+        return f"its reply says {marker.state if marker else 'nothing (there is none)'}"
+    if marker.done >= known:
+        return f"its reply already shows {marker.done} stage(s) done, this report knows {known}"
+    return None
+
+
 def publish_partial(api, env, config, report, progress: Progress) -> list[str]:
     """Edit the pipeline's reply into the partial report (see the module) and, on a NEW failure,
     say it in the pending status; returns what to print."""
@@ -73,14 +83,9 @@ def publish_partial(api, env, config, report, progress: Progress) -> list[str]:
 
     number = report.pipeline
     existing = reply_for_pipeline(our_replies(api.comments(report.pr), config.bot_login), number)
-    if existing is None or existing.marker.state != "RUNNING":
-        state = existing.marker.state if existing else "no reply"
-        return [f"partial report of pipeline #{number} not written: its reply says {state}"]
-    if existing.marker.done >= len(progress.done):
-        return [
-            f"partial report of pipeline #{number} not written: its reply already shows "
-            f"{existing.marker.done} stage(s) done, this report knows {len(progress.done)}"
-        ]
+    why = refusal(existing.marker if existing else None, len(progress.done))
+    if why is not None:
+        return [f"partial report of pipeline #{number} not written: {why}"]
     finished = {r.stage: r.state for r in report.results if r.stage in progress.done}
     marker = replace(existing.marker, stages={**finished, **progress.stages()})
     record = find_ledger_record(existing.comment.body)  # the plan job's ledger stays named

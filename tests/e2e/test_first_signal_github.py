@@ -63,6 +63,10 @@ def test_a_new_failure_is_in_the_reply_and_status_before_the_slow_stage_ends_and
     assert "running: 1 of 2 stage(s) done" in partial
     assert f"**NEW failure in {FIRST}** (so far): {TOGGLE}" in partial
     assert "Still running" not in partial  # the slow stage is being cancelled
+    assert (
+        f"status stays pending until the last stage ends; meanwhile it says NEW failure in {FIRST}"
+        in partial
+    )
     assert "toggle broken by this change" in partial  # the failure's key line, in the report
     assert f"**Cancelled by fail-fast (1):** {SLOW}, because NEW failure in {FIRST}" in partial
     assert marker_of(_reply(gh, 101)).stages == {FIRST: "FAILURE", SLOW: "PENDING"}

@@ -22,6 +22,11 @@ SESSION_ID = "(pytest session)"
 FAIL_FAST = "cancelled by fail-fast"  # how the evidence of a shard fail-fast cancelled begins
 
 
+def fail_fast_evidence(why: str) -> str:
+    """The evidence of a shard fail-fast cancelled because of ``why`` (locally and on GitHub)."""
+    return f"{FAIL_FAST}: {why} (--disable-fail-fast runs every stage)"
+
+
 def environment_lines(
     python: str,
     platform: str,

@@ -165,6 +165,10 @@ class FakeGitHub:
         self.blob_auth: list[str | None] = []  # the Authorization header of each blob fetch
         self.dispatches: list[dict[str, Any]] = []
         self.run_details = True  # False: a GitHub whose dispatch API returns no run id
+        # False: a cancel is accepted (202) but the run goes on until the test completes it, as
+        # GitHub's runners take a while to stop; the runs asked to cancel are listed
+        self.cancel_at_once = True
+        self.cancel_requested: list[int] = []
         self.app: dict[str, Any] | None = None
         self.tokens: dict[str, str] = {}  # installation token -> the App's login
         # The repository's settings `bot doctor` reads; GitHub's defaults until a test sets them.
@@ -599,7 +603,9 @@ class FakeGitHub:
                 return _not_found()
             if run["status"] == "completed":
                 return 409, {"message": "Cannot cancel a workflow run that is completed."}
-            run["status"], run["conclusion"] = "completed", "cancelled"
+            self.cancel_requested.append(run["id"])
+            if self.cancel_at_once:
+                run["status"], run["conclusion"] = "completed", "cancelled"
             return 202, {}
         if route == "get_run":
             run = self.runs.get(int(params["id"]))

@@ -181,14 +181,15 @@ def test_the_stage_runs_title_is_what_the_report_parses() -> None:
         "plan-run",
         "pipeline",
         "key",
+        "part",
         "matrix",
     }
     rendered = re.sub(
         r"\$\{\{ inputs\.([\w-]+) \}\}",
-        lambda m: {"key": "pr-7", "pipeline": "101", "plan-run": "555"}[m[1]],
+        lambda m: {"key": "pr-7", "pipeline": "101", "plan-run": "555", "part": "3"}[m[1]],
         stage["run-name"],
     )
-    assert rendered == stage_title(7, 101, 555) and parse_title(rendered) == ("pr-7", 101, 555)
+    assert rendered == stage_title(7, 101, 555, 3) and parse_title(rendered) == ("pr-7", 101, 555)
 
 
 def test_which_job_holds_which_permission() -> None:
@@ -203,7 +204,7 @@ def test_which_job_holds_which_permission() -> None:
     }
     assert report["jobs"]["report"]["permissions"] == {
         "contents": "read",
-        "actions": "read",
+        "actions": "write",  # fail-fast cancels stage runs; the job runs no PR code
         "issues": "write",
         "statuses": "write",
     }

@@ -32,10 +32,11 @@ class PublishRequest:
     ledger: Path  # the PR's ledger as the plan job left it
     plan_path: Path | None = None  # plan.json, for a ledger that lacks the pipeline
     base_ledger: Path | None = None  # main's ledger (used only when vouched for)
-    cancelled: bool = False  # the stage run was cancelled: unfinished shards are ABORTED
+    cancelled: bool = False  # a stage run was cancelled: unfinished shards are ABORTED
+    aborted: dict[str, str] = field(default_factory=dict)  # stage -> why fail-fast cancelled it
     out: Path | None = None  # also write report.md and report.html here
     artifact_digest: str | None = None  # the plan job's digest of plan.json and the ledger
-    stage_run_id: int | None = None  # whose jobs' pages are the stage logs (default: this run)
+    stage_runs: tuple[int, ...] = ()  # whose jobs' pages are the stage logs (default: this run)
     unreadable: dict[str, str] = field(default_factory=dict)  # stage -> why its artifact failed
 
 
@@ -54,7 +55,7 @@ def publish(request: PublishRequest, env, config) -> list[str]:
     api = connect(env, RetryPolicy.from_environ())
     # before the ledger changes: GitHub failing here (exit 3) leaves it as the plan job did
     base_book, lines = open_main_ledger(lambda: api, request.base_ledger)
-    links, warning = _job_links(api, request.stage_run_id or env.run_id)
+    links, warning = job_links(api, list(request.stage_runs) or [env.run_id])
     lines += warning
     book = Ledger.open(request.ledger)
     record, report = conclude(
@@ -64,6 +65,7 @@ def publish(request: PublishRequest, env, config) -> list[str]:
         plan_path=request.plan_path,
         cancelled=request.cancelled,
         unreadable=request.unreadable,
+        aborted=request.aborted,
         default_branch=default_branch(env.event_path),
         main_book=base_book,
         log_links=links,
@@ -91,18 +93,21 @@ def _audit_status(api, commit: str, report) -> list[str]:
     return [f"{line} ({REUSE_AUDIT_STATUS} status: {state})"]
 
 
-def _job_links(api, run_id: int | None) -> tuple[dict[str, str], list[str]]:
+def job_links(api, run_ids: list[int | None]) -> tuple[dict[str, str], list[str]]:
     """(stage -> its job's page: the full log; what to say): a stage job is named after its
-    stage, so the jobs of the stage run link each stage's log. Without a run id (not in Actions)
-    or when GitHub will not say, the report links nothing."""
+    stage, so the jobs of the stage runs link each stage's log. Without a run id (not in
+    Actions) or when GitHub will not say, the report links nothing."""
     from stagebot.bot.github import GitHubError
 
-    if run_id is None:
-        return {}, []
-    try:
-        return api.job_urls(run_id), []
-    except GitHubError as error:
-        return {}, [f"warning: the stage jobs' log links are left out ({error})"]
+    links: dict[str, str] = {}
+    for run_id in run_ids:
+        if run_id is None:
+            continue
+        try:
+            links.update(api.job_urls(run_id))
+        except GitHubError as error:
+            return {}, [f"warning: the stage jobs' log links are left out ({error})"]
+    return links, []
 
 
 def _publish_to_pr(

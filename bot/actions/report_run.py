@@ -1,4 +1,6 @@
-"""The report workflow's work for one completed stage run (report.yml, on ``workflow_run``).
+"""The report workflow's work for one completed stage run (report.yml, on ``workflow_run``): the
+pipeline's partial report while its other stage runs (one per stage) still run, its final report
+once they have all finished.
 
 It runs default-branch code with the rights to reply and set statuses, so everything it reads
 from the stage run is untrusted data, checked before use:
@@ -7,13 +9,24 @@ from the stage run is untrusted data, checked before use:
    repository; its title names the pipeline and the plan run (bot/protocols/names.py);
 2. that plan run must be one of the bot's plan runs (bot.yml on the default branch, started by a
    comment or a push) and its dispatch record must name this very run: a stage run the bot did
-   not start is ignored, whatever its title says. The plan (plan.json) and the ledger come from
-   the plan run's artifacts, which no PR code could write;
-3. of the stage run's artifacts only the result artifact of a stage the plan ran is read, and of
-   each only the files under ``<stage>/`` (bot/custody/artifact_zip.py); every other artifact or
-   file is left out and named in the log;
-4. then it publishes (bot/actions/publishing.py; cancelled run: ABORTED), with main's ledger,
-   fetched from the bot's report runs, as the failure-analysis base.
+   not start is ignored, whatever its title says. The plan (plan.json), the dispatch record
+   (stage -> run id) and the ledger come from the plan run's artifacts, which no PR code could
+   write;
+3. the report is rebuilt from every finished stage run the dispatch record names (a report job
+   keeps no state: the runs and their artifacts say it all); of each run only the result
+   artifact of the stage it was dispatched for is read, and of that only the files under
+   ``<stage>/`` (bot/custody/artifact_zip.py); every other artifact or file is left out and named
+   in the log;
+4. while stage runs still run: a finished stage with a NEW failure (harness/pipeline/fail_fast.py,
+   the rule `bot run` follows) makes this job cancel the others, unless the command said
+   --disable-fail-fast (this job holds the token; the stage jobs hold none), and the reply
+   becomes the partial report (bot/actions/partial_reply.py). Then the stage runs are looked at
+   again: what finished meanwhile is reported by this job too, so the last writer always knew
+   the most;
+5. once all have finished, it publishes (bot/actions/publishing.py), with main's ledger, fetched
+   from the bot's report runs, as the failure-analysis base: a stage fail-fast cancelled is
+   ABORTED with the reason (never "passed" for reuse: the next /bot run runs it), any other
+   cancelled stage run makes the pipeline ABORTED.
 """
 
 from __future__ import annotations
@@ -34,6 +47,7 @@ from stagebot.bot.protocols.names import (
     parse_title,
     result_stage,
 )
+from stagebot.harness.pipeline.intake import CANCELLED
 from stagebot.stages.errors import StagebotError
 from stagebot.stages.plan import Plan
 
@@ -84,9 +98,8 @@ def report_stage_run(run_id: int, work: Path, env, config, say: Callable[[str], 
 
 
 def _report(api, run, parsed, work: Path, env, config, say: Callable[[str], None]) -> Reported:
-    """Check the plan run, read the plan and the results, publish (the module's steps 2-4)."""
-    from stagebot.bot.actions.publishing import PublishRequest, publish
-    from stagebot.bot.custody.files import file_digest
+    """Check the plan run, read the plan, then report the pipeline's stage runs (the module's
+    steps 2-5)."""
     from stagebot.bot.custody.transport import fetch_main_ledger
     from stagebot.bot.protocols.runs import plan_run_problem
 
@@ -96,35 +109,206 @@ def _report(api, run, parsed, work: Path, env, config, say: Callable[[str], None
     if why is None:
         plan_dir, ledger = _plan_artifacts(api, plan_id, work)
         dispatched = json.loads((plan_dir / "dispatch.json").read_text())
-        if dispatched.get("stage_run_id") != run.id or dispatched.get("pipeline") != pipeline:
+        runs = dispatched.get("stage_runs")
+        if (
+            not isinstance(runs, dict)
+            or run.id not in runs.values()
+            or dispatched.get("pipeline") != pipeline
+        ):
             why = (
-                f"plan run {plan_id} dispatched run {dispatched.get('stage_run_id')} for "
-                f"pipeline #{dispatched.get('pipeline')}, not run {run.id}"
+                f"plan run {plan_id} dispatched runs {runs} for pipeline "
+                f"#{dispatched.get('pipeline')}, not run {run.id} for #{pipeline}"
             )
     if why is not None:
         say(f"ignored: {why}; this is not a stage run the bot started, nothing is reported")
         return Reported()
     plan = Plan.from_json(json.loads((plan_dir / "plan.json").read_text()))
-    results = work / "results"
-    lines, unreadable = _results(api, run.id, plan, results, work)
-    for line in lines:
-        say(line)
     base = work / "base.sqlite"
     if plan.pr:
         _, notes = fetch_main_ledger(api, config, base)
         say("\n".join(f"main's ledger: {note}" for note in notes))
+    context = _Context(
+        api, env, config, plan, pipeline, plan_dir, ledger, base if base.exists() else None
+    )
+    seen = None
+    for attempt in range(1, ROUNDS + 1):
+        stage_runs = _stage_runs(api, runs, say)
+        finished = _finished(stage_runs)
+        if finished == seen:
+            break  # nothing finished since this job last wrote: the reply is up to date
+        if finished == set(stage_runs):
+            return _final(context, stage_runs, work / f"round-{attempt}", say)
+        seen = _partial(context, stage_runs, work / f"round-{attempt}", say)
+    return Reported()
+
+
+ROUNDS = 4  # a report job looks at the stage runs again after writing, at most this often
+
+
+@dataclass(frozen=True)
+class _Context:
+    """What every round of one report job shares: GitHub, the plan and the plan job's files."""
+
+    api: object
+    env: object
+    config: object
+    plan: Plan
+    pipeline: int
+    plan_dir: Path
+    ledger: Path  # the plan job's ledger, as downloaded (each round works on a copy)
+    base: Path | None  # main's ledger, when fetched
+
+
+def _stage_runs(api, runs: dict[str, int], say: Callable[[str], None]) -> dict:
+    """stage -> its stage run (RunInfo) now, for the runs the plan job's dispatch recorded."""
+    found = {stage: api.workflow_run(run_id) for stage, run_id in runs.items()}
+    waiting = [stage for stage, r in found.items() if r.status != "completed"]
+    say(f"{len(found) - len(waiting)} of {len(found)} stage run(s) finished")
+    return found
+
+
+def _observe(context: _Context, stage_runs: dict, folder: Path, say: Callable[[str], None]):
+    """The finished stage runs' results taken into a copy of the plan job's ledger (pipeline
+    left RUNNING): (its Report, the fail-fast verdict, the results folder, stage -> why its
+    artifact could not be read)."""
+    from stagebot.bot.actions.publishing import job_links
+    from stagebot.bot.comments.events import default_branch
+    from stagebot.harness.ledger.book import Ledger
+    from stagebot.harness.pipeline.conclude import observe
+
+    finished = _finished(stage_runs)
+    results = folder / "results"
+    lines, unreadable = _results(context.api, stage_runs, finished, results, folder)
+    for line in lines:
+        say(line)
+    ledger = folder / "ledger.sqlite"
+    shutil.copyfile(context.ledger, ledger)
+    main_book = Ledger.open(context.base, readonly=True) if context.base else None
+    links, warning = job_links(context.api, [r.id for r in stage_runs.values()])
+    for line in warning:
+        say(line)
+    with Ledger.open(ledger) as book:
+        report, base = observe(
+            book,
+            context.pipeline,
+            results,
+            finished=finished,
+            plan_path=context.plan_dir / "plan.json",
+            unreadable=unreadable,
+            aborted=dict.fromkeys(_cancelled(stage_runs), CANCELLED),  # fail-fast's or not
+            default_branch=default_branch(context.env.event_path),
+            main_book=main_book,
+            log_links=links,
+        )
+        record = book.pipeline(report.pipeline, with_results=False)
+    if main_book is not None:
+        main_book.close()
+    condemned = _condemned(report, base, record, finished)
+    return report, condemned, results, unreadable
+
+
+def _finished(stage_runs: dict) -> frozenset[str]:
+    return frozenset(s for s, r in stage_runs.items() if r.status == "completed")
+
+
+def _cancelled(stage_runs: dict) -> set[str]:
+    """The stages whose run was cancelled (by fail-fast, a kill or a newer pipeline)."""
+    return {s for s, r in stage_runs.items() if r.conclusion == "cancelled"}
+
+
+def _condemned(report, base, record, finished: set[str]):
+    """The first finished stage with a NEW failure (harness/pipeline/fail_fast.py, the rule
+    `bot run` follows), or None."""
+    from stagebot.harness.pipeline.fail_fast import first_condemned
+
+    return first_condemned(
+        [r for r in report.results if r.stage in finished and r.state != "REUSED"],
+        base=base,
+        changed_files=report.changed_files,
+        stage_paths=(record.meta or {}).get("stage_paths"),
+        root=None,
+    )
+
+
+def _fail_fast(context: _Context) -> bool:
+    """Whether the command leaves fail-fast on (no --disable-fail-fast)."""
+    command = context.plan.parsed_command()
+    return not (command.run is not None and command.run.disable_fail_fast)
+
+
+def _partial(context: _Context, stage_runs: dict, folder: Path, say) -> frozenset[str]:
+    """A partial report (bot/actions/partial_reply.py); with a NEW failure and fail-fast on,
+    the stage runs still running are cancelled first. Returns the stages found finished."""
+    from stagebot.bot.actions.partial_reply import Progress, publish_partial
+
+    report, condemned, _, _ = _observe(context, stage_runs, folder, say)
+    finished = _finished(stage_runs)
+    order = [s.stage for s in context.plan.shards_to("run")]
+    running = [s for s in order if s not in finished]
+    cancelled: list[str] = []
+    if condemned is not None and _fail_fast(context):
+        for stage in running:
+            if context.api.cancel_run(stage_runs[stage].id):
+                say(f"fail-fast: cancelled {stage} (run {stage_runs[stage].id}): {condemned}")
+        cancelled = [s for s in order if s in running or s in _cancelled(stage_runs)]
+    progress = Progress(
+        done=[s for s in order if s in finished],
+        running=running,
+        cancelled=cancelled,
+        condemned=condemned,
+        expected_s=_expected_seconds(context, running),
+    )
+    if context.plan.pr is None:
+        say(f"pipeline #{report.pipeline} (main): {len(progress.done)} stage(s) done, no reply")
+    else:
+        for line in publish_partial(context.api, context.env, context.config, report, progress):
+            say(line)
+    return finished
+
+
+def _expected_seconds(context: _Context, stages: list[str]) -> dict[str, float | None]:
+    """stage -> what its last full run took, in the PR's ledger or else in main's (None when
+    neither has one): the partial report's estimate of when the running stages end."""
+    from stagebot.harness.ledger.book import Ledger
+
+    books = [context.ledger] + ([context.base] if context.base else [])
+    expected: dict[str, float | None] = dict.fromkeys(stages)
+    for path in books:
+        with Ledger.open(path, readonly=True) as book:
+            for stage in stages:
+                expected[stage] = expected[stage] or book.shard_duration(stage)
+    return expected
+
+
+def _final(context: _Context, stage_runs: dict, folder: Path, say) -> Reported:
+    """Every stage run has finished: conclude the pipeline and publish its report. A stage run
+    cancelled after a finished stage had a NEW failure (fail-fast on) is ABORTED with that
+    reason and the pipeline is decided by its results; any other cancelled run (a kill, a newer
+    pipeline) makes the pipeline ABORTED, as a cancelled run always did."""
+    from stagebot.bot.actions.publishing import PublishRequest, publish
+    from stagebot.bot.custody.files import file_digest
+    from stagebot.harness.results import fail_fast_evidence
+
+    report, condemned, results, unreadable = _observe(context, stage_runs, folder, say)
+    cancelled = _cancelled(stage_runs)
+    aborted = {}
+    if condemned is not None and _fail_fast(context):
+        aborted = dict.fromkeys(cancelled, fail_fast_evidence(str(condemned)))
+    ledger = folder / "final.sqlite"
+    shutil.copyfile(context.ledger, ledger)
     request = PublishRequest(
-        pipeline=pipeline,
+        pipeline=report.pipeline,
         results=results,
         ledger=ledger,
-        plan_path=plan_dir / "plan.json",
-        base_ledger=base if base.exists() else None,
-        cancelled=run.conclusion == "cancelled",
-        stage_run_id=run.id,
+        plan_path=context.plan_dir / "plan.json",
+        base_ledger=context.base,
+        cancelled=bool(cancelled) and not aborted,
+        aborted=aborted,
+        stage_runs=tuple(r.id for r in stage_runs.values()),
         unreadable=unreadable,
     )
-    say("\n".join(publish(request, env, config)))
-    name = ledger_artifact(file_digest(ledger)) if plan.pr else MAIN_LEDGER
+    say("\n".join(publish(request, context.env, context.config)))
+    name = ledger_artifact(file_digest(ledger)) if context.plan.pr else MAIN_LEDGER
     return Reported(ledger, name)
 
 
@@ -132,7 +316,7 @@ def _unreported(api, run, parsed, env, config, error: Exception) -> list[str]:
     """GitHub kept failing while the report was made: say so where the pipeline is watched,
     rather than leave its reply RUNNING and its status pending for ever. Only a PR pipeline
     whose reply still says RUNNING, or ABORTED by a kill (whose cancelled run is reported as
-    ABORTED), and records this very run (``stage_run``, written by the bot's dispatch: a decoy
+    ABORTED), and records this very run (``stage_runs``, written by the bot's dispatch: a decoy
     titled like the bot's run is not it) is touched; its status only while it is this
     pipeline's pending one. The reply's marker keeps its state, so a re-run of the report job
     publishes over both. Returns the log's lines."""
@@ -150,7 +334,7 @@ def _unreported(api, run, parsed, env, config, error: Exception) -> list[str]:
         if (
             reply is None
             or reply.marker.state not in ("RUNNING", "ABORTED")
-            or reply.marker.stage_run != run.id
+            or run.id not in reply.marker.stage_runs
         ):
             return [
                 f"pipeline #{pipeline} of PR #{pr} has no reply that says RUNNING or ABORTED "
@@ -225,34 +409,38 @@ def _download(api, artifact, work: Path) -> Path:
 
 
 def _results(
-    api, run_id: int, plan: Plan, folder: Path, work: Path
+    api, stage_runs: dict, finished: set[str], folder: Path, work: Path
 ) -> tuple[list[str], dict[str, str]]:
-    """Unpack each planned shard's result artifact under ``folder/<stage>/``: (what was left
-    out, stage -> why its artifact could not be read). A shard whose artifact GitHub would not
-    hand over, or that is not a readable zip, is that shard's recorded ERROR (the intake), and
-    nothing half-unpacked of it is kept."""
+    """Unpack each finished stage run's result artifact (``stagebot-result-<its stage>``, from
+    that run only) under ``folder/<stage>/``: (what was left out, stage -> why its artifact
+    could not be read). A shard whose artifact GitHub would not hand over, or that is not a
+    readable zip, is that shard's recorded ERROR (the intake), and nothing half-unpacked of it
+    is kept."""
     from stagebot.bot.custody.artifact_zip import ArtifactError, unpack
     from stagebot.bot.github import GitHubError
 
-    planned = {shard.stage for shard in plan.shards_to("run")}
     folder.mkdir(parents=True, exist_ok=True)
     lines: list[str] = []
     unreadable: dict[str, str] = {}
-    for artifact in api.run_artifacts(run_id):
-        stage = result_stage(artifact.name)
-        if stage not in planned:
-            lines.append(f"ignored artifact {artifact.name!r}: not the result of a planned shard")
-            continue
-        planned.discard(stage)  # one artifact per shard (names are unique within a run)
-        try:
-            done = unpack(_download(api, artifact, work), folder, prefix=stage)
-        except GitHubError as error:
-            unreadable[stage] = f"its result artifact could not be downloaded ({error})"
-        except ArtifactError as error:
-            unreadable[stage] = f"its result artifact could not be read ({error})"
-        else:
-            lines += [f"ignored {name} in artifact {artifact.name!r}" for name in done.ignored]
-            continue
-        shutil.rmtree(folder / stage, ignore_errors=True)
-        lines.append(f"artifact {artifact.name!r}: {unreadable[stage]}")
+    for stage in sorted(finished):
+        wanted = True  # one artifact per shard (names are unique within a run)
+        for artifact in api.run_artifacts(stage_runs[stage].id):
+            if not wanted or result_stage(artifact.name) != stage:
+                lines.append(
+                    f"ignored artifact {artifact.name!r} of run {stage_runs[stage].id}: not "
+                    f"the result of {stage}, the one stage that run was dispatched for"
+                )
+                continue
+            wanted = False
+            try:
+                done = unpack(_download(api, artifact, work), folder, prefix=stage)
+            except GitHubError as error:
+                unreadable[stage] = f"its result artifact could not be downloaded ({error})"
+            except ArtifactError as error:
+                unreadable[stage] = f"its result artifact could not be read ({error})"
+            else:
+                lines += [f"ignored {name} in artifact {artifact.name!r}" for name in done.ignored]
+                continue
+            shutil.rmtree(folder / stage, ignore_errors=True)
+            lines.append(f"artifact {artifact.name!r}: {unreadable[stage]}")
     return lines, unreadable

@@ -186,16 +186,17 @@ def reuse_pipeline(session: Session, command: Command) -> Outcome:
 
 def stop_running(session: Session, why: str) -> list[int]:
     """Cancel this PR's other running pipelines and mark them ABORTED (reply and ledger).
-    The stage run cancelled is the one `bot dispatch` recorded in the reply's marker, never
-    one found by its title (anyone's workflow run can carry any title)."""
+    The stage runs cancelled are those `bot dispatch` recorded in the reply's marker, never
+    runs found by their title (anyone's workflow run can carry any title)."""
     api, book = session.api, session.ledger.get()
     stopped = []
     for reply in running(session.replier.replies, session.pipeline):
         number = reply.marker.pipeline
         reason = why
-        run_id = reply.marker.stage_run  # only the run the bot's dispatch recorded
-        if run_id is not None and not api.cancel_run(run_id):
-            reason += " " + _unreported(session, run_id)
+        runs = reply.marker.stage_runs  # only the runs the bot's dispatch recorded
+        cancelled = [run_id for run_id in runs if api.cancel_run(run_id)]
+        if runs and not cancelled:  # all had finished, yet the reply still says RUNNING
+            reason += " " + _unreported(session, runs[-1])
         marker = replace(reply.marker, state="ABORTED")
         api.edit_comment(
             reply.comment.id,

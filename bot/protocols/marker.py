@@ -37,12 +37,20 @@ class ReplyMarker:
     comment_id: int  # the triggering comment
     state: str  # RUNNING | SUCCESS | FAILURE | ABORTED | NOT_RUN
     stages: dict[str, str] = field(default_factory=dict)  # stage -> StageResult state
-    # the stage run the bot's own dispatch started for this pipeline (`bot dispatch` records it):
-    # the only run /bot kill and a superseding /bot run ever cancel
-    stage_run: int | None = None
+    # the stage runs the bot's own dispatch started for this pipeline, one per stage (`bot
+    # dispatch` records them): the only runs /bot kill and a superseding /bot run ever cancel
+    stage_runs: tuple[int, ...] = ()
+
+    @property
+    def done(self) -> int:
+        """How many of its stages the reply shows finished (not PENDING): a partial report
+        replaces the reply only when it knows more (bot/actions/report_run.py)."""
+        return sum(state != "PENDING" for state in self.stages.values())
 
     def render(self) -> str:
-        fields = {k: v for k, v in asdict(self).items() if k != "stage_run" or v is not None}
+        fields = {k: v for k, v in asdict(self).items() if k != "stage_runs"}
+        if self.stage_runs:
+            fields["stage_runs"] = list(self.stage_runs)
         payload = json.dumps(
             {"version": MARKER_VERSION, **fields}, sort_keys=True, separators=(",", ":")
         )
@@ -60,14 +68,13 @@ class ReplyMarker:
                 data["comment_id"],
                 data["state"],
                 dict(data.get("stages", {})),
-                data.get("stage_run"),
+                tuple(data.get("stage_runs", ())),
             )
         except (KeyError, TypeError) as error:
             raise MarkerError(f"reply marker lacks or mistypes {error}") from None
-        if marker.stage_run is not None and (
-            type(marker.stage_run) is not int or marker.stage_run < 1
-        ):
-            raise MarkerError(f"reply marker stage_run {marker.stage_run!r} is not a run id")
+        bad = [run for run in marker.stage_runs if type(run) is not int or run < 1]
+        if bad:
+            raise MarkerError(f"reply marker stage_runs {bad!r} are not run ids")
         if marker.state not in PIPELINE_STATES:
             raise MarkerError(
                 f"reply marker state {marker.state!r} is not one of {PIPELINE_STATES}"

@@ -1,9 +1,10 @@
 """The names other programs read, each with its one formatter and its one parser.
 
 - **Stage run title** (stage.yml's ``run-name``, rendered by GitHub from the dispatch inputs):
-  ``stagebot <key> pipeline <N> plan-run <ID>``, key ``pr-<PR>`` or ``main``. The title is set by
-  whoever dispatched, so it only tells the report where to look (bot/protocols/runs.py checks the
-  run it names).
+  ``stagebot <key> pipeline <N> plan-run <ID> part <K>``, key ``pr-<PR>`` or ``main``, K the
+  stage's place in the plan (one stage run per stage: the title tells a pipeline's runs apart).
+  The title is set by whoever dispatched, so it only tells the report where to look
+  (bot/protocols/runs.py checks the run it names).
 - **Artifact names**: a stage job's results ``stagebot-result-<stage>``; the plan job's plan and
   dispatch record ``stagebot-plan``; a PR ledger ``stagebot-ledger-<sha256>``; main's ledger
   ``stagebot-ledger-main``. The workflows' upload steps are checked against these formatters
@@ -21,7 +22,7 @@ import re
 # ---- stage run title
 _TITLE = re.compile(
     r"^stagebot (?P<key>pr-(?P<pr>[1-9]\d{0,9})|main) pipeline (?P<pipeline>[1-9]\d{0,9}) "
-    r"plan-run (?P<plan_run>[1-9]\d{0,18})$"
+    r"plan-run (?P<plan_run>[1-9]\d{0,18})(?: part [1-9]\d{0,3})?$"
 )
 
 
@@ -30,13 +31,14 @@ def stage_key(pr: int | None) -> str:
     return f"pr-{pr}" if pr else "main"
 
 
-def stage_title(pr: int | None, pipeline: int, plan_run: int) -> str:
+def stage_title(pr: int | None, pipeline: int, plan_run: int, part: int) -> str:
     """What stage.yml's run-name renders for these dispatch inputs."""
-    return f"stagebot {stage_key(pr)} pipeline {pipeline} plan-run {plan_run}"
+    return f"stagebot {stage_key(pr)} pipeline {pipeline} plan-run {plan_run} part {part}"
 
 
 def parse_title(title: str) -> tuple[str, int, int] | None:
-    """(key, pipeline, plan run) from a stage run's title; None for any other title."""
+    """(key, pipeline, plan run) from a stage run's title (its part is the dispatch record's
+    business); None for any other title."""
     match = _TITLE.match(title)
     if match is None:
         return None

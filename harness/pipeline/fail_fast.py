@@ -1,5 +1,6 @@
-"""The first signal of a local run: a shard's NEW failures, said the moment it ends, and whether
-they condemn the pipeline (fail-fast cancels the rest).
+"""The first signal: a shard's NEW failures, said the moment it ends, and whether they condemn
+the pipeline (fail-fast cancels the rest): locally as each shard ends (`bot run`), on GitHub as
+each stage run ends (the report job, bot/actions/report_run.py).
 
 A shard condemns the pipeline when the failure analysis, run on that shard alone against the
 pipeline's base, finds a failure that is NEW or UNCLASSIFIED (no base to clear it): a FLAKY,
@@ -10,6 +11,7 @@ other stages go on.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from stagebot.harness.analysis.causes import cause_line
@@ -53,6 +55,50 @@ def signal_line(failure: Failure, others: list[Failure]) -> str:
     return f"{failure.category} {failure.stage} {failure.test_id}: {first}{same}"
 
 
+@dataclass(frozen=True)
+class Condemned:
+    """Why a finished shard condemns its pipeline: its first condemning failure, and how many
+    condemning failures it had in all."""
+
+    stage: str
+    category: str
+    test_id: str
+    count: int
+
+    @property
+    def headline(self) -> str:
+        """``NEW failure in <stage>``: what the gating status' description says."""
+        return f"{self.category} failure in {self.stage}"
+
+    @property
+    def detail(self) -> str:
+        """The first failing test, and how many more condemn."""
+        more = f" and {self.count - 1} more" if self.count > 1 else ""
+        return f"{self.test_id}{more}"
+
+    def __str__(self) -> str:
+        return f"{self.headline}: {self.detail}"
+
+
+def condemned(result: StageResult, groups) -> Condemned | None:
+    """What ``groups`` (``condemning_failures`` of ``result``) condemn; None when nothing."""
+    if not groups:
+        return None
+    first = groups[0][0]
+    count = sum(len(others) + 1 for _, others in groups)
+    return Condemned(result.stage, first.category, first.test_id, count)
+
+
+def first_condemned(results: list[StageResult], **context) -> Condemned | None:
+    """The first of ``results`` (finished shards, in the plan's order) that condemns the
+    pipeline, or None: the report job's fail-fast on GitHub decides by it."""
+    for result in results:
+        found = condemned(result, condemning_failures(result, **context))
+        if found is not None:
+            return found
+    return None
+
+
 def condemner(say: Callable[[str], None], **context) -> Callable[[StageResult], str | None]:
     """``Settings.condemns`` for `bot run`: says each NEW failure of a shard as it ends (one
     line per cause) and returns why the pipeline is condemned (None when nothing is NEW)."""
@@ -61,11 +107,7 @@ def condemner(say: Callable[[str], None], **context) -> Callable[[StageResult], 
         groups = condemning_failures(result, **context)
         for failure, others in groups:
             say(signal_line(failure, others) + "\n")
-        if not groups:
-            return None
-        first = groups[0][0]
-        count = sum(len(others) + 1 for _, others in groups)
-        more = f" and {count - 1} more" if count > 1 else ""
-        return f"{first.category} failure in {result.stage}: {first.test_id}{more}"
+        found = condemned(result, groups)
+        return str(found) if found else None
 
     return condemns

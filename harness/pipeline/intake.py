@@ -5,7 +5,8 @@ stage and shard of its folder: the files come from stage jobs, which run PR code
 file (an extra stage, a second copy at another depth, a file claiming another shard) is ignored
 and named in the report, never merged in. A planned shard without an accepted result is still
 recorded: ERROR with the evidence (an unreadable file costs only its shard), or ABORTED when
-the run was cancelled. Shards the plan reuses are recorded REUSED.
+the run was cancelled (with why: ``aborted``, e.g. fail-fast). Shards the plan reuses are
+recorded REUSED. A partial report takes in only the stages that have finished (``only``).
 """
 
 from __future__ import annotations
@@ -41,11 +42,15 @@ def record_stage_results(
     *,
     cancelled: bool,
     unreadable: Mapping[str, str] | None = None,
+    aborted: Mapping[str, str] | None = None,
+    only: set[str] | None = None,
     default_branch: str = "main",
     main_book=None,
 ) -> list[str]:
-    """Record each planned shard's result from ``folder``; returns the result files ignored.
-    ``unreadable``: stage -> why its result artifact could not be downloaded or read. A shard's
+    """Record each planned shard's result from ``folder`` (only the stages in ``only``, when
+    given); returns the result files ignored. ``unreadable``: stage -> why its result artifact
+    could not be downloaded or read; ``aborted``: stage -> why it was cancelled (a shard left
+    without a result is then ABORTED with that evidence). A shard's
     ``keys.json`` (harness/reuse/offers.py) brings its tests' keys and the tests it reused by key,
     each reuse checked against the ledger's trusted lookup for this pipeline (in ``main_book``,
     main's vouched ledger, too)."""
@@ -57,12 +62,15 @@ def record_stage_results(
         if path not in accepted
     ]
     for shard in plan.shards:  # in the plan's order
+        if only is not None and shard.stage not in only:
+            continue
         if shard.action == "reuse":
             passed = passed_tests(book, shard.stage, shard.reuse_from)
             record_result(book, number, reused_result(shard), reused=passed)
         elif shard.action == "run":
             where = (default_branch, main_book)
-            _record_run(book, number, folder, shard, cancelled, unreadable, where)
+            why_aborted = (aborted or {}).get(shard.stage) or (CANCELLED if cancelled else None)
+            _record_run(book, number, folder, shard, why_aborted, unreadable, where)
     return ignored
 
 
@@ -71,7 +79,7 @@ def _record_run(
     number: int,
     folder: Path,
     shard: PlannedShard,
-    cancelled: bool,
+    aborted: str | None,
     unreadable: Mapping[str, str],
     where: tuple,
 ) -> None:
@@ -85,8 +93,8 @@ def _record_run(
         result = placeholder_result(shard, "ERROR", unreadable[shard.stage])
     if result is None:
         result = (
-            placeholder_result(shard, "ABORTED", CANCELLED)
-            if cancelled
+            placeholder_result(shard, "ABORTED", aborted)
+            if aborted
             else placeholder_result(shard, "ERROR", NO_RESULT)
         )
     reused = passed_tests(book, shard.stage, shard.reuse_from) if shard.reused_tests else None

@@ -54,13 +54,17 @@ def finish(
     meta: dict[str, Any] | None = None,
     root: Path | None = None,
     log_links: dict[str, str] | None = None,
+    main_book=None,
 ) -> Report:
     """Decide pipeline ``number``'s final state from its recorded results against ``base`` (a
     ``base.Base``), record it with ``meta`` (and the base pipeline, its GPU-minutes by GPU type
-    and what its cancelled shards would have run), and return its Report."""
+    and what its cancelled shards would have run: their stage's last full run in ``book``, else
+    in ``main_book``, main's ledger, which a PR's first pipeline on GitHub has beside its own),
+    and return its Report."""
     record = book.pipeline(number)
+    books = [book] + ([main_book] if main_book is not None else [])
     expected = {  # what the shards fail-fast cancelled would have run (report/gpu_time.py)
-        result.stage: book.shard_duration(result.stage) or 0.0
+        result.stage: next(filter(None, (b.shard_duration(result.stage) for b in books)), 0.0)
         for result in record.results
         if cancelled_by_fail_fast(result)
     }

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from stagebot.harness.ledger.store import retry_busy
-from stagebot.harness.results import FAIL_FAST, StageResult
+from stagebot.harness.results import FAIL_FAST, StageResult, fail_fast_evidence
 from stagebot.harness.reuse.offers import offer, read_keys, with_refusals
 from stagebot.harness.run.collect import CollectError
 from stagebot.harness.run.gpus import Device, describe, detect_devices, gpu_types_of
@@ -239,7 +239,7 @@ def _run_jobs(jobs, scheduler, settings, ledger, progress, execution, record) ->
                 record(result)
                 why = settings.condemns(result)
                 if why and settings.fail_fast and not stop_reason and (queue or running):
-                    stop_reason = f"{FAIL_FAST}: {why} (--disable-fail-fast runs every stage)"
+                    stop_reason = fail_fast_evidence(why)
                     progress.line(stop_reason)
     except KeyboardInterrupt:
         stop.set()

@@ -87,10 +87,9 @@ class SampleJobs(InstalledJobs):
         """stage.yml's job per entry: `bot stage-setup`, then `bot run-stage`, in the PR's tree.
         The jobs share one environment here (on GitHub each has a fresh runner): a setup it has
         already run for the same tree is not run again (it would install the same project)."""
-        run_id = outputs["stage_run"]
         folder = self.job("stage")
         env = self.by_command["run-stage"]
-        for entry in json.loads(self.gh.dispatches[-1]["inputs"]["matrix"]):
+        for entry in json.loads(outputs["matrix"]):
             setup = (str(self.pr_tree), json.dumps(entry["setup"], sort_keys=True))
             steps = [] if setup in self.set_up else [(["stage-setup", "--entry"], (0,))]
             self.set_up.add(setup)
@@ -101,9 +100,12 @@ class SampleJobs(InstalledJobs):
                     timeout=600,
                 )  # fmt: skip
                 assert done.returncode in codes, f"bot {args[0]}: {done.stdout}{done.stderr}"
-            self.upload_results(run_id, entry["stage"], folder / "results")
-        self.gh.runs[run_id].update(status="completed", conclusion=conclusion)
-        return run_id
+            self.upload_results(
+                outputs["stage_runs"][entry["stage"]], entry["stage"], folder / "results"
+            )
+        for run_id in outputs["stage_runs"].values():  # one stage run per stage
+            self.gh.runs[run_id].update(status="completed", conclusion=conclusion)
+        return outputs["stage_run"]
 
 
 @pytest.fixture

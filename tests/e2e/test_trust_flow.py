@@ -29,11 +29,13 @@ def published(gh: FakeGitHub) -> list[str]:
 
 def test_a_comment_runs_in_a_dispatched_stage_run_and_is_reported(gh, jobs) -> None:
     outputs = jobs.whole("/bot run", 101)
-    (dispatch,) = gh.dispatches
-    assert dispatch["workflow"] == "stage.yml" and dispatch["ref"] == "stagebot-stage"
-    assert dispatch["return_run_details"] is True
-    stage_run = gh.runs[outputs["stage_run"]]
-    assert stage_run["display_title"] == "stagebot pr-7 pipeline 101 plan-run 50101"
+    assert len(gh.dispatches) == 2  # one stage run per stage
+    for part, dispatch in enumerate(gh.dispatches, start=1):
+        assert dispatch["workflow"] == "stage.yml" and dispatch["ref"] == "stagebot-stage"
+        assert dispatch["return_run_details"] is True
+        title = gh.runs[dispatch["run_id"]]["display_title"]
+        assert title == f"stagebot pr-7 pipeline 101 plan-run 50101 part {part}"
+    assert list(outputs["stage_runs"].values()) == [d["run_id"] for d in gh.dispatches]
     (reply,) = replies(gh)
     assert "completed with state SUCCESS" in reply["body"] and marker_of(reply).pipeline == 101
     assert status(gh)["state"] == "success"
@@ -65,7 +67,8 @@ def test_the_next_plan_takes_the_ledger_the_report_left_and_reuses_everything(gh
 
 def test_a_cancelled_stage_run_is_reported_aborted(gh, jobs) -> None:
     outputs = jobs.plan("/bot run", 101)
-    jobs.gh.runs[outputs["stage_run"]].update(status="completed", conclusion="cancelled")
+    for run_id in outputs["stage_runs"].values():
+        jobs.gh.runs[run_id].update(status="completed", conclusion="cancelled")
     jobs.report(outputs["stage_run"], 101)
     (reply,) = replies(gh)
     assert "completed with state ABORTED" in reply["body"] and status(gh)["state"] == "error"
@@ -92,9 +95,8 @@ def test_a_report_job_that_died_mid_publish_is_finished_by_its_re_run(gh, jobs) 
 def test_a_dispatch_that_landed_despite_an_error_is_not_repeated(gh, jobs) -> None:
     gh.fail("5xx-after-write", route="dispatch")
     outputs = jobs.plan("/bot run", 101)
-    (dispatch,) = gh.dispatches
-    assert outputs["stage_run"] == dispatch["run_id"]
-    assert [r.fault for r in gh.calls("dispatch")] == ["5xx-after-write"]
+    assert list(outputs["stage_runs"].values()) == [d["run_id"] for d in gh.dispatches]
+    assert [r.fault for r in gh.calls("dispatch")] == ["5xx-after-write", None]
 
 
 def _planned_without_dispatch(jobs: Jobs) -> None:
@@ -130,7 +132,8 @@ def test_a_matrix_too_long_for_a_dispatch_is_refused(gh, jobs, monkeypatch) -> N
     monkeypatch.setattr(dispatch, "MAX_MATRIX", 10)
     _planned_without_dispatch(jobs)
     log = jobs.bot("dispatch", "--plan-dir", ".stagebot/plan", code=2)
-    assert "more than the 10 a workflow_dispatch carries" in log and gh.dispatches == []
+    assert "more than the 10 characters a workflow_dispatch carries" in log
+    assert gh.dispatches == []
 
 
 # ---------------------------------------------------------------- attacks on the report
@@ -147,7 +150,7 @@ def test_a_stage_run_the_bot_did_not_dispatch_is_ignored(gh, jobs) -> None:
     gh.add_artifact(90001, "stagebot-result-CPU-PyTorch-1", {"CPU-PyTorch-1/result.json": b"{}"})
     before = published(gh)
     _, log = jobs.report(90001, 101)
-    assert f"plan run 50101 dispatched run {outputs['stage_run']}" in log
+    assert f"plan run 50101 dispatched runs {outputs['stage_runs']}" in log
     assert "not run 90001" in log and published(gh) == before
     assert marker_of(replies(gh)[0]).state == "RUNNING"
 
@@ -171,7 +174,7 @@ def test_a_run_that_is_not_the_stage_workflow_on_the_stage_branch_is_ignored(
 ) -> None:
     """E.g. a PR's own copy of stage.yml run by `pull_request`: its workflow file is the PR's."""
     jobs.plan("/bot run", 101)
-    fake = {**STAGE, "display_title": "stagebot pr-7 pipeline 101 plan-run 50101", **fields}
+    fake = {**STAGE, "display_title": "stagebot pr-7 pipeline 101 plan-run 50101 part 1", **fields}
     gh.add_run(1, status="completed", run_id=90002, conclusion="success", **fake)
     before = published(gh)
     _, log = jobs.report(90002, 101)
@@ -184,7 +187,7 @@ def test_a_plan_run_that_is_not_the_bots_is_not_believed(gh, jobs) -> None:
     outputs = jobs.plan("/bot run", 101)
     fake_plan = gh.add_run(2, run_id=90003, event="pull_request", head_branch="feature")
     fake_plan.update(status="completed", conclusion="success")
-    record = {"stage_run_id": outputs["stage_run"], "pipeline": 101}
+    record = {"stage_runs": outputs["stage_runs"], "pipeline": 101}
     gh.add_artifact(90003, "stagebot-plan", {"dispatch.json": json.dumps(record).encode()})
     gh.runs[outputs["stage_run"]].update(
         display_title="stagebot pr-7 pipeline 101 plan-run 90003", status="completed"
@@ -202,13 +205,13 @@ def test_extra_and_misplaced_result_files_are_ignored_and_named(
     `stagebot-result-*` artifact into one folder: last path won) change nothing."""
     failing = Jobs(gh, tmp_path, monkeypatch, capsys, suite="check_fail.py")
     outputs = failing.plan("/bot run", 101)
-    run_id = outputs["stage_run"]
+    run_id = outputs["stage_runs"]["CPU-Build_Check"]
     forged = json.dumps({"stage": "CPU-PyTorch-1", "state": "SUCCESS"}).encode()
     gh.add_artifact(run_id, "stagebot-result-zzz-injected", {"zzz-injected/result.json": forged})
     failing.stages(outputs)
     real = next(a for a in gh.artifacts.values() if a["name"] == "stagebot-result-CPU-Build_Check")
     gh.artifacts.pop(real["id"])
-    results = next(tmp_path.glob("job-*-stage")) / "results"
+    results = sorted(tmp_path.glob("job-*-stage"))[-1] / "results"
     failing.upload_results(
         run_id, "CPU-Build_Check", results, extra={"CPU-PyTorch-1/result.json": forged}
     )
@@ -451,7 +454,7 @@ def test_a_failing_report_of_a_decoy_run_touches_no_reply(gh, jobs) -> None:
 
 # ---------------------------------------------------------------- kill and supersede (issue 28, 5)
 
-DECOY_TITLE = "stagebot pr-7 pipeline 101 plan-run 50101"
+DECOY_TITLE = "stagebot pr-7 pipeline 101 plan-run 50101 part 1"
 
 
 def _decoy(gh: FakeGitHub, run_id: int) -> dict:
@@ -489,8 +492,7 @@ def test_the_dispatch_recovery_never_takes_a_decoy_for_its_run(gh, jobs) -> None
     gh.fail("5xx-after-write", route="dispatch")
     gh.after("dispatch", lambda: _decoy(gh, 90011))
     outputs = jobs.plan("/bot run", 101)
-    (dispatch,) = gh.dispatches
-    assert outputs["stage_run"] == dispatch["run_id"] != 90011
+    assert outputs["stage_run"] == gh.dispatches[0]["run_id"] != 90011
 
 
 def test_a_result_zip_with_a_corrupt_member_is_that_stages_error(gh, jobs) -> None:
@@ -515,29 +517,27 @@ def test_a_result_zip_with_a_corrupt_member_is_that_stages_error(gh, jobs) -> No
     assert status(gh)["state"] == "failure"
 
 
-def test_a_job_can_write_another_shards_result_of_its_own_stage_run_only(
-    gh, tmp_path, monkeypatch, capsys
-) -> None:
-    """What SECURITY.md says (issue 28, finding 10), shown: the CPU-Build_Check job uploads
-    `stagebot-result-CPU-PyTorch-1` first (the real job's upload then fails on GitHub: names are
-    unique within a run), and the report takes it; the same artifact in another stage run (a
-    later pipeline's) is never read for this one."""
+def test_a_job_cannot_write_another_stages_result(gh, tmp_path, monkeypatch, capsys) -> None:
+    """What SECURITY.md says (issue 28, finding 10; issue 47: one stage run per stage), shown:
+    the CPU-Build_Check job uploads `stagebot-result-CPU-PyTorch-1` in its own stage run; the
+    report reads each stage's result only from the run dispatched for that stage, so the claim
+    is never read, and CPU-PyTorch-1 (whose own upload is missing) is an ERROR."""
     failing = Jobs(gh, tmp_path, monkeypatch, capsys, suite="check_fail.py")
     outputs = failing.plan("/bot run", 101)
-    run_id = failing.stages(outputs)
+    failing.stages(outputs)
     real = next(a for a in gh.artifacts.values() if a["name"] == "stagebot-result-CPU-PyTorch-1")
-    gh.artifacts.pop(real["id"])  # the squatter's upload came first
-    forged_run = outputs["stage_run"] + 1
-    gh.add_run(1, run_id=forged_run, status="completed", conclusion="success", **STAGE)
-    results = next(tmp_path.glob("job-*-stage")) / "results"
+    gh.artifacts.pop(real["id"])
+    squatter = outputs["stage_runs"]["CPU-Build_Check"]
+    results = sorted(tmp_path.glob("job-*-stage"))[-1] / "results"
     passed = json.loads((results / "CPU-Build_Check" / "result.json").read_text())
     claim = {**passed, "stage": "CPU-PyTorch-1", "state": "SUCCESS", "tests": []}
     forged = {"CPU-PyTorch-1/result.json": json.dumps(claim).encode()}
-    gh.add_artifact(forged_run, "stagebot-result-CPU-PyTorch-1", forged)  # another run: unread
-    failing.report(run_id, 101)
-    assert marker_of(replies(gh)[0]).stages["CPU-PyTorch-1"] == "ERROR"  # none of its own
-    gh.add_artifact(run_id, "stagebot-result-CPU-PyTorch-1", forged)  # in its own run
-    failing.report(run_id, 101)
+    gh.add_artifact(squatter, "stagebot-result-CPU-PyTorch-1", forged)
+    _, log = failing.report(squatter, 101)
+    assert "ignored artifact 'stagebot-result-CPU-PyTorch-1' of run" in log
+    assert marker_of(replies(gh)[0]).stages["CPU-PyTorch-1"] == "ERROR"
+    gh.add_artifact(outputs["stage_runs"]["CPU-PyTorch-1"], "stagebot-result-CPU-PyTorch-1", forged)
+    failing.report(squatter, 101)  # the same claim in CPU-PyTorch-1's own run is its result
     assert marker_of(replies(gh)[0]).stages["CPU-PyTorch-1"] == "SUCCESS"
 
 
@@ -553,6 +553,6 @@ def test_a_finished_stage_run_no_report_published_is_detected_and_said(gh, jobs)
     jobs.plan("/bot run", 102)
     old = next(c for c in replies(gh) if marker_of(c).pipeline == 101)
     assert marker_of(old).state == "ABORTED"
-    run = outputs["stage_run"]
-    assert f"Its stage run {run} had already finished (success), but no report run" in old["body"]
+    last = outputs["stage_runs"]["CPU-Build_Check"]
+    assert f"Its stage run {last} had already finished (success), but no report run" in old["body"]
     assert "set up the bot's GitHub App" in old["body"]

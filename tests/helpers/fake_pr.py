@@ -36,6 +36,8 @@ def status(gh: FakeGitHub) -> dict | None:
 
 
 def record_dispatch(gh: FakeGitHub, pipeline: int, run_id: int) -> None:
-    """What `bot dispatch` does after starting the stage run: record its id in the marker."""
+    """What `bot dispatch` does after starting the stage runs (here one): record the ids in the
+    marker."""
     (reply,) = [c for c in replies(gh) if marker_of(c).pipeline == pipeline]
-    reply["body"] = with_marker(reply["body"], replace(marker_of(reply), stage_run=run_id))
+    marker = replace(marker_of(reply), stage_runs=(run_id,))
+    reply["body"] = with_marker(reply["body"], marker)

@@ -44,6 +44,6 @@ class InstalledJobs(Jobs):
 
     def stages(self, outputs: dict, conclusion: str = "success") -> int:
         env = self.environment("stage-setup")
-        for entry in json.loads(self.gh.dispatches[-1]["inputs"]["matrix"]):
+        for entry in json.loads(outputs["matrix"]):
             run_installs(stage_setup_lines(entry, env), self.wheel, env)
         return super().stages(outputs, conclusion)

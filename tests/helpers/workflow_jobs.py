@@ -3,9 +3,9 @@ for every end-to-end test of a pipeline.
 
 Two ways a pipeline's jobs hand things on, both driven here:
 
-- as on GitHub (bot.yml, the dispatched stage.yml run, report.yml): `plan`, `push`, `stages`,
-  `report`, `whole`. Every job starts in an empty folder; the ledger, the plan and the results
-  travel as artifacts on the fake server.
+- as on GitHub (bot.yml, the dispatched stage.yml runs, one per stage, report.yml): `plan`,
+  `push`, `stages` (or one `stage`), `report`, `whole`. Every job starts in an empty folder;
+  the ledger, the plan and the results travel as artifacts on the fake server.
 - with the ledger as a file beside the jobs (`bot handle-event`, `bot run-stage`, then
   `bot publish` itself): `handle_comment`, `handle_push`, `stage_jobs`, `publish`,
   `publish_whole`, `post_merge`.
@@ -26,6 +26,7 @@ from github_server import FakeGitHub, user_id
 
 from helpers.cli import bot
 from helpers.fake_pr import PR, SHA
+from stagebot.bot.protocols.dispatch_inputs import NO_STAGE
 from stagebot.harness.ledger.book import Ledger
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -191,7 +192,9 @@ class Jobs:
                 "stagebot-plan",
                 {n: (plan / n).read_bytes() for n in ("plan.json", "dispatch.json")},
             )
-            outputs["stage_run"] = json.loads((plan / "dispatch.json").read_text())["stage_run_id"]
+            runs = json.loads((plan / "dispatch.json").read_text())["stage_runs"]
+            outputs["stage_runs"] = runs  # stage -> its stage run
+            outputs["stage_run"] = next(iter(runs.values()))  # the first stage's
         if outputs.get("ledger_digest"):
             ledger = Path(".stagebot/ledger.sqlite").read_bytes()
             self.gh.add_artifact(run_id, outputs["ledger_artifact"], {"ledger.sqlite": ledger})
@@ -199,16 +202,29 @@ class Jobs:
         return outputs
 
     def stages(self, outputs: dict, conclusion: str = "success") -> int:
-        """The dispatched stage run: `bot run-stage` per entry, one artifact per shard."""
-        run_id = outputs["stage_run"]
-        folder = self.job("stage")
-        matrix = json.loads(self.gh.dispatches[-1]["inputs"]["matrix"])
-        assert matrix == json.loads(outputs["matrix"])
-        for entry in matrix:
+        """The dispatched stage runs, one per stage: `bot run-stage` of its entry, its result
+        artifact; returns the first stage's run (reporting any one after all have finished
+        reports the whole pipeline)."""
+        for stage in outputs["stage_runs"]:
+            self.stage(outputs, stage, conclusion)
+        return outputs["stage_run"]
+
+    def stage(self, outputs: dict, stage: str, conclusion: str = "success") -> int:
+        """Stage ``stage``'s dispatched run: `bot run-stage` of its entry, its result artifact,
+        then the run completes with ``conclusion``; returns the run's id."""
+        run_id = outputs["stage_runs"][stage]
+        (dispatch,) = [d for d in self.gh.dispatches if d["run_id"] == run_id]
+        matrix = json.loads(dispatch["inputs"]["matrix"])
+        if stage == NO_STAGE:  # every shard reused: a run without jobs
+            assert matrix == [] == json.loads(outputs["matrix"])
+        else:
+            (entry,) = matrix
+            assert entry in json.loads(outputs["matrix"]) and entry["stage"] == stage
             heads = {pull["head"]["sha"] for pull in self.gh.pulls.values()}
             assert entry["commit"] in heads or outputs.get("commit") == entry["commit"]
+            folder = self.job("stage")
             self.run_stage(entry, folder / "results")
-            self.upload_results(run_id, entry["stage"], folder / "results")
+            self.upload_results(run_id, stage, folder / "results")
         self.gh.runs[run_id].update(status="completed", conclusion=conclusion)
         return run_id
 
@@ -221,8 +237,11 @@ class Jobs:
         self.gh.add_artifact(run_id, f"stagebot-result-{stage}", {**files, **(extra or {})})
 
     def report(self, stage_run: int, number: int) -> tuple[dict[str, str], str]:
-        """report.yml's job for a completed stage run: (its outputs, its log)."""
+        """report.yml's job for a completed stage run of pipeline ``number``: (its outputs, its
+        log). The pipeline's first report run is 60000 + number, each next one 1000 more."""
         run_id = 60000 + number
+        while run_id in self.gh.runs:
+            run_id += 1000
         self.gh.add_run(
             number, run_id=run_id, path=".github/workflows/report.yml", event="workflow_run"
         )

@@ -23,7 +23,7 @@ PERMISSIONS = {
         "statuses": "write",
     },
     "report": {
-        "actions": "read",  # the stage and plan runs and their artifacts
+        "actions": "write",  # the stage and plan runs, their artifacts; fail-fast cancels runs
         "contents": "read",
         "issues": "write",  # edit the reply into the report
         "statuses": "write",

@@ -101,6 +101,6 @@ def publish(
         cancelled=cancelled,
         out=out,
         artifact_digest=artifact_digest,
-        stage_run_id=stage_run_id,
+        stage_runs=(stage_run_id,) if stage_run_id else (),
     )
     click.echo("\n".join(publish(request, env, config)))

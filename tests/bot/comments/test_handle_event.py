@@ -377,7 +377,8 @@ def test_a_refused_comment_delivered_twice_gets_one_reply(github) -> None:
 def _running_marker(pipeline: int, comment_id: int = 1, sha: str = SHA, run: int | None = None):
     from stagebot.bot.protocols.marker import ReplyMarker
 
-    marker = ReplyMarker(pipeline, sha, comment_id, "RUNNING", {"CPU-PyTorch-1": "PENDING"}, run)
+    runs = (run,) if run else ()
+    marker = ReplyMarker(pipeline, sha, comment_id, "RUNNING", {"CPU-PyTorch-1": "PENDING"}, runs)
     return f"PR_Github #{pipeline} [ run ] triggered by Bot.\n\n{marker.render()}"
 
 
@@ -409,8 +410,8 @@ def test_kill_with_nothing_running_says_so(github) -> None:
 def test_a_new_run_cancels_the_prs_earlier_run(github) -> None:
     deliver_comment(github, "/bot run", run_number=101, comment_id=1)
     github.add_stage_run(101, pr=PR)  # the stage run the plan job of #101 dispatched
-    (first,) = our_replies(github)  # what `bot dispatch` does: record the run in the marker
-    marker = replace(find_marker(first.body), stage_run=80101)
+    (first,) = our_replies(github)  # what `bot dispatch` does: record the runs in the marker
+    marker = replace(find_marker(first.body), stage_runs=(80101,))
     github.issue_comments[first.id] = replace(first, body=with_marker(first.body, marker))
     assert deliver_comment(github, "/bot run", run_number=102, comment_id=2).run
     assert github.runs[80101].info.conclusion == "cancelled"

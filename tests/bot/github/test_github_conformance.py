@@ -238,7 +238,13 @@ def repository(side: Side) -> list:
 
 def dispatch(side: Side) -> list:
     api = side.api
-    inputs = {"plan-run": "50101", "pipeline": "101", "key": f"pr-{PR}", "matrix": "[]"}
+    inputs = {
+        "plan-run": "50101",
+        "pipeline": "101",
+        "key": f"pr-{PR}",
+        "part": "1",
+        "matrix": "[]",
+    }
     run_id = api.dispatch_workflow("stage.yml", "stagebot-stage", inputs, lambda: None)
     run = api.workflow_run(run_id)
     report: list = [side.ref(run_id), (run.path, run.event, run.head_branch, run.status)]

@@ -14,8 +14,9 @@ DIGEST = "ab" * 32
 
 @pytest.mark.parametrize(("pr", "pipeline", "plan_run"), [(7, 101, 555), (None, 3, 9), (1, 1, 1)])
 def test_a_stage_run_title_reads_back(pr, pipeline, plan_run) -> None:
-    title = names.stage_title(pr, pipeline, plan_run)
+    title = names.stage_title(pr, pipeline, plan_run, 2)
     assert names.parse_title(title) == (names.stage_key(pr), pipeline, plan_run)
+    assert title.endswith(" part 2")  # a pipeline's stage runs have titles of their own
 
 
 @pytest.mark.parametrize(
@@ -27,6 +28,8 @@ def test_a_stage_run_title_reads_back(pr, pipeline, plan_run) -> None:
         pytest.param("stagebot dev pipeline 1 plan-run 2", id="another key"),
         pytest.param("x stagebot pr-7 pipeline 1 plan-run 2", id="not at the start"),
         pytest.param("stagebot pr-7 pipeline 1 plan-run 2\nstagebot", id="a second line"),
+        pytest.param("stagebot pr-7 pipeline 1 plan-run 2 part 0", id="part 0"),
+        pytest.param("stagebot pr-7 pipeline 1 plan-run 2 part", id="part without number"),
         pytest.param("", id="empty"),
     ],
 )

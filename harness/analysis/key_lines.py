@@ -27,6 +27,9 @@ _NOTABLE = re.compile(
 )
 # hypothesis's minimal failing input: "Falsifying example: …" (older) or "Failing test case: …".
 _EXAMPLE = re.compile(r"^(?:Falsifying example|Failing test case): ")
+# pytest's assertion rewriting prints ``os.environ`` whole where a test compares with it: the
+# stage job's environment, in a reply anyone can read. The line keeps the name compared.
+_ENVIRON = re.compile(r"environ\(\{.*\}\)")
 
 
 def key_lines(
@@ -78,5 +81,5 @@ def _last_e_block(lines: list[str], limit: int = 8) -> list[str]:
 
 
 def _clip(line: str) -> str:
-    line = strip_ansi(line)
+    line = _ENVIRON.sub("environ({…})", strip_ansi(line))
     return line if len(line) <= MAX_CHARS else line[: MAX_CHARS - 1] + "…"

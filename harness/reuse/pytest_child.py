@@ -229,6 +229,7 @@ class _Values:
         self.tree = reader.tree
         self.folder = "/".join(reader.package)
         self._parameters: dict[tuple[str, str], list] = {}
+        self._names: dict[tuple[str, int], list | None] = {}
         self.owner: dict[int, ast.AST] = {}  # node -> the innermost function holding it
         for node in ast.walk(self.tree):
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
@@ -371,7 +372,15 @@ class _Values:
 
     def _bindings(self, name: str, scope: ast.AST, depth: int) -> list | None:
         """Every value ``name`` is bound to in ``scope`` (a function or the module; not in the
-        functions inside it); None when it binds no ``name``."""
+        functions inside it); None when it binds no ``name``. Read once per name and scope (a
+        binding that refers to itself reads as not known)."""
+        memo = (name, id(scope))
+        if memo not in self._names:
+            self._names[memo] = [None]
+            self._names[memo] = self._read_bindings(name, scope, depth)
+        return self._names[memo]
+
+    def _read_bindings(self, name: str, scope: ast.AST, depth: int) -> list | None:
         if isinstance(scope, ast.FunctionDef | ast.AsyncFunctionDef):
             if name in _parameter_names(scope):
                 return self._parameter(scope, name, depth)

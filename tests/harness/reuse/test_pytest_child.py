@@ -214,6 +214,20 @@ def test_a_child_started_in_another_folder_keeps_the_key_conservative(repo, fami
     )
 
 
+def test_a_child_given_arguments_by_its_environment_keeps_the_key_conservative(repo, family):
+    write(
+        repo,
+        "tests/test_runs_suite.py",
+        "import os, subprocess\n\ndef test_suite():\n"
+        '    env = {**os.environ, "PYTEST_ADDOPTS": "-p pkg.other"}\n'
+        '    subprocess.run(["pytest", "suite/test_inner.py"], env=env)\n',
+    )
+    assert key(repo, family).conservative == (
+        "tests/test_runs_suite.py: line 5: may give pytest arguments by its environment "
+        "(PYTEST_ADDOPTS)",
+    )
+
+
 def test_a_helper_passed_on_as_a_value_keeps_the_key_conservative(repo, family) -> None:
     """Its calls cannot all be seen, so neither can the arguments it is given."""
     write(

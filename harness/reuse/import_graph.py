@@ -394,7 +394,8 @@ class _Reader(ast.NodeVisitor):
         process = _is_process(qualified) or (not qualified and _is_process(f"{owner}.{name}"))
         followed = (
             self._outside_program(first)
-            or (process and self._pytest_child(first, node))
+            or (process or isinstance(first, ast.List))
+            and self._pytest_child(first, node)
             or self._python_child(first, node)
         )
         self.options += pytest_child.declared_options(node)

@@ -59,6 +59,9 @@ _VALUE_OPTIONS = {
     "--junitxml",
     "--junit-xml",
 }
+# Variables pytest reads more arguments or plug-ins from: a module that names one may set them
+# for its child (its own process's values are in the key's environment part).
+_ARGUMENT_VARIABLES = {"PYTEST_ADDOPTS", "PYTEST_PLUGINS"}
 _FLAG_ACTIONS = {"store_true", "store_false", "store_const", "count", "append_const", "help"}
 _CONFIG_FILES = ("pytest.ini", "pyproject.toml", "tox.ini", "setup.cfg")  # rootdir candidates
 _SUBMODULES = ".*"  # import_graph.SUBMODULES: every module under a folder
@@ -120,6 +123,8 @@ def read(reader: _ModuleReader, command: ast.expr | None, call: ast.Call) -> Pyt
         return child
     if any(k.arg == "cwd" for k in call.keywords):
         child.blind.append("starts pytest in another folder (cwd)")
+    if values.names_any(_ARGUMENT_VARIABLES):
+        child.blind.append("may give pytest arguments by its environment (PYTEST_ADDOPTS)")
     folder = "/".join(reader.package)
     for arguments in runs:
         _follow(arguments, folder, child)  # type: ignore[arg-type]
@@ -229,12 +234,19 @@ class _Values:
         self.tree = reader.tree
         self.folder = "/".join(reader.package)
         self._parameters: dict[tuple[str, str], list] = {}
+        self._names: dict[tuple[str, int], list | None] = {}
         self.owner: dict[int, ast.AST] = {}  # node -> the innermost function holding it
         for node in ast.walk(self.tree):
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
                 for inner in ast.walk(node):
                     if inner is not node:
                         self.owner[id(inner)] = node
+
+    def names_any(self, words: set[str]) -> bool:
+        """Whether a string literal of the module is one of ``words``."""
+        return any(
+            isinstance(node, ast.Constant) and node.value in words for node in ast.walk(self.tree)
+        )
 
     def of(self, node: ast.AST, env: dict[str, list], depth: int) -> list:
         if depth > _DEPTH:
@@ -371,7 +383,15 @@ class _Values:
 
     def _bindings(self, name: str, scope: ast.AST, depth: int) -> list | None:
         """Every value ``name`` is bound to in ``scope`` (a function or the module; not in the
-        functions inside it); None when it binds no ``name``."""
+        functions inside it); None when it binds no ``name``. Read once per name and scope (a
+        binding that refers to itself reads as not known)."""
+        memo = (name, id(scope))
+        if memo not in self._names:
+            self._names[memo] = [None]
+            self._names[memo] = self._read_bindings(name, scope, depth)
+        return self._names[memo]
+
+    def _read_bindings(self, name: str, scope: ast.AST, depth: int) -> list | None:
         if isinstance(scope, ast.FunctionDef | ast.AsyncFunctionDef):
             if name in _parameter_names(scope):
                 return self._parameter(scope, name, depth)

@@ -214,6 +214,20 @@ def test_a_child_started_in_another_folder_keeps_the_key_conservative(repo, fami
     )
 
 
+def test_a_child_given_arguments_by_its_environment_keeps_the_key_conservative(repo, family):
+    write(
+        repo,
+        "tests/test_runs_suite.py",
+        "import os, subprocess\n\ndef test_suite():\n"
+        '    env = {**os.environ, "PYTEST_ADDOPTS": "-p pkg.other"}\n'
+        '    subprocess.run(["pytest", "suite/test_inner.py"], env=env)\n',
+    )
+    assert key(repo, family).conservative == (
+        "tests/test_runs_suite.py: line 5: may give pytest arguments by its environment "
+        "(PYTEST_ADDOPTS)",
+    )
+
+
 def test_a_helper_passed_on_as_a_value_keeps_the_key_conservative(repo, family) -> None:
     """Its calls cannot all be seen, so neither can the arguments it is given."""
     write(
@@ -253,3 +267,32 @@ def test_a_pytest_child_is_followed_however_the_call_is_reached(
     write(repo, "suite/test_new.py", "def test_new():\n    pass\n")
     after = key(repo, family)
     assert changed_inputs(before, after) == ["files changed: suite/test_new.py"]
+
+
+def test_a_pytest_child_given_to_a_launcher_is_followed(repo, family) -> None:
+    """A function that starts the command its caller passes (a launcher, import_graph): the
+    caller's pytest command is read as if it started it."""
+    write(
+        repo,
+        "pkg/launch.py",
+        "import subprocess\n\ndef run_process(argv):\n    return subprocess.run(argv)\n",
+    )
+    write(
+        repo,
+        "tests/test_runs_suite.py",
+        "import sys\n\nfrom pkg.launch import run_process\n\ndef test_suite():\n"
+        '    run_process([sys.executable, "-m", "pytest", "suite/test_inner.py"])\n',
+    )
+    before = key(repo, family)
+    assert not before.conservative, before.conservative
+    write(repo, "suite/conftest.py", "# changed\n")
+    assert changed_inputs(before, key(repo, family)) == ["files changed: suite/conftest.py"]
+    write(
+        repo,
+        "tests/test_runs_suite.py",
+        "import sys\n\nfrom pkg.launch import run_process\n\ndef test_suite():\n"
+        '    run_process([sys.executable, "-m", "pytest", pick()])\n',
+    )
+    assert key(repo, family).conservative == (
+        "tests/test_runs_suite.py: line 6: pytest given a computed test path",
+    )

@@ -98,7 +98,8 @@ def test_disable_fail_fast_runs_the_slow_stage_to_its_end(gh, toggled) -> None:
     partial = _reply(gh, 101)["body"]
     assert f"**NEW failure in {FIRST}** (so far)" in partial
     assert f"**Still running (1):** {SLOW}. Expected to end within about " in partial
-    assert f"({SLOW}'s last full run in the ledger)" in partial  # main's, here
+    assert f"({SLOW}'s last full run in the ledger took " in partial  # main's, here
+    assert ", its run started " in partial  # the estimate counts what is left of it
     assert "Cancelled by fail-fast" not in partial
     assert status(gh)["description"].endswith(f": NEW failure in {FIRST}")
 
@@ -220,3 +221,37 @@ def test_gpu_minutes_in_the_partial_and_final_reply_are_the_ledgers_durations(
     assert _gpu_row(partial, EIGHT) == ["8 x H200", f"{8 * ran / 60:.1f}", "0.0", "0.0"]
     assert _gpu_row(final, EIGHT) == ["8 x H200", f"{8 * ran / 60:.1f}", "0.0", "0.0"]
     assert _gpu_row(final, STEADY) == ["8 x H200", "0.0", "0.0", f"{8 * full / 60:.1f}"]
+
+
+MANY = 12
+MANY_CATALOG = """
+gpu_types:
+  CPU: {device_names: [], runner_labels: [ubuntu-latest]}
+families:
+""" + "".join(
+    f"  - {{name: CPU-Build_Step{chr(65 + i)}, kind: build, timeout_minutes: 2, command: 'true'}}\n"
+    for i in range(MANY)
+)
+RUN_READS = ("get_run", "list_workflow_runs")
+
+
+def test_the_report_jobs_read_the_stage_runs_with_requests_linear_in_the_stages(gh, jobs) -> None:
+    """Each of a pipeline's N report jobs reads all N stage runs, up to ROUNDS times: one listing
+    of the stage workflow's runs per look keeps the pipeline's reads of runs within a few per
+    stage; a request per run would need more than N² (the negative control's bound)."""
+    from stagebot.bot.actions.report_run import ROUNDS
+
+    jobs.catalog.write_text(MANY_CATALOG)
+    outputs = jobs.plan("/bot run", 101)
+    assert len(outputs["stage_runs"]) == MANY, outputs["log"]
+    start = len(gh.requests)
+    for stage in outputs["stage_runs"]:
+        jobs.report(jobs.stage(outputs, stage), 101)
+    assert "completed with state SUCCESS" in _reply(gh, 101)["body"]
+    reads = [r for r in gh.requests[start:] if r.route in RUN_READS]
+    # per report job: its stage run, the plan run, and one listing per look
+    assert len(reads) <= MANY * (2 + ROUNDS) < MANY * MANY
+    listings = [r for r in reads if r.route == "list_workflow_runs"]
+    assert listings and all(r.query["event"] == "workflow_dispatch" for r in listings)
+    assert all(r.query["created"].startswith(">=") for r in listings)
+    assert all(r.query["branch"] == "stagebot-stage" for r in listings)

@@ -18,8 +18,9 @@ from the stage run is untrusted data, checked before use:
    ``<stage>/`` (bot/custody/artifact_zip.py); every other artifact or file is left out and named
    in the log;
 4. while stage runs still run: a finished stage with a NEW failure (harness/pipeline/fail_fast.py,
-   the rule `bot run` follows) makes this job cancel the others, unless the command said
-   --disable-fail-fast (this job holds the token; the stage jobs hold none), and the reply
+   the rule `bot run` follows) makes this job cancel the others (it holds the token; the stage
+   jobs hold none), unless the command said --disable-fail-fast or it is main's post-merge
+   pipeline, which never fails fast (every PR's verdict is read against it), and the reply
    becomes the partial report (bot/actions/partial_reply.py). Then the stage runs are looked at
    again: what finished meanwhile is reported by this job too, so the last writer always knew
    the most;
@@ -243,7 +244,11 @@ def _condemned(report, base, record, finished: set[str]):
 
 
 def _fail_fast(context: _Context) -> bool:
-    """Whether the command leaves fail-fast on (no --disable-fail-fast)."""
+    """Whether fail-fast is on: for a PR's pipeline unless its command said
+    --disable-fail-fast; never for main's post-merge pipelines, the base every PR's verdict and
+    flakiness history are read from (a stage cancelled on main leaves the PRs without one)."""
+    if context.plan.pr is None:
+        return False
     command = context.plan.parsed_command()
     return not (command.run is not None and command.run.disable_fail_fast)
 
@@ -273,6 +278,8 @@ def _partial(context: _Context, stage_runs: dict, folder: Path, say) -> frozense
     )
     if context.plan.pr is None:
         say(f"pipeline #{report.pipeline} (main): {len(progress.done)} stage(s) done, no reply")
+        if condemned is not None:
+            say(f"{condemned}: main's pipelines never fail fast (every PR's base), none cancelled")
     else:
         for line in publish_partial(context.api, context.env, context.config, report, progress):
             say(line)

@@ -165,6 +165,11 @@ EIGHT, STEADY = "H200-8_GPUs-PyTorch-1", "H200-8_GPUs-PyTorch-Steady-1"
 def _shard_seconds(gh, artifact_name: str, pipeline: int, stage: str) -> float:
     """A shard's recorded duration, read with SQL from the ledger a report run uploaded (the
     newest artifact of that name), not through the code under test."""
+    return _shard_column(gh, artifact_name, pipeline, stage, "duration_s")
+
+
+def _shard_column(gh, artifact_name: str, pipeline: int, stage: str, column: str):
+    """A shard's ``column`` in the newest ledger artifact ``artifact_name``, read with SQL."""
     import io
     import sqlite3
     import tempfile
@@ -178,12 +183,12 @@ def _shard_seconds(gh, artifact_name: str, pipeline: int, stage: str) -> float:
         path = Path(folder) / "ledger.sqlite"
         path.write_bytes(data)
         with sqlite3.connect(path) as db:
-            (seconds,) = db.execute(
-                "SELECT s.duration_s FROM shards s JOIN pipelines p ON p.id = s.pipeline_id"
+            (value,) = db.execute(
+                f"SELECT s.{column} FROM shards s JOIN pipelines p ON p.id = s.pipeline_id"
                 " WHERE p.number = ? AND s.stage = ?",
                 (pipeline, stage),
             ).fetchone()
-    return seconds
+    return value
 
 
 def _gpu_row(body: str, stage: str) -> list[str]:
@@ -255,3 +260,19 @@ def test_the_report_jobs_read_the_stage_runs_with_requests_linear_in_the_stages(
     assert listings and all(r.query["event"] == "workflow_dispatch" for r in listings)
     assert all(r.query["created"].startswith(">=") for r in listings)
     assert all(r.query["branch"] == "stagebot-stage" for r in listings)
+
+
+def test_mains_pipeline_never_fails_fast_it_is_every_prs_base(gh, toggled) -> None:
+    """A post-merge pipeline on main whose first stage ends with a NEW failure keeps its other
+    stage runs: PRs read their verdicts and flakiness history against main's pipelines."""
+    main = toggled.push(2, sha="b" * 40)
+    assert list(main["stage_runs"]) == [FIRST, SLOW], main["log"]
+    _, log = toggled.report(toggled.stage(main, FIRST), 2)
+    assert f"NEW failure in {FIRST}" in log and "main's pipelines never fail fast" in log
+    assert gh.cancel_requested == []
+    assert gh.runs[main["stage_runs"][SLOW]]["status"] != "completed"
+    outputs, _ = toggled.report(toggled.stage(main, SLOW), 2)
+    assert gh.cancel_requested == []
+    assert outputs["ledger_artifact"] == "stagebot-ledger-main"
+    states = {s: _shard_column(gh, "stagebot-ledger-main", 2, s, "state") for s in (FIRST, SLOW)}
+    assert states == {FIRST: "FAILURE", SLOW: "SUCCESS"}  # a base for the PRs' SLOW stage

@@ -120,7 +120,8 @@ RUN_FLAGS = (
     Flag(
         "--disable-fail-fast",
         "bool",
-        "Keep running the other stages after one ends with a NEW failure.",
+        "Keep running the other stages after one ends with a NEW failure (main's "
+        "post-merge pipelines always do: they are every PR's base).",
     ),
     Flag("--skip-test", "bool", "Run only the build and sanity stages.", partly_tested=True),
     Flag(

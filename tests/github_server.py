@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, urlencode, urlsplit
 
 FAULT_KINDS = ("5xx", "5xx-after-write", "403", "429", "404", "timeout", "timeout-after-write")
 SECONDARY_RATE_LIMIT = (
@@ -293,6 +293,7 @@ class FakeGitHub:
         override any of its keys (path, event, head_branch, head_repo, display_title, …)."""
         run_id = run_id or 50000 + run_number
         head_repo = fields.pop("head_repo", self.repo)
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())  # GitHub's clock is real time
         self.runs[run_id] = {
             "id": run_id,
             "run_number": run_number,
@@ -310,6 +311,8 @@ class FakeGitHub:
             "html_url": f"{self.base}/{self.repo}/actions/runs/{run_id}",
             "cancel_url": self.api(f"/actions/runs/{run_id}/cancel"),
             "artifacts_url": self.api(f"/actions/runs/{run_id}/artifacts"),
+            "created_at": now,
+            "run_started_at": now,
             **fields,
         }
         return self.runs[run_id]
@@ -576,9 +579,11 @@ class FakeGitHub:
         if route in ("list_runs", "list_workflow_runs"):
             runs = [
                 run
-                for run in self.runs.values()
+                for run in sorted(self.runs.values(), key=lambda r: r["id"], reverse=True)
                 if query.get("status") in (None, run["status"])
                 and query.get("event") in (None, run["event"])
+                and query.get("branch") in (None, run["head_branch"])
+                and _created_within(run["created_at"], query.get("created"))
                 and (route == "list_runs" or run["path"].endswith("/" + params["wf"]))
             ]
             return 200, {"total_count": len(runs), "workflow_runs": runs}
@@ -788,6 +793,25 @@ def _login(auth: str | None, tokens: dict[str, str] | None = None) -> str:
     return "github-actions[bot]"
 
 
+def _created_within(created: str, wanted: str | None) -> bool:
+    """GitHub's ``created`` filter of a listing of runs, in its search syntax: ``>=T``, ``>T``,
+    ``<=T``, ``<T``, ``A..B`` or a bare ``T`` (ISO 8601 UTC timestamps compare as text)."""
+    if wanted is None:
+        return True
+    if ".." in wanted:
+        low, high = wanted.split("..", 1)
+        return (low == "*" or created >= low) and (high == "*" or created <= high)
+    for op, test in (
+        (">=", str.__ge__),
+        ("<=", str.__le__),
+        (">", str.__gt__),
+        ("<", str.__lt__),
+    ):
+        if wanted.startswith(op):
+            return test(created, wanted[len(op) :])
+    return created.startswith(wanted)
+
+
 def _public(comment: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in comment.items() if k != "issue"}
 
@@ -872,6 +896,10 @@ class _Handler(BaseHTTPRequestHandler):
             return self._send_bytes(b"", 204)
         if isinstance(payload, list):
             return self._send_page(status, payload, query)
+        if isinstance(payload, dict) and "total_count" in payload:  # a listing, paged the same
+            (key,) = [k for k in payload if k != "total_count"]
+            chunk, headers = self._page(payload[key], query)
+            return self._send(status, {**payload, key: chunk}, headers)
         return self._send(status, payload)
 
     def _serve_blob(self, path: str, auth: str | None) -> None:
@@ -909,17 +937,21 @@ class _Handler(BaseHTTPRequestHandler):
         return self._send_bytes(blob)
 
     def _send_page(self, status: int, items: list, query: dict[str, str]) -> None:
-        per_page = int(query.get("per_page", 30))
+        self._send(status, *self._page(items, query))
+
+    def _page(self, items: list, query: dict[str, str]) -> tuple[list, dict[str, str]]:
+        """The page ``query`` asks for (per_page: at most 100, as GitHub) and its Link header."""
+        per_page = min(int(query.get("per_page", 30)), 100)
         page = int(query.get("page", 1))
         chunk = items[(page - 1) * per_page : page * per_page]
         headers = {}
         if page * per_page < len(items):
             split = urlsplit(self.path)
-            others = "&".join(f"{k}={v}" for k, v in query.items() if k not in ("page", "per_page"))
+            others = urlencode({k: v for k, v in query.items() if k not in ("page", "per_page")})
             nxt = f"{self.fake.base}{split.path}?{others + '&' if others else ''}"
             nxt += f"per_page={per_page}&page={page + 1}"
             headers["Link"] = f'<{nxt}>; rel="next"'
-        self._send(status, chunk, headers)
+        return chunk, headers
 
     def _send_bytes(self, data: bytes, status: int = 200) -> None:
         self.send_response(status)

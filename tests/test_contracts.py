@@ -155,6 +155,17 @@ def test_marker_survives_hostile_stage_names_and_is_found_in_a_body() -> None:
         find_marker(marker.render().replace("RUNNING", "DONE"))
 
 
+def test_a_reply_posted_before_one_run_per_stage_names_its_run_as_stage_runs() -> None:
+    """Replies of pipelines running when the bot was upgraded carry ``stage_run`` (one id)."""
+    old = '{"comment_id":9,"commit":"abc1234","pipeline":5,"stage_run":71001,'
+    old += '"stages":{"CPU-PyTorch-1":"PENDING"},"state":"RUNNING","version":1}'
+    marker = find_marker(f"PR_Github #5 [ run ] triggered by Bot.\n\n<!-- stagebot:{old} -->")
+    assert marker.stage_runs == (71001,)
+    assert '"stage_runs":[71001]' in marker.render()  # written back in today's form
+    with pytest.raises(MarkerError, match="stage_runs \\[0\\] are not run ids"):
+        find_marker(f"<!-- stagebot:{old.replace('71001', '0')} -->")
+
+
 def test_find_marker_takes_the_last_marker_and_ignores_earlier_forgeries() -> None:
     """The bot's marker is always the last thing in its reply: text earlier in the body (user
     text that slipped through, a quoted marker) can neither replace nor hide it."""

@@ -13,7 +13,7 @@ less and wrote last is repaired by the one that sees more.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from stagebot.harness.pipeline.fail_fast import Condemned
 from stagebot.harness.report.units import duration_text
@@ -28,6 +28,7 @@ class Progress:
     cancelled: list[str]  # those fail-fast cancelled (finished or still being cancelled)
     condemned: Condemned | None  # the first finished stage's NEW failure, if any
     expected_s: dict[str, float | None]  # running stage -> its last full run in the ledger
+    elapsed_s: dict[str, float] = field(default_factory=dict)  # running stage -> since its start
 
     @property
     def total(self) -> int:
@@ -45,11 +46,13 @@ class Progress:
         unknown = [s for s in self.going_on if s not in known]
         if not known:
             return "No estimate of when they end: the ledger has no full run of them."
-        slowest = max(known, key=known.__getitem__)
-        text = (
-            f"Expected to end within about {duration_text(known[slowest])} of being dispatched "
-            f"({slowest}'s last full run in the ledger)"
-        )
+        left = {s: max(0.0, d - self.elapsed_s.get(s, 0.0)) for s, d in known.items()}
+        slowest = max(left, key=left.__getitem__)
+        text = f"Expected to end within about {duration_text(left[slowest])} ({slowest}'s last "
+        text += f"full run in the ledger took {duration_text(known[slowest])}"
+        if slowest in self.elapsed_s:
+            text += f", its run started {duration_text(self.elapsed_s[slowest])} ago"
+        text += ")"
         if unknown:
             text += f"; no full run of {', '.join(unknown)} is recorded"
         return text + "."

@@ -18,8 +18,9 @@ from the stage run is untrusted data, checked before use:
    ``<stage>/`` (bot/custody/artifact_zip.py); every other artifact or file is left out and named
    in the log;
 4. while stage runs still run: a finished stage with a NEW failure (harness/pipeline/fail_fast.py,
-   the rule `bot run` follows) makes this job cancel the others, unless the command said
-   --disable-fail-fast (this job holds the token; the stage jobs hold none), and the reply
+   the rule `bot run` follows) makes this job cancel the others (it holds the token; the stage
+   jobs hold none), unless the command said --disable-fail-fast or it is main's post-merge
+   pipeline, which never fails fast (every PR's verdict is read against it), and the reply
    becomes the partial report (bot/actions/partial_reply.py). Then the stage runs are looked at
    again: what finished meanwhile is reported by this job too, so the last writer always knew
    the most;
@@ -132,7 +133,7 @@ def _report(api, run, parsed, work: Path, env, config, say: Callable[[str], None
     )
     seen = None
     for attempt in range(1, ROUNDS + 1):
-        stage_runs = _stage_runs(api, runs, say)
+        stage_runs = _stage_runs(api, config, runs, plan_run.created_at, say)
         finished = _finished(stage_runs)
         if finished == seen:
             break  # nothing finished since this job last wrote: the reply is up to date
@@ -159,9 +160,21 @@ class _Context:
     base: Path | None  # main's ledger, when fetched
 
 
-def _stage_runs(api, runs: dict[str, int], say: Callable[[str], None]) -> dict:
-    """stage -> its stage run (RunInfo) now, for the runs the plan job's dispatch recorded."""
-    found = {stage: api.workflow_run(run_id) for stage, run_id in runs.items()}
+def _stage_runs(api, config, runs: dict[str, int], since: str, say: Callable[[str], None]) -> dict:
+    """stage -> its stage run (RunInfo) now, for the runs the plan job's dispatch recorded. One
+    listing of the stage workflow's runs dispatched since the plan run was created reads them
+    all (a request per run would make a pipeline of N stages cost ~N² requests over its N report
+    jobs); a recorded run the listing does not show (or a plan run without its creation time)
+    is read on its own."""
+    listed = {}
+    if since:
+        listed = {
+            r.id: r for r in api.dispatched_runs(config.stage_workflow, config.stage_branch, since)
+        }
+    found = {
+        stage: listed[run_id] if run_id in listed else api.workflow_run(run_id)
+        for stage, run_id in runs.items()
+    }
     waiting = [stage for stage, r in found.items() if r.status != "completed"]
     say(f"{len(found) - len(waiting)} of {len(found)} stage run(s) finished")
     return found
@@ -231,7 +244,11 @@ def _condemned(report, base, record, finished: set[str]):
 
 
 def _fail_fast(context: _Context) -> bool:
-    """Whether the command leaves fail-fast on (no --disable-fail-fast)."""
+    """Whether fail-fast is on: for a PR's pipeline unless its command said
+    --disable-fail-fast; never for main's post-merge pipelines, the base every PR's verdict and
+    flakiness history are read from (a stage cancelled on main leaves the PRs without one)."""
+    if context.plan.pr is None:
+        return False
     command = context.plan.parsed_command()
     return not (command.run is not None and command.run.disable_fail_fast)
 
@@ -257,9 +274,12 @@ def _partial(context: _Context, stage_runs: dict, folder: Path, say) -> frozense
         cancelled=cancelled,
         condemned=condemned,
         expected_s=_expected_seconds(context, running),
+        elapsed_s=_elapsed_seconds(stage_runs, running),
     )
     if context.plan.pr is None:
         say(f"pipeline #{report.pipeline} (main): {len(progress.done)} stage(s) done, no reply")
+        if condemned is not None:
+            say(f"{condemned}: main's pipelines never fail fast (every PR's base), none cancelled")
     else:
         for line in publish_partial(context.api, context.env, context.config, report, progress):
             say(line)
@@ -278,6 +298,21 @@ def _expected_seconds(context: _Context, stages: list[str]) -> dict[str, float |
             for stage in stages:
                 expected[stage] = expected[stage] or book.shard_duration(stage)
     return expected
+
+
+def _elapsed_seconds(stage_runs: dict, stages: list[str]) -> dict[str, float]:
+    """stage -> how long ago its run started (GitHub's ``run_started_at``), for the stages whose
+    run says so: the estimate counts only what is left of their last full run."""
+    from datetime import UTC, datetime
+
+    now = datetime.now(UTC)
+    elapsed = {}
+    for stage in stages:
+        started = stage_runs[stage].started_at
+        if started:
+            when = datetime.fromisoformat(started.replace("Z", "+00:00"))
+            elapsed[stage] = max(0.0, (now - when).total_seconds())
+    return elapsed
 
 
 def _final(context: _Context, stage_runs: dict, folder: Path, say) -> Reported:

@@ -136,16 +136,41 @@ class PyGithubApi:
             runs: list[RunInfo] = []
             for status in ("queued", "in_progress"):
                 listing = github.PaginatedList.PaginatedList(
-                    github.WorkflowRun.WorkflowRun,
+                    _as_dict,
                     self._gh.requester,
                     f"{self._repo.url}/actions/workflows/{workflow}/runs",
                     {"status": status},
                     list_item="workflow_runs",
                 )
-                runs += [_run_info(r.raw_data) for r in listing]
+                runs += [_run_info(r) for r in listing]
             return runs
 
         return read(f"list the active runs of {workflow} in {self.repository}", call)
+
+    def dispatched_runs(self, workflow: str, branch: str, since: str) -> list[RunInfo]:
+        """The runs of ``workflow`` dispatched (workflow_dispatch) on ``branch`` and created at or
+        after ``since`` (ISO 8601), 100 a page: one listing reads every stage run of a pipeline
+        at once, where a request per run would cost N requests per look (GitHub answers at most
+        1,000 runs to a filtered listing)."""
+
+        def call() -> list[RunInfo]:
+            import github
+
+            listing = github.PaginatedList.PaginatedList(
+                _as_dict,
+                self._gh.requester,
+                f"{self._repo.url}/actions/workflows/{workflow}/runs",
+                {
+                    "event": "workflow_dispatch",
+                    "branch": branch,
+                    "created": f">={since}",
+                    "exclude_pull_requests": "true",
+                },
+                list_item="workflow_runs",
+            )
+            return [_run_info(r) for r in listing]
+
+        return read(f"list the runs of {workflow} on {branch} since {since}", call)
 
     def job_urls(self, run_id: int) -> dict[str, str]:
         """Job name -> its page (the job's log) in workflow run ``run_id``: a stage job is named
@@ -349,6 +374,12 @@ class PyGithubApi:
         )
 
 
+def _as_dict(requester: Any, headers: Any, attributes: dict[str, Any]) -> dict[str, Any]:
+    """A listed item as GitHub sent it. PyGithub's lazy objects would GET each item again when
+    their ``raw_data`` is read: a listing of N runs would cost N + 1 requests."""
+    return attributes
+
+
 def _run_info(data: dict[str, Any]) -> RunInfo:
     head_repo = (data.get("head_repository") or {}).get("full_name") or ""
     return RunInfo(
@@ -362,6 +393,8 @@ def _run_info(data: dict[str, Any]) -> RunInfo:
         status=str(data.get("status") or ""),
         conclusion=data.get("conclusion"),
         html_url=str(data.get("html_url") or ""),
+        created_at=str(data.get("created_at") or ""),
+        started_at=str(data.get("run_started_at") or ""),
     )
 
 

@@ -68,7 +68,7 @@ class ReplyMarker:
                 data["comment_id"],
                 data["state"],
                 dict(data.get("stages", {})),
-                tuple(data.get("stage_runs", ())),
+                _stage_runs(data),
             )
         except (KeyError, TypeError) as error:
             raise MarkerError(f"reply marker lacks or mistypes {error}") from None
@@ -80,6 +80,15 @@ class ReplyMarker:
                 f"reply marker state {marker.state!r} is not one of {PIPELINE_STATES}"
             )
         return marker
+
+
+def _stage_runs(data: dict[str, Any]) -> tuple:
+    """The marker's ``stage_runs``. A reply posted before one stage run per stage names its one
+    run as ``stage_run``: read as a one-item ``stage_runs``, so /bot kill or a newer /bot run
+    still cancels a pipeline that was running when the bot was upgraded."""
+    if "stage_runs" not in data and "stage_run" in data:
+        return (data["stage_run"],)
+    return tuple(data.get("stage_runs", ()))
 
 
 def with_marker(body: str, marker: ReplyMarker) -> str:

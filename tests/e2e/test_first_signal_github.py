@@ -98,7 +98,8 @@ def test_disable_fail_fast_runs_the_slow_stage_to_its_end(gh, toggled) -> None:
     partial = _reply(gh, 101)["body"]
     assert f"**NEW failure in {FIRST}** (so far)" in partial
     assert f"**Still running (1):** {SLOW}. Expected to end within about " in partial
-    assert f"({SLOW}'s last full run in the ledger)" in partial  # main's, here
+    assert f"({SLOW}'s last full run in the ledger took " in partial  # main's, here
+    assert ", its run started " in partial  # the estimate counts what is left of it
     assert "Cancelled by fail-fast" not in partial
     assert status(gh)["description"].endswith(f": NEW failure in {FIRST}")
 
@@ -164,6 +165,11 @@ EIGHT, STEADY = "H200-8_GPUs-PyTorch-1", "H200-8_GPUs-PyTorch-Steady-1"
 def _shard_seconds(gh, artifact_name: str, pipeline: int, stage: str) -> float:
     """A shard's recorded duration, read with SQL from the ledger a report run uploaded (the
     newest artifact of that name), not through the code under test."""
+    return _shard_column(gh, artifact_name, pipeline, stage, "duration_s")
+
+
+def _shard_column(gh, artifact_name: str, pipeline: int, stage: str, column: str):
+    """A shard's ``column`` in the newest ledger artifact ``artifact_name``, read with SQL."""
     import io
     import sqlite3
     import tempfile
@@ -177,12 +183,12 @@ def _shard_seconds(gh, artifact_name: str, pipeline: int, stage: str) -> float:
         path = Path(folder) / "ledger.sqlite"
         path.write_bytes(data)
         with sqlite3.connect(path) as db:
-            (seconds,) = db.execute(
-                "SELECT s.duration_s FROM shards s JOIN pipelines p ON p.id = s.pipeline_id"
+            (value,) = db.execute(
+                f"SELECT s.{column} FROM shards s JOIN pipelines p ON p.id = s.pipeline_id"
                 " WHERE p.number = ? AND s.stage = ?",
                 (pipeline, stage),
             ).fetchone()
-    return seconds
+    return value
 
 
 def _gpu_row(body: str, stage: str) -> list[str]:
@@ -220,3 +226,53 @@ def test_gpu_minutes_in_the_partial_and_final_reply_are_the_ledgers_durations(
     assert _gpu_row(partial, EIGHT) == ["8 x H200", f"{8 * ran / 60:.1f}", "0.0", "0.0"]
     assert _gpu_row(final, EIGHT) == ["8 x H200", f"{8 * ran / 60:.1f}", "0.0", "0.0"]
     assert _gpu_row(final, STEADY) == ["8 x H200", "0.0", "0.0", f"{8 * full / 60:.1f}"]
+
+
+MANY = 12
+MANY_CATALOG = """
+gpu_types:
+  CPU: {device_names: [], runner_labels: [ubuntu-latest]}
+families:
+""" + "".join(
+    f"  - {{name: CPU-Build_Step{chr(65 + i)}, kind: build, timeout_minutes: 2, command: 'true'}}\n"
+    for i in range(MANY)
+)
+RUN_READS = ("get_run", "list_workflow_runs")
+
+
+def test_the_report_jobs_read_the_stage_runs_with_requests_linear_in_the_stages(gh, jobs) -> None:
+    """Each of a pipeline's N report jobs reads all N stage runs, up to ROUNDS times: one listing
+    of the stage workflow's runs per look keeps the pipeline's reads of runs within a few per
+    stage; a request per run would need more than N² (the negative control's bound)."""
+    from stagebot.bot.actions.report_run import ROUNDS
+
+    jobs.catalog.write_text(MANY_CATALOG)
+    outputs = jobs.plan("/bot run", 101)
+    assert len(outputs["stage_runs"]) == MANY, outputs["log"]
+    start = len(gh.requests)
+    for stage in outputs["stage_runs"]:
+        jobs.report(jobs.stage(outputs, stage), 101)
+    assert "completed with state SUCCESS" in _reply(gh, 101)["body"]
+    reads = [r for r in gh.requests[start:] if r.route in RUN_READS]
+    # per report job: its stage run, the plan run, and one listing per look
+    assert len(reads) <= MANY * (2 + ROUNDS) < MANY * MANY
+    listings = [r for r in reads if r.route == "list_workflow_runs"]
+    assert listings and all(r.query["event"] == "workflow_dispatch" for r in listings)
+    assert all(r.query["created"].startswith(">=") for r in listings)
+    assert all(r.query["branch"] == "stagebot-stage" for r in listings)
+
+
+def test_mains_pipeline_never_fails_fast_it_is_every_prs_base(gh, toggled) -> None:
+    """A post-merge pipeline on main whose first stage ends with a NEW failure keeps its other
+    stage runs: PRs read their verdicts and flakiness history against main's pipelines."""
+    main = toggled.push(2, sha="b" * 40)
+    assert list(main["stage_runs"]) == [FIRST, SLOW], main["log"]
+    _, log = toggled.report(toggled.stage(main, FIRST), 2)
+    assert f"NEW failure in {FIRST}" in log and "main's pipelines never fail fast" in log
+    assert gh.cancel_requested == []
+    assert gh.runs[main["stage_runs"][SLOW]]["status"] != "completed"
+    outputs, _ = toggled.report(toggled.stage(main, SLOW), 2)
+    assert gh.cancel_requested == []
+    assert outputs["ledger_artifact"] == "stagebot-ledger-main"
+    states = {s: _shard_column(gh, "stagebot-ledger-main", 2, s, "state") for s in (FIRST, SLOW)}
+    assert states == {FIRST: "FAILURE", SLOW: "SUCCESS"}  # a base for the PRs' SLOW stage

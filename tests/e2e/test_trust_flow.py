@@ -472,6 +472,23 @@ def test_kill_cancels_only_the_run_the_bots_dispatch_recorded(gh, jobs) -> None:
     assert gh.runs[90010]["status"] == "in_progress"  # the decoy was never touched
 
 
+def test_kill_cancels_the_run_of_a_pipeline_dispatched_before_one_run_per_stage(gh, jobs) -> None:
+    """A pipeline running when the bot was upgraded: its reply's marker names its one stage run
+    the old way (``stage_run``); /bot kill still cancels that run."""
+    outputs = jobs.plan("/bot run", 101)
+    reply = next(c for c in replies(gh) if marker_of(c).pipeline == 101)
+    runs = ",".join(str(run) for run in outputs["stage_runs"].values())
+    assert f'"stage_runs":[{runs}]' in reply["body"]
+    reply["body"] = reply["body"].replace(
+        f'"stage_runs":[{runs}]', f'"stage_run":{outputs["stage_run"]}'
+    )
+    jobs.plan("/bot kill", 102)
+    assert gh.runs[outputs["stage_run"]]["conclusion"] == "cancelled"
+    assert (
+        marker_of(next(c for c in replies(gh) if marker_of(c).pipeline == 101)).state == "ABORTED"
+    )
+
+
 def test_a_stage_run_that_went_on_after_a_kill_publishes_nothing_over_it(gh, jobs) -> None:
     """The review's case: with a decoy about, /bot kill, then the real stage run finishes
     anyway (here: its jobs complete as the cancel lands). Its report never turns the killed

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import io
 import itertools
+import time
 import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -145,6 +146,7 @@ class MemoryGitHub:
         """A workflow run (default: a bot.yml run on main, started by a comment); ``fields``
         override any of RunInfo's fields (path, event, head_branch, head_repo, display_title)."""
         run_id = run_id or 50000 + run_number
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         info = RunInfo(
             id=run_id,
             path=".github/workflows/bot.yml",
@@ -156,6 +158,8 @@ class MemoryGitHub:
             status=status,
             conclusion=None,
             html_url=f"{self.base}/{self.repo}/actions/runs/{run_id}",
+            created_at=now,
+            started_at=now,
         )
         self.runs[run_id] = _Run(replace(info, **fields), {})
         return self.runs[run_id].info
@@ -248,6 +252,18 @@ class MemoryGitHub:
             for status in ("queued", "in_progress")
             for run in self.runs.values()
             if run.info.status == status and run.info.path.endswith("/" + workflow)
+        ]
+
+    def dispatched_runs(self, workflow: str, branch: str, since: str) -> list[RunInfo]:
+        """Newest first, as GitHub lists them."""
+        self.calls.append("dispatched_runs")
+        return [
+            run.info
+            for _, run in sorted(self.runs.items(), reverse=True)
+            if run.info.path.endswith("/" + workflow)
+            and run.info.event == "workflow_dispatch"
+            and run.info.head_branch == branch
+            and run.info.created_at >= since
         ]
 
     def compare_files(self, base: str, head: str) -> list[str]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from stagebot.bot.actions.partial_reply import refusal
+from stagebot.bot.actions.partial_reply import Progress, refusal
 from stagebot.bot.protocols.marker import ReplyMarker
 
 SHA = "c0ffee" + "0" * 34
@@ -35,3 +35,22 @@ def test_a_report_that_knows_more_stages_done_replaces_a_running_reply() -> None
 )
 def test_a_stale_or_ended_reply_is_never_replaced(shown, known, why) -> None:
     assert why in refusal(shown, known)
+
+
+def progress(expected: dict, elapsed: dict) -> Progress:
+    return Progress([], list(expected), [], None, expected, elapsed)
+
+
+def test_the_estimate_counts_what_is_left_of_each_running_stages_last_full_run() -> None:
+    # B's run started 10 min ago and takes 15: 5 min left; A just started and takes 8
+    eta = progress({"A": 480.0, "B": 900.0}, {"A": 0.0, "B": 600.0}).eta
+    assert eta.startswith("Expected to end within about 8m00s (A's last full run in the ledger")
+    assert "took 8m00s, its run started 0.0s ago)" in eta
+    overdue = progress({"A": 60.0}, {"A": 300.0}).eta  # past its estimate: ends any moment
+    assert overdue.startswith("Expected to end within about 0.0s (A's")
+    unstarted = progress({"A": 60.0}, {}).eta  # GitHub did not say when it started
+    assert (
+        unstarted
+        == "Expected to end within about 1m00s (A's last full run in the ledger took 1m00s)."
+    )
+    assert "no full run of C" in progress({"A": 60.0, "C": None}, {}).eta

@@ -192,11 +192,18 @@ def runs_and_jobs(side: Side) -> list:
 
     report: list = [runs(api.active_runs("stage.yml")), runs(api.active_runs("bot.yml"))]
     report.append(side.text(repr(api.workflow_run(80098))))
+    report.append(api.workflow_run(80098).created_at[:2] == "20")  # it says when
     report.append({name: side.text(url) for name, url in api.job_urls(80100).items()})
     report.append(api.job_urls(80099))
     report += [api.cancel_run(80100), api.cancel_run(80100), api.cancel_run(80098)]
     report.append(api.workflow_run(80100).conclusion)
     report.append(runs(api.active_runs("stage.yml")))
+    long_ago = "2000-01-01T00:00:00Z"
+    report.append(runs(api.dispatched_runs("stage.yml", "stagebot-stage", long_ago)))
+    for pipeline in range(200, 305):  # more than the 100 of one page
+        w.add_stage_run(pipeline, pr=PR)
+    everyone = api.dispatched_runs("stage.yml", "stagebot-stage", long_ago)
+    report.append([run.id - 80000 for run in everyone])
     return report
 
 
@@ -250,6 +257,13 @@ def dispatch(side: Side) -> list:
     report: list = [side.ref(run_id), (run.path, run.event, run.head_branch, run.status)]
     report.append(run.display_title)
     report.append([side.text(repr(r)) for r in api.active_runs("stage.yml")] != [])
+    since = run.created_at
+    report.append(
+        [side.ref(r.id) for r in api.dispatched_runs("stage.yml", "stagebot-stage", since)]
+    )
+    report.append(api.dispatched_runs("stage.yml", "other-branch", since))
+    report.append(api.dispatched_runs("bot.yml", "stagebot-stage", since))
+    report.append(api.dispatched_runs("stage.yml", "stagebot-stage", "2999-01-01T00:00:00Z"))
     bad = {**inputs, "extra": "x"}
     report.append(side.attempt(lambda: api.dispatch_workflow("stage.yml", "x", bad, lambda: None)))
     missing = {k: v for k, v in inputs.items() if k != "key"}

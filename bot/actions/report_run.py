@@ -40,6 +40,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from stagebot.bot.protocols.dispatch_inputs import NO_STAGE
 from stagebot.bot.protocols.names import (
     MAIN_LEDGER,
     PLAN_ARTIFACT,
@@ -110,7 +111,7 @@ def _report(api, run, parsed, work: Path, env, config, say: Callable[[str], None
     if why is None:
         plan_dir, ledger = _plan_artifacts(api, plan_id, work)
         dispatched = json.loads((plan_dir / "dispatch.json").read_text())
-        runs = dispatched.get("stage_runs")
+        runs = _dispatched_runs(dispatched, plan_dir)
         if (
             not isinstance(runs, dict)
             or run.id not in runs.values()
@@ -158,6 +159,18 @@ class _Context:
     plan_dir: Path
     ledger: Path  # the plan job's ledger, as downloaded (each round works on a copy)
     base: Path | None  # main's ledger, when fetched
+
+
+def _dispatched_runs(dispatched: dict, plan_dir: Path):
+    """Stage -> run id from the plan's dispatch record. A plan run from before one run per stage
+    recorded its one run as ``stage_run_id``: every stage of its matrix ran there (each stage's
+    result is still read only from its own artifact), so a pipeline in flight at the upgrade
+    still gets its report."""
+    if "stage_runs" in dispatched or "stage_run_id" not in dispatched:
+        return dispatched.get("stage_runs")
+    plan = Plan.from_json(json.loads((plan_dir / "plan.json").read_text()))
+    stages = [shard.stage for shard in plan.shards_to("run")] or [NO_STAGE]
+    return dict.fromkeys(stages, dispatched["stage_run_id"])
 
 
 def _stage_runs(api, config, runs: dict[str, int], since: str, say: Callable[[str], None]) -> dict:

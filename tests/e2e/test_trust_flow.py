@@ -489,6 +489,36 @@ def test_kill_cancels_the_run_of_a_pipeline_dispatched_before_one_run_per_stage(
     )
 
 
+def test_a_pipeline_dispatched_before_one_run_per_stage_is_still_reported(gh, jobs) -> None:
+    """A pipeline in flight when the bot was upgraded: its plan recorded one stage run for all
+    its stages (``stage_run_id``), which holds every stage's result; its report publishes them."""
+    import io
+    import zipfile
+
+    outputs = jobs.plan("/bot run", 101)
+    one = outputs["stage_run"]
+    for stage, run_id in outputs["stage_runs"].items():  # the old matrix: every job in one run
+        (dispatch,) = [d for d in gh.dispatches if d["run_id"] == run_id]
+        (entry,) = json.loads(dispatch["inputs"]["matrix"])
+        folder = jobs.job("stage")
+        jobs.run_stage(entry, folder / "results")
+        jobs.upload_results(one, stage, folder / "results")
+        gh.runs[run_id].update(status="completed", conclusion="success")
+    (plan_id,) = [a for a, v in gh.artifacts.items() if v["name"] == "stagebot-plan"]
+    files = zipfile.ZipFile(io.BytesIO(gh.blobs[plan_id]))
+    old = {"stage_run_id": one, "pipeline": 101, "plan_run": 50101, "pr": PR}
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr("plan.json", files.read("plan.json"))
+        archive.writestr("dispatch.json", json.dumps(old))
+    gh.blobs[plan_id] = buffer.getvalue()
+    _, log = jobs.report(one, 101)
+    assert "not a stage run the bot started" not in log
+    reply = next(c for c in replies(gh) if marker_of(c).pipeline == 101)
+    assert "completed with state SUCCESS" in reply["body"], reply["body"]
+    assert all(f"| {stage} |" in reply["body"] for stage in outputs["stage_runs"])
+
+
 def test_a_stage_run_that_went_on_after_a_kill_publishes_nothing_over_it(gh, jobs) -> None:
     """The review's case: with a decoy about, /bot kill, then the real stage run finishes
     anyway (here: its jobs complete as the cancel lands). Its report never turns the killed

@@ -83,18 +83,24 @@ def _side_stream(device: torch.device) -> torch.cuda.Stream:
     return torch.cuda.Stream(device)
 
 
-def zeroed_aside(num_tokens: int, n: int, device: torch.device) -> tuple[torch.Tensor, Callable]:
-    """bf16 [num_tokens, n] zeroed on a side stream while the current one goes on, and the
-    join that makes the current stream wait for it (call it before anything reads the tensor;
-    a CUDA graph captures the two as branches). Off CUDA: zeroed here, the join does nothing."""
-    out = torch.empty(num_tokens, n, dtype=torch.bfloat16, device=device)
-    if device.type != "cuda":
-        return out.zero_(), lambda: None
-    main, side = torch.cuda.current_stream(device), _side_stream(device)
-    side.wait_stream(main)  # out's memory is the current stream's from here on
+def zero_aside(out: torch.Tensor) -> Callable[[], None]:
+    """Zeroes ``out`` on a side stream while the current one goes on; returns the join that
+    makes the current stream wait for it (call it before anything reads ``out``; a CUDA graph
+    captures the two as branches). Off CUDA: zeroed here, the join does nothing."""
+    if out.device.type != "cuda":
+        out.zero_()
+        return lambda: None
+    main, side = torch.cuda.current_stream(out.device), _side_stream(out.device)
+    side.wait_stream(main)  # out's memory is the current stream's: what wrote it before
     with torch.cuda.stream(side):
         out.zero_()
-    return out, lambda: main.wait_stream(side)
+    return lambda: main.wait_stream(side)
+
+
+def zeroed_aside(num_tokens: int, n: int, device: torch.device) -> tuple[torch.Tensor, Callable]:
+    """A new bf16 [num_tokens, n] zeroed aside (``zero_aside``), and its join."""
+    out = torch.empty(num_tokens, n, dtype=torch.bfloat16, device=device)
+    return out, zero_aside(out)
 
 
 def fused_moe(

@@ -31,7 +31,8 @@ def function_lines(profile: Path) -> list[str]:
         ours = "stagebot" in path or path.endswith("subprocess.py")
         if ours and cumulative >= MIN_S:
             where = path.split("stagebot/", 1)[-1]
-            rows.append((cumulative, f"{cumulative:7.2f} s  {calls:>5} x  {name}  ({where}:{line})"))
+            text = f"{cumulative:7.2f} s  {calls:>5} x  {name}  ({where}:{line})"
+            rows.append((cumulative, text))
     lines += [text for _, text in sorted(rows, reverse=True)]
     return lines
 

@@ -207,13 +207,13 @@ def check_finalize(name: str, call: dict, tactic: Tactic, aside: bool = False) -
     )
 
 
-def _unfilled(tactic: Tactic, out: torch.Tensor) -> dict[str, torch.Tensor]:
+def _unfilled(tactic: Tactic, out: torch.Tensor, zeroed: bool) -> dict[str, torch.Tensor]:
     """launch._finalize_fill broken on purpose: nothing zeroes the output (a filling kernel's
     workspace marks every token as zeroed already)."""
     from stagebot.kernels.cute.compile import kernel_class
     from stagebot.kernels.cute.finalize_fill import HEADER, workspace_words
 
-    if not kernel_class(tactic).fills_finalize_output(tactic):
+    if zeroed or not kernel_class(tactic).fills_finalize_output(tactic):
         return {}
     work = torch.ones(workspace_words(out.shape[0]), dtype=torch.int32, device=out.device)
     work[:HEADER] = 0

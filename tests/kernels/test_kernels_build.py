@@ -215,3 +215,14 @@ def test_an_sm100a_build_without_the_block_scaled_mma_fails(monkeypatch):
     result = _build("--arch", "sm_100a")
     assert result.exit_code == 1
     assert "PTX has no tcgen05.mma.cta_group::1.kind::mxf4nvf4.block_scale" in result.output
+
+
+def test_gpu_checks_broken_fill_takes_the_launchers_arguments():
+    """gpu_check's negative control swaps launch._finalize_fill for a broken one: the two must
+    take the same arguments (a mismatch errored every control on the GPU, 2026-12-07)."""
+    import inspect
+
+    from stagebot.kernels.cute import gpu_check, launch
+
+    broken = inspect.signature(gpu_check._unfilled).parameters
+    assert list(broken) == list(inspect.signature(launch._finalize_fill).parameters)

@@ -20,6 +20,7 @@ from pathlib import Path
 
 MIN_S = 0.33
 TOP = 12
+ROOT = str(Path(__file__).resolve().parents[2])  # the checkout (an editable install's files)
 
 
 def function_lines(profile: Path) -> list[str]:
@@ -28,9 +29,9 @@ def function_lines(profile: Path) -> list[str]:
     lines = [f"profile: {total:.1f} s in the `bot run` process (wall clock)"]
     rows = []
     for (path, line, name), (_, calls, _, cumulative, _) in stats.stats.items():
-        ours = "stagebot" in path or path.endswith("subprocess.py")
+        ours = path.startswith(ROOT) or path.endswith("subprocess.py")
         if ours and cumulative >= MIN_S:
-            where = path.split("stagebot/", 1)[-1]
+            where = path.removeprefix(ROOT + "/")
             text = f"{cumulative:7.2f} s  {calls:>5} x  {name}  ({where}:{line})"
             rows.append((cumulative, text))
     lines += [text for _, text in sorted(rows, reverse=True)]

@@ -4,6 +4,12 @@ A backend whose GEMMs cover the layer can register this as its fused_moe, bound 
 ``checked=False`` runs the same pipeline on the steps' implementations, without the op API's
 argument checks (which synchronise the host): the layer benchmark times it that way, as it times
 the GEMMs, so that it can replay the layer from a CUDA graph.
+
+The fused finalize adds into its output, which must be zero first. Zeroing it inside the
+finalize kernel cost the first layer's 8192 tokens 44 us of the kernel's 159 (its 7168 tokens
+routed elsewhere have rows too: NOTES.md, fifteenth session); it needs nothing the layer
+computes, so the pipeline zeroes it on a side stream from the start (on CUDA), beside the
+routing steps and GEMM1, joins before GEMM2, and tells the finalize ``out_zeroed``.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ class Steps(NamedTuple):
     gemm: Callable
     gemm_swiglu: Callable
     gemm_finalize: Callable
+    zeroed_output: Callable  # (num_tokens, n, device) -> (out zeroed aside, join before reading)
 
 
 def checked_steps(backend: str, token_final_scales: torch.Tensor, num_experts: int) -> Steps:
@@ -47,6 +54,7 @@ def checked_steps(backend: str, token_final_scales: torch.Tensor, num_experts: i
         gemm("grouped_gemm"),
         gemm("grouped_gemm_swiglu"),
         gemm("grouped_gemm_finalize"),
+        zeroed_aside,
     )
 
 
@@ -66,7 +74,33 @@ def unchecked_steps(backend: str) -> Steps:
         impls["grouped_gemm"],
         impls["grouped_gemm_swiglu"],
         impls["grouped_gemm_finalize"],
+        zeroed_aside,
     )
+
+
+@functools.cache
+def _side_stream(device: torch.device) -> torch.cuda.Stream:
+    return torch.cuda.Stream(device)
+
+
+def zero_aside(out: torch.Tensor) -> Callable[[], None]:
+    """Zeroes ``out`` on a side stream while the current one goes on; returns the join that
+    makes the current stream wait for it (call it before anything reads ``out``; a CUDA graph
+    captures the two as branches). Off CUDA: zeroed here, the join does nothing."""
+    if out.device.type != "cuda":
+        out.zero_()
+        return lambda: None
+    main, side = torch.cuda.current_stream(out.device), _side_stream(out.device)
+    side.wait_stream(main)  # out's memory is the current stream's: what wrote it before
+    with torch.cuda.stream(side):
+        out.zero_()
+    return lambda: main.wait_stream(side)
+
+
+def zeroed_aside(num_tokens: int, n: int, device: torch.device) -> tuple[torch.Tensor, Callable]:
+    """A new bf16 [num_tokens, n] zeroed aside (``zero_aside``), and its join."""
+    out = torch.empty(num_tokens, n, dtype=torch.bfloat16, device=device)
+    return out, zero_aside(out)
 
 
 def fused_moe(
@@ -89,7 +123,10 @@ def fused_moe(
     deterministic: bool,
     backend: str,
     checked: bool = True,
+    zero_output_aside: bool = True,
 ) -> torch.Tensor:
+    """``zero_output_aside=False`` leaves the zeroing to the finalize (the layer benchmark's
+    "before"); the deterministic finalize writes every element and needs none."""
     steps = (
         checked_steps(backend, token_final_scales, num_experts)
         if checked
@@ -97,26 +134,33 @@ def fused_moe(
     )
     num_tokens, top_k = token_selected_experts.shape
     fc1_gs, fc2_gs = fc1_input_gs.reshape(1), fc2_input_gs.reshape(1)
-    x_fp4, x_sf = steps.quantize(x, fc1_gs)
-    tables = steps.sort(token_selected_experts, local_expert_offset, w1.shape[0], tile_size)
-    a, a_sf = steps.permute(
-        x_fp4,
-        x_sf,
-        tables.tile_idx_to_mn_limit,
-        tables.permuted_idx_to_expanded_idx,
-        tables.num_non_exiting_tiles,
-        tile_size,
-        top_k,
-    )
-    grouped = dict(
-        tile_idx_to_group_idx=tables.tile_idx_to_group_idx,
-        num_non_exiting_tiles=tables.num_non_exiting_tiles,
-        tile_idx_to_mn_limit=tables.tile_idx_to_mn_limit,
-        tile_size=tile_size,
-    )
-    c, c_sf = steps.gemm_swiglu(
-        a=a, b=w1, a_sf=a_sf, b_sf=w1_sf, alpha=1.0 / (fc1_gs * w1_gs), global_sf=fc2_gs, **grouped
-    )
+    aside = zero_output_aside and not (disable_finalize_fusion or deterministic)
+    out, join = steps.zeroed_output(num_tokens, w2.shape[1], x.device) if aside else (None, None)
+    try:
+        x_fp4, x_sf = steps.quantize(x, fc1_gs)
+        tables = steps.sort(token_selected_experts, local_expert_offset, w1.shape[0], tile_size)
+        a, a_sf = steps.permute(
+            x_fp4,
+            x_sf,
+            tables.tile_idx_to_mn_limit,
+            tables.permuted_idx_to_expanded_idx,
+            tables.num_non_exiting_tiles,
+            tile_size,
+            top_k,
+        )
+        grouped = dict(
+            tile_idx_to_group_idx=tables.tile_idx_to_group_idx,
+            num_non_exiting_tiles=tables.num_non_exiting_tiles,
+            tile_idx_to_mn_limit=tables.tile_idx_to_mn_limit,
+            tile_size=tile_size,
+        )
+        alpha1 = 1.0 / (fc1_gs * w1_gs)
+        c, c_sf = steps.gemm_swiglu(
+            a=a, b=w1, a_sf=a_sf, b_sf=w1_sf, alpha=alpha1, global_sf=fc2_gs, **grouped
+        )
+    finally:  # joined on every path: a failed step must not leave the zeroing racing a reuse
+        if join is not None:
+            join()
     down = dict(a=c, b=w2, a_sf=c_sf, b_sf=w2_sf, alpha=1.0 / (fc2_gs * w2_gs), **grouped)
     if disable_finalize_fusion:
         y = steps.gemm(**down)
@@ -127,4 +171,6 @@ def fused_moe(
         token_final_scales=token_final_scales,
         num_tokens=num_tokens,
         deterministic=deterministic,
+        out=out,
+        out_zeroed=aside,
     )

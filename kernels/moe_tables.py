@@ -146,3 +146,12 @@ def moe_unpermute(
         term = token_final_scales[:, k : k + 1] * rows
         out += torch.where((idx >= 0).unsqueeze(-1), term, 0.0)
     return out.to(permuted.dtype)
+
+
+def finalize_into(out: torch.Tensor | None, sums: torch.Tensor, out_zeroed: bool) -> torch.Tensor:
+    """A finalize's bf16 ``sums`` as its caller asked: a new tensor (``out`` None), written
+    into ``out``, or added into an ``out`` the caller zeroed, as the kernels' atomics add (so
+    an ``out`` that is not zero gives a wrong result, here as on the GPU)."""
+    if out is None:
+        return sums
+    return out.add_(sums) if out_zeroed else out.copy_(sums)

@@ -499,15 +499,22 @@ def grouped_gemm_finalize(
     num_tokens: int,
     tile_size: int,
     deterministic: bool = False,
+    out: torch.Tensor | None = None,
+    out_zeroed: bool = False,
     backend: str = backends.AUTO,
 ) -> torch.Tensor:
     """bf16 [num_tokens, n]: each valid row's GEMM result, times its router weight, summed into
-    its token. ``deterministic`` asks for bit-identical results run to run (no atomics)."""
-    m, _, _ = _check_grouped_operands(
+    its token (the rows of tokens with none are zero). ``deterministic`` asks for bit-identical
+    results run to run (no atomics). The result goes to ``out`` if given (bf16 [num_tokens, n],
+    contiguous), else to a new tensor. ``out_zeroed`` says the caller has zeroed all of ``out``
+    (fused_moe does it on a side stream while GEMM1 runs): the sums are then only added into
+    it; without it every element is written here."""
+    m, n, _ = _check_grouped_operands(
         a, b, a_sf, b_sf, alpha, tile_idx_to_group_idx, num_non_exiting_tiles, tile_size, backend
     )
     _check_bool("deterministic", deterministic)
     check_positive_int("num_tokens", num_tokens)
+    _check_finalize_out(out, out_zeroed, num_tokens, n, a.device)
     _check_tile_tables(tile_idx_to_mn_limit, num_non_exiting_tiles, m, tile_size, a.device)
     check_tensor(
         "permuted_idx_to_expanded_idx",
@@ -552,7 +559,26 @@ def grouped_gemm_finalize(
         num_tokens=num_tokens,
         tile_size=tile_size,
         deterministic=deterministic,
+        out=out,
+        out_zeroed=out_zeroed,
     )
+
+
+def _check_finalize_out(
+    out: object, out_zeroed: object, num_tokens: int, n: int, device: torch.device
+) -> None:
+    _check_bool("out_zeroed", out_zeroed)
+    if out is None:
+        require(
+            not out_zeroed,
+            "out_zeroed",
+            "is True without out",
+            "it says the out tensor passed is already zero: pass out, or out_zeroed=False",
+        )
+        return
+    check_tensor("out", out, torch.bfloat16, device=device)
+    check_shape("out", out, (num_tokens, n), "[num_tokens, n]")
+    require(out.is_contiguous(), "out", "is not contiguous", "it must be contiguous")
 
 
 def fused_moe(

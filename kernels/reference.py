@@ -118,8 +118,11 @@ def grouped_gemm_finalize(
     num_tokens,
     tile_size,
     deterministic,
+    out=None,
+    out_zeroed=False,
 ) -> torch.Tensor:
-    """Always deterministic: each token gathers its top_k rows and sums them in k order."""
+    """Always deterministic: each token gathers its top_k rows and sums them in k order. An
+    ``out_zeroed`` output is added into, as the GPU kernels do (moe_tables.finalize_into)."""
     del deterministic
     acc = _grouped_matmul(
         a, b, a_sf, b_sf, alpha, tile_idx_to_group_idx, num_non_exiting_tiles, tile_size
@@ -128,8 +131,8 @@ def grouped_gemm_finalize(
     slots = num_tokens * top_k
     valid = moe_tables.valid_rows(tile_idx_to_mn_limit, num_non_exiting_tiles, tile_size)
     rows = moe_tables.expanded_to_permuted(permuted_idx_to_expanded_idx, valid, slots)
-    out = moe_tables.moe_unpermute(acc, rows.view(num_tokens, top_k), token_final_scales)
-    return out.to(torch.bfloat16)
+    sums = moe_tables.moe_unpermute(acc, rows.view(num_tokens, top_k), token_final_scales)
+    return moe_tables.finalize_into(out, sums.to(torch.bfloat16), out_zeroed)
 
 
 def _can_implement(op: str, **args) -> tuple[bool, str]:

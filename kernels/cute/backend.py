@@ -18,7 +18,7 @@ import importlib.util
 from collections.abc import Callable
 from typing import Any
 
-from stagebot.kernels import moe_pipeline
+from stagebot.kernels import moe_pipeline, moe_tables
 from stagebot.kernels.backends import Backend, register
 from stagebot.kernels.cute import autotune
 from stagebot.kernels.cute.tactics import TACTICS, Tactic, effective
@@ -150,7 +150,10 @@ def _launch(kernel: str, args: dict[str, Any], run: Callable[[Tactic, Any], Any]
     # Without the limits a sparse_rows tactic runs as its dense twin: time and count that one.
     reads_limit = has_limit or kernel == "grouped_gemm_finalize"
     tactics = list(dict.fromkeys(effective(tactic, reads_limit) for tactic in tactics))
+    # A finalize into a zeroed output is another kernel (no fill inside): tuned apart.
+    zeroed = bool(args.get("out_zeroed"))
     key = (kernel, tuple(b.shape), args["tile_size"], has_limit, autotune.row_bucket(a.shape[0]))
+    key += ("zeroed",) if zeroed else ()
     outputs: list[Any] = []
 
     def trial(tactic: Tactic) -> None:
@@ -226,9 +229,13 @@ def grouped_gemm_finalize(**args: Any):
     from stagebot.kernels.cute import launch
 
     if args["deterministic"]:
-        return _deterministic_finalize(args)
+        return moe_tables.finalize_into(
+            args.get("out"), _deterministic_finalize(args), args.get("out_zeroed", False)
+        )
 
     def run(tactic: Tactic, out):
+        # The call's own output for the real launch; a trial's scratch output is never zeroed
+        # (what it holds afterwards is thrown away).
         return launch.grouped_gemm_finalize(
             *_operands(args),
             args["tile_idx_to_mn_limit"],
@@ -237,7 +244,8 @@ def grouped_gemm_finalize(**args: Any):
             args["num_tokens"],
             args["tile_size"],
             tactic=tactic,
-            out=out,
+            out=args.get("out") if out is None else out,
+            out_zeroed=args.get("out_zeroed", False),
         )
 
     def scratch():
@@ -248,7 +256,6 @@ def grouped_gemm_finalize(**args: Any):
 
 def _deterministic_finalize(args: dict[str, Any]):
     """The plain GEMM's fp32 rows, then a sum per token over k in order (no atomics)."""
-    from stagebot.kernels import moe_tables
     from stagebot.kernels.triton_elementwise import unpermute
 
     rows = _grouped_gemm_rows(args, "grouped_gemm_f32_rows")

@@ -99,6 +99,8 @@ def grouped_gemm_finalize(**args: Any):
         args["num_tokens"],
         args["tile_size"],
         tactic=TACTIC,
+        out=args.get("out"),
+        out_zeroed=args.get("out_zeroed", False),
     )
 
 

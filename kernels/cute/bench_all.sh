@@ -3,8 +3,8 @@
 # minutes): the whole-layer table (bench_moe --layer), the per-shape table (fused rows beside the
 # peer GEMM alone and with the op it replaces; the T8192 rows), then gpu_check's full run (every
 # tactic's NaN-poisoning and exiting-tile checks, the finalize's on two routings with their
-# negative controls, and the diagnostic builds, the finalize's no_fill / no_unrouted / no_adds
-# among them). The steps share the kernel cache, so the later ones load what the first compiled.
+# negative controls, both as the op runs alone and as fused_moe runs it, its output zeroed
+# aside, and the diagnostic builds, the finalize's no_unrouted / no_adds among them). The steps share the kernel cache, so the later ones load what the first compiled.
 # Usage, from the checkout on the GPU machine, after `source .whl/bootstrap.sh`:
 #   bash kernels/cute/bench_all.sh OUT_FOLDER [SECONDS_LAYER SECONDS_SHAPES SECONDS_CHECK]
 # OUT_FOLDER gets layer.log, shapes.log, check.log, their JSON under layer/, shapes/ and check/,

@@ -56,6 +56,8 @@ class CompileKey:
     mn_limit: bool = False  # reads tile_idx_to_mn_limit (finalize always does)
     top_k: int = 1  # finalize only: expanded index // top_k is the token
     variant: str = ""  # diagnostic builds only (gpu_check); "" is the kernel
+    # finalize only: the caller zeroed the output, so the kernel only adds (no fill, no wait)
+    zeroed_output: bool = False
 
 
 def key_to_json(key: CompileKey) -> dict:
@@ -220,7 +222,12 @@ def _compile(key: CompileKey, keep_ptx: bool) -> Any:
     from cutlass.cute.runtime import make_fake_stream, make_ptr
 
     kernel = kernel_class(key.tactic)(
-        key.tactic, KERNEL_EPILOGUE[key.kernel], key.mn_limit, key.variant, store_dtype(key.kernel)
+        key.tactic,
+        KERNEL_EPILOGUE[key.kernel],
+        key.mn_limit,
+        key.variant,
+        store_dtype(key.kernel),
+        zeroed_output=key.zeroed_output,
     )
     gmem = cute.AddressSpace.gmem
     pointers = [

@@ -79,12 +79,15 @@ class WeightRowsGemm(GroupedGemmCall):
         mn_limit: bool = False,
         variant: str = "",
         store_dtype: type[cutlass.Numeric] = cutlass.BFloat16,
+        zeroed_output: bool = False,
     ):
         """The constructor of Nvfp4GroupedGemmSm90; the rows' dtype is the c pointer's, so
-        ``store_dtype`` needs no state here."""
+        ``store_dtype`` needs no state here. ``zeroed_output``: a finalize whose caller zeroed
+        the output (a kernel that fills its own, fills_finalize_output, then does not)."""
         assert epilogue in EPILOGUES, epilogue
         assert variant in self.VARIANTS, variant
         self.variant = variant
+        self.zeroed_output = zeroed_output
         self.fp16_operand = tactic.fp16_operand
         self.epilogue = epilogue
         self.uses_limit = mn_limit or epilogue == "finalize"

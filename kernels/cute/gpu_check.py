@@ -7,7 +7,9 @@ Every check draws fresh random inputs and poisons the output with NaN first: val
 match the reference backend (fp32-exact decode, "highest" fp32 matmul) and every element of
 every non-exiting tile must be written; exiting tiles must stay NaN. The finalize's rows of
 tokens without a valid row must be 0 and every element written (an unzeroed row stays NaN under
-the adds); its negative control breaks the output's fill and must fail. The diagnostic builds
+the adds); its negative control breaks the output's fill and must fail. The same again as
+fused_moe runs it, the output zeroed on a side stream and the kernel built for a zeroed output;
+its negative control leaves the output unzeroed and must fail. The diagnostic builds
 (no dequantisation; no WGMMA: wrong results by design) time the two halves of the main loop,
 for the fp16-operand tactics too (the weights-in-fp16 one, whose once-per-call pre-pass is also
 timed alone, and the RS kernel's). Speed against the peers is
@@ -176,14 +178,20 @@ def finalize_problem(tokens, experts, local_experts, top_k, n, k, seed: int) -> 
     return build_problem(shape, seed).op_args["grouped_gemm_finalize"]
 
 
-def check_finalize(name: str, call: dict, tactic: Tactic) -> dict:
+def check_finalize(name: str, call: dict, tactic: Tactic, aside: bool = False) -> dict:
     """The atomic finalize with ``tactic`` into a NaN-poisoned output (an element left unwritten,
     or a routed token's row not zeroed before its adds, stays NaN) against backend="reference":
-    the tokens with no valid row must be exactly 0, the others within bench_moe's bound."""
+    the tokens with no valid row must be exactly 0, the others within bench_moe's bound.
+    ``aside``: as fused_moe runs it, the output zeroed on a side stream (joined), then the
+    kernel built for a zeroed output, which only adds."""
+    from stagebot.kernels import moe_pipeline
+
     ref = ops.grouped_gemm_finalize(**call, backend="reference")
     out = torch.full_like(ref, float("nan"))
     args = {key: value for key, value in call.items() if key != "deterministic"}
-    launch.grouped_gemm_finalize(**args, tactic=tactic, out=out)
+    if aside:
+        moe_pipeline.zero_aside(out)()
+    launch.grouped_gemm_finalize(**args, tactic=tactic, out=out, out_zeroed=aside)
     torch.cuda.synchronize()
     unwritten = int(torch.isnan(out).sum())
     routed = ref.ne(0).any(dim=1)
@@ -199,13 +207,13 @@ def check_finalize(name: str, call: dict, tactic: Tactic) -> dict:
     )
 
 
-def _unfilled(tactic: Tactic, out: torch.Tensor) -> dict[str, torch.Tensor]:
+def _unfilled(tactic: Tactic, out: torch.Tensor, zeroed: bool) -> dict[str, torch.Tensor]:
     """launch._finalize_fill broken on purpose: nothing zeroes the output (a filling kernel's
     workspace marks every token as zeroed already)."""
     from stagebot.kernels.cute.compile import kernel_class
     from stagebot.kernels.cute.finalize_fill import HEADER, workspace_words
 
-    if not kernel_class(tactic).fills_finalize_output(tactic):
+    if zeroed or not kernel_class(tactic).fills_finalize_output(tactic):
         return {}
     work = torch.ones(workspace_words(out.shape[0]), dtype=torch.int32, device=out.device)
     work[:HEADER] = 0
@@ -219,6 +227,22 @@ def finalize_control(name: str, call: dict, tactic: Tactic) -> dict:
     with mock.patch.object(launch, "_finalize_fill", _unfilled):
         r = check_finalize(name, call, tactic)
     return dict(r, name=f"{name} (control: fill broken)", ok=not r["ok"])
+
+
+def check_finalize_aside(name: str, call: dict, tactic: Tactic) -> dict:
+    return dict(check_finalize(name, call, tactic, aside=True), name=f"{name} zeroed aside")
+
+
+def finalize_aside_control(name: str, call: dict, tactic: Tactic) -> dict:
+    """check_finalize_aside's negative control: nothing zeroes the output aside (the join
+    comes back, the NaN stays); the kernel built for a zeroed output must then fail the check."""
+    from unittest import mock
+
+    from stagebot.kernels import moe_pipeline
+
+    with mock.patch.object(moe_pipeline, "zero_aside", lambda out: lambda: None):
+        r = check_finalize(name, call, tactic, aside=True)
+    return dict(r, name=f"{name} zeroed aside (control: not zeroed)", ok=not r["ok"])
 
 
 def bench_variant(name: str, counts, n, k, tile_size, tactic: Tactic, variant: str) -> dict:
@@ -248,18 +272,26 @@ def bench_variant(name: str, counts, n, k, tile_size, tactic: Tactic, variant: s
     return dict(name=name, tactic=str(tactic), variant=variant, us=time_us(run_cute)["us"])
 
 
+ZEROED = "zeroed aside"  # bench_finalize_variant's kernel for an output zeroed beforehand
+
+
 def bench_finalize_variant(name: str, call: dict, tactic: Tactic, variant: str) -> dict:
-    """Timing of the finalize kernel (variant "") or of a diagnostic build of the 256-token RS
-    kernel: "no_fill" (no zeroing of the output, no wait for it), "no_unrouted" (the routed
-    tokens' rows zeroed, the others not), "no_adds" (no atomics); their outputs are wrong by
-    design. Where the finalize's time over the plain GEMM goes."""
+    """Timing of the finalize kernel (variant ""), of the kernel for an output zeroed before it
+    (ZEROED: fused_moe's, no fill, no wait; the zeroing itself not timed) or of a diagnostic
+    build of the 256-token RS kernel: "no_unrouted" (the routed tokens' rows zeroed, the others
+    not), "no_adds" (no atomics); their outputs are wrong by design. Where the finalize's time
+    over the plain GEMM goes."""
     from stagebot.kernels.cute.timing import time_us
 
     args = {key: value for key, value in call.items() if key != "deterministic"}
     out = launch.finalize_outputs(args["a"], args["b"], args["num_tokens"])
+    zeroed = variant == ZEROED
+    build = "" if zeroed else variant
 
     def run_cute():
-        launch.grouped_gemm_finalize(**args, tactic=tactic, out=out, _variant=variant)
+        launch.grouped_gemm_finalize(
+            **args, tactic=tactic, out=out, out_zeroed=zeroed, _variant=build
+        )
 
     return dict(name=name, tactic=str(tactic), variant=variant, us=time_us(run_cute)["us"])
 
@@ -336,7 +368,9 @@ def main(argv: list[str] | None = None) -> int:
         operands = [call[key] for key in ("a", "b", "a_sf", "b_sf")]
         for tactic in TACTICS:
             if launch.problem_support(tactic, *operands, 128, "grouped_gemm_finalize")[0]:
-                for fn in (check_finalize, finalize_control):
+                checks = (check_finalize, finalize_control)
+                checks += (check_finalize_aside, finalize_aside_control)
+                for fn in checks:
                     r = guarded(fn, name, call, tactic)
                     if r:
                         results["checks"].append(r)
@@ -380,7 +414,7 @@ def main(argv: list[str] | None = None) -> int:
         rs256 = next(t for t in rs_tactics if t.tile_mn[0] == 256)
         for name, *shape in FINALIZE_SHAPES:
             call = finalize_problem(*shape, seed=9)
-            for variant in ("", "no_fill", "no_unrouted", "no_adds"):
+            for variant in ("", ZEROED, "no_unrouted", "no_adds"):
                 r = guarded(bench_finalize_variant, name, call, rs256, variant)
                 if r:
                     results["variants"].append(r)

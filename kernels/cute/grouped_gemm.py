@@ -237,10 +237,13 @@ class Nvfp4GroupedGemmSm90(GroupedGemmCall):
         mn_limit: bool = False,
         variant: str = "",
         store_dtype: type[cutlass.Numeric] = cutlass.BFloat16,
+        zeroed_output: bool = False,
     ):
         assert epilogue in EPILOGUES, epilogue
         self.tactic = tactic
         self.epilogue = epilogue
+        # The finalize zeroes its output (finalize_fill) unless the caller already did.
+        self.fills_output = epilogue == "finalize" and not zeroed_output
         self.uses_limit = mn_limit or epilogue == "finalize"
         self.sparse_rows = tactic.sparse_rows and self.uses_limit
         assert self.is_valid_sparse_rows(tactic), tactic  # its unit offsets assume 128 x 256
@@ -550,7 +553,7 @@ class Nvfp4GroupedGemmSm90(GroupedGemmCall):
                     ring.producer_commit(state)
                     state.advance()
             ring.producer_tail(state)
-        if cutlass.const_expr(self.epilogue == "finalize"):
+        if cutlass.const_expr(self.fills_output):
             if warp_idx > 0 and warp_idx <= finalize_fill.IDLE_WARPS:
                 finalize_fill.fill_output(
                     mWork, mP2e, mLimit, mNumTiles[0], mC.iterator.toint(), n, tile_size, top_k
@@ -683,11 +686,12 @@ class Nvfp4GroupedGemmSm90(GroupedGemmCall):
                         acc, tCcC, scale, mGlobalSf[0], row0, n_tile, self.bn, mC, mCsf
                     )
                 if cutlass.const_expr(self.epilogue == "finalize"):
-                    if marked == 0:  # before the CTA's first add
-                        if ct == 0:
-                            finalize_fill.wait_marked(mWork, mNumTiles[0], tile_size)
-                        mma_barrier.arrive_and_wait()
-                        marked = cutlass.Int32(1)
+                    if cutlass.const_expr(self.fills_output):
+                        if marked == 0:  # before the CTA's first add
+                            if ct == 0:
+                                finalize_fill.wait_marked(mWork, mNumTiles[0], tile_size)
+                            mma_barrier.arrive_and_wait()
+                            marked = cutlass.Int32(1)
                     epilogues.finalize_scatter_add(
                         acc,
                         tCcC,

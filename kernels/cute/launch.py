@@ -83,12 +83,13 @@ def _run(
     top_k: int = 1,
     variant: str = "",
     num_tokens: int = 0,
+    zeroed_output: bool = False,
 ) -> None:
     """Compiles (cached) and launches ``kernel``; epilogue tensors it does not read may be absent
     (their pointers then repeat ``a``'s, never dereferenced). Small inputs that are not dense
     are made dense (the kernel indexes them as flat arrays); outputs must be dense. A finalize
     kernel that fills its output (``fills_finalize_output``) takes a zeroed workspace ("work")
-    and ``num_tokens``."""
+    and ``num_tokens``; one built with ``zeroed_output`` only adds into an output already zero."""
     import cuda.bindings.driver as cuda
     import cutlass
     import cutlass.cute as cute
@@ -121,6 +122,7 @@ def _run(
         mn_limit=limit is not None,
         top_k=top_k,
         variant=variant,
+        zeroed_output=zeroed_output,
     )
     compiled = compile_kernel(key)
     if tactic.fp16_operand == "a":  # the valid tiles' rows only
@@ -178,11 +180,14 @@ def finalize_outputs(a: torch.Tensor, b: torch.Tensor, num_tokens: int) -> torch
     return torch.empty(num_tokens, b.shape[1], dtype=torch.bfloat16, device=a.device)
 
 
-def _finalize_fill(tactic: Tactic, out: torch.Tensor) -> dict[str, torch.Tensor]:
-    """Before a finalize launch: the zeroed workspace of a kernel that fills its output inside
-    (stagebot.kernels.cute.finalize_fill), or the output zeroed here."""
+def _finalize_fill(tactic: Tactic, out: torch.Tensor, zeroed: bool) -> dict[str, torch.Tensor]:
+    """Before a finalize launch: nothing if the caller zeroed ``out``; else the zeroed workspace
+    of a kernel that fills its output inside (stagebot.kernels.cute.finalize_fill), or the
+    output zeroed here."""
     from stagebot.kernels.cute.finalize_fill import workspace_words
 
+    if zeroed:
+        return {}
     if kernel_class(tactic).fills_finalize_output(tactic):
         words = workspace_words(out.shape[0])
         return {"work": torch.zeros(words, dtype=torch.int32, device=out.device)}
@@ -254,14 +259,18 @@ def grouped_gemm_finalize(
     *,
     tactic: Tactic = DEFAULT_TACTIC,
     out: torch.Tensor | None = None,
+    out_zeroed: bool = False,
     _variant: str = "",
 ) -> torch.Tensor:
     """bf16 [num_tokens, n]: each valid row times its router weight, added into its token's row
     with atomics (the order of the adds varies run to run); the rows of tokens without a valid
-    row are zero. Every element of ``out`` is overwritten."""
+    row are zero. Every element of ``out`` is overwritten, unless ``out_zeroed`` says the caller
+    zeroed all of it: the kernel then only adds (no fill inside, no zeroing before)."""
+    if out_zeroed and out is None:
+        raise KernelArgumentError("out_zeroed=True says out is already zero: pass that out")
     out = finalize_outputs(a, b, num_tokens) if out is None else out
     epilogue = {"c": out, "p2e": permuted_idx_to_expanded_idx, "router": token_final_scales}
-    epilogue |= _finalize_fill(tactic, out)
+    epilogue |= _finalize_fill(tactic, out, out_zeroed)
     operands = (a, b, a_sf, b_sf, alpha, tile_idx_to_group_idx, num_non_exiting_tiles)
     top_k = token_final_scales.shape[1]
     _run(
@@ -274,5 +283,6 @@ def grouped_gemm_finalize(
         top_k=top_k,
         num_tokens=num_tokens,
         variant=_variant,
+        zeroed_output=out_zeroed,
     )
     return out

@@ -69,10 +69,10 @@ class Nvfp4RsGemmSm90(WeightRowsGemm):
     """NVFP4 weights x fp16 tokens contiguous grouped GEMM, weights from registers."""
 
     # Diagnostic builds for timing only (their results are wrong): "no_dequant" feeds the packed
-    # words to the WGMMAs unconverted; the 256-token finalize's "no_fill" neither zeroes its
-    # output nor waits for it, "no_unrouted" zeroes the routed tokens' rows only (phase A) and
-    # "no_adds" stages its rows but adds nothing.
-    VARIANTS = ("", "no_dequant", "no_fill", "no_unrouted", "no_adds")
+    # words to the WGMMAs unconverted; the 256-token finalize's "no_unrouted" zeroes the routed
+    # tokens' rows only (phase A) and "no_adds" stages its rows but adds nothing. (The finalize
+    # without any fill is no diagnostic: it is the kernel for a zeroed output, zeroed_output.)
+    VARIANTS = ("", "no_dequant", "no_unrouted", "no_adds")
 
     def __init__(self, tactic: Tactic, *args, **kwargs):
         super().__init__(tactic, *args, **kwargs)
@@ -84,7 +84,7 @@ class Nvfp4RsGemmSm90(WeightRowsGemm):
         self.fills_output = (
             self.epilogue == "finalize"
             and self.fills_finalize_output(tactic)
-            and self.variant != "no_fill"
+            and not self.zeroed_output
         )
         if self.producer_warpgroup:
             self.threads_per_cta = self.num_consumers + 128

@@ -63,6 +63,7 @@ SAVED = {
             "rows": 65536,
             "impls": {
                 "ours": {"us": 2048.0, "check": {"ok": True, "rel_err_f32": 0.16}},
+                "ours, fill inside": {"us": 2100.0, "check": {"ok": True, "rel_err_f32": 0.16}},
                 "bf16 torch": {"us": 4096.0, "check": {"ok": True, "rel_err_f32": 0.005}},
                 "fp8 torch": {"us": 3072.0, "check": {"ok": True, "rel_err_f32": 0.065}},
             },
@@ -84,15 +85,18 @@ SAVED = {
 
 def test_the_summary_gives_tokens_per_second_and_each_peers_ratio():
     header, rule, qwen, first = bench_layer.summary_lines(SAVED)
-    assert header.startswith("| layer | tokens | local rows | ours us | ours tokens/s |")
+    assert header.startswith(
+        "| layer | tokens | local rows | ours us | ours tokens/s | fill inside us | inside / ours |"
+    )
     assert rule.count("|") == header.count("|")
     assert qwen == (
-        "| Qwen3-30B-A3B | 8192 | 65536 | 2048.0 | 4,000,000 | 4096.0 | 3072.0 | 2.00 | 1.50 "
+        "| Qwen3-30B-A3B | 8192 | 65536 | 2048.0 | 4,000,000 | 2100.0 | 1.03 | 4096.0 | 3072.0 "
+        "| 2.00 | 1.50 "
         "| 0.1600 / 0.0050 / 0.0650 | ok |"
     )
     # A peer that errored has no time and no ratio, and marks the row; a failed check fails it.
     assert first == (
-        f"| {bench_layer.FIRST_LAYER} | 16 | 5 | 100.0 | 160,000 | 400.0 | - | 4.00 | - "
+        f"| {bench_layer.FIRST_LAYER} | 16 | 5 | 100.0 | 160,000 | - | - | 400.0 | - | 4.00 | - "
         "| 0.1500 / 0.5000 / - | error |"
     )
     del SAVED["cases"][1]["impls"]["fp8 torch"]

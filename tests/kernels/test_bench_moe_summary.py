@@ -26,6 +26,7 @@ RESULTS = {
             "flops": 1.0,
             "impls": {
                 "ours fused": {"us": 28.0, "check": {"ok": True}},
+                "ours fused, out zeroed aside": {"us": 25.9, "check": {"ok": True}},
                 "ours unfused": {"us": 29.4, "check": {"ok": True}},
                 "unfused GEMM step": {"us": 26.5},
                 "ours fused det": {"us": 56.0, "check": {"ok": False}},
@@ -43,18 +44,21 @@ def test_each_shape_is_one_row_with_its_ratios_and_checks():
     header, rule, s1, finalize = summary_lines(RESULTS)
     assert header.startswith("| shape | ours fused | unfused (GEMM step) | det |")
     assert "| bf16 + op | fp8 + op | x bf16 + op | x fp8 + op |" in header
+    assert "| fused, out zeroed aside (kernel only) | x bf16 (zeroed aside) | check |" in header
     assert rule.count("|") == header.count("|")
     assert s1 == (
         "| S1 8x8192 N=K=4096 | 3600.0 (610.8 TF/s) | - | - | 3240.0 | 1800.0 | 0.90 | 0.50 "
-        "| - | - | - | - | - | ok |"
+        "| - | - | - | - | - | - | - | ok |"
     )
     # A failed check anywhere fails the row; a peer that errored has no time and no ratio.
     assert finalize == (
         "| T16 GEMM2 finalize | 28.0 | 29.4 (26.5) | 56.0 | 103.6 | - | 3.70 | - "
-        "| 112.0 | 70.0 | 4.00 | 2.50 | 1.05 | error |"
+        "| 112.0 | 70.0 | 4.00 | 2.50 | 1.05 | 25.9 | 4.00 | error |"
     )
     RESULTS["shapes"][1]["impls"]["fp8 peer"] = {"us": 54.0}
-    assert summary_lines(RESULTS)[3].endswith("| 1.93 | 112.0 | 70.0 | 4.00 | 2.50 | 1.05 | FAIL |")
+    assert summary_lines(RESULTS)[3].endswith(
+        "| 1.93 | 112.0 | 70.0 | 4.00 | 2.50 | 1.05 | 25.9 | 4.00 | FAIL |"
+    )
 
 
 def _summary(path) -> subprocess.CompletedProcess:

@@ -130,30 +130,51 @@ def test_setmaxnreg_budgets_above_the_launch_allocation_are_refused(monkeypatch)
         rs_gemm.Nvfp4RsGemmSm90(wide, "finalize")
 
 
-def test_the_finalize_diagnostic_builds_leave_out_what_they_name():
-    """gpu_check's finalize split: "no_adds" has no bf16 atomics, "no_fill" no token marks
-    (the fill's atomic exchange), "no_unrouted" no reads of the marks (phase B); the kernel has
-    all three."""
+def _finalize_ptx(tactic, variant: str = "", zeroed_output: bool = False) -> str:
     from stagebot.kernels.cute import compile as cute_compile
+
+    key = cute_compile.CompileKey(
+        "grouped_gemm_finalize", tactic, cute_compile.DTYPES["grouped_gemm_finalize"], 512,
+        256, 8, 128, "sm_90a", mn_limit=True, top_k=8, variant=variant,
+        zeroed_output=zeroed_output,
+    )  # fmt: skip
+    return cute_compile.compile_kernel(key, keep_ptx=True).__ptx__
+
+
+ADDS, MARKS = "red.global.add.noftz", "atom.relaxed.gpu.global.exch"  # bf16x2 adds, v4 or not
+MARK_READS, WAITS = "ld.relaxed.gpu", "ld.acquire.gpu"
+
+
+def test_the_finalize_diagnostic_builds_leave_out_what_they_name():
+    """gpu_check's finalize split: "no_adds" has no bf16 atomics, "no_unrouted" no reads of
+    the marks (phase B); the kernel for an output zeroed aside (fused_moe's) neither marks the
+    tokens nor reads the marks, and only adds; the kernel has all three."""
     from stagebot.kernels.cute.tactics import TACTICS
 
     wide = next(t for t in TACTICS if t.swap_ab and t.fp16_operand and t.tile_mn[0] == 256)
-    adds, marks = "red.global.add.noftz.v4.bf16x2", "atom.relaxed.gpu.global.exch"
-    reads = "ld.relaxed.gpu"
     found = {}
-    for variant in ("", "no_adds", "no_fill", "no_unrouted"):
-        key = cute_compile.CompileKey(
-            "grouped_gemm_finalize", wide, cute_compile.DTYPES["grouped_gemm_finalize"], 512,
-            256, 8, 128, "sm_90a", mn_limit=True, top_k=8, variant=variant,
+    for variant, zeroed in (("", False), ("no_adds", False), ("", True), ("no_unrouted", False)):
+        ptx = _finalize_ptx(wide, variant, zeroed)
+        found[variant or ("zeroed" if zeroed else "kernel")] = (
+            ADDS in ptx, MARKS in ptx, MARK_READS in ptx
         )  # fmt: skip
-        ptx = cute_compile.compile_kernel(key, keep_ptx=True).__ptx__
-        found[variant] = (adds in ptx, marks in ptx, reads in ptx)
     assert found == {
-        "": (True, True, True),
+        "kernel": (True, True, True),
         "no_adds": (False, True, True),
-        "no_fill": (True, False, False),
+        "zeroed": (True, False, False),
         "no_unrouted": (True, True, False),
     }
+
+
+def test_the_wgmma_finalize_for_a_zeroed_output_neither_fills_nor_waits():
+    """The WGMMA kernel's fill (token marks) and its consumers' wait for phase A (acquire
+    loads) are gone from the build for an output zeroed aside; its adds stay."""
+    from stagebot.kernels.cute.tactics import TACTICS
+
+    wgmma = next(t for t in TACTICS if not t.swap_ab and not t.fp16_operand)
+    filled, zeroed = _finalize_ptx(wgmma), _finalize_ptx(wgmma, zeroed_output=True)
+    assert (ADDS in filled, MARKS in filled, WAITS in filled) == (True, True, True)
+    assert (ADDS in zeroed, MARKS in zeroed, WAITS in zeroed) == (True, False, False)
 
 
 def test_a_malformed_tactic_is_a_usage_error():
@@ -194,3 +215,14 @@ def test_an_sm100a_build_without_the_block_scaled_mma_fails(monkeypatch):
     result = _build("--arch", "sm_100a")
     assert result.exit_code == 1
     assert "PTX has no tcgen05.mma.cta_group::1.kind::mxf4nvf4.block_scale" in result.output
+
+
+def test_gpu_checks_broken_fill_takes_the_launchers_arguments():
+    """gpu_check's negative control swaps launch._finalize_fill for a broken one: the two must
+    take the same arguments (a mismatch errored every control on the GPU, 2026-12-07)."""
+    import inspect
+
+    from stagebot.kernels.cute import gpu_check, launch
+
+    broken = inspect.signature(gpu_check._unfilled).parameters
+    assert list(broken) == list(inspect.signature(launch._finalize_fill).parameters)

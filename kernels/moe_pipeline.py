@@ -123,10 +123,14 @@ def fused_moe(
     deterministic: bool,
     backend: str,
     checked: bool = True,
-    zero_output_aside: bool = True,
+    zero_output_aside: bool = False,
 ) -> torch.Tensor:
-    """``zero_output_aside=False`` leaves the zeroing to the finalize (the layer benchmark's
-    "before"); the deterministic finalize writes every element and needs none."""
+    """``zero_output_aside=True`` zeroes the output on a side stream beside the steps before
+    GEMM2 and runs the finalize without its own fill. The finalize kernel alone then reaches
+    1.05x the bf16 GEMM at the first layer's 8192 tokens, but the whole layer measured 0.5-1.8 %
+    slower at decode (the fork and the join) and no faster at 8192 tokens (H200, NOTES.md's
+    sixteenth session), so the finalize zeroes its own output by default. The deterministic
+    finalize writes every element and needs neither."""
     steps = (
         checked_steps(backend, token_final_scales, num_experts)
         if checked

@@ -8,9 +8,10 @@ is the whole layer from bf16 activations to bf16 output, routing included (``x @
 softmax top-k, renormalised: random router weights, so the experts' loads are uneven):
 - ours: moe_pipeline.fused_moe on the cute backend, unchecked (no host sync): NVFP4
   quantisation of x, moe_sort, moe_permute, the SwiGLU-fused GEMM1 and the finalize-fused GEMM2
-  (atomics), its output zeroed on a side stream beside the steps before it;
-- ours, fill inside: the same with the finalize kernel zeroing its own output (the pipeline
-  before the side stream; ``zero_output_aside=False``), for the change's effect on the layer;
+  (atomics), its output zeroed on a side stream beside the steps before it
+  (``zero_output_aside=True``);
+- ours, fill inside: the same with the finalize kernel zeroing its own output (fused_moe's
+  default), for the side stream's effect on the layer;
 - bf16 torch: torch_moe.grouped_moe on torch._grouped_mm (sort, gather, GEMM, SwiGLU, GEMM,
   router weights, index_add_);
 - fp8 torch: the same on torch._scaled_grouped_mm, rowwise e4m3 (weights quantised once, the

@@ -48,7 +48,7 @@ def test_the_committed_plan_is_the_one_the_case_list_gives(current):
     swiglu, finalize = keys["grouped_gemm_swiglu"], keys["grouped_gemm_finalize"]
     assert (swiglu.n, swiglu.k, swiglu.num_experts, swiglu.mn_limit) == (4096, 4096, 32, True)
     assert (finalize.n, finalize.k, finalize.top_k, finalize.tile_size) == (4096, 2048, 8, 256)
-    assert finalize.zeroed_output  # fused_moe zeroes the output beside GEMM1
+    assert not finalize.zeroed_output  # fused_moe's finalize zeroes its own output
     assert {key.kernel for key in plan[fused + "unfused-finalize]"]} == {
         "grouped_gemm_swiglu", "grouped_gemm",
     }  # fmt: skip

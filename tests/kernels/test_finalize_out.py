@@ -118,7 +118,7 @@ def test_fused_moe_zeroes_the_output_first_and_joins_before_gemm2(tiny, monkeypa
     inside = moe_pipeline.fused_moe(**tiny, checked=checked, zero_output_aside=False)
     order: list[str] = []
     _recorded(monkeypatch, order)
-    got = moe_pipeline.fused_moe(**tiny, checked=checked)
+    got = moe_pipeline.fused_moe(**tiny, checked=checked, zero_output_aside=True)
     assert order == [
         "zeroed_output", "quantize", "sort", "permute", "gemm_swiglu", "join",
         "gemm_finalize", "out is zero",
@@ -133,7 +133,7 @@ def test_fused_moe_without_the_zeroing_aside_fails_the_check(tiny, monkeypatch):
     want = ops.fused_moe(**tiny)
     order: list[str] = []
     _recorded(monkeypatch, order, zero=lambda out: lambda: None)
-    got = moe_pipeline.fused_moe(**tiny, checked=False)
+    got = moe_pipeline.fused_moe(**tiny, checked=False, zero_output_aside=True)
     assert "out is NOT zero" in order
     assert not bench_moe.compare(got, want)["ok"] and got.isnan().all(dim=1).all()
 
@@ -142,8 +142,17 @@ def test_fused_moe_without_the_zeroing_aside_fails_the_check(tiny, monkeypatch):
 def test_a_finalize_that_writes_every_row_gets_no_zeroing_aside(tiny, monkeypatch, change):
     order: list[str] = []
     _recorded(monkeypatch, order)
-    moe_pipeline.fused_moe(**{**tiny, **change}, checked=False)
+    moe_pipeline.fused_moe(**{**tiny, **change}, checked=False, zero_output_aside=True)
     assert "zeroed_output" not in order and "join" not in order
+
+
+def test_by_default_the_finalize_zeroes_its_own_output(tiny, monkeypatch):
+    """The side stream made the layer slower (NOTES.md, sixteenth session): off by default."""
+    order: list[str] = []
+    _recorded(monkeypatch, order)
+    got = moe_pipeline.fused_moe(**tiny, checked=False)
+    assert "zeroed_output" not in order and "join" not in order
+    assert torch.equal(got, ops.fused_moe(**tiny))
 
 
 def test_a_failing_step_still_joins_the_zeroing(tiny, monkeypatch):
@@ -160,5 +169,5 @@ def test_a_failing_step_still_joins_the_zeroing(tiny, monkeypatch):
         moe_pipeline, "unchecked_steps", lambda b: original(b)._replace(gemm_swiglu=broken)
     )
     with pytest.raises(RuntimeError, match="GEMM1 failed"):
-        moe_pipeline.fused_moe(**tiny, checked=False)
+        moe_pipeline.fused_moe(**tiny, checked=False, zero_output_aside=True)
     assert order[-1] == "join"

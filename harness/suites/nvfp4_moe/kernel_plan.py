@@ -51,13 +51,11 @@ class PlanError(Exception):
 class Gemm:
     """One GEMM a test calls: its kernel, which layer weights it multiplies ("w1": n = 2 x
     intermediate, k = hidden; "w2": n = hidden, k = intermediate) and whether the call passes
-    tile_idx_to_mn_limit. The finalize kernel's key also holds the case's top_k, and whether
-    its output comes zeroed (fused_moe zeroes it beside GEMM1; the op alone fills its own)."""
+    tile_idx_to_mn_limit. The finalize kernel's key also holds the case's top_k."""
 
     kernel: str
     weights: str
     limits: bool
-    zeroed: bool = False
 
 
 SWIGLU = Gemm("grouped_gemm_swiglu", "w1", limits=True)
@@ -65,7 +63,6 @@ ROWS = Gemm("grouped_gemm", "w2", limits=False)  # the grouped_gemm op's tests
 UNFUSED_ROWS = Gemm("grouped_gemm", "w2", limits=True)  # fused_moe with the finalize unfused
 F32_ROWS = Gemm("grouped_gemm_f32_rows", "w2", limits=True)  # the deterministic finalize
 FINALIZE = Gemm("grouped_gemm_finalize", "w2", limits=True)
-ZEROED_FINALIZE = Gemm("grouped_gemm_finalize", "w2", limits=True, zeroed=True)  # fused_moe's
 
 
 def _finalize(params: dict) -> list[Gemm]:
@@ -73,8 +70,7 @@ def _finalize(params: dict) -> list[Gemm]:
 
 
 def _fused(params: dict) -> list[Gemm]:
-    unfused = params.get("finalize", "").startswith("un")
-    return [SWIGLU, UNFUSED_ROWS if unfused else ZEROED_FINALIZE]
+    return [SWIGLU, UNFUSED_ROWS if params.get("finalize", "").startswith("un") else FINALIZE]
 
 
 # The case the controls and the no-local-pairs tests run at on the GPU (control_scale is the
@@ -160,7 +156,6 @@ def item_keys(item: pytest.Item) -> list[CompileKey]:
             ARCH,
             mn_limit=gemm.limits,
             top_k=case.top_k if gemm.kernel == "grouped_gemm_finalize" else 1,
-            zeroed_output=gemm.zeroed,
         )
         for gemm in gemms(params)
     ]

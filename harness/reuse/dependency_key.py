@@ -379,6 +379,13 @@ class TestInputs:
             for path, fact in facts.items()
             for what in fact.blind_with(launchers, importers)
         ]
+        declared = {option for fact in facts.values() for option in fact.options}
+        blind += [
+            f"{path}: {what}, an option no module of the key declares"
+            for path, fact in facts.items()
+            for what, option in fact.computed_options
+            if option not in declared
+        ]
         blind += [
             f"{path}: runs {script}, which is not a repository file"
             for path, fact in facts.items()

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path, PurePosixPath
 
+from stagebot.harness.reuse import pytest_child
+
 # Caches and environments, never an input wherever they are; and the outputs a build or stagebot
 # writes at the root (stagebot's own go to out/). Only at the root: a test folder may well be
 # called tests/dist or tests/build, and skipping it would leave its tests' files out of their keys.
@@ -157,6 +159,10 @@ class ModuleFacts:
     scripts: tuple[str, ...] = ()  # Python files it runs as ``python FILE`` (literal paths)
     # (function, argument position): functions that import the module of the path they are given
     importers: tuple[tuple[str, str], ...] = ()
+    options: tuple[str, ...] = ()  # pytest options it declares with a value (``addoption``)
+    # ("line N: what", option): a pytest child given a computed value of that option; followed
+    # when a module of the key declares it (``pytest_child``)
+    computed_options: tuple[tuple[str, str], ...] = ()
 
     def blind_with(
         self, launchers: set[str], importers: set[tuple[str, str]] = frozenset()
@@ -285,8 +291,12 @@ class _Reader(ast.NodeVisitor):
         self.resources: list[str] = []
         self.scripts: list[str] = []
         self.loads_native = False
+        self.options: list[str] = []
+        self.computed_options: list[tuple[str, str]] = []
+        self.tree = ast.Module([], [])
 
     def read(self, tree: ast.Module) -> ModuleFacts:
+        self.tree = tree
         self.constants = _literal_names(tree, _literal_strings)
         self.programs = {
             name: values[0]
@@ -314,6 +324,8 @@ class _Reader(ast.NodeVisitor):
             tuple(self.observed),
             tuple(self.scripts),
             tuple(dict.fromkeys(self.importers)),
+            tuple(dict.fromkeys(self.options)),
+            tuple(dict.fromkeys(self.computed_options)),
         )
 
     def visit_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
@@ -379,12 +391,18 @@ class _Reader(ast.NodeVisitor):
         owner, name = _callee(node.func)
         qualified = self._qualified(node.func) or ""
         first = node.args[0] if node.args else None
-        followed = self._outside_program(first) or self._python_child(first, node)
+        process = _is_process(qualified) or (not qualified and _is_process(f"{owner}.{name}"))
+        followed = (
+            self._outside_program(first)
+            or (process and self._pytest_child(first, node))
+            or self._python_child(first, node)
+        )
+        self.options += pytest_child.declared_options(node)
         if qualified in _IMPORT_FUNCTIONS or (
             not qualified and name in _IMPORT_CALLS and owner is not None
         ):
             self._import_call(_IMPORT_FUNCTIONS.get(qualified, name), first, node)
-        elif _is_process(qualified) or (not qualified and _is_process(f"{owner}.{name}")):
+        elif process:
             if self._is_parameter(first):
                 self.launchers.append(self.parameters[-1][0])
             elif not followed and self._computed_program(first):
@@ -549,6 +567,22 @@ class _Reader(ast.NodeVisitor):
         else:
             return False
         return word in _OUTSIDE_PROGRAMS
+
+    def _pytest_child(self, command: ast.expr | None, at: ast.Call) -> bool:
+        """A pytest child (``pytest_child``): its test files, conftests and plug-ins join this
+        module's imports, its paths and configuration its literals."""
+        child = pytest_child.read(self, command, at)
+        if child is None:
+            return False
+        self.imports += child.imports
+        self.literals += child.literals
+        for what in child.blind:
+            self._blind(at, what)
+        self.computed_options += [
+            (f"line {at.lineno}: pytest {option} given a computed value", option)
+            for option in child.options
+        ]
+        return True
 
     def _python_child(self, command: ast.AST | None, at: ast.AST) -> bool:
         """``[python, OPTIONS..., "-c", CODE]``, ``[python, ..., "-m", MODULE]`` or ``[python,

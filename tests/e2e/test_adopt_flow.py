@@ -22,6 +22,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers.cli import bot_process
 from helpers.fake_pr import PR, marker_of, replies, status
 from helpers.installed_jobs import InstalledJobs
 from helpers.workflow_jobs import Jobs, gh
@@ -61,12 +62,7 @@ def adoption(tmp_path_factory) -> tuple[Path, dict[str, dict[str, str]], set]:
 
 
 def _this_bot(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-c", "from stagebot.bot.cli.main import main; main()", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    return bot_process(*args, cwd=Path.cwd())
 
 
 class SampleJobs(InstalledJobs):

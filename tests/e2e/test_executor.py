@@ -14,6 +14,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 from fixtures.botrun import CATALOG, ROOT, bot, results, run_stages
+from helpers.cli import bot_process
 
 pytestmark = pytest.mark.slow
 
@@ -387,8 +388,6 @@ def _head() -> str:
 def test_a_relative_out_is_taken_from_where_bot_runs_not_from_root(tmp_path: Path) -> None:
     """`bot run --root R --out rel` from another folder: the shard folders (and a build stage's
     $STAGEBOT_WORK) land under ./rel, not under R/rel."""
-    import subprocess
-    import sys
 
     from fixtures.botrun import CATALOG, ROOT
 
@@ -406,13 +405,7 @@ def test_a_relative_out_is_taken_from_where_bot_runs_not_from_root(tmp_path: Pat
         "c0ffee",
         '/bot run --stage-list "CPU-Build_Check"',
     ]
-    done = subprocess.run(
-        [sys.executable, "-c", "from stagebot.bot.cli.main import main; main()", *args],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = bot_process(*args, cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     assert (tmp_path / "rel" / "CPU-Build_Check" / "result.json").is_file()
     assert not (ROOT / "rel").exists()

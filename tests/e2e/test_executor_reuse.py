@@ -139,21 +139,13 @@ def test_run_stage_takes_the_gpu_type_from_the_entry_not_the_default_catalog(tmp
 def test_dry_run_reads_bot_runs_default_ledger(tmp_path) -> None:
     """Without --ledger both use the repository's default ledger: dry-run shows the reuse that
     run would do."""
-    import subprocess
-    import sys
-
     from fixtures.botrun import CATALOG, ROOT
+    from helpers.cli import bot_process
 
     from stagebot.harness.ledger.location import default_ledger
 
     def bot_here(*args: str):
-        return subprocess.run(
-            [sys.executable, "-c", "from stagebot.bot.cli.main import main; main()", *args],
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        return bot_process(*args, cwd=tmp_path)
 
     comment = '/bot run --stage-list "CPU-Build_Check"'
     common = ["--catalog", str(CATALOG), "--commit", "c0ffee"]

@@ -13,10 +13,10 @@ import re
 import shutil
 import socket
 import subprocess
-import sys
 
 import pytest
 from fixtures.botrun import ROOT, bot
+from helpers.cli import bot_process
 
 from stagebot.templates.markdown import escape
 
@@ -156,11 +156,10 @@ def test_the_default_output_folder_is_out_of_the_tests_reach(tmp_path) -> None:
     shutil.copytree(CORPUS / "base", repo)
     _overlay_pr(repo)
     env = {"XDG_STATE_HOME": str(tmp_path / "state")}
-    done = subprocess.run(
-        [sys.executable, "-c", "from stagebot.bot.cli.main import main; main()", "run",
-         "--catalog", str(repo / "ci"), "--ledger", str(tmp_path / "ledger.sqlite"),
-         "--root", str(repo), "--commit", "c1", '/bot run --stage-list "CPU-PyTorch-Clean-1"'],
-        cwd=repo, env={**os.environ, **env}, capture_output=True, text=True, timeout=600,
+    done = bot_process(
+        "run", "--catalog", str(repo / "ci"), "--ledger", str(tmp_path / "ledger.sqlite"),
+        "--root", str(repo), "--commit", "c1", '/bot run --stage-list "CPU-PyTorch-Clean-1"',
+        cwd=repo, env=env,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     (result,) = (tmp_path / "state").rglob("CPU-PyTorch-Clean-1/result.json")

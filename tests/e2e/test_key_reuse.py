@@ -5,13 +5,12 @@ input changes, the runner's environment differs, reuse is off or the run is not 
 from __future__ import annotations
 
 import json
-import os
 import re
 import sqlite3
 import subprocess
-import sys
 from pathlib import Path
 
+from helpers.cli import bot_process
 from helpers.distributions import install_distribution
 from helpers.key_reuse import CATALOG, executed, reused, run
 
@@ -127,16 +126,10 @@ def test_keys_are_recorded_only_for_tests_that_reached_an_outcome(tmp_path) -> N
 
 def explain(tmp: Path, test_id: str, env: dict | None = None) -> subprocess.CompletedProcess:
     """`bot stages --explain-reuse` in the repository (its root is where the keys are read)."""
-    return subprocess.run(
-        [sys.executable, "-c", "from stagebot.bot.cli.main import main; main()", "stages"]
-        + ["--catalog", str(tmp / "catalog.yaml"), "--ledger", str(tmp / "ledger.sqlite")]
-        + ["--explain-reuse", test_id],
-        cwd=tmp / "repo",
-        env={**os.environ, **(env or {})},
-        capture_output=True,
-        text=True,
-        timeout=600,  # only stops a hang
-    )
+    return bot_process(
+        "stages", "--catalog", str(tmp / "catalog.yaml"), "--ledger", str(tmp / "ledger.sqlite"),
+        "--explain-reuse", test_id, cwd=tmp / "repo", env=env,
+    )  # fmt: skip
 
 
 def _digests(explained: str, part: str) -> tuple[str, str]:

@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
+
+from helpers.cli import bot_process
 
 GIT_ENV = {
     "GIT_AUTHOR_NAME": "Ada",
@@ -177,14 +178,7 @@ def build_sample(folder: Path, *, torch: bool = True) -> Path:
 
 def bot(cwd: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """`bot ARGS…` in a fresh process started in ``cwd`` (a new user's shell)."""
-    return subprocess.run(
-        [sys.executable, "-c", "from stagebot.bot.cli.main import main; main()", *args],
-        cwd=cwd,
-        env={**os.environ, **(env or {})},
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    return bot_process(*args, cwd=cwd, env=env)
 
 
 def adopted_sample(folder: Path, *, torch: bool = True) -> Path:

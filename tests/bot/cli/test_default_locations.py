@@ -6,13 +6,12 @@ code under test cannot delete them; a ledger an older stagebot kept in out/ is s
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from helpers.catalog_repo import committed_catalog_repo
+from helpers.cli import bot_process
 from helpers.shards import entry
 
 from stagebot.harness.ledger.book import Ledger
@@ -22,14 +21,7 @@ COMMENT = '/bot run --stage-list "CPU-Build_Check"'
 
 
 def _bot(cwd: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-c", "from stagebot.bot.cli.main import main; main()", *args],
-        cwd=cwd,
-        env=dict(os.environ),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    return bot_process(*args, cwd=cwd)
 
 
 @pytest.fixture

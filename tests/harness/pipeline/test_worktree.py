@@ -5,13 +5,12 @@ commands a new user types there first (`bot report`, `bot stages`, `bot run --js
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from helpers.catalog_repo import committed_catalog_repo
+from helpers.cli import bot_process
 
 from stagebot.harness.ledger.location import state_folder
 from stagebot.harness.pipeline.worktree import make_output_folder, repository_root, tree_identity
@@ -57,14 +56,7 @@ def test_an_output_folder_hides_itself_from_git(repo: Path) -> None:
 
 
 def _bot(cwd: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-c", "from stagebot.bot.cli.main import main; main()", *args],
-        cwd=cwd,
-        env={**os.environ, "USER": "alice", "LOGNAME": "alice"},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return bot_process(*args, cwd=cwd, env={"USER": "alice", "LOGNAME": "alice"})
 
 
 def test_reuse_from_a_subfolder_and_another_out(repo: Path) -> None:

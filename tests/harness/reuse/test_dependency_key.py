@@ -319,6 +319,17 @@ BLIND = [
         "python -m tool runs repository files it is given",
         id="a python -m child given a Python file",
     ),
+    pytest.param(
+        'import subprocess, sys\n\ndef run():\n    subprocess.run([sys.executable, "-c", "def ("])\n',
+        "python -c of code that does not parse",
+        id="a python -c child whose code does not parse",
+    ),
+    pytest.param(
+        "import importlib, pytest\n\nclass Own(pytest.Module):\n    def _getobj(self):\n"
+        "        return importlib.import_module(a(b(c(d(e(self.path))))))\n",
+        "import_module() of a computed name",
+        id="a name computed from the collected path through five calls",
+    ),
 ]
 
 

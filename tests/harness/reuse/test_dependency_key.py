@@ -320,7 +320,8 @@ BLIND = [
         id="a python -m child given a Python file",
     ),
     pytest.param(
-        'import subprocess, sys\n\ndef run():\n    subprocess.run([sys.executable, "-c", "def ("])\n',
+        "import subprocess, sys\n\ndef run():\n"
+        '    subprocess.run([sys.executable, "-c", "def ("])\n',
         "python -c of code that does not parse",
         id="a python -c child whose code does not parse",
     ),

@@ -5,7 +5,9 @@
   change only the whole key (the runner compares them);
 - every pytest configuration file at the root is in every test's key, each kind alone;
 - a relative import (``from .. import x``, ``from .m import y``) names the module in the folder
-  the dots lead to, at any depth, from a module or a package's ``__init__.py``.
+  the dots lead to, at any depth, from a module or a package's ``__init__.py``;
+- an absolute import names, of the files whose dotted path ends with it, the one nearest the
+  root (through a package-dir mapping too), and no deeper namesake.
 
 Through the public functions (``dependency_key``, ``import_closure``) on small repositories
 written here; the kinds of configuration file and the part names are listed here on purpose,
@@ -120,3 +122,20 @@ def test_a_relative_import_names_the_folder_its_dots_lead_to(
     found = import_closure(str(root), f"{here}/{importer}")
     xs = {path for path in found if path.endswith("x.py")}
     assert xs == {target}, (form, level, importer)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    depths=st.sets(st.integers(min_value=0, max_value=3), min_size=1),
+    form=st.sampled_from(["import util", "from util import X", "import proj.util"]),
+)
+def test_an_import_names_the_module_nearest_the_root(tmp_path_factory, depths, form) -> None:
+    """Of the files whose dotted path ends with the imported name, the one nearest the root is
+    the module (``proj.util``: a package-dir mapping, with no ``proj`` folder, names util.py
+    too), and only it: a deeper namesake is another module."""
+    files = {"/".join([*(f"q{i}" for i in range(depth)), "util.py"]): "X = 1\n" for depth in depths}
+    files["tests/test_a.py"] = form + "\n"
+    root = repository(tmp_path_factory.mktemp("repo"), files)
+    found = import_closure(str(root), "tests/test_a.py")
+    nearest = "/".join([*(f"q{i}" for i in range(min(depths))), "util.py"])
+    assert {path for path in found if path.endswith("util.py")} == {nearest}, form

@@ -326,6 +326,11 @@ BLIND = [
         id="a python -c child whose code does not parse",
     ),
     pytest.param(
+        'import subprocess, sys\n\ndef run():\n    subprocess.run([sys.executable, "-c"])\n',
+        "subprocess.run() may run repository code",
+        id="python -c without its code",
+    ),
+    pytest.param(
         "import importlib, pytest\n\nclass Own(pytest.Module):\n    def _getobj(self):\n"
         "        return importlib.import_module(a(b(c(d(e(self.path))))))\n",
         "import_module() of a computed name",

@@ -564,6 +564,24 @@ def test_an_environment_read_is_followed_however_it_is_reached(tmp_path, imports
     assert facts.environment == ("PKG_LEVEL",)
 
 
+@pytest.mark.parametrize(
+    ("imports", "mapping"),
+    [
+        pytest.param("import os", "os.environ", id="through its module"),
+        pytest.param("from os import environ", "environ", id="by its bare name"),
+        pytest.param("from os import environ as env", "env", id="by an alias of it"),
+        pytest.param("import os as o", "o.environ", id="as an attribute of an alias"),
+        pytest.param("import sys", 'sys.modules["os"].environ', id="any object's environ"),
+    ],
+)
+@pytest.mark.parametrize("read", ['{}["PKG_LEVEL"]', '{}.get("PKG_LEVEL")', '"PKG_LEVEL" in {}'])
+def test_a_read_of_the_environment_mapping_is_followed_however_it_is_reached(
+    tmp_path, imports, mapping, read
+) -> None:
+    (tmp_path / "m.py").write_text(f"{imports}\n\ndef f():\n    return {read.format(mapping)}\n")
+    assert module_facts(str(tmp_path), "m.py").environment == ("PKG_LEVEL",)
+
+
 @pytest.mark.parametrize(("imports", "call"), REACHED)
 @pytest.mark.parametrize(
     ("module", "name"),

@@ -326,6 +326,13 @@ BLIND = [
         id="a python -c child whose code does not parse",
     ),
     pytest.param(
+        "import subprocess, sys\n\ndef run():\n"
+        '    subprocess.run([sys.executable, "-m", "tool", "tests/check.py"])\n',
+        "python -m tool runs repository files it is given",
+        id="a python -m child given a Python file first",
+    ),
+    pytest.param("X = 1\x00\n", "unparsable: ", id="a module holding a NUL byte"),
+    pytest.param(
         'import subprocess, sys\n\ndef run():\n    subprocess.run([sys.executable, "-c"])\n',
         "subprocess.run() may run repository code",
         id="python -c without its code",
@@ -337,6 +344,23 @@ BLIND = [
         id="a name computed from the collected path through five calls",
     ),
 ]
+
+
+def test_a_module_that_cannot_be_read_makes_the_key_the_whole_repositorys(repo, family) -> None:
+    (repo / "pkg/gone.py").symlink_to(repo / "nowhere.py")  # a dangling link
+    edit(repo, "pkg/deep.py", "import pkg.gone\n")
+    assert "pkg/gone.py: unreadable: FileNotFoundError" in key(repo, family).conservative
+
+
+def test_a_name_resolved_with_its_attribute_brings_its_module_in(repo, family) -> None:
+    (repo / "pkg/hooks.py").write_text(
+        'import pkgutil\n\nX = pkgutil.resolve_name("pkg.unrelated:X")\n'
+    )
+    edit(repo, "pkg/deep.py", "import pkg.hooks\n")
+    before = key(repo, family)
+    assert before.conservative == ()
+    edit(repo, "pkg/unrelated.py")
+    assert changed_inputs(before, key(repo, family)) == ["files changed: pkg/unrelated.py"]
 
 
 @pytest.mark.parametrize(("source", "reason"), BLIND)

@@ -193,6 +193,39 @@ def test_each_misconfiguration_fails_its_check_with_the_fix(
     assert code == 1 and failed[1].startswith("     fix: ") and fix in failed[1], out
 
 
+@pytest.mark.parametrize(
+    ("change", "detail"),
+    [
+        (
+            {"administration": "write"},
+            "granted but not needed: administration: write",
+        ),
+        ({"statuses": None}, "needed: statuses: write"),
+        (
+            {"contents": "write", "issues": "read"},
+            "granted but not needed: contents: write, issues: read; "
+            "needed: contents: read, issues: write",
+        ),
+    ],
+    ids=["one too many", "one missing", "two different"],
+)
+def test_the_app_check_names_each_permission_too_many_and_each_missing(
+    gh,
+    adopted,  # noqa: F811
+    capsys,
+    change,
+    detail,
+) -> None:
+    permissions = gh.app["permissions"]
+    for name, level in change.items():
+        if level is None:
+            permissions.pop(name)
+        else:
+            permissions[name] = level
+    code, checks = doctor(capsys, adopted)
+    assert code == 1 and checks["app"]["detail"] == detail, checks["app"]
+
+
 def test_a_protected_branchs_required_check_counts_too(gh, adopted, capsys) -> None:  # noqa: F811
     gh.branch_rules.pop("main")
     gh.protected_contexts["main"] = ["stagebot"]

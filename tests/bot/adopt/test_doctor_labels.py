@@ -15,7 +15,9 @@ from stagebot.bot.adopt.doctor_client import Answer
 from stagebot.bot.config import BotConfig
 
 LABELS = st.frozensets(st.sampled_from(["self-hosted", "linux", "h200", "x64", "gpu"]))
-RUNNER = st.tuples(LABELS, st.sampled_from(["online", "offline"]))
+# GitHub says online or offline; any other status serves no more than offline does
+STATUS = st.sampled_from(["online", "offline"]) | st.text(max_size=8)
+RUNNER = st.tuples(LABELS, STATUS)
 
 
 class Runners:

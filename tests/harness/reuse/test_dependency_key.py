@@ -319,7 +319,48 @@ BLIND = [
         "python -m tool runs repository files it is given",
         id="a python -m child given a Python file",
     ),
+    pytest.param(
+        "import subprocess, sys\n\ndef run():\n"
+        '    subprocess.run([sys.executable, "-c", "def ("])\n',
+        "python -c of code that does not parse",
+        id="a python -c child whose code does not parse",
+    ),
+    pytest.param(
+        "import subprocess, sys\n\ndef run():\n"
+        '    subprocess.run([sys.executable, "-m", "tool", "tests/check.py"])\n',
+        "python -m tool runs repository files it is given",
+        id="a python -m child given a Python file first",
+    ),
+    pytest.param("X = 1\x00\n", "unparsable: ", id="a module holding a NUL byte"),
+    pytest.param(
+        'import subprocess, sys\n\ndef run():\n    subprocess.run([sys.executable, "-c"])\n',
+        "subprocess.run() may run repository code",
+        id="python -c without its code",
+    ),
+    pytest.param(
+        "import importlib, pytest\n\nclass Own(pytest.Module):\n    def _getobj(self):\n"
+        "        return importlib.import_module(a(b(c(d(e(self.path))))))\n",
+        "import_module() of a computed name",
+        id="a name computed from the collected path through five calls",
+    ),
 ]
+
+
+def test_a_module_that_cannot_be_read_makes_the_key_the_whole_repositorys(repo, family) -> None:
+    (repo / "pkg/gone.py").symlink_to(repo / "nowhere.py")  # a dangling link
+    edit(repo, "pkg/deep.py", "import pkg.gone\n")
+    assert "pkg/gone.py: unreadable: FileNotFoundError" in key(repo, family).conservative
+
+
+def test_a_name_resolved_with_its_attribute_brings_its_module_in(repo, family) -> None:
+    (repo / "pkg/hooks.py").write_text(
+        'import pkgutil\n\nX = pkgutil.resolve_name("pkg.unrelated:X")\n'
+    )
+    edit(repo, "pkg/deep.py", "import pkg.hooks\n")
+    before = key(repo, family)
+    assert before.conservative == ()
+    edit(repo, "pkg/unrelated.py")
+    assert changed_inputs(before, key(repo, family)) == ["files changed: pkg/unrelated.py"]
 
 
 @pytest.mark.parametrize(("source", "reason"), BLIND)
@@ -545,6 +586,24 @@ def test_a_blind_call_is_blind_however_it_is_reached(
 def test_an_environment_read_is_followed_however_it_is_reached(tmp_path, imports, call) -> None:
     facts = facts_of(tmp_path, imports, call, "os", "getenv", '"PKG_LEVEL"')
     assert facts.environment == ("PKG_LEVEL",)
+
+
+@pytest.mark.parametrize(
+    ("imports", "mapping"),
+    [
+        pytest.param("import os", "os.environ", id="through its module"),
+        pytest.param("from os import environ", "environ", id="by its bare name"),
+        pytest.param("from os import environ as env", "env", id="by an alias of it"),
+        pytest.param("import os as o", "o.environ", id="as an attribute of an alias"),
+        pytest.param("import sys", 'sys.modules["os"].environ', id="any object's environ"),
+    ],
+)
+@pytest.mark.parametrize("read", ['{}["PKG_LEVEL"]', '{}.get("PKG_LEVEL")', '"PKG_LEVEL" in {}'])
+def test_a_read_of_the_environment_mapping_is_followed_however_it_is_reached(
+    tmp_path, imports, mapping, read
+) -> None:
+    (tmp_path / "m.py").write_text(f"{imports}\n\ndef f():\n    return {read.format(mapping)}\n")
+    assert module_facts(str(tmp_path), "m.py").environment == ("PKG_LEVEL",)
 
 
 @pytest.mark.parametrize(("imports", "call"), REACHED)

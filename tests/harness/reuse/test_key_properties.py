@@ -5,7 +5,11 @@
   change only the whole key (the runner compares them);
 - every pytest configuration file at the root is in every test's key, each kind alone;
 - a relative import (``from .. import x``, ``from .m import y``) names the module in the folder
-  the dots lead to, at any depth, from a module or a package's ``__init__.py``.
+  the dots lead to, at any depth, from a module or a package's ``__init__.py``;
+- an absolute import names, of the files whose dotted path ends with it, the one nearest the
+  root (through a package-dir mapping too), and no deeper namesake; a module of any name, a
+  package or an extension module, is among the files an import of it brings in, and its
+  sibling that no import names is not.
 
 Through the public functions (``dependency_key``, ``import_closure``) on small repositories
 written here; the kinds of configuration file and the part names are listed here on purpose,
@@ -13,6 +17,7 @@ not read from the module under test."""
 
 from __future__ import annotations
 
+import keyword
 from dataclasses import replace
 from pathlib import Path
 
@@ -120,3 +125,52 @@ def test_a_relative_import_names_the_folder_its_dots_lead_to(
     found = import_closure(str(root), f"{here}/{importer}")
     xs = {path for path in found if path.endswith("x.py")}
     assert xs == {target}, (form, level, importer)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    depths=st.sets(st.integers(min_value=0, max_value=3), min_size=1),
+    form=st.sampled_from(["import util", "from util import X", "import proj.util"]),
+)
+def test_an_import_names_the_module_nearest_the_root(tmp_path_factory, depths, form) -> None:
+    """Of the files whose dotted path ends with the imported name, the one nearest the root is
+    the module (``proj.util``: a package-dir mapping, with no ``proj`` folder, names util.py
+    too), and only it: a deeper namesake is another module."""
+    files = {"/".join([*(f"q{i}" for i in range(depth)), "util.py"]): "X = 1\n" for depth in depths}
+    files["tests/test_a.py"] = form + "\n"
+    root = repository(tmp_path_factory.mktemp("repo"), files)
+    found = import_closure(str(root), "tests/test_a.py")
+    nearest = "/".join([*(f"q{i}" for i in range(min(depths))), "util.py"])
+    assert {path for path in found if path.endswith("util.py")} == {nearest}, form
+
+
+NAMES = st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,8}", fullmatch=True).filter(
+    lambda name: name != "__init__" and not keyword.iskeyword(name)
+)
+MODULE_FILES = {
+    "module": "pkg/{}.py",
+    "package": "pkg/{}/__init__.py",
+    "extension": "pkg/{}.cpython-311-x86_64-linux-gnu.so",
+}
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    names=st.lists(NAMES, min_size=2, max_size=2, unique=True),
+    kinds=st.lists(st.sampled_from(sorted(MODULE_FILES)), min_size=2, max_size=2),
+    form=st.sampled_from(["import pkg.{}", "from pkg import {}", "from pkg.{} import X"]),
+)
+def test_an_import_brings_in_the_module_it_names_of_any_name_and_not_its_sibling(
+    tmp_path_factory, names, kinds, form
+) -> None:
+    """Whatever its name (capitals, underscores, digits) and whether it is a module, a package or
+    an extension module, what an import names is among the files the test imports, and a
+    sibling in the same package that no import names is not."""
+    target, sibling = (
+        MODULE_FILES[kind].format(name) for kind, name in zip(kinds, names, strict=True)
+    )
+    files = {"pkg/__init__.py": "", target: "X = 1\n", sibling: "X = 2\n"}
+    files["tests/test_a.py"] = form.format(names[0]) + "\n"
+    root = repository(tmp_path_factory.mktemp("repo"), files)
+    found = import_closure(str(root), "tests/test_a.py")
+    assert target in found and sibling not in found, (form, target, sibling, found)

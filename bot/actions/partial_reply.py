@@ -90,7 +90,8 @@ def publish_partial(api, env, config, report, progress: Progress) -> list[str]:
     if why is not None:
         return [f"partial report of pipeline #{number} not written: {why}"]
     finished = {r.stage: r.state for r in report.results if r.stage in progress.done}
-    marker = replace(existing.marker, stages={**finished, **progress.stages()})
+    stages = {**existing.marker.stages, **finished, **progress.stages()}  # REUSED ones kept
+    marker = replace(existing.marker, stages=stages)
     record = find_ledger_record(existing.comment.body)  # the plan job's ledger stays named
     tail = "\n\n" + with_ledger_digest(
         marker.render(), record.digest if record else None, record.run_id if record else None

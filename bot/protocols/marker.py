@@ -43,9 +43,10 @@ class ReplyMarker:
 
     @property
     def done(self) -> int:
-        """How many of its stages the reply shows finished (not PENDING): a partial report
-        replaces the reply only when it knows more (bot/actions/report_run.py)."""
-        return sum(state != "PENDING" for state in self.stages.values())
+        """How many of its stages the reply shows finished by a stage run (neither PENDING nor
+        REUSED, which the triggered reply already lists): a partial report replaces the reply
+        only when it knows more of its runs finished (bot/actions/report_run.py)."""
+        return sum(state not in ("PENDING", "REUSED") for state in self.stages.values())
 
     def render(self) -> str:
         fields = {k: v for k, v in asdict(self).items() if k != "stage_runs"}

@@ -23,6 +23,16 @@ def test_a_report_that_knows_more_stages_done_replaces_a_running_reply() -> None
     assert refusal(marker("RUNNING", 0, 3), 1) is None  # the triggered reply: all PENDING
 
 
+def test_reused_stages_are_not_stages_a_run_finished() -> None:
+    """The triggered reply lists the reused stages as REUSED: the first stage run to end must
+    still replace it (it knows 1 run finished, the reply shows none)."""
+    reused = ReplyMarker(
+        101, SHA, 7101, "RUNNING", {"R1": "REUSED", "R2": "REUSED", "P": "PENDING"}
+    )
+    assert refusal(reused, 1) is None
+    assert "already shows 1" in refusal(marker("RUNNING", 1, 1), 1)  # the control
+
+
 @pytest.mark.parametrize(
     ("shown", "known", "why"),
     [

@@ -175,6 +175,8 @@ def _follow(arguments: tuple, folder: str, child: PytestChild) -> None:
             previous = None
             continue
         option = argument.split("=", 1)[0]
+        if argument[:2] in _LOADING_OPTIONS:  # a short option with its value attached: -cFILE
+            option = argument[:2]
         if option in _LOADING_OPTIONS:
             child.blind.append(f"pytest {option} changes what it loads")
         elif argument.startswith("-p") and not argument.startswith("--") and argument != "-p":

@@ -166,6 +166,16 @@ CONSERVATIVE = [
         id="another configuration file",
     ),
     pytest.param(
+        '["pytest", "suite/test_inner.py", "-cother.ini"]',
+        "pytest -c changes what it loads",
+        id="another configuration file, its value attached",
+    ),
+    pytest.param(
+        '["pytest", "-oaddopts=-p plug", "suite/test_inner.py"]',
+        "pytest -o changes what it loads",
+        id="an ini override, its value attached",
+    ),
+    pytest.param(
         '["pytest", "--rootdir=elsewhere", "suite/test_inner.py"]',
         "pytest --rootdir changes what it loads",
         id="another root",

@@ -159,11 +159,19 @@ def _number(raw: str) -> float | None:
         return None
 
 
+def fold_environ(line: str) -> str:
+    """``os.environ``'s repr folded to ``environ({…})``: pytest's assertion rewriting prints it
+    whole where a test compares with it, i.e. the stage job's environment in a reply anyone can
+    read (and a signature that differs by runner). The line keeps what it was compared with."""
+    return _ENVIRON.sub("environ({…})", line)
+
+
 def _clip(line: str) -> str:
-    line = " ".join(strip_ansi(line).split())
+    line = " ".join(fold_environ(strip_ansi(line)).split())
     return line if len(line) <= MAX_LINE else line[: MAX_LINE - 1] + "…"
 
 
+_ENVIRON = re.compile(r"environ\(\{.*?\}\)(?=[\s,)\]]|$)")
 NEVER_RAN = "never ran: "  # a collected test the session ended before (the executor's line)
 _NEVER_RAN_DURING = re.compile(r"^never ran: pytest ended during (?P<test>\S+) ")
 

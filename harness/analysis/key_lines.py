@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from stagebot.harness.analysis.evidence import last_e_block, strip_ansi
+from stagebot.harness.analysis.evidence import fold_environ, last_e_block, strip_ansi
 from stagebot.harness.analysis.rules import read_sources
 
 MAX_LINES = 14
@@ -27,9 +27,6 @@ _NOTABLE = re.compile(
 )
 # hypothesis's minimal failing input: "Falsifying example: …" (older) or "Failing test case: …".
 _EXAMPLE = re.compile(r"^(?:Falsifying example|Failing test case): ")
-# pytest's assertion rewriting prints ``os.environ`` whole where a test compares with it: the
-# stage job's environment, in a reply anyone can read. The line keeps the name compared.
-_ENVIRON = re.compile(r"environ\(\{.*\}\)")
 
 
 def key_lines(
@@ -81,5 +78,5 @@ def _last_e_block(lines: list[str], limit: int = 8) -> list[str]:
 
 
 def _clip(line: str) -> str:
-    line = _ENVIRON.sub("environ({…})", strip_ansi(line))
+    line = fold_environ(strip_ansi(line))
     return line if len(line) <= MAX_CHARS else line[: MAX_CHARS - 1] + "…"

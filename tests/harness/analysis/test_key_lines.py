@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 
+from stagebot.harness.analysis.evidence import error_line
 from stagebot.harness.analysis.key_lines import key_lines
 
 
@@ -29,6 +30,14 @@ def test_an_assertion_on_the_environment_names_the_variable_not_the_environment(
     text = "\n".join(lines)
     assert "environ({…})" in text and "'NEEDED'" in text
     assert "do-not-print-me" not in text and "RUNNER_SECRETISH" not in text
+
+
+def test_the_error_line_folds_the_environment_and_keeps_the_other_operand(tmp_path):
+    """The reply's one-line evidence too; only the environment's repr is folded."""
+    log = _pytest_log(tmp_path, 'assert os.environ == {"a": 1}')
+    line = error_line(log)
+    assert "environ({…}) == {'a': 1}" in line and "do-not-print-me" not in line
+    assert any("environ({…}) == {'a': 1}" in k for k in key_lines(line, log))
 
 
 def test_another_mapping_in_an_assertion_is_kept(tmp_path):

@@ -126,6 +126,18 @@ def test_a_dispatch_github_refuses_turns_the_pending_status_into_an_error(gh, jo
     assert status(gh)["description"].startswith("PR_Github #101 could not start its stage run")
 
 
+def test_a_failed_dispatch_turns_the_status_to_error_when_its_cancels_fail_too(gh, jobs) -> None:
+    """The second stage's dispatch fails and GitHub refuses to cancel the first's run: the
+    pipeline still gives up (status error), saying which run to cancel by hand."""
+    gh.after("dispatch", lambda: gh.fail("5xx", route="dispatch", times=10))
+    gh.fail("5xx", route="cancel_run", times=10)
+    _planned_without_dispatch(jobs)
+    log = jobs.bot("dispatch", "--plan-dir", ".stagebot/plan", code=3)
+    (first,) = [d["run_id"] for d in gh.dispatches]
+    assert f"stage run {first} could not be cancelled" in log, log
+    assert status(gh)["state"] == "error"
+
+
 def test_a_matrix_too_long_for_a_dispatch_is_refused(gh, jobs, monkeypatch) -> None:
     from stagebot.bot.cli.workflow import dispatch
 

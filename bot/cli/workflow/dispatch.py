@@ -84,8 +84,7 @@ def dispatch(plan_dir: Path, config_path: Path | None) -> None:
                 lambda title=title: dispatched_run(api, config, title),
             )
         except GitHubError:
-            for run_id in runs.values():
-                api.cancel_run(run_id)
+            _cancel_each(api, runs.values())
             _give_up(api, env, config, pipeline, outputs.get("commit") or "")
             raise
     record = {"stage_runs": runs, "pipeline": pipeline, "plan_run": env.run_id, "pr": pr}
@@ -127,6 +126,18 @@ def _record_stage_runs(api, config, pr: int, pipeline: int, run_ids: list[int]) 
     marker = replace(reply.marker, stage_runs=tuple(run_ids))
     api.edit_comment(reply.comment.id, with_marker(reply.comment.body, marker))
     return _still_running(api, config, pr, pipeline)
+
+
+def _cancel_each(api, run_ids) -> None:
+    """Cancel the runs already dispatched, each on its own: GitHub is likely still failing, and
+    one refused cancel must not keep the others running or the status from turning to error."""
+    from stagebot.bot.github import GitHubError
+
+    for run_id in run_ids:
+        try:
+            api.cancel_run(run_id)
+        except GitHubError as error:
+            click.echo(f"stage run {run_id} could not be cancelled ({error}): cancel it by hand")
 
 
 def _give_up(api, env, config, pipeline: int, commit: str) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 
 from stagebot.harness.results import ResultError, StageResult
@@ -49,8 +50,9 @@ def record_stage_results(
 ) -> list[str]:
     """Record each planned shard's result from ``folder`` (only the stages in ``only``, when
     given); returns the result files ignored. ``unreadable``: stage -> why its result artifact
-    could not be downloaded or read; ``aborted``: stage -> why it was cancelled (a shard left
-    without a result is then ABORTED with that evidence). A shard's
+    could not be downloaded or read; ``aborted``: stage -> why its run was cancelled (a shard
+    left without a result, or whose own file says SUCCESS or ABORTED, is then ABORTED with that
+    evidence). A shard's
     ``keys.json`` (harness/reuse/offers.py) brings its tests' keys and the tests it reused by key,
     each reuse checked against the ledger's trusted lookup for this pipeline (in ``main_book``,
     main's vouched ledger, too)."""
@@ -69,8 +71,9 @@ def record_stage_results(
             record_result(book, number, reused_result(shard), reused=passed)
         elif shard.action == "run":
             where = (default_branch, main_book)
-            why_aborted = (aborted or {}).get(shard.stage) or (CANCELLED if cancelled else None)
-            _record_run(book, number, folder, shard, why_aborted, unreadable, where)
+            run_cancelled = (aborted or {}).get(shard.stage)
+            why_aborted = run_cancelled or (CANCELLED if cancelled else None)
+            _record_run(book, number, folder, shard, why_aborted, unreadable, where, run_cancelled)
     return ignored
 
 
@@ -82,6 +85,7 @@ def _record_run(
     aborted: str | None,
     unreadable: Mapping[str, str],
     where: tuple,
+    run_cancelled: str | None,
 ) -> None:
     result, logs = _taken(folder, shard)
     keyed = (
@@ -89,6 +93,10 @@ def _record_run(
         if result is not None
         else None
     )
+    if result is not None and run_cancelled and result.state in ("SUCCESS", "ABORTED"):
+        # GitHub concluded its run cancelled (fail-fast's or not): whatever the stage job's
+        # own file says, never a pass, and the reason is the cancel's
+        result = replace(result, state="ABORTED", evidence=run_cancelled)
     if result is None and shard.stage in unreadable:
         result = placeholder_result(shard, "ERROR", unreadable[shard.stage])
     if result is None:

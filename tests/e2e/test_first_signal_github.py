@@ -92,6 +92,16 @@ def test_a_new_failure_is_in_the_reply_and_status_before_the_slow_stage_ends_and
     assert list(again["stage_runs"]) == [FIRST, SLOW]
 
 
+def test_a_cancelled_run_whose_artifact_claims_success_is_aborted(gh, toggled) -> None:
+    """The slow stage's job ran to its end before the cancel landed and uploaded a SUCCESS: the
+    run GitHub concluded cancelled is ABORTED with fail-fast's reason, never a pass."""
+    outputs, _ = _first_stage_fails(toggled, "/bot run")
+    toggled.report(toggled.stage(outputs, SLOW, conclusion="cancelled"), 101)
+    final = _reply(gh, 101)["body"]
+    assert marker_of(_reply(gh, 101)).stages == {FIRST: "FAILURE", SLOW: "ABORTED"}
+    assert f"**Cancelled by fail-fast (1):** {SLOW}, because NEW failure in {FIRST}" in final
+
+
 def test_disable_fail_fast_runs_the_slow_stage_to_its_end(gh, toggled) -> None:
     outputs, _ = _first_stage_fails(toggled, "/bot run --disable-fail-fast")
     assert gh.cancel_requested == []

@@ -209,26 +209,28 @@ def _observe(context: _Context, stage_runs: dict, folder: Path, say: Callable[[s
         say(line)
     ledger = folder / "ledger.sqlite"
     shutil.copyfile(context.ledger, ledger)
-    main_book = Ledger.open(context.base, readonly=True) if context.base else None
     links, warning = job_links(context.api, [r.id for r in stage_runs.values()])
     for line in warning:
         say(line)
-    with Ledger.open(ledger) as book:
-        report, base = observe(
-            book,
-            context.pipeline,
-            results,
-            finished=finished,
-            plan_path=context.plan_dir / "plan.json",
-            unreadable=unreadable,
-            aborted=dict.fromkeys(_cancelled(stage_runs), CANCELLED),  # fail-fast's or not
-            default_branch=default_branch(context.env.event_path),
-            main_book=main_book,
-            log_links=links,
-        )
-        record = book.pipeline(report.pipeline, with_results=False)
-    if main_book is not None:
-        main_book.close()
+    main_book = Ledger.open(context.base, readonly=True) if context.base else None
+    try:
+        with Ledger.open(ledger) as book:
+            report, base = observe(
+                book,
+                context.pipeline,
+                results,
+                finished=finished,
+                plan_path=context.plan_dir / "plan.json",
+                unreadable=unreadable,
+                aborted=dict.fromkeys(_cancelled(stage_runs), CANCELLED),  # fail-fast's or not
+                default_branch=default_branch(context.env.event_path),
+                main_book=main_book,
+                log_links=links,
+            )
+            record = book.pipeline(report.pipeline, with_results=False)
+    finally:
+        if main_book is not None:
+            main_book.close()
     condemned = _condemned(report, base, record, finished)
     return report, condemned, results, unreadable
 

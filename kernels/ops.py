@@ -507,8 +507,8 @@ def grouped_gemm_finalize(
     its token (the rows of tokens with none are zero). ``deterministic`` asks for bit-identical
     results run to run (no atomics). The result goes to ``out`` if given (bf16 [num_tokens, n],
     contiguous), else to a new tensor. ``out_zeroed`` says the caller has zeroed all of ``out``
-    (fused_moe does it on a side stream while GEMM1 runs): the sums are then only added into
-    it; without it every element is written here."""
+    (fused_moe's ``zero_output_aside=True`` does it on a side stream while GEMM1 runs): the
+    sums are then only added into it; without it every element is written here."""
     m, n, _ = _check_grouped_operands(
         a, b, a_sf, b_sf, alpha, tile_idx_to_group_idx, num_non_exiting_tiles, tile_size, backend
     )

@@ -41,26 +41,17 @@ def conclude(
     its base (in ``main_book``, main's ledger, when given) and write its reports to ``out``
     (when given): (the pipeline as it was before, its report). ``aborted``: stage -> why its
     stage run was cancelled (fail-fast)."""
-    record = book.pipeline(number, with_results=False)
-    if record is None:
-        record = _start_from_plan(book, number, plan_path)
-    ignored = record_stage_results(
+    record, ignored, base = _taken_in(
         book,
         number,
-        _plan_of(record),
         results,
+        plan_path=plan_path,
         cancelled=cancelled,
         unreadable=unreadable,
         aborted=aborted,
+        only=None,
         default_branch=default_branch,
         main_book=main_book,
-    )
-    base = select_base(
-        book,
-        base_book=main_book,
-        base_commit=record.base_commit,
-        default_branch=default_branch,
-        exclude=number,
     )
     report = finish(
         book,
@@ -92,18 +83,53 @@ def observe(
     """Pipeline ``number`` as it stands while some of its stages still run (a partial report):
     the ``finished`` stages' results recorded into ``book``, the pipeline left RUNNING: (its
     report, the base its failures are compared with)."""
-    record = book.pipeline(number, with_results=False)
-    if record is None:
-        record = _start_from_plan(book, number, plan_path)
-    record_stage_results(
+    _, _, base = _taken_in(
         book,
         number,
-        _plan_of(record),
         results,
+        plan_path=plan_path,
         cancelled=False,
         unreadable=unreadable,
         aborted=aborted,
         only=finished,
+        default_branch=default_branch,
+        main_book=main_book,
+    )
+    report = report_from_record(
+        book.pipeline(number), base=base, cancelled=False, log_links=dict(log_links)
+    )
+    report.state = "RUNNING"
+    return report, base
+
+
+def _taken_in(
+    book: Ledger,
+    number: int,
+    results: Path,
+    *,
+    plan_path: Path | None,
+    cancelled: bool,
+    unreadable: Mapping[str, str],
+    aborted: Mapping[str, str] | None,
+    only: set[str] | None,
+    default_branch: str,
+    main_book: Ledger | None,
+) -> tuple[PipelineRecord, list[str], Base]:
+    """The stage results taken into pipeline ``number`` (started from plan.json when the ledger
+    lacks it), then its base chosen: (the pipeline as it was before, the result files ignored,
+    the base)."""
+    record = book.pipeline(number, with_results=False)
+    if record is None:
+        record = _start_from_plan(book, number, plan_path)
+    ignored = record_stage_results(
+        book,
+        number,
+        _plan_of(record),
+        results,
+        cancelled=cancelled,
+        unreadable=unreadable,
+        aborted=aborted,
+        only=only,
         default_branch=default_branch,
         main_book=main_book,
     )
@@ -114,11 +140,7 @@ def observe(
         default_branch=default_branch,
         exclude=number,
     )
-    report = report_from_record(
-        book.pipeline(number), base=base, cancelled=False, log_links=dict(log_links)
-    )
-    report.state = "RUNNING"
-    return report, base
+    return record, ignored, base
 
 
 def _start_from_plan(book: Ledger, number: int, plan_path: Path | None) -> PipelineRecord:

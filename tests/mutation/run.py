@@ -10,8 +10,9 @@ modules.toml (beside this file) maps each module to the fast tests that pin it, 
 with ``-x`` (the first failure kills the mutant); ``gate = true`` marks the security- and
 soundness-critical modules CI runs. The gate runs each gated module whose fingerprint (its
 source, its tests' sources and arguments, the pytest command, cosmic-ray's version, its entries
-in equivalent.toml) differs from the one clean.json recorded at its last clean run, two modules
-at a time, each in its own copy of the tree; it fails when a mutant survives that
+in equivalent.toml) differs from the one clean.json recorded at its last clean run, one module
+after another, each module's mutants spread over ``--workers`` copies of the tree (a cosmic-ray
+HTTP worker in each, fed by cosmic-ray's http distributor); it fails when a mutant survives that
 equivalent.toml does not list with its reason (docs/mutation.md: how to read a survivor). A
 mutant the tests stop by the per-mutant timeout counts as killed (a hang is noticed), and is
 counted apart.
@@ -30,14 +31,15 @@ from __future__ import annotations
 
 import argparse
 import ast
-import concurrent.futures
+import contextlib
 import hashlib
+import itertools
 import json
 import os
-import queue
 import resource
 import shlex
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -54,6 +56,7 @@ PYTEST = [
     *("-p", "mutation_profile", "--hypothesis-profile=mutation"),  # mutation_profile.py
     "--hypothesis-seed=0",  # the same examples every run: a kill is never luck
 ]
+BASETEMP = "STAGEBOT_MUTATION_BASETEMP"  # a worker's pytest --basetemp (mutation_profile.py)
 
 
 @dataclass(frozen=True)
@@ -150,8 +153,8 @@ def _sources(target: Target) -> list[str]:
 
 
 def copy_tree(work: Path) -> Path:
-    """The tracked (and untracked, not ignored) files into work/tree and work/pristine (to undo
-    a mutation that a cut run left behind), with the import shim work/shim."""
+    """The tracked (and untracked, not ignored) files into work/tree, with the import shim
+    work/shim."""
     tree = work / "tree"
     if tree.exists():
         shutil.rmtree(tree)
@@ -203,55 +206,56 @@ def cosmic(*args: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedPr
 
 
 def run_target(
-    target: Target, print_: str, work: Path, timeout_s: float, explained: list[dict]
+    target: Target, print_: str, trees: list[Path], urls: list[str], timeout_s: float, explained
 ) -> Outcome:
-    """Mutate ``target`` in ``work``'s tree copy (made by the caller), resuming a session of the
-    same fingerprint without explanations ``print_`` (taken before the tree was copied), and
-    sort its mutants."""
+    """Mutate ``target`` through the HTTP workers ``urls`` (one per tree copy of ``trees``),
+    resuming a session of the same fingerprint without explanations ``print_`` (taken before
+    the trees were copied), and sort its mutants."""
     from cosmic_ray.work_db import WorkDB, use_db
     from cosmic_ray.work_item import WorkerOutcome
 
     started = time.monotonic()
-    tree = work / "tree"
-    path = os.pathsep.join([str(work / "shim"), str(tree / "tests" / "mutation")])
-    env = {**os.environ, "PYTHONPATH": path, "PYTHONDONTWRITEBYTECODE": "1"}
-    command = [*PYTEST, f"--basetemp={scratch(work)}", *target.tests]
-    tests = shlex.join(command)
+    tree = trees[0] / "tree"
+    command = [*PYTEST, *target.tests]
     # the tests must pass unmutated, or every mutant would count as killed
-    baseline = subprocess.run(command, cwd=tree, env=env, capture_output=True)
+    baseline = subprocess.run(command, cwd=tree, env=worker_env(trees[0]), capture_output=True)
     if baseline.returncode != 0:
         tail = baseline.stdout.decode(errors="replace")[-2000:]
         return Outcome(target, error=f"its tests fail unmutated:\n{tail}")
-    sessions = work.parent / "sessions"
+    sessions = trees[0].parent / "sessions"
     sessions.mkdir(parents=True, exist_ok=True)
     session = sessions / f"{target.slug}.sqlite"
     stamp = session.with_suffix(".fingerprint")
-    config = sessions / f"{target.slug}.toml"  # this worker's: its tree and scratch folder
+    config = sessions / f"{target.slug}.toml"  # this run's: its workers' addresses
     config.write_text(
         "[cosmic-ray]\n"
         f"module-path = {json.dumps(target.name)}\n"
         f"timeout = {timeout_s}\n"
         "excluded-modules = []\n"
-        f"test-command = {json.dumps(tests)}\n"
-        '\n[cosmic-ray.distributor]\nname = "local"\n'
+        f"test-command = {json.dumps(shlex.join(command))}\n"
+        '\n[cosmic-ray.distributor]\nname = "http"\n'
+        f"\n[cosmic-ray.distributor.http]\nworker-urls = {json.dumps(urls)}\n"
     )
+    env = worker_env(trees[0])
     if not (session.exists() and stamp.exists() and stamp.read_text() == print_):
         session.unlink(missing_ok=True)
         cosmic("init", str(config), str(session), cwd=tree, env=env).check_returncode()
         _skip_annotations(session, tree)
         stamp.write_text(print_)
     done = cosmic("exec", str(config), str(session), cwd=tree, env=env)
-    for module in _sources(target):  # a cut run may leave a mutation behind
-        shutil.copy2(ROOT / module, tree / module)
+    for copy, module in itertools.product(trees, _sources(target)):
+        shutil.copy2(ROOT / module, copy / "tree" / module)  # a cut run may leave a mutation
     if done.returncode != 0:
         return Outcome(target, error=f"cosmic-ray exec failed:\n{done.stderr[-2000:]}")
     outcome = Outcome(target)
     known = {(e["module"], e["operator"], e["column"], e["line"]) for e in explained}
-    unexplained = []
+    unexplained, broken = [], []
     with use_db(str(session), WorkDB.Mode.open) as db:
         for item, result in db.completed_work_items:
             if result.worker_outcome == WorkerOutcome.SKIPPED:
                 outcome.skipped += 1
+            elif result.worker_outcome in (WorkerOutcome.EXCEPTION, WorkerOutcome.ABNORMAL):
+                broken.append(result.output or "")  # not a kill: its tests never ran
             elif result.is_killed:
                 outcome.killed += 1
                 outcome.timeout += result.output == "timeout"
@@ -262,11 +266,86 @@ def run_target(
                 else:
                     unexplained.append(mutant)
         pending = db.num_work_items - db.num_results
-    if pending:
+    if broken:
+        outcome.error = f"{len(broken)} mutants' workers failed; the first:\n{broken[0][-2000:]}"
+    elif pending:
         outcome.error = f"{pending} mutants did not run"
     outcome.unexplained = tuple(unexplained)
     outcome.seconds = time.monotonic() - started
     return outcome
+
+
+def worker_env(work: Path) -> dict[str, str]:
+    """The environment of the tests in ``work``'s tree copy: stagebot imported from that copy,
+    its temporary folders apart from every other worker's (mutation_profile.py)."""
+    path = [str(work / "shim"), str(work / "tree" / "tests" / "mutation")]
+    path += filter(None, [os.environ.get("PYTHONPATH")])
+    return {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(path),
+        "PYTHONDONTWRITEBYTECODE": "1",
+        BASETEMP: str(scratch(work)),
+    }
+
+
+@contextlib.contextmanager
+def http_workers(trees: list[Path]):
+    """A cosmic-ray HTTP worker in each of ``trees``' copies, for as long as the block runs;
+    yields their URLs. cosmic-ray's http distributor hands each a mutant as it frees up, so a
+    module's mutants spread over every worker."""
+    workers, urls = [], []
+    try:
+        for work in trees:
+            with socket.socket() as probe:  # a free port, taken again by the worker below
+                probe.bind(("127.0.0.1", 0))
+                port = probe.getsockname()[1]
+            log = work / "worker.log"
+            with log.open("wb") as out:
+                command = [
+                    sys.executable,
+                    "-m",
+                    "cosmic_ray.cli",
+                    "http-worker",
+                    "--port",
+                    str(port),
+                ]
+                workers.append(
+                    (
+                        subprocess.Popen(
+                            command,
+                            cwd=work / "tree",
+                            env=worker_env(work),
+                            stdout=out,
+                            stderr=subprocess.STDOUT,
+                        ),
+                        port,
+                        log,
+                    )
+                )
+            urls.append(f"http://127.0.0.1:{port}")
+        for worker in workers:
+            _wait_listening(*worker)
+        yield urls
+    finally:
+        for process, _, _ in workers:
+            process.terminate()
+        for process, _, _ in workers:
+            process.wait()
+
+
+def _wait_listening(process: subprocess.Popen, port: int, log: Path, limit_s: float = 60) -> None:
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise SystemExit(
+                f"a cosmic-ray worker exited ({process.returncode}): {log.read_text()}"
+            )
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.2)
+    raise SystemExit(f"a cosmic-ray worker did not listen on port {port} in {limit_s:.0f} s: {log}")
 
 
 def scratch(work: Path) -> Path:
@@ -359,24 +438,19 @@ def main() -> int:
 
 
 def run_all(todo: list[Target], prints, work: Path, workers: int, timeout_s: float, explained):
-    """``todo`` on ``workers`` copies of the tree, the largest modules first."""
-    todo = sorted(todo, key=lambda t: -sum(len((ROOT / m).read_bytes()) for m in _sources(t)))
-    folders: queue.Queue[Path] = queue.Queue()
-    for index in range(max(1, min(workers, len(todo)))):
-        copy_tree(work / f"worker-{index}")
-        folders.put(work / f"worker-{index}")
-
-    def one(target: Target) -> Outcome:
-        folder = folders.get()
-        try:
-            return run_target(target, prints[target.name], folder, timeout_s, explained)
-        finally:
-            folders.put(folder)
-
-    with concurrent.futures.ThreadPoolExecutor(folders.qsize()) as pool:
-        outcomes = list(pool.map(one, todo))
-    while not folders.empty():
-        shutil.rmtree(scratch(folders.get()), ignore_errors=True)
+    """``todo`` one module after another, each spread over ``workers`` copies of the tree."""
+    trees = [work / f"worker-{index}" for index in range(max(1, workers))]
+    for folder in trees:
+        copy_tree(folder)
+    try:
+        with http_workers(trees) as urls:
+            outcomes = [
+                run_target(target, prints[target.name], trees, urls, timeout_s, explained)
+                for target in todo
+            ]
+    finally:
+        for folder in trees:
+            shutil.rmtree(scratch(folder), ignore_errors=True)
     return sorted(outcomes, key=lambda o: o.target.name)
 
 

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import subprocess
 import sys
 import tomllib
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from workflow_installs import ROOT
@@ -102,3 +104,78 @@ def test_a_fingerprint_moves_with_the_module_its_tests_and_its_explanations(
     assert second != first
     (tmp_path / "m.py").write_text("X = 2\n")
     assert gate.fingerprint(target, []) != second
+
+
+def _tiny_repository(root: Path) -> None:
+    """A git repository with one module, ``m.py``, and a test that checks only one of its two
+    functions: every mutant of ``negated`` survives, ``truth``'s is killed."""
+    (root / "tests" / "mutation").mkdir(parents=True)
+    (root / "m.py").write_text(
+        "def truth():\n    return True\n\n\ndef negated(x):\n    return -x\n"
+    )
+    (root / "tests" / "test_m.py").write_text(
+        "import os\n\nfrom m import negated, truth\n\n\n"
+        "def test_truth():\n    assert truth() is True\n\n\n"
+        "def test_negated_runs():  # and says which worker's tree ran it\n"
+        "    negated(1)\n"
+        "    with open(os.environ['SEEN'], 'a') as seen:\n        print(os.getcwd(), file=seen)\n"
+    )
+    (root / "pytest.ini").write_text("[pytest]\npythonpath = .\n")  # m from the tree copy
+    profile = MUTATION / "mutation_profile.py"
+    (root / "tests" / "mutation" / profile.name).write_bytes(profile.read_bytes())
+    subprocess.run(["git", "init", "-q"], cwd=root, check=True)
+
+
+@pytest.mark.slow
+def test_a_module_is_spread_over_the_workers_and_its_survivors_fail_the_gate(
+    gate, tmp_path, monkeypatch
+) -> None:
+    """The gate end to end on a tiny repository, two HTTP workers: each worker tests mutants;
+    a weakly tested function's mutants survive and fail the gate (the negative control), the
+    tested one's are killed, and the working tree is left unmutated."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    _tiny_repository(repo)
+    monkeypatch.setattr(gate, "ROOT", repo)
+    monkeypatch.delenv("PYTEST_ADDOPTS")  # the suite's, without hypothesis's plugin (conftest)
+    monkeypatch.setenv("SEEN", str(tmp_path / "seen"))
+    target = gate.Target("m.py", ("tests/test_m.py",), True)
+    [outcome] = gate.run_all([target], {"m.py": "p"}, tmp_path / "work", 2, 60.0, [])
+    assert outcome.error is None
+    assert outcome.killed >= 1 and outcome.unexplained
+    assert {m.text for m in outcome.unexplained} == {"return -x"}
+    assert gate.report(outcome) is True
+    trees = {str(tmp_path / "work" / worker / "tree") for worker in ("worker-0", "worker-1")}
+    assert set((tmp_path / "seen").read_text().split()) == trees
+    assert "return -x" in (tmp_path / "work" / "worker-1" / "tree" / "m.py").read_text()
+
+
+def test_a_mutant_whose_worker_failed_is_an_error_never_a_kill(gate, tmp_path) -> None:
+    """cosmic-ray counts any result that is not "survived" as killed, a crashed worker's too;
+    the gate must not: those tests never ran."""
+    from cosmic_ray.work_db import WorkDB, use_db
+    from cosmic_ray.work_item import (
+        MutationSpec,
+        TestOutcome,
+        WorkerOutcome,
+        WorkItem,
+        WorkResult,
+    )
+
+    (tmp_path / "m.py").write_text("X = 1 + 2\n")
+    session = tmp_path / "session.sqlite"
+    results = {
+        "killed": WorkResult(WorkerOutcome.NORMAL, "", TestOutcome.KILLED),
+        "crashed": WorkResult(WorkerOutcome.ABNORMAL, "connection refused"),
+    }
+    with use_db(str(session), WorkDB.Mode.create) as db:
+        for index, (job, result) in enumerate(results.items()):
+            spec = MutationSpec("m.py", "core/NumberReplacer", index, (1, 4), (1, 5))
+            db.add_work_item(WorkItem.single(job, spec))
+            db.set_result(job, result)
+    target = gate.Target("m.py", ("tests/test_m.py",), True)
+    outcome = gate.sort_mutants(target, session, tmp_path, [])
+    assert outcome.killed == 1
+    assert outcome.error and "1 mutants' workers failed" in outcome.error
+    assert "connection refused" in outcome.error
+    assert gate.report(outcome) is True

@@ -211,16 +211,13 @@ def run_target(
     """Mutate ``target`` through the HTTP workers ``urls`` (one per tree copy of ``trees``),
     resuming a session of the same fingerprint without explanations ``print_`` (taken before
     the trees were copied), and sort its mutants."""
-    from cosmic_ray.work_db import WorkDB, use_db
-    from cosmic_ray.work_item import WorkerOutcome
-
     started = time.monotonic()
     tree = trees[0] / "tree"
-    command = [*PYTEST, *target.tests]
+    command, env = [*PYTEST, *target.tests], worker_env(trees[0])
     # the tests must pass unmutated, or every mutant would count as killed
-    baseline = subprocess.run(command, cwd=tree, env=worker_env(trees[0]), capture_output=True)
+    baseline = subprocess.run(command, cwd=tree, env=env, capture_output=True, text=True)
     if baseline.returncode != 0:
-        tail = baseline.stdout.decode(errors="replace")[-2000:]
+        tail = (baseline.stdout + baseline.stderr)[-2000:]
         return Outcome(target, error=f"its tests fail unmutated:\n{tail}")
     sessions = trees[0].parent / "sessions"
     sessions.mkdir(parents=True, exist_ok=True)
@@ -236,7 +233,6 @@ def run_target(
         '\n[cosmic-ray.distributor]\nname = "http"\n'
         f"\n[cosmic-ray.distributor.http]\nworker-urls = {json.dumps(urls)}\n"
     )
-    env = worker_env(trees[0])
     if not (session.exists() and stamp.exists() and stamp.read_text() == print_):
         session.unlink(missing_ok=True)
         cosmic("init", str(config), str(session), cwd=tree, env=env).check_returncode()
@@ -247,6 +243,18 @@ def run_target(
         shutil.copy2(ROOT / module, copy / "tree" / module)  # a cut run may leave a mutation
     if done.returncode != 0:
         return Outcome(target, error=f"cosmic-ray exec failed:\n{done.stderr[-2000:]}")
+    outcome = sort_mutants(target, session, tree, explained)
+    outcome.seconds = time.monotonic() - started
+    return outcome
+
+
+def sort_mutants(target: Target, session: Path, tree: Path, explained: list[dict]) -> Outcome:
+    """Count ``session``'s mutants of ``target``: killed, explained, skipped, survivors; a mutant
+    whose worker failed (its tests never ran) or that never ran makes the module's run an error,
+    never a kill."""
+    from cosmic_ray.work_db import WorkDB, use_db
+    from cosmic_ray.work_item import WorkerOutcome
+
     outcome = Outcome(target)
     known = {(e["module"], e["operator"], e["column"], e["line"]) for e in explained}
     unexplained, broken = [], []
@@ -255,7 +263,7 @@ def run_target(
             if result.worker_outcome == WorkerOutcome.SKIPPED:
                 outcome.skipped += 1
             elif result.worker_outcome in (WorkerOutcome.EXCEPTION, WorkerOutcome.ABNORMAL):
-                broken.append(result.output or "")  # not a kill: its tests never ran
+                broken.append(result.output or "")
             elif result.is_killed:
                 outcome.killed += 1
                 outcome.timeout += result.output == "timeout"
@@ -271,7 +279,6 @@ def run_target(
     elif pending:
         outcome.error = f"{pending} mutants did not run"
     outcome.unexplained = tuple(unexplained)
-    outcome.seconds = time.monotonic() - started
     return outcome
 
 

@@ -300,44 +300,31 @@ def http_workers(trees: list[Path]):
     """A cosmic-ray HTTP worker in each of ``trees``' copies, for as long as the block runs;
     yields their URLs. cosmic-ray's http distributor hands each a mutant as it frees up, so a
     module's mutants spread over every worker."""
-    workers, urls = [], []
+    workers = []
     try:
         for work in trees:
-            with socket.socket() as probe:  # a free port, taken again by the worker below
-                probe.bind(("127.0.0.1", 0))
-                port = probe.getsockname()[1]
-            log = work / "worker.log"
-            with log.open("wb") as out:
-                command = [
-                    sys.executable,
-                    "-m",
-                    "cosmic_ray.cli",
-                    "http-worker",
-                    "--port",
-                    str(port),
-                ]
-                workers.append(
-                    (
-                        subprocess.Popen(
-                            command,
-                            cwd=work / "tree",
-                            env=worker_env(work),
-                            stdout=out,
-                            stderr=subprocess.STDOUT,
-                        ),
-                        port,
-                        log,
-                    )
-                )
-            urls.append(f"http://127.0.0.1:{port}")
+            workers.append(_start_worker(work))
         for worker in workers:
             _wait_listening(*worker)
-        yield urls
+        yield [f"http://127.0.0.1:{port}" for _, port, _ in workers]
     finally:
         for process, _, _ in workers:
             process.terminate()
         for process, _, _ in workers:
             process.wait()
+
+
+def _start_worker(work: Path) -> tuple[subprocess.Popen, int, Path]:
+    with socket.socket() as probe:  # a free port, for the worker to take
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    log = work / "worker.log"
+    command = [sys.executable, "-m", "cosmic_ray.cli", "http-worker", "--port", str(port)]
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            command, cwd=work / "tree", env=worker_env(work), stdout=out, stderr=subprocess.STDOUT
+        )
+    return process, port, log
 
 
 def _wait_listening(process: subprocess.Popen, port: int, log: Path, limit_s: float = 60) -> None:

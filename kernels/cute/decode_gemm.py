@@ -105,7 +105,7 @@ class WeightRowsGemm(GroupedGemmCall):
 
     @staticmethod
     def shared_checks(
-        tactic: Tactic, n: int, epilogue: str, smem: int, epilogue_tokens=(0,)
+        tactic: Tactic, n: int, epilogue: str, smem: int, epilogue_tokens: tuple[int, ...] = (0,)
     ) -> tuple:
         """The (ok, why) checks every weight-rows kernel makes, for first_failure;
         ``epilogue_tokens``: the kernel's choices of that knob."""

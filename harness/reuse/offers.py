@@ -24,6 +24,7 @@ import json
 import os
 import shutil
 import subprocess
+import threading
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
@@ -180,6 +181,8 @@ class KeyCheck:
     notes: list[str] = field(default_factory=list)
     audited: Passed = field(default_factory=dict)  # would be reused; run anyway (the audit)
     audit: tuple[float, int] | None = None  # the audit's (rate, seed), from the entry
+    # reads the static inputs of the shard's test files while its tests run (read_ahead)
+    _reader: threading.Thread | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def before(cls, entry: MatrixEntry, root: Path) -> KeyCheck | None:
@@ -218,7 +221,34 @@ class KeyCheck:
         ]
         return check
 
+    def read_ahead(self, entry: MatrixEntry) -> None:
+        """Reads the static inputs of the shard's test files (``Repository.inputs``: their
+        import closures, each module parsed once) on a thread, while its tests run: after the
+        run, its keys then only add what the run observed. The static reading is most of the
+        keys' time (a DGX_H200-PyTorch shard's 377 tests: 70 modules parsed), and it reads only
+        the checkout, which the run leaves as it found it; the Repository it fills is the one
+        ``before`` made (its file list, then). The test files are those of the shard's share
+        (``entry.tests``), else those under its suites' paths that pytest collects by default.
+        Nothing else reads ``repo`` until the thread is joined (``key``); a failure on it is
+        left for ``key`` to meet again, on the caller's thread."""
+        if self._reader is not None:
+            return
+        files = _test_files(entry, self.repo.files)
+        plugins = self.family.plugins
+
+        def read() -> None:
+            for test_file in files:
+                try:  # an empty observation: the static reading only, never the whole checkout
+                    self.repo.inputs(test_file, plugins, Observation())
+                except Exception:  # noqa: BLE001, S112 - key() reads it again and reports it
+                    continue
+
+        self._reader = threading.Thread(target=read, name="stagebot-key-inputs", daemon=True)
+        self._reader.start()
+
     def key(self, test_id: str, observed: Observation | None = None) -> DependencyKey:
+        if self._reader is not None:
+            self._reader.join()
         return dependency_key(self.repo, test_id, self.family, self.environment, (), observed)
 
     def deselected(self, entry: MatrixEntry) -> MatrixEntry:
@@ -260,6 +290,22 @@ class KeyCheck:
         temporary = out / f".{KEYS_FILE}.partial"
         temporary.write_text(json.dumps(data), encoding="utf-8")
         os.replace(temporary, out / KEYS_FILE)
+
+
+def _test_files(entry: MatrixEntry, files: Sequence[str]) -> list[str]:
+    """The repository test files a shard's keys will be asked for: those of its test ids, or,
+    for a shard that runs its suites whole, the files under the suites' paths that pytest's
+    default ``python_files`` (``test_*.py``, ``*_test.py``) collects."""
+    if entry.tests:
+        return sorted({test_id.split("::")[0] for test_id in entry.tests})
+    paths = [s["path"].rstrip("/") for s in entry.suites if not s.get("builtin")]
+    return [
+        path
+        for path in files
+        if any(path == p or path.startswith(f"{p}/") for p in paths)
+        and (path.rsplit("/", 1)[-1].startswith("test_") or path.endswith("_test.py"))
+        and path.endswith(".py")
+    ]
 
 
 @dataclass(frozen=True)

@@ -142,6 +142,8 @@ def run_shard(entry: MatrixEntry, context: ShardContext) -> StageResult:
         tests, state, evidence = _run_command(entry, context, env, deadline, timeout_s)
     else:
         run = keys.deselected(entry) if keys is not None else entry
+        if keys is not None:
+            keys.read_ahead(run)
         tests, state, evidence = _run_tests(run, context, env, deadline, timeout_s)
         if state == "NOT_RUN" and keys is not None and keys.reused:
             # nothing left to execute (or only skips): the shard's tests passed, by key

@@ -474,9 +474,13 @@ def short_error(error: Exception) -> str:
 
 
 def measure_impl(p: Problem, make, want, errors: list[str], label: str) -> dict:
+    """Checks (against ``want``, if given) and times one implementation; its cute launches'
+    tactics ("tactics": kernel -> the tactic the autotuner picked) when it made any."""
+    from stagebot.kernels.cute import autotune
     from stagebot.kernels.cute.timing import time_us
 
     result: dict[str, Any] = {}
+    before = autotune.launched.copy()
     try:
         fn = make(p)
         if want is not None:
@@ -491,6 +495,8 @@ def measure_impl(p: Problem, make, want, errors: list[str], label: str) -> dict:
         traceback.print_exc()
         result["error"] = short_error(error)
         errors.append(f"{label}: {result['error']}")
+    if launched := autotune.launched - before:
+        result["tactics"] = {kernel: tactic for kernel, tactic in sorted(launched)}
     print(json.dumps({label: result}), flush=True)
     return result
 
@@ -645,17 +651,31 @@ def any_failed(rows: list[dict]) -> bool:
     return any(not i["check"]["ok"] for r in rows for i in r["impls"].values() if "check" in i)
 
 
+def tactic_cell(impls: dict[str, dict], primary: str) -> str:
+    """The tactic ours (fused) ran with, and the zeroed-aside kernel's where it differs (each
+    key is tuned apart); "-" for a run saved before the tactics were recorded."""
+    tactics = [
+        t
+        for name in (primary, ZEROED_ASIDE)
+        for t in impls.get(name, {}).get("tactics", {}).values()
+    ]
+    if not tactics:
+        return "-"
+    aside = [t for t in tactics[1:] if t != tactics[0]]
+    return tactics[0] + "".join(f" (zeroed aside: {t})" for t in aside)
+
+
 def summary_lines(results: dict) -> list[str]:
     """One markdown row per shape: ours (fused), unfused with its GEMM step, the deterministic
     finalize, the peers (the GEMM alone, then with the op the fused kernel replaces), peer / ours
     ratios, unfused / fused, the finalize kernel alone into an output zeroed aside (as
     fused_moe runs it; the zeroing beside GEMM1 is in the layer benchmark's time, not here)
-    with the bf16 peer over it, and the reference checks."""
+    with the bf16 peer over it, the reference checks and the tactic ours ran with."""
     lines = [
         "| shape | ours fused | unfused (GEMM step) | det | bf16 peer | fp8 peer | x bf16 "
         "| x fp8 | bf16 + op | fp8 + op | x bf16 + op | x fp8 + op | fused/unfused "
-        "| fused, out zeroed aside (kernel only) | x bf16 (zeroed aside) | check |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| fused, out zeroed aside (kernel only) | x bf16 (zeroed aside) | check | tactic |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|",
     ]
     for s in results["shapes"]:
         impls = s["impls"]
@@ -674,7 +694,8 @@ def summary_lines(results: dict) -> list[str]:
             f"| {s['name']} | {ours_cell} | {unfused_cell} | {cell(us.get('ours fused det'))} "
             f"| {cell(bf16)} | {cell(fp8)} | {ratio(bf16, ours)} | {ratio(fp8, ours)} "
             f"| {cell(bf16_op)} | {cell(fp8_op)} | {ratio(bf16_op, ours)} | {ratio(fp8_op, ours)} "
-            f"| {ratio(unfused, ours)} | {cell(aside)} | {ratio(bf16, aside)} | {verdict(impls)} |"
+            f"| {ratio(unfused, ours)} | {cell(aside)} | {ratio(bf16, aside)} | {verdict(impls)} "
+            f"| {tactic_cell(impls, PRIMARY[s['kind']])} |"
         )
     return lines
 

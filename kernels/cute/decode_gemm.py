@@ -92,30 +92,16 @@ class WeightRowsGemm(GroupedGemmCall):
         self.epilogue = epilogue
         self.uses_limit = mn_limit or epilogue == "finalize"
         self.tokens = tactic.tile_mn[0]
-        self.stage_tokens = self.stage_tokens_of(tactic)
+        self.stage_tokens = min(self.tokens, MAX_STAGE_TOKENS)
         self.stages = tactic.stages
         self.num_consumers = CONSUMER_WARPS * 32
         self.threads_per_cta = self.num_consumers + 32
 
     @staticmethod
-    def stage_tokens_of(tactic: Tactic) -> int:
-        """Tokens the epilogue stages per turn: the tactic's epilogue_tokens, else all of the
-        work item's, at most MAX_STAGE_TOKENS."""
-        return tactic.epilogue_tokens or min(tactic.tile_mn[0], MAX_STAGE_TOKENS)
-
-    @staticmethod
-    def shared_checks(
-        tactic: Tactic, n: int, epilogue: str, smem: int, epilogue_tokens: tuple[int, ...] = (0,)
-    ) -> tuple:
-        """The (ok, why) checks every weight-rows kernel makes, for first_failure;
-        ``epilogue_tokens``: the kernel's choices of that knob."""
+    def shared_checks(tactic: Tactic, n: int, epilogue: str, smem: int) -> tuple:
+        """The (ok, why) checks every weight-rows kernel makes, for first_failure."""
         return (
             (epilogue in EPILOGUES, f"epilogue {epilogue!r} is not one of {EPILOGUES}"),
-            (
-                tactic.epilogue_tokens in epilogue_tokens,
-                f"epilogue_tokens is {tactic.epilogue_tokens}; this kernel takes "
-                f"{' | '.join(map(str, epilogue_tokens))}",
-            ),
             (tuple(tactic.cluster_mn) == (1, 1), "only cluster 1x1 is implemented"),
             (tactic.stages >= 2, f"stages is {tactic.stages}; the pipeline needs at least 2"),
             (
@@ -125,9 +111,9 @@ class WeightRowsGemm(GroupedGemmCall):
             (n % WEIGHT_ROWS == 0, f"n={n} must be a multiple of {WEIGHT_ROWS}"),
         )
 
-    @classmethod
-    def epilogue_stage_bytes(cls, tactic: Tactic) -> int:
-        return cls.stage_tokens_of(tactic) * STAGE_PITCH * 4
+    @staticmethod
+    def epilogue_stage_bytes(tokens: int) -> int:
+        return min(tokens, MAX_STAGE_TOKENS) * STAGE_PITCH * 4
 
     def _epilogue_stage_field(self):
         """The SharedStorage field of the fp32 epilogue stage [stage tokens, 128 weight rows]."""
@@ -308,7 +294,7 @@ class Nvfp4DecodeGemmSm90(WeightRowsGemm):
         tokens = tactic.tile_mn[0]
         stage = (WEIGHT_ROWS + tokens) * KS // 2 + 2 * SF_STEP_WORDS * 4
         b_fragments = 2 * (tokens // 8) * STEPS * 32 * 8
-        epilogue_stage = Nvfp4DecodeGemmSm90.epilogue_stage_bytes(tactic)
+        epilogue_stage = Nvfp4DecodeGemmSm90.epilogue_stage_bytes(tokens)
         return tactic.stages * stage + b_fragments + epilogue_stage + 1024
 
     @classmethod

@@ -398,9 +398,7 @@ def main(argv: list[str] | None = None) -> int:
     rs_tactics = [t for t in TACTICS if t.swap_ab and t.fp16_operand]
     builds = [(TACTICS[0], v) for v in ("", "no_dequant", "no_mma", "a_only", "b_only")]
     builds += [(b16, v) for v in ("", "no_dequant", "no_mma")]
-    # (Not the epilogue-stage variants: their K loop is their tactic's twin's, and bench_moe's
-    # autotuner times them against it on every shape; each build here is a compile more.)
-    builds += [(rs, v) for rs in rs_tactics if not rs.epilogue_tokens for v in ("", "no_dequant")]
+    builds += [(rs, v) for rs in rs_tactics for v in ("", "no_dequant")]
 
     builds += [(decode, v) for v in ("", "no_mma", "no_tokens")]
     if not (opts.quick or opts.only):

@@ -353,10 +353,6 @@ class Nvfp4GroupedGemmSm90(GroupedGemmCall):
                 tactic.ctas_per_sm == 1,
                 f"ctas_per_sm is {tactic.ctas_per_sm}; the WGMMA kernel runs one CTA per SM (1)",
             ),
-            (
-                tactic.epilogue_tokens == 0,
-                "epilogue_tokens is a weight-rows kernel's knob (the RS kernel's)",
-            ),
             (tactic.stages >= 2, f"stages is {tactic.stages}; the pipeline needs at least 2"),
             (
                 cls.is_valid_smem(tactic),

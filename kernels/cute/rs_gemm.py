@@ -23,8 +23,7 @@ Pipeline (persistent, one CTA per SM, warp-specialised):
 weight value feeds twice the MACs. Over table tiles of 128 an item is a pair of tiles: one span
 of 256 tokens when both are one expert's (the first full), else each tile alone (the other
 half of the tokens computed and never stored). The tokens arrive as two TMA boxes of 128 per
-stage; the accumulators leave through the 128-token epilogue stage in two turns (four of 64
-tokens with the tactic's epilogue_tokens 64, which leaves room for a fifth ring stage). 128
+stage; the accumulators leave through the 128-token epilogue stage in two turns. 128
 accumulators and two fragment sets need ~190 registers a thread, more than a 288-thread CTA
 gets, so the producer warp has a warpgroup of its own that hands its registers over.
 
@@ -61,9 +60,6 @@ from stagebot.kernels.cute.tactics import Tactic
 # tiles of 128 a work item then takes two tiles, one span when they are one expert's.
 TOKEN_CHOICES = (128, 256)
 TMA_TOKENS = 128  # rows of one token TMA box: a ring stage holds tokens // 128 boxes
-# Tokens per epilogue turn (Tactic.epilogue_tokens; 0: the item's, at most 128). 64 frees 34 KB
-# of the 256-token tactic's shared memory for a fifth ring stage.
-EPILOGUE_TOKEN_CHOICES = (0, 64, 128)
 PRODUCER_REGS, CONSUMER_REGS = 40, 232  # setmaxnreg budgets with a producer warpgroup
 
 K_BLOCKS = BK // 16  # k16 WGMMAs per K step
@@ -106,7 +102,7 @@ class Nvfp4RsGemmSm90(WeightRowsGemm):
     def smem_bytes(tactic: Tactic) -> int:
         tokens = tactic.tile_mn[0]
         stage = stage_bytes(WEIGHT_ROWS, False) + stage_bytes(tokens, True)
-        epilogue_stage = Nvfp4RsGemmSm90.epilogue_stage_bytes(tactic)
+        epilogue_stage = Nvfp4RsGemmSm90.epilogue_stage_bytes(tokens)
         return tactic.stages * stage + epilogue_stage + 2 * 1024
 
     @classmethod
@@ -130,11 +126,7 @@ class Nvfp4RsGemmSm90(WeightRowsGemm):
                 tactic.wg_split == "m" and not tactic.sparse_rows and tactic.ctas_per_sm == 1,
                 "wg_split, sparse_rows and ctas_per_sm are other kernels' knobs",
             ),
-            *cls.shared_checks(tactic, n, epilogue, smem, EPILOGUE_TOKEN_CHOICES),
-            (
-                tokens % cls.stage_tokens_of(tactic) == 0,
-                f"epilogue_tokens={tactic.epilogue_tokens} must divide the {tokens} tokens",
-            ),
+            *cls.shared_checks(tactic, n, epilogue, smem),
             (
                 k % (2 * BK) == 0,
                 f"K={k} must be a multiple of {2 * BK} (K steps of {BK} go in pairs)",

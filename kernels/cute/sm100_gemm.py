@@ -57,7 +57,7 @@ class Nvfp4BlockScaledGemmSm100(WeightRowsGemm):
     @staticmethod
     def smem_bytes(tactic: Tactic) -> int:
         stage = 2 * (TOKENS * KS // 2 + TOKENS * KS // SF_VEC)  # A and B: codes and scales
-        epilogue_stage = Nvfp4BlockScaledGemmSm100.epilogue_stage_bytes(tactic)
+        epilogue_stage = Nvfp4BlockScaledGemmSm100.epilogue_stage_bytes(TOKENS)
         return tactic.stages * stage + epilogue_stage + 1024
 
     @classmethod

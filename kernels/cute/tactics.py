@@ -43,11 +43,6 @@ class Tactic:
     # (stagebot.kernels.cute.sm100_gemm). Compiled, not run on hardware: only the cute-sm100
     # backend runs it, never "auto" on any GPU here.
     blockscaled: bool = False
-    # The weight-rows kernels' epilogue stage, in tokens per turn (0: all of the work item's,
-    # at most 128): a smaller one leaves shared memory for more ring stages, so that more of
-    # the next item's K loop is loaded while an item's epilogue runs; at small K (Qwen3's
-    # GEMM2, K = 768: 12 K steps an item) that epilogue is a large share of the item.
-    epilogue_tokens: int = 0
 
     def __str__(self) -> str:
         (tm, tn), (cm, cn) = self.tile_mn, self.cluster_mn
@@ -57,10 +52,9 @@ class Tactic:
         per_sm = f"_{self.ctas_per_sm}ctas" if self.ctas_per_sm != 1 else ""
         fp16 = f"_{self.fp16_operand}16" if self.fp16_operand else ""
         sm100 = "_sm100" if self.blockscaled else ""
-        epilogue = f"_epi{self.epilogue_tokens}" if self.epilogue_tokens else ""
         return (
             f"tile{tm}x{tn}_cluster{cm}x{cn}_stages{self.stages}{split}{sparse}{swap}{per_sm}{fp16}"
-            f"{sm100}{epilogue}"
+            f"{sm100}"
         )
 
 
@@ -82,9 +76,6 @@ TACTICS: tuple[Tactic, ...] = (
     # The RS kernel with 256 tokens per work item (two table tiles of one expert): half the
     # weights' dequantisation per MAC; 4 stages fit beside the epilogue's 128-token stage.
     Tactic((256, 128), (1, 1), 4, swap_ab=True, fp16_operand="a"),
-    # Small K: the same with a 64-token epilogue stage (four turns), which leaves room for a
-    # fifth ring stage.
-    Tactic((256, 128), (1, 1), 5, swap_ab=True, fp16_operand="a", epilogue_tokens=64),
     Tactic((128, 256), (1, 1), 4, sparse_rows=True),  # decode: one expert's few rows per tile
     Tactic((8, 128), (1, 1), 4, swap_ab=True, ctas_per_sm=2),  # decode: <= 8 tokens per expert
     Tactic((32, 128), (1, 1), 2, swap_ab=True, ctas_per_sm=2),  # decode: <= 32 tokens per expert

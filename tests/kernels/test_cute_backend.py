@@ -301,35 +301,6 @@ def test_the_256_token_rs_tactic_takes_table_tiles_in_pairs():
     assert grid_ctas(wide, 8 * 256, 7168, 256, 1000) == 448
 
 
-def test_a_64_token_epilogue_stage_leaves_room_for_a_fifth_ring_stage():
-    """The small-K tactic: the 256-token RS kernel's epilogue in four turns of 64 tokens, its
-    34 KB smaller stage holding a fifth ring stage; other token counts per turn, and the knob
-    on the kernels that do not read it, are refused by name."""
-    pytest.importorskip("cutlass")
-    from stagebot.kernels.cute.decode_gemm import Nvfp4DecodeGemmSm90 as D
-    from stagebot.kernels.cute.grouped_gemm import Nvfp4GroupedGemmSm90 as K
-    from stagebot.kernels.cute.rs_gemm import Nvfp4RsGemmSm90 as R
-    from stagebot.kernels.cute.tactics import TACTICS
-
-    small_k = next(t for t in TACTICS if t.epilogue_tokens)
-    assert str(small_k) == "tile256x128_cluster1x1_stages5_swapab_a16_epi64"
-    wide = replace(small_k, epilogue_tokens=0, stages=4)
-    assert wide in TACTICS
-    assert R.smem_bytes(wide) - R.smem_bytes(replace(wide, epilogue_tokens=64)) == 64 * 132 * 4
-    assert R.can_implement(small_k, 2048, 768, 128) == (True, "")
-    ok, why = R.can_implement(replace(small_k, stages=6), 2048, 768, 128)
-    assert not ok and "B of shared memory; sm_90 allows 232448 B" in why, why
-    ok, why = R.can_implement(replace(small_k, epilogue_tokens=32), 2048, 768, 128)
-    assert not ok and "epilogue_tokens is 32; this kernel takes 0 | 64 | 128" in why, why
-    narrow = replace(small_k, tile_mn=(128, 128), epilogue_tokens=128)
-    assert R.can_implement(narrow, 2048, 768, 128) == (True, "")
-    ok, why = K.can_implement(replace(TACTICS[0], epilogue_tokens=64), 4096, 7168, 128)
-    assert not ok and "epilogue_tokens is a weight-rows kernel's knob" in why, why
-    decode = next(t for t in TACTICS if t.swap_ab and not t.fp16_operand)
-    ok, why = D.can_implement(replace(decode, epilogue_tokens=8), 4096, 7168, 128)
-    assert not ok and "epilogue_tokens is 8; this kernel takes 0" in why, why
-
-
 def test_fp16_operand_tactics_need_triton(on_an_h200, monkeypatch):
     """Their operand is made by triton_elementwise.nvfp4_operand: without Triton only the
     other tactics fit, and a pinned fp16 tactic is refused with the reason."""

@@ -225,9 +225,20 @@ def repository_files(root: str) -> tuple[str, ...]:
 
 def resolve(index: Mapping[str, tuple[str, ...]], name: str) -> list[str]:
     """The files ``import name`` runs: the module and its parent packages (nearest match)."""
-    if name.endswith(SUBMODULES):  # every module under a folder (``_own_submodule``)
-        folder = name.removesuffix(SUBMODULES).replace(".", "/") + "/"
-        return sorted({p for paths in index.values() for p in paths if p.startswith(folder)})
+    if name.endswith(SUBMODULES):  # every module under a package's folder
+        package = name.removesuffix(SUBMODULES)
+        last = package.rsplit(".", 1)[-1]
+        folders = (
+            {package.replace(".", "/") + "/"}
+            | {
+                path.removesuffix("__init__.py")  # where the index maps it (a src/ layout)
+                for path in resolve(index, package)
+                if path.rsplit("/", 2)[-2:] == [last, "__init__.py"]
+            }
+        )
+        return sorted(
+            {p for paths in index.values() for p in paths if p.startswith(tuple(folders))}
+        )
     found = []
     parts = name.split(".")
     for end in range(1, len(parts) + 1):
@@ -371,7 +382,11 @@ class _Reader(ast.NodeVisitor):
     def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
         module = _from_module(node, self.package)
         self.imports.append(module)
-        self.imports += [f"{module}.{alias.name}" for alias in node.names if alias.name != "*"]
+        # ``*`` also runs the submodules the package's ``__all__`` names: read as all of them
+        self.imports += [
+            module + SUBMODULES if alias.name == "*" else f"{module}.{alias.name}"
+            for alias in node.names
+        ]
 
     def visit_Constant(self, node: ast.Constant) -> None:
         if isinstance(node.value, str) and 0 < len(node.value) < 256 and "\n" not in node.value:

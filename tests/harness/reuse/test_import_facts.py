@@ -122,9 +122,9 @@ def test_an_extension_module_names_nothing_and_does_not_locate_itself(tmp_path) 
     assert not facts.locates_itself
 
 
-def test_a_literal_names_a_file_only_when_it_could_be_a_file_name(tmp_path) -> None:
-    """A string of 1 to 255 characters on one line may name a file; an empty one, or one longer
-    than a file name can be (255 bytes on Linux), does not."""
+def test_a_literal_of_1_to_255_characters_may_name_a_file(tmp_path) -> None:
+    """A one-line string of 1 to 255 characters is read as a possible file or folder name; an
+    empty one or a longer one (prose, a message) is not."""
     lengths = {"EMPTY": 0, "SHORT": 1, "LONGEST": 255, "TOO_LONG": 256, "PROSE": 300}
     source = "".join(f'{name} = "{"a" * n}"\n' for name, n in lengths.items())
     assert facts_of(tmp_path, source).literals == ("a", "a" * 255)
@@ -149,13 +149,6 @@ def test_a_loop_over_a_literal_tables_items_or_values_imports_its_names(tmp_path
     facts = facts_of(tmp_path, source)
     assert {"pkg.fast_plugin", "pkg.slow_plugin"} <= set(facts.imports)
     assert facts.blind == ()
-
-
-def test_a_star_import_names_the_module_and_no_member(tmp_path) -> None:
-    """``from pkg import *`` runs ``pkg``; ``*`` is no submodule (``pkg.*`` would be all of
-    them), while a named member may be one."""
-    source = "from pkg import *\nfrom pkg.sub import tool\n"
-    assert facts_of(tmp_path, source).imports == ("pkg", "pkg.sub", "pkg.sub.tool")
 
 
 def test_an_import_module_through_an_object_imports_its_literal(tmp_path) -> None:

@@ -219,6 +219,13 @@ def test_a_package_is_its_folder_nearest_the_root_in_any_layout(tmp_path) -> Non
     assert repo.package_folder("nothing.res") == []
 
 
+def test_a_package_folder_is_found_at_any_depth(tmp_path) -> None:
+    """300 folders deep: past the small integers CPython shares, depths compare by value."""
+    deep = "/".join(["d"] * 300) + "/pkg/res"
+    repo = Repository(repository(tmp_path, {f"{deep}/a.txt": ""}))
+    assert repo.package_folder("pkg.res") == [deep]
+
+
 def test_the_resources_of_a_package_in_a_src_layout_are_in_the_key(tmp_path) -> None:
     files = {
         **BASE,
@@ -434,15 +441,16 @@ def test_why_names_the_first_reason_a_key_became_conservative(tmp_path) -> None:
 @pytest.mark.parametrize(
     ("count", "shown"),
     [
-        (1, "f0"),
-        (5, "f0, f1, f2, f3, f4"),
-        (6, "f0, f1, f2, f3, f4 and 1 more"),
-        (8, "f0, f1, f2, f3, f4 and 3 more"),
+        (1, "f00"),
+        (5, "f00, f01, f02, f03, f04"),
+        (6, "f00, f01, f02, f03, f04 and 1 more"),
+        (8, "f00, f01, f02, f03, f04 and 3 more"),
+        (11, "f00, f01, f02, f03, f04 and 6 more"),
     ],
 )
 def test_why_names_five_files_and_counts_the_others(tmp_path, count, shown) -> None:
     before = key_of(repository(tmp_path, BASE))
-    added = {f"f{n}": "d" for n in range(count)}  # new files: none of them in ``before``
+    added = {f"f{n:02}": "d" for n in range(count)}  # new files: none of them in ``before``
     after = dataclasses.replace(
         before, parts={**before.parts, "files": "other"}, files={**before.files, **added}
     )

@@ -101,7 +101,8 @@ def test_what_changed_is_nothing_exactly_when_equal_and_names_only_what_differs(
     found = changed_lines(lines(**then), lines(**now))
     assert (found is None) == (then == now)
     named = [change.split(" ")[0] for change in (found or "").split(", ") if change]
-    assert named == sorted(name for name in then.keys() | now.keys() if then.get(name) != now.get(name))
+    differ = [name for name in then.keys() | now.keys() if then.get(name) != now.get(name)]
+    assert named == sorted(differ)
 
 
 def test_this_process_environment_names_its_distributions_and_python() -> None:
@@ -381,7 +382,7 @@ PLUGIN_FILES = {**BASE, "pkg/plugin.py": "def pytest_configure(config):\n    pas
         ),
         pytest.param(
             "pyproject.toml",
-            "[tool.pytest.ini_options]\naddopts = \"-p pkg.plugin --co '\"\n",
+            '[tool.pytest.ini_options]\naddopts = "-p pkg.plugin --co \'"\n',
             id="addopts with unbalanced quotes",
         ),
         pytest.param("pytest.ini", "[pytest]\naddopts = -p pkg.plugin\n", id="pytest.ini"),

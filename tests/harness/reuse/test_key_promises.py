@@ -8,13 +8,15 @@
 - a key's digests are 128 bits whatever order its parts come in (a key read back from the
   ledger has them sorted); a key and its inputs are values: their cached digests cannot go stale;
 - a module or package named by pytest or a resource call is the repository's file or folder of
-  that name nearest the root, in a src layout and in a repository that is itself the package;
+  that name nearest the root (at any depth), in a src layout and in a repository that is
+  itself the package;
 - the paths a configuration file names: a file (and the configuration files it names in turn,
   but no data file's text), a folder's files (not from pyproject.toml), an absent path-like
   value as absent; never the repository root, a path outside it, or a value that is no path;
   a configuration file that cannot be parsed or read is read as text or as naming nothing;
 - what a test session loads by configuration (an entry point's module, ``-p`` in addopts, a
-  malformed pytest.ini) and a data file read both by literal and by configuration stay in;
+  malformed pytest.ini) stays in, and so does a configuration file a module also reads by
+  literal, with the paths it names;
 - a run that started a program the static reading already follows adds what it opened;
 - why a key is not reused names every changed part, the first reason it is conservative, and
   up to five files with the count of the others.

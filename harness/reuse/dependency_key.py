@@ -463,10 +463,7 @@ def config_named(repo: Repository, files: Iterable[str]) -> set[str]:
         project = PurePosixPath(config).name == "pyproject.toml"
         folder = str(PurePosixPath(config).parent)
         for value in _config_values(repo, config, project):
-            for base in (folder, "."):
-                named = os.path.normpath(os.path.join(base, value)).replace(os.sep, "/")
-                if named in (".", "..") or named.startswith(("../", "/")):
-                    continue
+            for named in _named_paths(folder, value):
                 if named in repo.present:
                     found.add(named)
                     if named.endswith(_CONFIG_SUFFIXES):
@@ -476,6 +473,17 @@ def config_named(repo: Repository, files: Iterable[str]) -> set[str]:
                 elif _path_like(value):
                     found.add(named)  # absent now: digested as unreadable
     return found
+
+
+def _named_paths(folder: str, value: str) -> list[str]:
+    """The repository paths a configuration file's ``value`` may name: from the file's folder,
+    then from the root; one outside the repository, or the root itself, names none."""
+    joined = (
+        os.path.normpath(os.path.join(base, value)).replace(os.sep, "/") for base in (folder, ".")
+    )
+    return [
+        path for path in joined if path not in (".", "..") and not path.startswith(("../", "/"))
+    ]
 
 
 def _path_like(value: str) -> bool:

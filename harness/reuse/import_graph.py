@@ -382,11 +382,9 @@ class _Reader(ast.NodeVisitor):
     def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
         module = _from_module(node, self.package)
         self.imports.append(module)
-        # ``*`` also runs the submodules the package's ``__all__`` names: read as all of them
-        self.imports += [
-            module + SUBMODULES if alias.name == "*" else f"{module}.{alias.name}"
-            for alias in node.names
-        ]
+        # ``from pkg import *`` also runs the submodules ``pkg.__all__`` names: ``pkg.*`` reads
+        # as all of them (SUBMODULES)
+        self.imports += [f"{module}.{alias.name}" for alias in node.names]
 
     def visit_Constant(self, node: ast.Constant) -> None:
         if isinstance(node.value, str) and 0 < len(node.value) < 256 and "\n" not in node.value:

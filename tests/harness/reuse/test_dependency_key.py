@@ -784,8 +784,8 @@ def test_an_extension_module_an_import_names_is_in_the_key(repo, family) -> None
 def test_a_star_import_of_a_package_runs_its_submodules(tmp_path, layout) -> None:
     """``from pkg import *`` imports each submodule ``pkg.__all__`` names, so every module of
     the package's folder is in the importer's closure (read conservatively: all of them), where
-    the index maps the package (a ``src/`` layout too); a star import of a module takes only the
-    module and its packages."""
+    the index maps the package (a ``src/`` layout too); a star import of a module, or a member
+    imported by name, takes only that module and its packages."""
     files = {
         f"{layout}pkg/__init__.py": '__all__ = ["tools"]\n',
         f"{layout}pkg/tools.py": "X = 1\n",
@@ -794,14 +794,16 @@ def test_a_star_import_of_a_package_runs_its_submodules(tmp_path, layout) -> Non
         f"{layout}pkgs/other.py": "",
         "tests/test_star.py": "from pkg import *\n",
         "tests/test_module_star.py": "from pkg.tools import *\n",
+        "tests/test_named.py": "from pkg import tools\n",
     }
     for path, text in files.items():
         (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / path).write_text(text)
     package = {path for path in files if path.startswith(f"{layout}pkg/")}
     assert import_closure(str(tmp_path), "tests/test_star.py") == {"tests/test_star.py", *package}
-    assert import_closure(str(tmp_path), "tests/test_module_star.py") == {
-        "tests/test_module_star.py",
-        f"{layout}pkg/__init__.py",
-        f"{layout}pkg/tools.py",
-    }
+    for importer in ("tests/test_module_star.py", "tests/test_named.py"):
+        assert import_closure(str(tmp_path), importer) == {
+            importer,
+            f"{layout}pkg/__init__.py",
+            f"{layout}pkg/tools.py",
+        }

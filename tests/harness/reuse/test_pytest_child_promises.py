@@ -134,6 +134,14 @@ def test_a_nested_list_is_a_computed_number_of_arguments() -> None:
     ]
 
 
+def test_the_arguments_after_a_computed_number_of_them_are_still_read() -> None:
+    assert child('subprocess.run(["pytest", *pick(), "suite/test_a.py"])') == PytestChild(
+        imports=A,
+        literals=child('subprocess.run(["pytest", "suite/test_a.py"])').literals,
+        blind=["pytest given a computed number of arguments"],
+    )
+
+
 def test_other_keywords_than_cwd_keep_the_child_followed() -> None:
     assert imports('subprocess.run(["pytest", "suite/test_a.py"], check=True, capture=1)') == A
 

@@ -198,6 +198,8 @@ def test_the_parent_of_a_path_is_its_folder() -> None:
         "pick('suite/test_a.py')",
         "sorted(['suite/test_a.py'])",
         "str()",
+        "str('suite/test_a.py', 'ascii')",
+        "zipper(['suite/test_a.py'])",
     ],
 )
 def test_other_attributes_and_calls_are_not_known(value) -> None:
@@ -228,8 +230,9 @@ def test_an_unpacking_assignment_binds_each_name_to_its_part() -> None:
         """
     )
     assert imports(source) == A
-    mismatched = 'program, path = "pytest", "suite/test_a.py", "x"\nsubprocess.run([program, path])'
-    assert child(mismatched) is None
+    run = "\nsubprocess.run([program, path])"
+    assert child('program, path = "pytest", "suite/test_a.py", "x"' + run) is None
+    assert child('program, path, extra = "pytest", "suite/test_a.py"' + run) is None
 
 
 def test_a_comprehension_over_a_known_list_is_known_and_a_nested_one_is_not() -> None:
@@ -264,6 +267,7 @@ def test_a_name_bound_in_a_function_is_read_there_and_not_in_the_functions_insid
     [
         "path += '.py'",
         "import json as path",
+        "import path.sub",
         "def path(): pass",
         "class path: pass",
         "try:\n    pass\nexcept OSError as path:\n    pass",

@@ -209,14 +209,14 @@ def test_other_attributes_and_calls_are_not_known(value) -> None:
 def test_zip_pairs_its_lists_and_a_shorter_one_leaves_the_rest_unknown() -> None:
     source = code(
         """
-        FLAGS = ["-q", "-x"]
+        FLAGS = ["-q", "-x", "-v"]
         FILES = ["suite/test_a.py"]
         for flag, path in zip(FLAGS, FILES):
             subprocess.run(["pytest", path, flag])
         """
     )
-    # each name is read on its own: 2 flags x 2 paths, two of them not known
-    assert child(source) == PytestChild(A, child(source).literals, COMPUTED_PATH * 2)
+    # each name is read on its own: 3 flags x 2 paths, three of them not known
+    assert child(source) == PytestChild(A, child(source).literals, COMPUTED_PATH * 3)
     assert blind('subprocess.run(["pytest", "suite/test_a.py", *zip()])') == [
         "pytest given a computed number of arguments"
     ]
@@ -330,7 +330,7 @@ def test_a_parameter_passed_by_position_or_keyword_takes_that_value() -> None:
 
 
 def test_every_call_of_the_function_gives_its_parameters_their_values() -> None:
-    read = child(LAUNCH + 'launch(1, 2)\nlaunch(1, 2, "suite/test_x.py")\n')
+    read = child(LAUNCH + 'launch(1, 2, "suite/test_x.py")\nlaunch(1, 2)\n')
     assert set(ran_tests(read)) == {*DEFAULTS, "x"}
 
 

@@ -26,6 +26,7 @@ CRITICAL = {
     "harness/ledger/keys.py",
     "harness/reuse/dependency_key.py",
     "harness/reuse/import_graph.py",
+    "harness/reuse/pytest_child.py",
     "harness/analysis/flakiness.py",
     "bot/adopt/doctor_checks.py",
 }

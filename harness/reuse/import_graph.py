@@ -518,7 +518,8 @@ class _Reader(ast.NodeVisitor):
     def _computed_program(self, command: ast.expr | None) -> bool:
         """A command whose program is computed (a name, an attribute, a call), not the
         interpreter, not a literal: what it runs only a run can tell (the observed key)."""
-        program = command.elts[0] if isinstance(command, ast.List | ast.Tuple) else None
+        listed = isinstance(command, ast.List | ast.Tuple) and command.elts
+        program = command.elts[0] if listed else None
         if program is None or isinstance(program, ast.Constant | ast.Starred):
             return False
         if self._qualified(program) == "sys.executable" or self._strings(program) is not None:

@@ -209,6 +209,9 @@ def _test_path(argument: str, folder: str, child: PytestChild) -> None:
         named = posixpath.normpath(posixpath.join(base, path))
         if named == ".." or named.startswith("../"):
             continue
+        if named == ".":
+            child.blind.append("pytest given the repository's root: every test under it")
+            continue
         child.literals.append(named)
         if named.endswith(".py"):
             child.imports.append(named[:-3].replace("/", "."))
@@ -216,13 +219,10 @@ def _test_path(argument: str, folder: str, child: PytestChild) -> None:
         else:
             child.imports.append(named.replace("/", ".") + _SUBMODULES)
             above = named
-        while True:
-            prefix = "" if above in ("", ".") else above + "/"
+        parts = above.split("/") if above else []
+        for prefix in [*("/".join(parts[:end]) + "/" for end in range(len(parts), 0, -1)), ""]:
             child.imports.append(f"{prefix}conftest".replace("/", "."))
             child.literals += [prefix + config for config in _CONFIG_FILES]
-            if not prefix:
-                break
-            above = posixpath.dirname(above)
 
 
 class _Values:

@@ -395,3 +395,10 @@ def test_a_program_found_by_which_is_known_only_when_it_is_one(
     )
     facts = facts_of(tmp_path, source)
     assert (facts.observed, facts.blind) == (observed, ())
+
+
+def test_an_empty_command_is_read_as_one_that_may_run_repository_code(tmp_path) -> None:
+    """``subprocess.run([])`` names no program: the reading goes on (it once raised
+    IndexError, which lost the whole module's facts) and the call stays blind."""
+    source = "import subprocess\n\ndef build():\n    subprocess.run([])\n"
+    assert facts_of(tmp_path, source).blind == ("line 4: subprocess.run() may run repository code",)

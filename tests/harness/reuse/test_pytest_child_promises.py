@@ -422,3 +422,18 @@ def declared(call: str) -> tuple[str, ...]:
 )
 def test_an_addoption_call_declares_its_options_given_a_value(call, options) -> None:
     assert declared(call) == options
+
+
+def test_a_path_that_is_the_repositorys_root_leaves_the_key_conservative() -> None:
+    """``pytest .`` from the root, or ``pytest ..`` from ``tests/``, runs every test of the
+    repository: no folder of the key stands for all of them."""
+    root = ["pytest given the repository's root: every test under it"]
+    assert blind('subprocess.run(["pytest", "."])') == root
+    assert child('subprocess.run(["pytest", ".."])', ("tests",)).blind == root
+    assert child('subprocess.run(["pytest", str(Path("x.py").parent)])').blind == root
+
+
+def test_a_test_file_at_the_root_brings_the_roots_conftest_and_configuration_only() -> None:
+    assert child('subprocess.run(["pytest", "test_a.py"])') == PytestChild(
+        imports=["test_a", "conftest"], literals=["test_a.py", *pytest_child._CONFIG_FILES]
+    )

@@ -18,6 +18,7 @@ programs it starts (issue 50), through ``module_facts`` on one small file each:
 
 from __future__ import annotations
 
+import ast
 import textwrap
 from pathlib import Path
 
@@ -36,6 +37,11 @@ def facts(root: Path, source: str, path: str = "pkg/m.py") -> ModuleFacts:
 def blind(found: ModuleFacts) -> tuple[str, ...]:
     """What is blind in this module alone (its own launchers and importers known)."""
     return found.blind_with(set(found.launchers), set(found.importers))
+
+
+def reasons(whys: tuple[str, ...]) -> list[str]:
+    """The reasons without their line numbers."""
+    return [why.split(": ", 1)[1] for why in whys]
 
 
 # ---------------------------------------------------------------- importers
@@ -62,9 +68,7 @@ def test_an_importer_is_known_by_the_position_its_callers_give_a_conftest(
 
 
 @pytest.mark.parametrize("first", ["self", "cls"])
-def test_a_functions_first_parameter_named_self_outside_a_class_is_counted(
-    tmp_path, first
-) -> None:
+def test_a_functions_first_parameter_named_self_outside_a_class_is_counted(tmp_path, first) -> None:
     """A function defined outside any class (to be attached to one later) counts every
     parameter, whatever the first is called."""
     found = facts(
@@ -83,6 +87,15 @@ def test_a_functions_first_parameter_named_self_outside_a_class_is_counted(
     assert blind(found) == ()
 
 
+def loader(body: str) -> str:
+    """A module whose ``load(path)`` runs ``body``, called with a conftest file."""
+    return (
+        "import importlib\n\ndef load(path):\n"
+        + textwrap.indent(body, "    ")
+        + '\n\ndef use(folder):\n    return load(folder / "conftest.py")\n'
+    )
+
+
 FOLLOWED_NAMES = {
     "four calls of one argument": "return importlib.import_module(a(b(c(d(path)))))",
     "four names bound once": "a = path\nb = a\nc = b\nd = c\nreturn importlib.import_module(d)",
@@ -94,12 +107,7 @@ FOLLOWED_NAMES = {
 
 @pytest.mark.parametrize("body", FOLLOWED_NAMES.values(), ids=FOLLOWED_NAMES.keys())
 def test_a_name_computed_from_a_parameter_is_followed_to_it(tmp_path, body) -> None:
-    source = (
-        "import importlib\n\ndef load(path):\n"
-        + textwrap.indent(body, "    ")
-        + '\n\ndef use(folder):\n    return load(folder / "conftest.py")\n'
-    )
-    found = facts(tmp_path, source)
+    found = facts(tmp_path, loader(body))
     assert found.importers == (("load", "0"),)
     assert blind(found) == ()
 
@@ -114,16 +122,9 @@ BLIND_NAMES = {
 
 @pytest.mark.parametrize("body", BLIND_NAMES.values(), ids=BLIND_NAMES.keys())
 def test_a_name_not_bound_once_to_a_parameter_is_blind(tmp_path, body) -> None:
-    source = (
-        "import importlib\n\ndef load(path):\n"
-        + textwrap.indent(body, "    ")
-        + '\n\ndef use(folder):\n    return load(folder / "conftest.py")\n'
-    )
-    found = facts(tmp_path, source)
+    found = facts(tmp_path, loader(body))
     assert found.importers == ()
-    assert [why.split(": ", 1)[1] for why in blind(found)] == [
-        "import_module() of a computed name"
-    ]
+    assert reasons(blind(found)) == ["import_module() of a computed name"]
 
 
 def test_the_innermost_function_owns_the_parameter(tmp_path) -> None:
@@ -161,36 +162,30 @@ def test_an_importer_given_no_conftest_file_is_blind(tmp_path, given) -> None:
     assert blind(found) == ("line 7: load() imports a module by a computed name",)
 
 
-COLLECTOR = """\
-import importlib
-import pytest
-
-{outer}class Own(pytest.Module):
-{inner}    def _getobj(self, session):
-{inner}        return importlib.import_module(canonical_name({name}))
-"""
-
-
-def collector(outer: str, name: str) -> str:
-    inner = "    " if outer else ""
-    return COLLECTOR.format(outer=outer, inner=inner, name=name).replace(
-        "class Own", inner + "class Own", 1
+def collector(name: str, outer: str = "") -> str:
+    """A pytest collector (inside the class ``outer`` when given) importing by ``name``."""
+    own = (
+        "class Own(pytest.Module):\n    def _getobj(self, session):\n"
+        f"        return importlib.import_module(canonical_name({name}))\n"
     )
+    if outer:
+        own = f"{outer}\n" + textwrap.indent(own, "    ")
+    return f"import importlib\nimport pytest\n\n{own}"
 
 
 def test_self_path_in_a_pytest_collector_is_the_collected_file(tmp_path) -> None:
-    assert blind(facts(tmp_path, collector("", "self.path"))) == ()
-    nested = collector("class Plugins:\n", "self.path")  # the innermost class is the collector
+    assert blind(facts(tmp_path, collector("self.path"))) == ()
+    nested = collector("self.path", "class Plugins:")  # the innermost class is the collector
     assert blind(facts(tmp_path, nested)) == ()
 
 
 @pytest.mark.parametrize(
     "source",
     [
-        collector("", "self.name"),
-        collector("", "self.stem"),
-        collector("", "session.path"),
-        collector("", "item.path"),
+        collector("self.name"),
+        collector("self.stem"),
+        collector("session.path"),
+        collector("item.path"),
         # a plain class inside a collector: its self is no collector
         "import importlib\nimport pytest\n\nclass Own(pytest.Module):\n"
         "    class Helper:\n        def _getobj(self):\n"
@@ -199,9 +194,7 @@ def test_self_path_in_a_pytest_collector_is_the_collected_file(tmp_path) -> None
     ids=["self.name", "self.stem", "session.path", "item.path", "a class inside a collector"],
 )
 def test_another_path_in_a_pytest_collector_is_blind(tmp_path, source) -> None:
-    assert [why.split(": ", 1)[1] for why in blind(facts(tmp_path, source))] == [
-        "import_module() of a computed name"
-    ]
+    assert reasons(blind(facts(tmp_path, source))) == ["import_module() of a computed name"]
 
 
 # ---------------------------------------------------------------- a package's own modules
@@ -239,9 +232,7 @@ def test_a_package_importing_another_computed_name_is_blind(tmp_path, name) -> N
 
 @pytest.mark.parametrize("package", ["", "__name__", "__package__", "__spec__.parent"])
 def test_a_resource_of_the_modules_own_package_names_its_package(tmp_path, package) -> None:
-    found = facts(
-        tmp_path, f"import importlib.resources\n\nimportlib.resources.files({package})\n"
-    )
+    found = facts(tmp_path, f"import importlib.resources\n\nimportlib.resources.files({package})\n")
     assert found.resources == ("pkg",)
     assert found.blind == ()
 
@@ -276,10 +267,6 @@ def started(root: Path, command: str, before: str = "") -> ModuleFacts:
 
 
 RUN_BLIND = "subprocess.run() may run repository code"
-
-
-def reasons(found: ModuleFacts) -> list[str]:
-    return [why.split(": ", 1)[1] for why in found.blind]
 
 
 @pytest.mark.parametrize(
@@ -323,7 +310,7 @@ def test_a_program_read_here_is_followed(tmp_path, command) -> None:
     ids=["a repository script", "python of no Python file", "-c of no code", "-c far in"],
 )
 def test_a_program_that_may_run_our_code_unread_is_blind(tmp_path, command) -> None:
-    assert reasons(started(tmp_path, command)) == [RUN_BLIND]
+    assert reasons(started(tmp_path, command).blind) == [RUN_BLIND]
 
 
 @pytest.mark.parametrize(
@@ -340,7 +327,7 @@ def test_a_command_word_that_may_be_one_of_several_is_blind(tmp_path, table, arg
         f"import subprocess, sys\n\nTABLE = {table}\n\n"
         f"for program in TABLE:\n    subprocess.run({arguments})\n",
     )
-    assert reasons(found) == [RUN_BLIND]
+    assert reasons(found.blind) == [RUN_BLIND]
 
 
 @pytest.mark.parametrize(
@@ -358,10 +345,10 @@ def test_python_m_is_blind_when_given_files_after_its_module(
     tmp_path, options, blind_module
 ) -> None:
     found = started(tmp_path, f"[sys.executable, {options}]")
-    module = options.split('"-m", ')[1].split(",")[0].strip('"')
-    assert module in found.imports
+    words = ast.literal_eval(f"[{options}]")
+    assert words[words.index("-m") + 1] in found.imports
     expected = [f"python -m {blind_module} runs repository files it is given"]
-    assert reasons(found) == (expected if blind_module else [])
+    assert reasons(found.blind) == (expected if blind_module else [])
 
 
 def test_python_m_of_one_of_several_modules_names_the_first(tmp_path) -> None:
@@ -372,7 +359,7 @@ def test_python_m_of_one_of_several_modules_names_the_first(tmp_path) -> None:
         "for runner in RUNNERS:\n"
         '    subprocess.run([sys.executable, "-m", runner])\n',
     )
-    assert reasons(found) == ["python -m unittest runs repository files it is given"]
+    assert reasons(found.blind) == ["python -m unittest runs repository files it is given"]
     assert {"unittest", "pkg.tool"} <= set(found.imports)
 
 
@@ -385,15 +372,14 @@ def test_every_python_c_code_that_parses_is_read(tmp_path) -> None:
         '    subprocess.run([sys.executable, "-c", code])\n'
     )
     for name in ("first", "last"):
-        (tmp_path / f"pkg/{name}.py").parent.mkdir(exist_ok=True)
-        (tmp_path / f"pkg/{name}.py").write_text("")
+        facts(tmp_path, "", f"pkg/{name}.py")
     facts(tmp_path, source, "tests/test_codes.py")
     assert import_closure(str(tmp_path), "tests/test_codes.py") == {
         "tests/test_codes.py",
         "pkg/first.py",
         "pkg/last.py",
     }
-    assert reasons(module_facts(str(tmp_path), "tests/test_codes.py")) == [
+    assert reasons(module_facts(str(tmp_path), "tests/test_codes.py").blind) == [
         "python -c of code that does not parse"
     ]
 
@@ -454,10 +440,10 @@ def test_a_name_an_import_binds_is_no_literal(tmp_path) -> None:
         """,
     )
     assert "fallback" not in found.imports
-    assert reasons(found) == ["import_module() of a computed name"]
+    assert reasons(found.blind) == ["import_module() of a computed name"]
 
 
-def test_an_alias_of_aliases_in_any_order_is_followed(tmp_path) -> None:
+def test_an_alias_of_an_alias_of_an_alias_assigned_in_reverse_order_is_followed(tmp_path) -> None:
     found = facts(
         tmp_path,
         """\
@@ -471,7 +457,7 @@ def test_an_alias_of_aliases_in_any_order_is_followed(tmp_path) -> None:
         a = subprocess.run
         """,
     )
-    assert reasons(found) == ["subprocess.run() may run repository code"]
+    assert reasons(found.blind) == ["subprocess.run() may run repository code"]
 
 
 def test_the_first_binding_of_a_name_to_a_function_counts(tmp_path) -> None:
@@ -485,7 +471,7 @@ def test_the_first_binding_of_a_name_to_a_function_counts(tmp_path) -> None:
         launch(["make"])
         """,
     )
-    assert reasons(found) == ["subprocess.run() may run repository code"]
+    assert reasons(found.blind) == ["subprocess.run() may run repository code"]
 
 
 def test_another_mapping_attribute_is_no_environment(tmp_path) -> None:

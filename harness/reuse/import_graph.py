@@ -746,7 +746,9 @@ def _qualified_names(tree: ast.Module, package: tuple[str, ...]) -> dict[str, st
             for target in getattr(node, "targets", None) or [node.target]:
                 if isinstance(target, ast.Name):
                     assignments.append((target.id, node.value))
-    for _ in range(3):  # aliases of aliases
+    known = -1
+    while known < len(names):  # aliases of aliases, in any order: until none is added
+        known = len(names)
         for name, value in assignments:
             qualified = _dotted(value, names)
             if qualified is not None and name not in names:

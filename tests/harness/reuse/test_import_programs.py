@@ -443,18 +443,19 @@ def test_a_name_an_import_binds_is_no_literal(tmp_path) -> None:
     assert reasons(found.blind) == ["import_module() of a computed name"]
 
 
-def test_an_alias_of_an_alias_of_an_alias_assigned_in_reverse_order_is_followed(tmp_path) -> None:
+@pytest.mark.parametrize("depth", [1, 3, 8])
+def test_aliases_of_aliases_assigned_in_reverse_order_are_followed(tmp_path, depth) -> None:
+    """However deep the chain (it once stopped after three), the call is the process call."""
+    chain = "".join(f"        a{n} = a{n + 1}\n" for n in range(depth))
     found = facts(
         tmp_path,
-        """\
+        f"""\
         import subprocess
 
         def main():
-            c(["make"])
+            a0(["make"])
 
-        c = b
-        b = a
-        a = subprocess.run
+{chain}        a{depth} = subprocess.run
         """,
     )
     assert reasons(found.blind) == ["subprocess.run() may run repository code"]
@@ -487,3 +488,9 @@ def test_another_mapping_attribute_is_no_environment(tmp_path) -> None:
         """,
     )
     assert found.environment == ("PKG_MODE",)
+
+
+def test_an_alias_of_a_builtin_in_a_module_without_imports_is_followed(tmp_path) -> None:
+    """``load = __import__`` binds no import name, yet ``load(...)`` is ``__import__``."""
+    found = facts(tmp_path, 'load = __import__\n\nload("pkg.plugin")\n')
+    assert "pkg.plugin" in found.imports

@@ -183,6 +183,9 @@ class KeyCheck:
     audit: tuple[float, int] | None = None  # the audit's (rate, seed), from the entry
     # reads the static inputs of the shard's test files while its tests run (read_ahead)
     _reader: threading.Thread | None = field(default=None, repr=False, compare=False)
+    _stop_reading: threading.Event = field(
+        default_factory=threading.Event, repr=False, compare=False
+    )
 
     @classmethod
     def before(cls, entry: MatrixEntry, root: Path) -> KeyCheck | None:
@@ -229,8 +232,9 @@ class KeyCheck:
         the checkout, which the run leaves as it found it; the Repository it fills is the one
         ``before`` made (its file list, then). The test files are those of the shard's share
         (``entry.tests``), else those under its suites' paths that pytest collects by default.
-        Nothing else reads ``repo`` until the thread is joined (``key``); a failure on it is
-        left for ``key`` to meet again, on the caller's thread."""
+        Nothing else reads ``repo`` until the thread is joined (``key``), which first stops it
+        after the file it is reading (a shard cut short reads only its finished tests' files,
+        as before); a failure on it is left for ``key`` to meet again, on the caller's thread."""
         if self._reader is not None:
             return
         files = _test_files(entry, self.repo.files)
@@ -238,6 +242,8 @@ class KeyCheck:
 
         def read() -> None:
             for test_file in files:
+                if self._stop_reading.is_set():
+                    return
                 try:  # an empty observation: the static reading only, never the whole checkout
                     self.repo.inputs(test_file, plugins, Observation())
                 except Exception:  # noqa: BLE001, S112 - key() reads it again and reports it
@@ -248,6 +254,7 @@ class KeyCheck:
 
     def key(self, test_id: str, observed: Observation | None = None) -> DependencyKey:
         if self._reader is not None:
+            self._stop_reading.set()
             self._reader.join()
         return dependency_key(self.repo, test_id, self.family, self.environment, (), observed)
 

@@ -198,8 +198,8 @@ def _test_path(argument: str, folder: str, child: PytestChild) -> None:
     starting module's folder), with the conftests and pytest configuration above it; any other
     word (an option's value) names no repository file and adds nothing."""
     path = argument.split("::", 1)[0]
-    if path.startswith(ROOT + "/"):
-        bases, path = ("",), path.removeprefix(ROOT + "/")
+    if path == ROOT or path.startswith(ROOT + "/"):
+        bases, path = ("",), path.removeprefix(ROOT).lstrip("/")
     elif posixpath.isabs(path):
         child.blind.append(f"pytest given {path}, outside the repository")
         return

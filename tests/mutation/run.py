@@ -39,6 +39,7 @@ import os
 import resource
 import shlex
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -57,6 +58,7 @@ PYTEST = [
     "--hypothesis-seed=0",  # the same examples every run: a kill is never luck
 ]
 BASETEMP = "STAGEBOT_MUTATION_BASETEMP"  # a worker's pytest --basetemp (mutation_profile.py)
+HTTP_LIMIT_S = 300  # aiohttp's default: a mutant's request that takes longer fails, unkilled
 
 
 @dataclass(frozen=True)
@@ -100,6 +102,7 @@ class Outcome:
     timeout: int = 0
     explained: int = 0
     skipped: int = 0
+    broken: int = 0  # mutants whose tests never ran: an error
     seconds: float = 0.0
     error: str | None = None
     unexplained: tuple[Mutant, ...] = ()
@@ -244,14 +247,16 @@ def run_target(
     if done.returncode != 0:
         return Outcome(target, error=f"cosmic-ray exec failed:\n{done.stderr[-2000:]}")
     outcome = sort_mutants(target, session, tree, explained)
+    if outcome.broken:  # the mutants whose tests never ran run again next time
+        stamp.unlink()
     outcome.seconds = time.monotonic() - started
     return outcome
 
 
 def sort_mutants(target: Target, session: Path, tree: Path, explained: list[dict]) -> Outcome:
     """Count ``session``'s mutants of ``target``: killed, explained, skipped, survivors; a mutant
-    whose worker failed (its tests never ran) or that never ran makes the module's run an error,
-    never a kill."""
+    whose tests never ran (its worker failed, or could not apply it) or that never ran makes the
+    module's run an error, never a kill."""
     from cosmic_ray.work_db import WorkDB, use_db
     from cosmic_ray.work_item import WorkerOutcome
 
@@ -262,7 +267,7 @@ def sort_mutants(target: Target, session: Path, tree: Path, explained: list[dict
         for item, result in db.completed_work_items:
             if result.worker_outcome == WorkerOutcome.SKIPPED:
                 outcome.skipped += 1
-            elif result.worker_outcome in (WorkerOutcome.EXCEPTION, WorkerOutcome.ABNORMAL):
+            elif result.worker_outcome not in (WorkerOutcome.NORMAL, WorkerOutcome.SKIPPED):
                 broken.append(result.output or "")
             elif result.is_killed:
                 outcome.killed += 1
@@ -274,6 +279,7 @@ def sort_mutants(target: Target, session: Path, tree: Path, explained: list[dict
                 else:
                     unexplained.append(mutant)
         pending = db.num_work_items - db.num_results
+    outcome.broken = len(broken)
     if broken:
         outcome.error = f"{len(broken)} mutants' workers failed; the first:\n{broken[0][-2000:]}"
     elif pending:
@@ -388,9 +394,16 @@ def main() -> int:
     parser.add_argument("--all", action="store_true", help="every gated module, changed or not")
     parser.add_argument("--record", action="store_true", help="record clean modules in clean.json")
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--timeout-s", type=float, default=120.0, help="per mutant")
+    parser.add_argument(
+        "--timeout-s", type=float, default=120.0,
+        help=f"per mutant, below {HTTP_LIMIT_S} (the HTTP distributor's request limit)",
+    )  # fmt: skip
     parser.add_argument("--work", type=Path, default=ROOT / "out" / "mutation")
     args = parser.parse_args()
+    if not 0 < args.timeout_s < HTTP_LIMIT_S:
+        parser.error(f"--timeout-s {args.timeout_s:g}: give more than 0, less than {HTTP_LIMIT_S}")
+    # a stop (CI's timeout) unwinds: the HTTP workers are stopped, not left running
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     table, explained = targets(), equivalents()
     clean_path = HERE / "clean.json"
     clean = json.loads(clean_path.read_text()) if clean_path.exists() else {}
@@ -433,6 +446,8 @@ def main() -> int:
 
 def run_all(todo: list[Target], prints, work: Path, workers: int, timeout_s: float, explained):
     """``todo`` one module after another, each spread over ``workers`` copies of the tree."""
+    if not todo:
+        return []
     trees = [work / f"worker-{index}" for index in range(max(1, workers))]
     for folder in trees:
         copy_tree(folder)

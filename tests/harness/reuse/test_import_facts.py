@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from pathlib import Path
 
 import pytest
+from helpers.module_sources import facts_of
 
 from stagebot.harness.reuse.import_graph import (
     ModuleFacts,
@@ -23,14 +23,6 @@ from stagebot.harness.reuse.import_graph import (
     repository_files,
     resolve,
 )
-
-
-def facts_of(root: Path, source: str, path: str = "pkg/mod.py") -> ModuleFacts:
-    file = root / path
-    file.parent.mkdir(parents=True, exist_ok=True)
-    file.write_text(source)
-    return module_facts(str(root), path)
-
 
 # ------------------------------------------------------------------ the repository's files
 

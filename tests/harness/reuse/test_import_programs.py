@@ -23,15 +23,9 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from helpers.module_sources import facts_of
 
 from stagebot.harness.reuse.import_graph import ModuleFacts, import_closure, module_facts
-
-
-def facts(root: Path, source: str, path: str = "pkg/m.py") -> ModuleFacts:
-    file = root / path
-    file.parent.mkdir(parents=True, exist_ok=True)
-    file.write_text(textwrap.dedent(source))
-    return module_facts(str(root), path)
 
 
 def blind(found: ModuleFacts) -> tuple[str, ...]:
@@ -62,7 +56,7 @@ def test_an_importer_is_known_by_the_position_its_callers_give_a_conftest(
     if method:
         define = "class Loader:\n" + textwrap.indent(define, "    ")
     source = f"import importlib\n\n{define}\n\ndef use(folder):\n    return {load}({arguments})\n"
-    found = facts(tmp_path, source)
+    found = facts_of(tmp_path, source)
     assert found.importers == (("load", str(position)),)
     assert blind(found) == ()
 
@@ -71,7 +65,7 @@ def test_an_importer_is_known_by_the_position_its_callers_give_a_conftest(
 def test_a_functions_first_parameter_named_self_outside_a_class_is_counted(tmp_path, first) -> None:
     """A function defined outside any class (to be attached to one later) counts every
     parameter, whatever the first is called."""
-    found = facts(
+    found = facts_of(
         tmp_path,
         f"""\
         import importlib
@@ -107,7 +101,7 @@ FOLLOWED_NAMES = {
 
 @pytest.mark.parametrize("body", FOLLOWED_NAMES.values(), ids=FOLLOWED_NAMES.keys())
 def test_a_name_computed_from_a_parameter_is_followed_to_it(tmp_path, body) -> None:
-    found = facts(tmp_path, loader(body))
+    found = facts_of(tmp_path, loader(body))
     assert found.importers == (("load", "0"),)
     assert blind(found) == ()
 
@@ -122,13 +116,13 @@ BLIND_NAMES = {
 
 @pytest.mark.parametrize("body", BLIND_NAMES.values(), ids=BLIND_NAMES.keys())
 def test_a_name_not_bound_once_to_a_parameter_is_blind(tmp_path, body) -> None:
-    found = facts(tmp_path, loader(body))
+    found = facts_of(tmp_path, loader(body))
     assert found.importers == ()
     assert reasons(blind(found)) == ["import_module() of a computed name"]
 
 
 def test_the_innermost_function_owns_the_parameter(tmp_path) -> None:
-    found = facts(
+    found = facts_of(
         tmp_path,
         """\
         import importlib
@@ -146,7 +140,7 @@ def test_the_innermost_function_owns_the_parameter(tmp_path) -> None:
 
 @pytest.mark.parametrize("given", ['folder / "base.py"', '"__init__.py"', "folder"])
 def test_an_importer_given_no_conftest_file_is_blind(tmp_path, given) -> None:
-    found = facts(
+    found = facts_of(
         tmp_path,
         f"""\
         import importlib
@@ -174,9 +168,9 @@ def collector(name: str, outer: str = "") -> str:
 
 
 def test_self_path_in_a_pytest_collector_is_the_collected_file(tmp_path) -> None:
-    assert blind(facts(tmp_path, collector("self.path"))) == ()
+    assert blind(facts_of(tmp_path, collector("self.path"))) == ()
     nested = collector("self.path", "class Plugins:")  # the innermost class is the collector
-    assert blind(facts(tmp_path, nested)) == ()
+    assert blind(facts_of(tmp_path, nested)) == ()
 
 
 @pytest.mark.parametrize(
@@ -194,7 +188,7 @@ def test_self_path_in_a_pytest_collector_is_the_collected_file(tmp_path) -> None
     ids=["self.name", "self.stem", "session.path", "item.path", "a class inside a collector"],
 )
 def test_another_path_in_a_pytest_collector_is_blind(tmp_path, source) -> None:
-    assert reasons(blind(facts(tmp_path, source))) == ["import_module() of a computed name"]
+    assert reasons(blind(facts_of(tmp_path, source))) == ["import_module() of a computed name"]
 
 
 # ---------------------------------------------------------------- a package's own modules
@@ -205,7 +199,7 @@ PLUG_INS = "import importlib, pkgutil\n\nfor found in pkgutil.iter_modules(__pat
 def test_a_package_importing_a_name_under_its_own_brings_its_folder_in(tmp_path) -> None:
     for name in ('f"{__name__}.{found.name}"', 'f"{__name__}.builtin"'):
         source = PLUG_INS + f"    importlib.import_module({name})\n"
-        found = facts(tmp_path, source, "pkg/plugins/__init__.py")
+        found = facts_of(tmp_path, source, "pkg/plugins/__init__.py")
         assert "pkg.plugins.*" in found.imports
         assert found.blind == ()
 
@@ -222,7 +216,7 @@ def test_a_package_importing_a_name_under_its_own_brings_its_folder_in(tmp_path)
 )
 def test_a_package_importing_another_computed_name_is_blind(tmp_path, name) -> None:
     source = PLUG_INS + f"    importlib.import_module({name})\n"
-    found = facts(tmp_path, source, "pkg/plugins/__init__.py")
+    found = facts_of(tmp_path, source, "pkg/plugins/__init__.py")
     assert not any(imported.endswith(".*") for imported in found.imports)
     assert found.blind == ("line 4: import_module() of a computed name",)
 
@@ -232,14 +226,16 @@ def test_a_package_importing_another_computed_name_is_blind(tmp_path, name) -> N
 
 @pytest.mark.parametrize("package", ["", "__name__", "__package__", "__spec__.parent"])
 def test_a_resource_of_the_modules_own_package_names_its_package(tmp_path, package) -> None:
-    found = facts(tmp_path, f"import importlib.resources\n\nimportlib.resources.files({package})\n")
+    found = facts_of(
+        tmp_path, f"import importlib.resources\n\nimportlib.resources.files({package})\n"
+    )
     assert found.resources == ("pkg",)
     assert found.blind == ()
 
 
 def test_a_resource_call_makes_the_module_locate_itself(tmp_path) -> None:
     """Even reached through ``importlib`` alone (no import names a resource module)."""
-    found = facts(tmp_path, 'import importlib\n\nimportlib.resources.files("data")\n')
+    found = facts_of(tmp_path, 'import importlib\n\nimportlib.resources.files("data")\n')
     assert found.locates_itself
     assert found.resources == ("data",)
 
@@ -255,7 +251,7 @@ def test_a_resource_call_makes_the_module_locate_itself(tmp_path) -> None:
 def test_a_resource_of_a_computed_package_is_blind_naming_its_function(
     tmp_path, imports, call, function
 ) -> None:
-    found = facts(tmp_path, f"{imports}\n\n{call}(package_of(), 'x.txt')\n")
+    found = facts_of(tmp_path, f"{imports}\n\n{call}(package_of(), 'x.txt')\n")
     assert found.blind == (f"line 3: {function}() of a computed package",)
 
 
@@ -263,7 +259,7 @@ def test_a_resource_of_a_computed_package_is_blind_naming_its_function(
 
 
 def started(root: Path, command: str, before: str = "") -> ModuleFacts:
-    return facts(root, f"import shutil, subprocess, sys\n{before}\nsubprocess.run({command})\n")
+    return facts_of(root, f"import shutil, subprocess, sys\n{before}\nsubprocess.run({command})\n")
 
 
 RUN_BLIND = "subprocess.run() may run repository code"
@@ -322,7 +318,7 @@ def test_a_program_that_may_run_our_code_unread_is_blind(tmp_path, command) -> N
     ids=["program", "script"],
 )
 def test_a_command_word_that_may_be_one_of_several_is_blind(tmp_path, table, arguments) -> None:
-    found = facts(
+    found = facts_of(
         tmp_path,
         f"import subprocess, sys\n\nTABLE = {table}\n\n"
         f"for program in TABLE:\n    subprocess.run({arguments})\n",
@@ -352,7 +348,7 @@ def test_python_m_is_blind_when_given_files_after_its_module(
 
 
 def test_python_m_of_one_of_several_modules_names_the_first(tmp_path) -> None:
-    found = facts(
+    found = facts_of(
         tmp_path,
         "import subprocess, sys\n\n"
         'RUNNERS = ("unittest", "pkg.tool")\n\n'
@@ -372,8 +368,8 @@ def test_every_python_c_code_that_parses_is_read(tmp_path) -> None:
         '    subprocess.run([sys.executable, "-c", code])\n'
     )
     for name in ("first", "last"):
-        facts(tmp_path, "", f"pkg/{name}.py")
-    facts(tmp_path, source, "tests/test_codes.py")
+        facts_of(tmp_path, "", f"pkg/{name}.py")
+    facts_of(tmp_path, source, "tests/test_codes.py")
     assert import_closure(str(tmp_path), "tests/test_codes.py") == {
         "tests/test_codes.py",
         "pkg/first.py",
@@ -385,7 +381,7 @@ def test_every_python_c_code_that_parses_is_read(tmp_path) -> None:
 
 
 def test_a_launcher_is_the_innermost_function_given_the_command(tmp_path) -> None:
-    found = facts(
+    found = facts_of(
         tmp_path,
         """\
         import subprocess
@@ -428,7 +424,7 @@ def test_a_program_found_otherwise_needs_a_run(tmp_path, program) -> None:
 def test_a_name_an_import_binds_is_no_literal(tmp_path) -> None:
     """``import plugins.base`` binds ``plugins``: assigning it a literal elsewhere leaves it
     computed."""
-    found = facts(
+    found = facts_of(
         tmp_path,
         """\
         import importlib
@@ -447,7 +443,7 @@ def test_a_name_an_import_binds_is_no_literal(tmp_path) -> None:
 def test_aliases_of_aliases_assigned_in_reverse_order_are_followed(tmp_path, depth) -> None:
     """However deep the chain (it once stopped after three), the call is the process call."""
     chain = "".join(f"        a{n} = a{n + 1}\n" for n in range(depth))
-    found = facts(
+    found = facts_of(
         tmp_path,
         f"""\
         import subprocess
@@ -462,7 +458,7 @@ def test_aliases_of_aliases_assigned_in_reverse_order_are_followed(tmp_path, dep
 
 
 def test_the_first_binding_of_a_name_to_a_function_counts(tmp_path) -> None:
-    found = facts(
+    found = facts_of(
         tmp_path,
         """\
         import shutil, subprocess
@@ -476,7 +472,7 @@ def test_the_first_binding_of_a_name_to_a_function_counts(tmp_path) -> None:
 
 
 def test_another_mapping_attribute_is_no_environment(tmp_path) -> None:
-    found = facts(
+    found = facts_of(
         tmp_path,
         """\
         import os
@@ -492,5 +488,5 @@ def test_another_mapping_attribute_is_no_environment(tmp_path) -> None:
 
 def test_an_alias_of_a_builtin_in_a_module_without_imports_is_followed(tmp_path) -> None:
     """``load = __import__`` binds no import name, yet ``load(...)`` is ``__import__``."""
-    found = facts(tmp_path, 'load = __import__\n\nload("pkg.plugin")\n')
+    found = facts_of(tmp_path, 'load = __import__\n\nload("pkg.plugin")\n')
     assert "pkg.plugin" in found.imports

@@ -425,12 +425,17 @@ def test_an_addoption_call_declares_its_options_given_a_value(call, options) -> 
 
 
 def test_a_path_that_is_the_repositorys_root_leaves_the_key_conservative() -> None:
-    """``pytest .`` from the root, or ``pytest ..`` from ``tests/``, runs every test of the
-    repository: no folder of the key stands for all of them."""
+    """``pytest .`` from the root, ``pytest ..`` from ``tests/``, or the root reached from
+    ``__file__``, runs every test of the repository: no folder of the key stands for all of
+    them."""
     root = ["pytest given the repository's root: every test under it"]
     assert blind('subprocess.run(["pytest", "."])') == root
     assert child('subprocess.run(["pytest", ".."])', ("tests",)).blind == root
     assert child('subprocess.run(["pytest", str(Path("x.py").parent)])').blind == root
+    from_file = 'subprocess.run(["pytest", str(Path(__file__).parent{})])'
+    assert child(from_file.format(".parent"), ("tests",)).blind == root
+    assert child(from_file.format(' / ".."'), ("tests",)).blind == root
+    assert child(from_file.format("")).blind == root
 
 
 def test_a_test_file_at_the_root_brings_the_roots_conftest_and_configuration_only() -> None:

@@ -74,23 +74,28 @@ def test_keys_read_ahead_are_the_keys_read_after_the_run(tmp_path):
 
 
 def test_a_key_waits_for_the_reading_ahead(tmp_path, monkeypatch):
-    """No key is computed while the thread still fills the Repository's caches."""
+    """A key stops the reading ahead after the file it is reading and waits for that file: no
+    key is computed while the thread fills the Repository's caches, and the files not read yet
+    are read as their keys ask (a shard cut short reads only its finished tests' files)."""
     root = checkout(tmp_path)
     check = check_of(root)
     events: list[str] = []
+    reading = threading.Event()
     real = check.repo.inputs
 
     def slow(test_file, plugins=(), observed=None):
         if threading.current_thread() is not threading.main_thread():
+            reading.set()
             time.sleep(0.2)
             events.append(f"read {test_file}")
         return real(test_file, plugins, observed)
 
     monkeypatch.setattr(check.repo, "inputs", slow)
     check.read_ahead(Entry(tests=["tests/unit/test_a.py::test_a", "tests/unit/b_test.py::t"]))
+    reading.wait(timeout=30)  # the thread is in its first file
     check.key("tests/unit/test_a.py::test_a")
     events.append("key")
-    assert events == ["read tests/unit/b_test.py", "read tests/unit/test_a.py", "key"]
+    assert events == ["read tests/unit/b_test.py", "key"]
 
 
 def test_a_failure_on_the_thread_is_met_again_by_the_key(tmp_path, monkeypatch):

@@ -18,6 +18,7 @@ from helpers.module_sources import facts_of
 from stagebot.harness.reuse.import_graph import (
     ModuleFacts,
     build_index,
+    import_closure,
     module_facts,
     module_index,
     repository_files,
@@ -394,3 +395,19 @@ def test_an_empty_command_is_read_as_one_that_may_run_repository_code(tmp_path) 
     IndexError, which lost the whole module's facts) and the call stays blind."""
     source = "import subprocess\n\ndef build():\n    subprocess.run([])\n"
     assert facts_of(tmp_path, source).blind == ("line 4: subprocess.run() may run repository code",)
+
+
+def test_a_star_import_of_a_nested_package_in_a_src_layout_brings_its_folder(tmp_path) -> None:
+    """``from pkg.sub import *`` with ``src/pkg/sub/``: the folder is the one the index maps
+    ``pkg.sub`` to, found by the package's last name (``sub``), and no sibling of it."""
+    files = {
+        "src/pkg/__init__.py": "",
+        "src/pkg/other.py": "",
+        "src/pkg/sub/__init__.py": '__all__ = ["deep"]\n',
+        "src/pkg/sub/deep.py": "",
+        "tests/test_star.py": "from pkg.sub import *\n",
+    }
+    for path, text in files.items():
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text(text)
+    assert import_closure(str(tmp_path), "tests/test_star.py") == set(files) - {"src/pkg/other.py"}

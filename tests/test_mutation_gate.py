@@ -63,9 +63,9 @@ def test_the_critical_modules_are_listed_and_only_they_gate(gate) -> None:
 
 
 def test_every_explained_survivor_names_a_line_its_module_has(gate) -> None:
-    gated = {name for name, target in gate.targets().items() if target.gate}
+    listed = gate.targets().keys()
     for entry in gate.equivalents():
-        assert entry["module"] in gated, entry
+        assert entry["module"] in listed, entry
         lines = [line.strip() for line in (ROOT / entry["module"]).read_text().splitlines()]
         assert entry["line"] in lines, f"stale entry (the line changed): {entry}"
         assert len(entry["reason"].split()) >= 5, f"say why it cannot change behaviour: {entry}"

@@ -397,17 +397,29 @@ def test_an_empty_command_is_read_as_one_that_may_run_repository_code(tmp_path) 
     assert facts_of(tmp_path, source).blind == ("line 4: subprocess.run() may run repository code",)
 
 
-def test_a_star_import_of_a_nested_package_in_a_src_layout_brings_its_folder(tmp_path) -> None:
+@pytest.mark.parametrize(("top", "sub"), [("pkg", "sub"), ("zoo", "abc")])
+def test_a_star_import_of_a_nested_package_in_a_src_layout_brings_its_folder(
+    tmp_path, top, sub
+) -> None:
     """``from pkg.sub import *`` with ``src/pkg/sub/``: the folder is the one the index maps
-    ``pkg.sub`` to, found by the package's last name (``sub``), and no sibling of it."""
+    ``pkg.sub`` to, found by the package's last name (``sub``), and no sibling of it, whichever
+    of the two names sorts first."""
     files = {
-        "src/pkg/__init__.py": "",
-        "src/pkg/other.py": "",
-        "src/pkg/sub/__init__.py": '__all__ = ["deep"]\n',
-        "src/pkg/sub/deep.py": "",
-        "tests/test_star.py": "from pkg.sub import *\n",
+        f"src/{top}/__init__.py": "",
+        f"src/{top}/other.py": "",
+        f"src/{top}/{sub}/__init__.py": '__all__ = ["deep"]\n',
+        f"src/{top}/{sub}/deep.py": "",
+        "tests/test_star.py": f"from {top}.{sub} import *\n",
     }
     for path, text in files.items():
         (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / path).write_text(text)
-    assert import_closure(str(tmp_path), "tests/test_star.py") == set(files) - {"src/pkg/other.py"}
+    closure = import_closure(str(tmp_path), "tests/test_star.py")
+    assert closure == set(files) - {f"src/{top}/other.py"}
+
+
+def test_a_module_binding_more_than_256_names_is_read(tmp_path) -> None:
+    """The alias passes end when a pass adds no name, compared by value (lengths above 256 are
+    distinct int objects)."""
+    source = "".join(f"import m{n}\n" for n in range(300)) + "run = m0.run\nrun()\n"
+    assert "m0" in facts_of(tmp_path, source).imports

@@ -17,6 +17,8 @@ import importlib.machinery
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from helpers.files import write_tree
+
 SUFFIX = importlib.machinery.EXTENSION_SUFFIXES[0]
 LIBM = next(
     (
@@ -330,9 +332,7 @@ def build(root: Path) -> Path:
     """The sample repository at ``root`` (its catalog beside it, ``catalog.yaml``)."""
     if LIBM is None:
         raise RuntimeError("no libm.so.6 in /lib/x86_64-linux-gnu or /usr/lib64 to copy")
-    for name, text in {**TREE, **TESTS}.items():
-        (root / name).parent.mkdir(parents=True, exist_ok=True)
-        (root / name).write_text(text)
+    write_tree(root, {**TREE, **TESTS})
     (root / "native").mkdir()
     (root / f"shop/_bisect{SUFFIX}").write_bytes(Path(_bisect.__file__).read_bytes())
     (root / "native/libm.so.6").write_bytes(LIBM.read_bytes())

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from helpers.files import write_tree
+
 from stagebot.harness.analysis.suspects import import_closure, rank_suspects
 
 
@@ -21,10 +23,7 @@ def repo(tmp_path: Path) -> Path:
         "tests/helpers.py": "",
         "docs/notes.md": "",
     }
-    for name, text in files.items():
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_text(text)
-    return tmp_path
+    return write_tree(tmp_path, files)
 
 
 def test_the_import_closure_follows_the_repositorys_own_modules(tmp_path) -> None:

@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
+from helpers.files import write_tree
 
 from stagebot.harness.reuse.dependency_key import (
     Environment,
@@ -77,10 +78,7 @@ ENVIRONMENT = Environment(
 
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
-    for name, text in TREE.items():
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_text(text)
-    return tmp_path
+    return write_tree(tmp_path, TREE)
 
 
 @pytest.fixture(scope="module")
@@ -796,9 +794,7 @@ def test_a_star_import_of_a_package_runs_its_submodules(tmp_path, layout) -> Non
         "tests/test_module_star.py": "from pkg.tools import *\n",
         "tests/test_named.py": "from pkg import tools\n",
     }
-    for path, text in files.items():
-        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / path).write_text(text)
+    write_tree(tmp_path, files)
     package = {path for path in files if path.startswith(f"{layout}pkg/")}
     assert import_closure(str(tmp_path), "tests/test_star.py") == {"tests/test_star.py", *package}
     for importer in ("tests/test_module_star.py", "tests/test_named.py"):

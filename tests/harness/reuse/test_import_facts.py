@@ -13,6 +13,7 @@ import dataclasses
 import itertools
 
 import pytest
+from helpers.files import write_tree
 from helpers.module_sources import facts_of
 
 from stagebot.harness.reuse.import_graph import (
@@ -31,7 +32,7 @@ from stagebot.harness.reuse.import_graph import (
 def test_hidden_files_are_files_but_a_git_link_and_bytecode_are_not(tmp_path) -> None:
     """A dot file (``.env``, ``.coveragerc``) may be an input; a worktree's or a submodule's
     ``.git`` file and compiled bytecode anywhere are not."""
-    for name in (
+    names = (
         ".env",
         ".coveragerc",
         ".git",
@@ -40,9 +41,8 @@ def test_hidden_files_are_files_but_a_git_link_and_bytecode_are_not(tmp_path) ->
         "pkg/mod.py",
         "pkg/mod.pyc",
         "pkg/old.pyo",
-    ):
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_text("x\n")
+    )
+    write_tree(tmp_path, dict.fromkeys(names, "x\n"))
     assert repository_files(str(tmp_path)) == (
         ".coveragerc",
         ".env",
@@ -411,9 +411,7 @@ def test_a_star_import_of_a_nested_package_in_a_src_layout_brings_its_folder(
         f"src/{top}/{sub}/deep.py": "",
         "tests/test_star.py": f"from {top}.{sub} import *\n",
     }
-    for path, text in files.items():
-        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / path).write_text(text)
+    write_tree(tmp_path, files)
     closure = import_closure(str(tmp_path), "tests/test_star.py")
     assert closure == set(files) - {f"src/{top}/other.py"}
 

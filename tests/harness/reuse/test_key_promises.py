@@ -32,6 +32,7 @@ import re
 from pathlib import Path
 
 import pytest
+from helpers.files import write_tree
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -56,13 +57,6 @@ ENVIRONMENT = Environment((("numpy", "2.1.0"),), "3.11.9", "Linux-x86_64", "CPU"
 BASE = {"tests/test_a.py": "from pkg import core\n\ndef test_a():\n    core.f()\n"}
 BASE["pkg/__init__.py"] = ""
 BASE["pkg/core.py"] = "def f():\n    return 1\n"
-
-
-def repository(root: Path, files: dict[str, str]) -> Path:
-    for name, text in files.items():
-        (root / name).parent.mkdir(parents=True, exist_ok=True)
-        (root / name).write_text(text)
-    return root
 
 
 def key_of(root: Path, family: FamilyInputs = FAMILY, **kwargs) -> DependencyKey:
@@ -158,7 +152,7 @@ def test_every_plugin_named_among_other_arguments_is_found(runs) -> None:
 
 
 def test_a_keys_digests_are_128_bits_whatever_the_order_of_its_parts(tmp_path) -> None:
-    key = key_of(repository(tmp_path, BASE))
+    key = key_of(write_tree(tmp_path, BASE))
     assert re.fullmatch("[0-9a-f]{32}", key.digest) and re.fullmatch("[0-9a-f]{32}", key.code)
     stored = dataclasses.replace(key, parts=dict(sorted(key.parts.items())))  # as the ledger
     assert list(stored.parts) != list(key.parts)
@@ -169,7 +163,7 @@ def test_a_keys_digests_are_128_bits_whatever_the_order_of_its_parts(tmp_path) -
 def test_a_key_and_its_inputs_are_values(tmp_path) -> None:
     """An environment and a test file's inputs cache their digests: changing one afterwards
     would leave a stale digest, so none can be changed."""
-    repo = Repository(repository(tmp_path, BASE))
+    repo = Repository(write_tree(tmp_path, BASE))
     inputs = repo.inputs("tests/test_a.py")
     for value, field in [
         (ENVIRONMENT, "variables"),
@@ -186,7 +180,7 @@ def test_a_key_and_its_inputs_are_values(tmp_path) -> None:
 
 def test_a_module_named_by_pytest_is_the_repositorys_file_nearest_the_root(tmp_path) -> None:
     repo = Repository(
-        repository(
+        write_tree(
             tmp_path,
             {
                 "plugin.py": "",
@@ -204,7 +198,7 @@ def test_a_module_named_by_pytest_is_the_repositorys_file_nearest_the_root(tmp_p
 
 def test_a_package_is_its_folder_nearest_the_root_in_any_layout(tmp_path) -> None:
     repo = Repository(
-        repository(
+        write_tree(
             tmp_path,
             {
                 "src/pkg/res/a.txt": "",
@@ -225,7 +219,7 @@ def test_a_package_is_its_folder_nearest_the_root_in_any_layout(tmp_path) -> Non
 def test_a_package_folder_is_found_at_any_depth(tmp_path) -> None:
     """300 folders deep: past the small integers CPython shares, depths compare by value."""
     deep = "/".join(["d"] * 300) + "/pkg/res"
-    repo = Repository(repository(tmp_path, {f"{deep}/a.txt": ""}))
+    repo = Repository(write_tree(tmp_path, {f"{deep}/a.txt": ""}))
     assert repo.package_folder("pkg.res") == [deep]
 
 
@@ -239,7 +233,7 @@ def test_the_resources_of_a_package_in_a_src_layout_are_in_the_key(tmp_path) -> 
             'def f():\n    return files("pkg.data").joinpath("table.json").read_text()\n'
         ),
     }
-    root = repository(tmp_path, files)
+    root = write_tree(tmp_path, files)
     before = key_of(root)
     assert not before.conservative and "src/pkg/data/table.json" in before.files
     edit(root, "src/pkg/data/table.json")
@@ -248,13 +242,13 @@ def test_the_resources_of_a_package_in_a_src_layout_are_in_the_key(tmp_path) -> 
 
 def test_a_literal_naming_the_root_or_above_names_no_data(tmp_path) -> None:
     core = 'HERE, UP, OUT = ".", "..", "../x.txt"\n\ndef f():\n    return 1\n'
-    root = repository(tmp_path, {**BASE, "pkg/core.py": core, "docs/notes.md": "n\n"})
+    root = write_tree(tmp_path, {**BASE, "pkg/core.py": core, "docs/notes.md": "n\n"})
     assert "docs/notes.md" not in key_of(root).files
 
 
 @pytest.mark.parametrize("folder", ["-data", "!data", "data", "~data"])
 def test_the_files_beside_a_module_are_those_of_its_own_folder(tmp_path, folder) -> None:
-    root = repository(
+    root = write_tree(
         tmp_path,
         {
             "conftest.py": "import os\nHERE = os.path.dirname(__file__)\n",
@@ -269,7 +263,7 @@ def test_the_files_beside_a_module_are_those_of_its_own_folder(tmp_path, folder)
 
 
 def named(root: Path, files: dict[str, str], configs: list[str]) -> set[str]:
-    return config_named(Repository(repository(root, files)), configs)
+    return config_named(Repository(write_tree(root, files)), configs)
 
 
 DATA = {"data/x.txt": "", "data/y.csv": "", "docs/notes.md": "", "pkg/core.py": ""}
@@ -348,7 +342,7 @@ def test_a_configuration_that_does_not_parse_is_read_as_text(tmp_path, name, tex
 
 
 def test_a_configuration_that_vanished_names_nothing(tmp_path) -> None:
-    repo = Repository(repository(tmp_path, {**DATA, "s.ini": "[x]\na = data/x.txt\n"}))
+    repo = Repository(write_tree(tmp_path, {**DATA, "s.ini": "[x]\na = data/x.txt\n"}))
     (tmp_path / "s.ini").unlink()
     assert config_named(repo, ["s.ini"]) == set()
 
@@ -361,7 +355,7 @@ def test_a_configuration_read_by_literal_too_stays_in_with_what_it_names(tmp_pat
     names a data file: both stay in."""
     core = 'import configparser\n\nCFG = "setup.cfg"\n'
     files = {**BASE, "pkg/core.py": core, "setup.cfg": "[own]\ntable = data/table.csv\n"}
-    root = repository(tmp_path, {**files, "data/table.csv": "1\n"})
+    root = write_tree(tmp_path, {**files, "data/table.csv": "1\n"})
     before = key_of(root)
     assert {"setup.cfg", "data/table.csv"} <= set(before.files)
     for changed in ("setup.cfg", "data/table.csv"):
@@ -391,7 +385,7 @@ PLUGIN_FILES = {**BASE, "pkg/plugin.py": "def pytest_configure(config):\n    pas
     ],
 )
 def test_a_plugin_a_session_loads_by_configuration_is_in_the_key(tmp_path, config, text) -> None:
-    root = repository(tmp_path, {**PLUGIN_FILES, config: text})
+    root = write_tree(tmp_path, {**PLUGIN_FILES, config: text})
     before = key_of(root)
     assert not before.conservative and "pkg/plugin.py" in before.files
     edit(root, "pkg/plugin.py")
@@ -399,7 +393,7 @@ def test_a_plugin_a_session_loads_by_configuration_is_in_the_key(tmp_path, confi
 
 
 def test_a_malformed_pytest_ini_is_still_in_the_key(tmp_path) -> None:
-    root = repository(tmp_path, {**BASE, "pytest.ini": "addopts = -p pkg.core\n"})  # no section
+    root = write_tree(tmp_path, {**BASE, "pytest.ini": "addopts = -p pkg.core\n"})  # no section
     before = key_of(root)
     assert "pytest.ini" in before.files
     edit(root, "pytest.ini")
@@ -407,7 +401,7 @@ def test_a_malformed_pytest_ini_is_still_in_the_key(tmp_path) -> None:
 
 
 def test_a_run_that_started_a_followed_program_adds_what_it_opened(tmp_path) -> None:
-    root = repository(tmp_path, {**BASE, "data/seen.txt": "1\n"})
+    root = write_tree(tmp_path, {**BASE, "data/seen.txt": "1\n"})
     observed = Observation(files=("data/seen.txt",), started=("python -m pkg.core",))
     key = key_of(root, observed=observed)
     assert key.conservative == () and "data/seen.txt" in key.files
@@ -417,7 +411,7 @@ def test_a_run_that_started_a_followed_program_adds_what_it_opened(tmp_path) -> 
 
 
 def test_why_names_every_changed_part(tmp_path) -> None:
-    root = repository(tmp_path, BASE)
+    root = write_tree(tmp_path, BASE)
     before = key_of(root)
     environment = dataclasses.replace(ENVIRONMENT, python="3.12.1", gpu_driver="575.1")
     after = key_of(root, dataclasses.replace(FAMILY, entry="e2"), environment=environment)
@@ -429,7 +423,7 @@ def test_why_names_every_changed_part(tmp_path) -> None:
 
 
 def test_why_names_the_first_reason_a_key_became_conservative(tmp_path) -> None:
-    before = key_of(repository(tmp_path, BASE))
+    before = key_of(write_tree(tmp_path, BASE))
     reasons = ("pkg/a.py: line 1: first", "pkg/b.py: line 2: second")
     files = {**before.files, "docs/notes.md": "d"}
     after = dataclasses.replace(
@@ -452,7 +446,7 @@ def test_why_names_the_first_reason_a_key_became_conservative(tmp_path) -> None:
     ],
 )
 def test_why_names_five_files_and_counts_the_others(tmp_path, count, shown) -> None:
-    before = key_of(repository(tmp_path, BASE))
+    before = key_of(write_tree(tmp_path, BASE))
     added = {f"f{n:02}": "d" for n in range(count)}  # new files: none of them in ``before``
     after = dataclasses.replace(
         before, parts={**before.parts, "files": "other"}, files={**before.files, **added}
@@ -462,6 +456,6 @@ def test_why_names_five_files_and_counts_the_others(tmp_path, count, shown) -> N
 
 
 def test_why_a_changed_file_set_with_equal_files_says_so(tmp_path) -> None:
-    before = key_of(repository(tmp_path, BASE))
+    before = key_of(write_tree(tmp_path, BASE))
     after = dataclasses.replace(before, parts={**before.parts, "files": "other"})
     assert changed_inputs(before, after) == ["files: the set changed"]

@@ -22,6 +22,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from helpers.files import write_tree
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -31,13 +32,6 @@ from stagebot.harness.reuse.import_graph import import_closure
 TEST_ID = "tests/test_core.py::test_f"
 FAMILY = FamilyInputs("CPU-Py", "CPU", suite_args="s1", entry="e1")
 ENVIRONMENT = Environment((("numpy", "2.0"),), "3.11.9", "Linux-x86_64", "CPU", "none")
-
-
-def repository(root: Path, files: dict[str, str]) -> Path:
-    for name, text in files.items():
-        (root / name).parent.mkdir(parents=True, exist_ok=True)
-        (root / name).write_text(text)
-    return root
 
 
 BASE = {"tests/test_core.py": "from pkg import core\n\ndef test_f():\n    assert core.f()\n"}
@@ -72,7 +66,7 @@ def changed(root: Path, part: str) -> tuple[str, FamilyInputs, Environment]:
 def test_a_key_part_that_changes_changes_the_lookup_or_only_the_runners_check(
     tmp_path: Path, part: str
 ) -> None:
-    root = repository(tmp_path, BASE)
+    root = write_tree(tmp_path, BASE)
     before = dependency_key(root, TEST_ID, FAMILY, ENVIRONMENT)
     after = dependency_key(root, *changed(root, part))
     assert after.digest != before.digest, part
@@ -80,7 +74,7 @@ def test_a_key_part_that_changes_changes_the_lookup_or_only_the_runners_check(
 
 
 def test_a_waive_of_another_test_leaves_the_key_alone(tmp_path: Path) -> None:
-    root = repository(tmp_path, BASE)
+    root = write_tree(tmp_path, BASE)
     waived = replace(FAMILY, waives=(("tests/test_other.py::*", "not this one"),))
     assert (
         dependency_key(root, TEST_ID, waived, ENVIRONMENT).code
@@ -94,7 +88,7 @@ def test_a_waive_of_another_test_leaves_the_key_alone(tmp_path: Path) -> None:
 @pytest.mark.parametrize("test_file", ["tests/test_core.py", "tests/unit/deep/test_core.py"])
 def test_every_pytest_configuration_file_is_in_every_key(tmp_path, config, test_file) -> None:
     files = {**BASE, test_file: BASE["tests/test_core.py"], config: "[pytest]\n"}
-    root = repository(tmp_path, files)
+    root = write_tree(tmp_path, files)
     test_id = f"{test_file}::test_f"
     before = dependency_key(root, test_id, FAMILY, ENVIRONMENT)
     assert config in before.files
@@ -120,7 +114,7 @@ def test_a_relative_import_names_the_folder_its_dots_lead_to(
         files["/".join([*folders[:size], "x.py"])] = "Y = 1\n"
     here = "/".join(folders)
     files[f"{here}/{importer}"] = form.format(dots="." * level) + "\n"
-    root = repository(tmp_path_factory.mktemp("repo"), files)
+    root = write_tree(tmp_path_factory.mktemp("repo"), files)
     target = "/".join([*folders[: depth - (level - 1)], "x.py"])
     found = import_closure(str(root), f"{here}/{importer}")
     xs = {path for path in found if path.endswith("x.py")}
@@ -138,7 +132,7 @@ def test_an_import_names_the_module_nearest_the_root(tmp_path_factory, depths, f
     too), and only it: a deeper namesake is another module."""
     files = {"/".join([*(f"q{i}" for i in range(depth)), "util.py"]): "X = 1\n" for depth in depths}
     files["tests/test_a.py"] = form + "\n"
-    root = repository(tmp_path_factory.mktemp("repo"), files)
+    root = write_tree(tmp_path_factory.mktemp("repo"), files)
     found = import_closure(str(root), "tests/test_a.py")
     nearest = "/".join([*(f"q{i}" for i in range(min(depths))), "util.py"])
     assert {path for path in found if path.endswith("util.py")} == {nearest}, form
@@ -171,6 +165,6 @@ def test_an_import_brings_in_the_module_it_names_of_any_name_and_not_its_sibling
     )
     files = {"pkg/__init__.py": "", target: "X = 1\n", sibling: "X = 2\n"}
     files["tests/test_a.py"] = form.format(names[0]) + "\n"
-    root = repository(tmp_path_factory.mktemp("repo"), files)
+    root = write_tree(tmp_path_factory.mktemp("repo"), files)
     found = import_closure(str(root), "tests/test_a.py")
     assert target in found and sibling not in found, (form, target, sibling, found)

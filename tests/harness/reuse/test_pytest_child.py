@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from helpers.files import write_tree
 
 from stagebot.harness.reuse.dependency_key import (
     Environment,
@@ -77,10 +78,7 @@ ENVIRONMENT = Environment((("pytest", "8.3.3"),), "3.11.7", "Linux-x86_64", "CPU
 
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
-    for name, text in TREE.items():
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_text(text)
-    return tmp_path
+    return write_tree(tmp_path, TREE)
 
 
 @pytest.fixture(scope="module")
@@ -93,8 +91,7 @@ def key(root: Path, family):
 
 
 def write(root: Path, name: str, text: str) -> None:
-    (root / name).parent.mkdir(parents=True, exist_ok=True)
-    (root / name).write_text(text)
+    write_tree(root, {name: text})
 
 
 @pytest.mark.parametrize(

@@ -14,6 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from helpers.files import write_tree
 from workflow_installs import ROOT
 
 MUTATION = ROOT / "tests" / "mutation"
@@ -105,6 +106,33 @@ def test_a_fingerprint_moves_with_the_module_its_tests_and_its_explanations(
     assert second != first
     (tmp_path / "m.py").write_text("X = 2\n")
     assert gate.fingerprint(target, []) != second
+
+
+def test_a_fingerprint_moves_with_the_helpers_and_conftest_files_its_tests_load(
+    gate, tmp_path, monkeypatch
+) -> None:
+    """A weakened shared helper weakens every test using it: those modules are mutated again;
+    a helper no mapped test imports leaves the record alone."""
+    write_tree(
+        tmp_path,
+        {
+            "m.py": "X = 1\n",
+            "tests/conftest.py": "",
+            "tests/helpers/__init__.py": "",
+            "tests/helpers/used.py": "def check(x):\n    assert x\n",
+            "tests/helpers/unused.py": "",
+            "tests/unit/test_m.py": "from helpers.used import check\n\ncheck(1)\n",
+        },
+    )
+    monkeypatch.setattr(gate, "ROOT", tmp_path)
+    target = gate.Target("m.py", ("tests/unit/test_m.py",), True)
+    before = gate.fingerprint(target, [])
+    (tmp_path / "tests/helpers/unused.py").write_text("# changed\n")
+    assert gate.fingerprint(target, []) == before
+    for changed in ("tests/helpers/used.py", "tests/conftest.py"):
+        (tmp_path / changed).write_text("def check(x):\n    pass\n")
+        assert gate.fingerprint(target, []) != before, changed
+        before = gate.fingerprint(target, [])
 
 
 def _tiny_repository(root: Path) -> None:

@@ -129,16 +129,15 @@ def equivalents() -> list[dict]:
 
 
 def fingerprint(target: Target, explained: list[dict]) -> str:
-    """What a run of ``target`` stands for: the module's source, its tests' sources and pytest
-    arguments, how each mutant runs (the pytest command, cosmic-ray's version) and the entries
-    of equivalent.toml for it. Change any of it and the module runs again. A session's results
-    depend on all but the entries (``explained=[]``): new explanations re-sort its survivors
-    without running a mutant again."""
+    """What a run of ``target`` stands for: the module's source, its tests' sources (with the
+    helpers and conftest files they load) and pytest arguments, how each mutant runs (the pytest
+    command and profile, cosmic-ray's version) and the entries of equivalent.toml for it. Change
+    any of it and the module runs again. A session's results depend on all but the entries
+    (``explained=[]``): new explanations re-sort its survivors without running a mutant again."""
     from importlib.metadata import version
 
     digest = hashlib.sha256()
-    sources = sorted(_sources(target))
-    sources += [arg for arg in target.tests if arg.endswith(".py")]
+    sources = sorted(_sources(target)) + _test_sources(target)
     for name in sources:
         digest.update(f"{name}\0".encode() + (ROOT / name).read_bytes() + b"\0")
     own = [e for e in explained if e["module"] in _sources(target)]
@@ -153,6 +152,21 @@ def _sources(target: Target) -> list[str]:
     if path.is_file():
         return [target.name]
     return sorted(str(p.relative_to(ROOT)) for p in path.rglob("*.py"))
+
+
+def _test_sources(target: Target) -> list[str]:
+    """The files under tests/ a run of ``target``'s tests reads: the mapped test files, the
+    conftest.py files pytest loads for them, the mutation profile, and what those import from
+    tests/ (the shared helpers), so a weakened helper re-runs the modules whose tests use it."""
+    from stagebot.harness.reuse.import_graph import import_closure
+
+    tests = [arg for arg in target.tests if arg.endswith(".py")]
+    loaded = {"tests/mutation/mutation_profile.py"}
+    loaded |= {str(folder / "conftest.py") for test in tests for folder in Path(test).parents}
+    loaded = {name for name in loaded if (ROOT / name).is_file()}
+    for name in [*tests, *sorted(loaded)]:
+        loaded |= {f for f in import_closure(str(ROOT), name) if f.startswith("tests/")}
+    return tests + sorted(loaded - set(tests))
 
 
 def copy_tree(work: Path) -> Path:

@@ -14,6 +14,7 @@ from stagebot.kernels.cute.ptx import (
     nvfp4_block_scale,
     red_add_bf16x2,
     red_add_bf16x8,
+    red_add_bf16x8_bits,
 )
 
 SWIGLU_GROUP = 64  # columns of linear, then of gate, alternating in the GEMM1 output
@@ -267,6 +268,34 @@ def finalize_rows(
             values = cute.make_rmem_tensor((1, 8), cutlass.Float32)
             cute.autovec_copy(cute.local_tile(stage, (1, 8), (r, chunk)), values)
             red_add_bf16x8(row_address + col * 2, [values[0, i] * weight for i in range(8)])
+
+
+@cute.jit
+def finalize_handed_over(
+    handover: cute.Tensor,
+    rows: cute.Tensor,
+    valid: cutlass.Int32,
+    col0: cutlass.Int32,
+    out_address: cutlass.Int64,
+    row_bytes: cutlass.Int64,
+    first: cutlass.Int32,
+    step: cutlass.Constexpr,
+):
+    """finalize_rows for rows the consumers already multiplied by their router weight * scale
+    and rounded to bf16 (``handover``: uint32 [rows, bf16 pairs], the bits the atomics add):
+    thread ``first`` takes (row, 8-column chunk) items first, first + step, ..., one 16-byte
+    load and one vector atomic each; ``rows[r, 1]`` is row r's token (-1: not a valid row)."""
+    chunks = cute.size(handover, mode=[1]) // 4
+    for item in cutlass.range(first, valid * chunks, step, unroll=1):
+        r = item // chunks
+        chunk = item % chunks
+        token = cutlass.Int32(rows[r, 1])
+        if token >= 0:
+            words = cute.make_rmem_tensor((1, 4), cutlass.Uint32)
+            cute.autovec_copy(cute.local_tile(handover, (1, 4), (r, chunk)), words)
+            row_address = out_address + cutlass.Int64(token) * row_bytes
+            col = cutlass.Int64(col0 + 8 * chunk)
+            red_add_bf16x8_bits(row_address + col * 2, [words[0, i] for i in range(4)])
 
 
 @cute.jit

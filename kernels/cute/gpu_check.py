@@ -9,7 +9,8 @@ every non-exiting tile must be written; exiting tiles must stay NaN. The finaliz
 tokens without a valid row must be 0 and every element written (an unzeroed row stays NaN under
 the adds); its negative control breaks the output's fill and must fail. The same again as
 fused_moe runs it, the output zeroed on a side stream and the kernel built for a zeroed output;
-its negative control leaves the output unzeroed and must fail. The diagnostic builds
+its negative control leaves the output unzeroed and must fail. The 256-token RS finalize's
+drain build (its epilogue beside the next item's K loop) gets the same checks. The diagnostic builds
 (no dequantisation; no WGMMA: wrong results by design) time the two halves of the main loop,
 for the fp16-operand tactics too (the weights-in-fp16 one, whose once-per-call pre-pass is also
 timed alone, and the RS kernel's). Speed against the peers is
@@ -19,6 +20,7 @@ stagebot.kernels.cute.bench_moe's job.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import sys
@@ -32,6 +34,8 @@ from stagebot.kernels import layouts, moe_tables, ops
 from stagebot.kernels.cute import launch
 from stagebot.kernels.cute.bench_moe import LAYERS
 from stagebot.kernels.cute.tactics import TACTICS, Tactic, effective
+
+RS256 = next(t for t in TACTICS if t.swap_ab and t.fp16_operand and t.tile_mn[0] == 256)
 
 # bench_moe's T8192 finalize shapes of its first two layers (name, tokens, experts, local
 # experts, top_k, n, k), for the finalize's diagnostic builds.
@@ -178,12 +182,15 @@ def finalize_problem(tokens, experts, local_experts, top_k, n, k, seed: int) -> 
     return build_problem(shape, seed).op_args["grouped_gemm_finalize"]
 
 
-def check_finalize(name: str, call: dict, tactic: Tactic, aside: bool = False) -> dict:
+def check_finalize(
+    name: str, call: dict, tactic: Tactic, aside: bool = False, variant: str = ""
+) -> dict:
     """The atomic finalize with ``tactic`` into a NaN-poisoned output (an element left unwritten,
     or a routed token's row not zeroed before its adds, stays NaN) against backend="reference":
     the tokens with no valid row must be exactly 0, the others within bench_moe's bound.
     ``aside``: as fused_moe runs it, the output zeroed on a side stream (joined), then the
-    kernel built for a zeroed output, which only adds."""
+    kernel built for a zeroed output, which only adds. ``variant``: a build that must give
+    the kernel's result (DRAIN), checked the same way."""
     from stagebot.kernels import moe_pipeline
 
     ref = ops.grouped_gemm_finalize(**call, backend="reference")
@@ -191,7 +198,7 @@ def check_finalize(name: str, call: dict, tactic: Tactic, aside: bool = False) -
     args = {key: value for key, value in call.items() if key != "deterministic"}
     if aside:
         moe_pipeline.zero_aside(out)()
-    launch.grouped_gemm_finalize(**args, tactic=tactic, out=out, out_zeroed=aside)
+    launch.grouped_gemm_finalize(**args, tactic=tactic, out=out, out_zeroed=aside, _variant=variant)
     torch.cuda.synchronize()
     unwritten = int(torch.isnan(out).sum())
     routed = ref.ne(0).any(dim=1)
@@ -202,6 +209,7 @@ def check_finalize(name: str, call: dict, tactic: Tactic, aside: bool = False) -
     rel = float((got - want).norm() / want.norm().clamp_min(1e-30))
     ok = unwritten == 0 and unrouted_nonzero == 0 and close > 0.99 and rel < 1e-2
     # exiting_written here: nonzero elements in the rows of tokens without a valid row
+    name = f"{name} {variant}" if variant else name
     return _result(
         name, tactic, ok, rel, unwritten, unrouted_nonzero, close, routed=int(routed.sum())
     )
@@ -220,20 +228,21 @@ def _unfilled(tactic: Tactic, out: torch.Tensor, zeroed: bool) -> dict[str, torc
     return {"work": work}
 
 
-def finalize_control(name: str, call: dict, tactic: Tactic) -> dict:
+def finalize_control(name: str, call: dict, tactic: Tactic, variant: str = "") -> dict:
     """check_finalize's negative control: with the fill broken it must fail."""
     from unittest import mock
 
     with mock.patch.object(launch, "_finalize_fill", _unfilled):
-        r = check_finalize(name, call, tactic)
-    return dict(r, name=f"{name} (control: fill broken)", ok=not r["ok"])
+        r = check_finalize(name, call, tactic, variant=variant)
+    return dict(r, name=f"{r['name']} (control: fill broken)", ok=not r["ok"])
 
 
-def check_finalize_aside(name: str, call: dict, tactic: Tactic) -> dict:
-    return dict(check_finalize(name, call, tactic, aside=True), name=f"{name} zeroed aside")
+def check_finalize_aside(name: str, call: dict, tactic: Tactic, variant: str = "") -> dict:
+    r = check_finalize(name, call, tactic, aside=True, variant=variant)
+    return dict(r, name=f"{r['name']} zeroed aside")
 
 
-def finalize_aside_control(name: str, call: dict, tactic: Tactic) -> dict:
+def finalize_aside_control(name: str, call: dict, tactic: Tactic, variant: str = "") -> dict:
     """check_finalize_aside's negative control: nothing zeroes the output aside (the join
     comes back, the NaN stays); the kernel built for a zeroed output must then fail the check."""
     from unittest import mock
@@ -241,8 +250,8 @@ def finalize_aside_control(name: str, call: dict, tactic: Tactic) -> dict:
     from stagebot.kernels import moe_pipeline
 
     with mock.patch.object(moe_pipeline, "zero_aside", lambda out: lambda: None):
-        r = check_finalize(name, call, tactic, aside=True)
-    return dict(r, name=f"{name} zeroed aside (control: not zeroed)", ok=not r["ok"])
+        r = check_finalize(name, call, tactic, aside=True, variant=variant)
+    return dict(r, name=f"{r['name']} zeroed aside (control: not zeroed)", ok=not r["ok"])
 
 
 def bench_variant(name: str, counts, n, k, tile_size, tactic: Tactic, variant: str) -> dict:
@@ -273,26 +282,35 @@ def bench_variant(name: str, counts, n, k, tile_size, tactic: Tactic, variant: s
 
 
 ZEROED = "zeroed aside"  # bench_finalize_variant's kernel for an output zeroed beforehand
+# The 256-token RS finalize's build with its epilogue beside the next item's K loop: the
+# consumers hand each item over in bf16, warps 9-11 add it (rs_gemm.py); the kernel's result.
+DRAIN = "drain"
+# bench_finalize_variant's builds of the 256-token RS finalize: (variant, zeroed output)
+FINALIZE_BUILDS = (
+    ("", False), ("", True), ("no_unrouted", False), ("no_adds", False), (DRAIN, False),
+    (DRAIN, True),
+)  # fmt: skip
 
 
-def bench_finalize_variant(name: str, call: dict, tactic: Tactic, variant: str) -> dict:
-    """Timing of the finalize kernel (variant ""), of the kernel for an output zeroed before it
-    (ZEROED: fused_moe's, no fill, no wait; the zeroing itself not timed) or of a diagnostic
-    build of the 256-token RS kernel: "no_unrouted" (the routed tokens' rows zeroed, the others
-    not), "no_adds" (no atomics); their outputs are wrong by design. Where the finalize's time
-    over the plain GEMM goes."""
+def bench_finalize_variant(
+    name: str, call: dict, tactic: Tactic, build: str, zeroed: bool = False
+) -> dict:
+    """Timing of the finalize kernel (build ""), with ``zeroed`` the kernel for an output
+    zeroed before it (fused_moe's, no fill, no wait; the zeroing itself not timed), or of
+    another build of the 256-token RS kernel: DRAIN (the kernel's result), or a diagnostic one,
+    "no_unrouted" (the routed tokens' rows zeroed, the others not), "no_adds" (no atomics),
+    whose outputs are wrong by design. Where the finalize's time over the plain GEMM goes."""
     from stagebot.kernels.cute.timing import time_us
 
     args = {key: value for key, value in call.items() if key != "deterministic"}
     out = launch.finalize_outputs(args["a"], args["b"], args["num_tokens"])
-    zeroed = variant == ZEROED
-    build = "" if zeroed else variant
 
     def run_cute():
         launch.grouped_gemm_finalize(
             **args, tactic=tactic, out=out, out_zeroed=zeroed, _variant=build
         )
 
+    variant = ", ".join(filter(None, (build, ZEROED if zeroed else "")))
     return dict(name=name, tactic=str(tactic), variant=variant, us=time_us(run_cute)["us"])
 
 
@@ -361,19 +379,21 @@ def main(argv: list[str] | None = None) -> int:
         ("finalize_ep", 700, 64, 8, 8, 512, 256),
         ("finalize_all_local", 300, 16, 16, 8, 256, 512),
     ]
-    for i, (name, *shape) in enumerate(finalize_cases):
-        if not chosen(name):
-            continue
-        call = finalize_problem(*shape, seed=500 + i)
-        operands = [call[key] for key in ("a", "b", "a_sf", "b_sf")]
-        for tactic in TACTICS:
-            if launch.problem_support(tactic, *operands, 128, "grouped_gemm_finalize")[0]:
-                checks = (check_finalize, finalize_control)
-                checks += (check_finalize_aside, finalize_aside_control)
-                for fn in checks:
-                    r = guarded(fn, name, call, tactic)
-                    if r:
-                        results["checks"].append(r)
+    finalize_checks = (check_finalize, finalize_control, check_finalize_aside)
+    finalize_checks += (finalize_aside_control,)
+    # every tactic's kernel, then the drain build (last: its failure mode would be a hang)
+    for variant, tactics in (("", TACTICS), (DRAIN, [RS256])):
+        for i, (name, *shape) in enumerate(finalize_cases):
+            if not chosen(name):
+                continue
+            call = finalize_problem(*shape, seed=500 + i)
+            operands = [call[key] for key in ("a", "b", "a_sf", "b_sf")]
+            for tactic in tactics:
+                if launch.problem_support(tactic, *operands, 128, "grouped_gemm_finalize")[0]:
+                    for fn in finalize_checks:
+                        r = guarded(fn, name, call, tactic, variant)
+                        if r:
+                            results["checks"].append(r)
     swiglu_cases = [
         ("swiglu_decode", [4, 1, 0, 31, 32, 33, 64, 2], 512, 1024, 128),
         ("swiglu_t256_mixed", [300, 1, 511, 70], 512, 512, 256),
@@ -411,16 +431,14 @@ def main(argv: list[str] | None = None) -> int:
                 r = guarded(bench_variant, name, counts, n, k, 128, tactic, variant)
                 if r:
                     results["variants"].append(r)
-        rs256 = next(t for t in rs_tactics if t.tile_mn[0] == 256)
-        for name, *shape in FINALIZE_SHAPES:
-            call = finalize_problem(*shape, seed=9)
-            for variant in ("", ZEROED, "no_unrouted", "no_adds"):
-                r = guarded(bench_finalize_variant, name, call, rs256, variant)
-                if r:
-                    results["variants"].append(r)
         name, counts, n, k = shapes[0]
         for operand in "ab":
             r = guarded(bench_operand_prepass, name, counts, n, k, 128, operand)
+            if r:
+                results["variants"].append(r)
+        calls = {name: finalize_problem(*shape, seed=9) for name, *shape in FINALIZE_SHAPES}
+        for (build, zeroed), (name, call) in itertools.product(FINALIZE_BUILDS, calls.items()):
+            r = guarded(bench_finalize_variant, name, call, RS256, build, zeroed)
             if r:
                 results["variants"].append(r)
     (out_dir / "gpu_check.json").write_text(json.dumps(results, indent=1))
@@ -438,10 +456,10 @@ def main(argv: list[str] | None = None) -> int:
                 f"{r['name']:<18} {tactic:<38} identical={same} reference_match={match:.4f} "
                 f"unwritten={r['unwritten'][tactic]}"
             )
-    print("\n== the kernel and its diagnostic builds (wrong results by design; median us) ==")
+    print("\n== the kernels, the drain build and the diagnostic builds (median us) ==")
     for r in results["variants"]:
         variant = r["variant"] or "(kernel)"
-        print(f"{r['name']:<26}{r['tactic']:<30}{variant:<12}{r['us']:>10.1f}")
+        print(f"{r['name']:<26}{r['tactic']:<30}{variant:<22}{r['us']:>10.1f}")
     for e in results["errors"]:
         print("ERROR", e[:300])
     checks = results["checks"] + results["swiglu"]

@@ -212,6 +212,22 @@ def red_add_bf16x8(address, values, *, loc=None, ip=None):
 
 
 @dsl_user_op
+def red_add_bf16x8_bits(address, words, *, loc=None, ip=None):
+    """red_add_bf16x8 of values already rounded to bf16: ``words`` are four bf16x2 words (the
+    lower half the lower address), as cvt.rn.bf16x2.f32 makes them."""
+    llvm.inline_asm(
+        None,
+        [cutlass.Int64(address).ir_value(loc=loc, ip=ip)]
+        + [cutlass.Uint32(w).ir_value(loc=loc, ip=ip) for w in words],
+        "red.global.add.noftz.v4.bf16x2 [$0], {$1, $2, $3, $4};",
+        "l,r,r,r,r",
+        has_side_effects=True,
+        loc=loc,
+        ip=ip,
+    )
+
+
+@dsl_user_op
 def mma_f16_m16n8k16(a, b, c, *, loc=None, ip=None):
     """One warp's mma.sync m16n8k16, fp16 operands from registers, fp32 accumulators.
 

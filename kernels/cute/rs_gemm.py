@@ -40,7 +40,7 @@ import cutlass.utils as utils
 import cutlass.utils.hopper_helpers as sm90_utils
 from cutlass.pipeline import pipeline_init_wait
 
-from stagebot.kernels.cute import finalize_fill
+from stagebot.kernels.cute import epilogues, finalize_fill
 from stagebot.kernels.cute.decode_gemm import CONSUMER_WARPS, WEIGHT_ROWS, WeightRowsGemm
 from stagebot.kernels.cute.grouped_gemm import (
     BK,
@@ -63,6 +63,10 @@ TMA_TOKENS = 128  # rows of one token TMA box: a ring stage holds tokens // 128 
 PRODUCER_REGS, CONSUMER_REGS = 40, 232  # setmaxnreg budgets with a producer warpgroup
 
 K_BLOCKS = BK // 16  # k16 WGMMAs per K step
+# bf16 per token row of the drain build's hand-over: 128 weight rows and 8 of pad, so that a
+# row is 16-byte aligned and the 4 lanes of a quad (tokens 2 apart) write to different banks
+HANDOVER_PITCH = WEIGHT_ROWS + 8
+DRAIN_THREADS = 96  # warps 9-11: the producer warpgroup beside the producer warp
 
 
 class Nvfp4RsGemmSm90(WeightRowsGemm):
@@ -72,7 +76,7 @@ class Nvfp4RsGemmSm90(WeightRowsGemm):
     # words to the WGMMAs unconverted; the 256-token finalize's "no_unrouted" zeroes the routed
     # tokens' rows only (phase A) and "no_adds" stages its rows but adds nothing. (The finalize
     # without any fill is no diagnostic: it is the kernel for a zeroed output, zeroed_output.)
-    VARIANTS = ("", "no_dequant", "no_unrouted", "no_adds")
+    VARIANTS = ("", "no_dequant", "no_unrouted", "no_adds", "drain")
 
     def __init__(self, tactic: Tactic, *args, **kwargs):
         super().__init__(tactic, *args, **kwargs)
@@ -86,6 +90,9 @@ class Nvfp4RsGemmSm90(WeightRowsGemm):
             and self.fills_finalize_output(tactic)
             and not self.zeroed_output
         )
+        # The 256-token finalize's "drain" build: the consumers hand each item over in bf16 and
+        # go on to the next item's K loop while warps 9-11 add it into the output.
+        self.drains = self.variant == "drain" and self.epilogue == "finalize" and self.tokens > 128
         if self.producer_warpgroup:
             self.threads_per_cta = self.num_consumers + 128
             # setmaxnreg.inc waits until the registers given back cover it: budgets above the
@@ -103,6 +110,8 @@ class Nvfp4RsGemmSm90(WeightRowsGemm):
         tokens = tactic.tile_mn[0]
         stage = stage_bytes(WEIGHT_ROWS, False) + stage_bytes(tokens, True)
         epilogue_stage = Nvfp4RsGemmSm90.epilogue_stage_bytes(tokens)
+        if tokens > 128:  # room for the drain build's bf16 hand-over and its rows' info
+            epilogue_stage = max(epilogue_stage, tokens * HANDOVER_PITCH * 2 + tokens * 8)
         return tactic.stages * stage + epilogue_stage + 2 * 1024
 
     @classmethod
@@ -182,7 +191,22 @@ class Nvfp4RsGemmSm90(WeightRowsGemm):
             ]
             sE: self._epilogue_stage_field()
 
-        self.shared_storage = SharedStorage
+        @cute.struct
+        class DrainStorage:  # the drain build: the hand-over and its rows' info in sE's place
+            ring_barriers: cute.struct.MemRange[cutlass.Int64, self.stages * 2]
+            sWq: cute.struct.Align[
+                cute.struct.MemRange[cutlass.Uint8, WEIGHT_ROWS * BK // 2 * self.stages], 128
+            ]
+            sWs: cute.struct.Align[cute.struct.MemRange[cutlass.Int32, 128 * self.stages], 128]
+            sT: cute.struct.Align[
+                cute.struct.MemRange[cutlass.Float16, cute.cosize(t_layout)], 1024
+            ]
+            sH: cute.struct.Align[
+                cute.struct.MemRange[cutlass.BFloat16, self.tokens * HANDOVER_PITCH], 128
+            ]
+            sInfo: cute.struct.Align[cute.struct.MemRange[cutlass.Float32, self.tokens * 2], 16]
+
+        self.shared_storage = DrainStorage if self.drains else SharedStorage
 
         kernel_call = self.kernel(
             w_tma, t_tma, t_layout, t_box_layout, tiled_mma, mC, epilogue_tensors, mAlpha, mGroup,
@@ -239,12 +263,19 @@ class Nvfp4RsGemmSm90(WeightRowsGemm):
                     ring, (w_loads, t_loads), k_steps, n_blocks, num_tiles, bidx, gdim,
                     tile_size, epilogue_tensors[2], mGroup,
                 )  # fmt: skip
-            if cutlass.const_expr(self.fills_output):
-                if warp_idx > CONSUMER_WARPS:
-                    _, _, mLimit, mP2e, _, mWork = epilogue_tensors
+            if warp_idx > CONSUMER_WARPS:
+                _, _, mLimit, mP2e, _, mWork = epilogue_tensors
+                if cutlass.const_expr(self.drains):
+                    self._handover_barriers()[0].arrive()  # the hand-over starts empty
+                if cutlass.const_expr(self.fills_output):
                     finalize_fill.fill_output(
                         mWork, mP2e, mLimit, num_tiles, mC.iterator.toint(), n, tile_size, top_k,
                         self.variant != "no_unrouted",
+                    )  # fmt: skip
+                if cutlass.const_expr(self.drains):
+                    self._drain(
+                        storage, n_blocks, num_tiles, tidx, bidx, gdim, mC, mLimit, mGroup, n,
+                        tile_size,
                     )  # fmt: skip
 
         if warp_idx < CONSUMER_WARPS:
@@ -287,8 +318,12 @@ class Nvfp4RsGemmSm90(WeightRowsGemm):
             cute.make_layout(WEIGHT_ROWS * BK // 8 * self.stages),
         )
         sWs = storage.sWs.get_tensor(cute.make_layout(128 * self.stages))
-        sE = self._epilogue_stage(storage)
         barrier = pipeline.NamedBarrier(barrier_id=1, num_threads=self.num_consumers)
+        if cutlass.const_expr(self.drains):
+            sH, sInfo = self._handover(storage)
+            empty, full = self._handover_barriers()
+        else:
+            sE = self._epilogue_stage(storage)
         # B (the tokens) is read by the warpgroup as a whole; A's fragments and the
         # accumulators are the thread's own.
         tCrB = tiled_mma.make_fragment_B(tiled_mma.get_slice(wg * 128).partition_B(sT))
@@ -337,21 +372,106 @@ class Nvfp4RsGemmSm90(WeightRowsGemm):
                             cute.nvgpu.warpgroup.wait_group(0)
                             ring.consumer_release(done)
                             done.advance()
-                    if cutlass.const_expr(self.fills_output):
+                    scale = mAlpha[expert] * OPERAND_UNSCALE
+                    if cutlass.const_expr(self.drains):
+                        info = self._row_info_of(row0 + tidx, limit, mP2e, mRouter, scale, top_k)
+                        empty.arrive_and_wait()  # the drain has added the last hand-over
+                        sInfo[tidx, 0] = info[0]
+                        sInfo[tidx, 1] = info[1]
+                        barrier.arrive_and_wait()
+                        self._hand_over(acc, tCcC, sH, sInfo)
+                        full.arrive()
+                    if cutlass.const_expr(self.fills_output and not self.drains):
                         if marked == 0:  # before the CTA's first add (_stage_out's barrier)
                             if tidx == 0:
                                 finalize_fill.wait_marked(mWork, num_tiles, tile_size)
                             marked = cutlass.Int32(1)
-                    scale = mAlpha[expert] * OPERAND_UNSCALE
                     out = (
                         scale, limit, n_block, tidx, mC, mCsf, mGlobalSf, mP2e, mRouter, n, top_k,
                     )  # fmt: skip
-                    for h in cutlass.range_constexpr(self.tokens // self.stage_tokens):
+                    for h in cutlass.range_constexpr(
+                        0 if self.drains else self.tokens // self.stage_tokens
+                    ):
                         if cutlass.const_expr(h == 0):
                             self._stage_out(h, acc, tCcC, sE, barrier, row0, out)
                         else:  # the span may end before this stage's tokens
                             if row0 + h * self.stage_tokens < limit:
                                 self._stage_out(h, acc, tCcC, sE, barrier, row0, out)
+        if cutlass.const_expr(self.drains):
+            empty.arrive_and_wait()  # matches the drain's arrival after its last item
+
+    def _handover(self, storage):
+        """The drain build's shared memory: the hand-over (bf16 [tokens, weight rows]) and
+        each token row's (router weight * scale, token or -1)."""
+        sH = storage.sH.get_tensor(
+            cute.make_layout((self.tokens, WEIGHT_ROWS), stride=(HANDOVER_PITCH, 1))
+        )
+        sInfo = storage.sInfo.get_tensor(cute.make_layout((self.tokens, 2), stride=(2, 1)))
+        return sH, sInfo
+
+    @staticmethod
+    def _hand_over(acc, tCcC, sH, sInfo):
+        """The accumulators times their token's router weight * scale, rounded to bf16 (the
+        bits the atomics add), into the hand-over [token, weight row]."""
+        for i in range(cute.size(acc)):  # unrolled at trace time
+            row, token = tCcC[i]
+            sH[token, row] = cutlass.BFloat16(acc[i] * sInfo[token, 0])
+
+    def _handover_barriers(self):
+        """(EMPTY, FULL): the consumers wait on EMPTY before writing a hand-over and arrive on
+        FULL after; the drain waits on FULL before adding it and arrives on EMPTY after. The
+        drain arrives on EMPTY once before its first item and the consumers wait on it once
+        after their last, so every arrival is matched."""
+        threads = self.num_consumers + DRAIN_THREADS
+        return (
+            pipeline.NamedBarrier(barrier_id=2, num_threads=threads),
+            pipeline.NamedBarrier(barrier_id=3, num_threads=threads),
+        )
+
+    @cute.jit
+    def _row_info_of(self, row, limit, mP2e, mRouter, scale, top_k: cutlass.Constexpr):
+        """(router weight * scale, token as fp32) of table row ``row``; (0, -1) past the
+        span's limit or for a row no token was routed to."""
+        weight = cutlass.Float32(0.0)
+        token = cutlass.Float32(-1.0)
+        if row < limit:
+            expanded = mP2e[row]
+            if expanded >= 0:
+                weight = mRouter[expanded] * scale
+                token = cutlass.Float32(expanded // top_k)
+        return weight, token
+
+    @cute.jit
+    def _drain(
+        self, storage, n_blocks, num_tiles, tidx, bidx, gdim, mC, mLimit, mGroup, n, tile_size,
+    ):  # fmt: skip
+        """Warps 9-11 of the drain build: the consumers' walk over the work items (the
+        producer's), each hand-over added into the output once the consumers made it."""
+        sH, sInfo = self._handover(storage)
+        sH32 = cute.make_tensor(
+            cute.recast_ptr(sH.iterator, dtype=cutlass.Uint32),
+            cute.make_layout((self.tokens, WEIGHT_ROWS // 2), stride=(HANDOVER_PITCH // 2, 1)),
+        )
+        empty, full = self._handover_barriers()
+        first_thread = tidx - (self.num_consumers + 32)
+        total_work = self._total_work(num_tiles, n_blocks, tile_size)
+        for work in cutlass.range(bidx, total_work, gdim, unroll=1):
+            n_block = work % n_blocks
+            first, spans, joined = self._spans(
+                work // n_blocks, num_tiles, tile_size, mGroup, mLimit
+            )
+            for span in cutlass.range(spans, unroll=1):
+                _, span_row0, limit = self._span(first, span, joined, tile_size, mLimit)
+                for row0 in cutlass.range(span_row0, limit, self.tokens, unroll=1):
+                    valid = limit - row0
+                    if valid > self.tokens:
+                        valid = self.tokens
+                    full.arrive_and_wait()
+                    epilogues.finalize_handed_over(
+                        sH32, sInfo, valid, n_block * WEIGHT_ROWS, mC.iterator.toint(),
+                        cutlass.Int64(n * 2), first_thread, DRAIN_THREADS,
+                    )  # fmt: skip
+                    empty.arrive()
 
     def _stage_out(self, h, acc, tCcC, sE, barrier, row0, out):
         """Tokens h * stage_tokens .. of the accumulators into the fp32 stage, then the op's

@@ -92,9 +92,26 @@ def fill_output(
 ):
     """One idle warp's share of the fill (both phases, see the module's docstring; phase A
     only without ``unrouted``, a diagnostic build's)."""
+    mark_routed(mWork, mP2e, mLimit, num_tiles, out_address, n, tile_size, top_k)
+    if cutlass.const_expr(unrouted):
+        zero_unrouted(mWork, out_address, n)
+
+
+@cute.jit
+def mark_routed(
+    mWork: cute.Tensor,
+    mP2e: cute.Tensor,
+    mLimit: cute.Tensor,
+    num_tiles: cutlass.Int32,
+    out_address: cutlass.Int64,
+    n: cutlass.Constexpr,
+    tile_size: cutlass.Constexpr,
+    top_k: cutlass.Constexpr,
+):
+    """Phase A, one warp's share: each routed token's row zeroed once and marked; returns
+    when every warp's phase A is done (the warp may then add into routed rows)."""
     lane = cute.arch.lane_idx()
     base = mWork.iterator.toint()
-    num_tokens = cute.size(mWork) - HEADER
     rows = num_tiles * tile_size
     claims_a = marked_claims(num_tiles, tile_size)
     piece = _claim(base, NEXT_A, lane)
@@ -117,17 +134,25 @@ def fill_output(
     if lane == 0:
         wait_marked(mWork, num_tiles, tile_size)
     cute.arch.sync_warp()
-    if cutlass.const_expr(unrouted):
-        claims_b = (num_tokens + CLAIM - 1) // CLAIM
+
+
+@cute.jit
+def zero_unrouted(mWork: cute.Tensor, out_address: cutlass.Int64, n: cutlass.Constexpr):
+    """Phase B, one warp's share, after phase A: the rows of the tokens no row was routed to
+    (no add touches them, so it may run before, beside or after the adds)."""
+    lane = cute.arch.lane_idx()
+    base = mWork.iterator.toint()
+    num_tokens = cute.size(mWork) - HEADER
+    claims_b = (num_tokens + CLAIM - 1) // CLAIM
+    piece = _claim(base, NEXT_B, lane)
+    while piece < claims_b:
+        t = piece * CLAIM + lane
+        token = cutlass.Int32(-1)
+        if t < num_tokens:
+            if ld_relaxed_gpu(_word(base, HEADER + t)) == 0:
+                token = t
+        _zero_rows(token, out_address, lane, n)
         piece = _claim(base, NEXT_B, lane)
-        while piece < claims_b:
-            t = piece * CLAIM + lane
-            token = cutlass.Int32(-1)
-            if t < num_tokens:
-                if ld_relaxed_gpu(_word(base, HEADER + t)) == 0:
-                    token = t
-            _zero_rows(token, out_address, lane, n)
-            piece = _claim(base, NEXT_B, lane)
 
 
 @cute.jit

@@ -183,7 +183,7 @@ def finalize_problem(tokens, experts, local_experts, top_k, n, k, seed: int) -> 
 
 
 def check_finalize(
-    name: str, call: dict, tactic: Tactic, aside: bool = False, variant: str = ""
+    name: str, call: dict, tactic: Tactic, variant: str = "", *, aside: bool = False
 ) -> dict:
     """The atomic finalize with ``tactic`` into a NaN-poisoned output (an element left unwritten,
     or a routed token's row not zeroed before its adds, stays NaN) against backend="reference":

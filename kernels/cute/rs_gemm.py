@@ -265,18 +265,24 @@ class Nvfp4RsGemmSm90(WeightRowsGemm):
                 )  # fmt: skip
             if warp_idx > CONSUMER_WARPS:
                 _, _, mLimit, mP2e, _, mWork = epilogue_tensors
-                if cutlass.const_expr(self.drains):
-                    self._handover_barriers()[0].arrive()  # the hand-over starts empty
-                if cutlass.const_expr(self.fills_output):
+                out_address = mC.iterator.toint()
+                if cutlass.const_expr(self.fills_output and not self.drains):
                     finalize_fill.fill_output(
-                        mWork, mP2e, mLimit, num_tiles, mC.iterator.toint(), n, tile_size, top_k,
+                        mWork, mP2e, mLimit, num_tiles, out_address, n, tile_size, top_k,
                         self.variant != "no_unrouted",
                     )  # fmt: skip
                 if cutlass.const_expr(self.drains):
+                    self._handover_barriers()[0].arrive()  # the hand-over starts empty
+                    if cutlass.const_expr(self.fills_output):  # the adds wait for phase A only
+                        finalize_fill.mark_routed(
+                            mWork, mP2e, mLimit, num_tiles, out_address, n, tile_size, top_k
+                        )
                     self._drain(
                         storage, n_blocks, num_tiles, tidx, bidx, gdim, mC, mLimit, mGroup, n,
                         tile_size,
                     )  # fmt: skip
+                    if cutlass.const_expr(self.fills_output):
+                        finalize_fill.zero_unrouted(mWork, out_address, n)
 
         if warp_idx < CONSUMER_WARPS:
             if cutlass.const_expr(self.producer_warpgroup):

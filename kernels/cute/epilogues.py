@@ -248,54 +248,34 @@ def finalize_rows(
     row_bytes: cutlass.Int64,
     first: cutlass.Int32,
     step: cutlass.Constexpr,
+    rounded: cutlass.Constexpr = False,
 ):
-    """finalize_scatter_add for ``valid`` staged rows (fp32 [rows, cols] accumulators, not yet
-    times alpha): thread ``first`` takes (row, 8-column chunk) items first, first + step, ...,
-    one vector atomic each; the same fp32 products as the register path (acc * (router weight
-    * scale)). ``rows`` (fp32 [rows, 2], staged beside them) holds each row's router weight *
-    scale and its token (-1: not a valid row), so that no item waits on a global load. The
-    output's rows and col0 keep the chunks 16-byte aligned."""
-    assert cute.size(stage, mode=[1]) % 8 == 0, "the staged columns come in 8-column chunks"
-    chunks = cute.size(stage, mode=[1]) // 8
+    """finalize_scatter_add for ``valid`` staged rows: thread ``first`` takes (row, 8-column
+    chunk) items first, first + step, ..., one vector atomic each. ``stage`` is fp32 [rows,
+    cols] accumulators, not yet times alpha, multiplied here by the row's router weight * scale
+    (the same fp32 products as the register path), or, ``rounded``, uint32 [rows, cols / 2]:
+    rows already multiplied and rounded to bf16 pairs (the RS kernel's drain build), added as
+    they are.
+    ``rows`` (fp32 [rows, 2], staged beside them) holds each row's router weight * scale and its
+    token (-1: not a valid row), so that no item waits on a global load. The output's rows and
+    col0 keep the chunks 16-byte aligned."""
+    width = 4 if rounded else 8  # stage elements per 8-column chunk
+    assert cute.size(stage, mode=[1]) % width == 0, "the staged columns come in 8-column chunks"
+    chunks = cute.size(stage, mode=[1]) // width
     for item in cutlass.range(first, valid * chunks, step, unroll=1):
         r = item // chunks
         chunk = item % chunks
         token = cutlass.Int32(rows[r, 1])
         if token >= 0:
-            weight = rows[r, 0]
             row_address = out_address + cutlass.Int64(token) * row_bytes
             col = cutlass.Int64(col0 + 8 * chunk)
-            values = cute.make_rmem_tensor((1, 8), cutlass.Float32)
-            cute.autovec_copy(cute.local_tile(stage, (1, 8), (r, chunk)), values)
-            red_add_bf16x8(row_address + col * 2, [values[0, i] * weight for i in range(8)])
-
-
-@cute.jit
-def finalize_handed_over(
-    handover: cute.Tensor,
-    rows: cute.Tensor,
-    valid: cutlass.Int32,
-    col0: cutlass.Int32,
-    out_address: cutlass.Int64,
-    row_bytes: cutlass.Int64,
-    first: cutlass.Int32,
-    step: cutlass.Constexpr,
-):
-    """finalize_rows for rows the consumers already multiplied by their router weight * scale
-    and rounded to bf16 (``handover``: uint32 [rows, bf16 pairs], the bits the atomics add):
-    thread ``first`` takes (row, 8-column chunk) items first, first + step, ..., one 16-byte
-    load and one vector atomic each; ``rows[r, 1]`` is row r's token (-1: not a valid row)."""
-    chunks = cute.size(handover, mode=[1]) // 4
-    for item in cutlass.range(first, valid * chunks, step, unroll=1):
-        r = item // chunks
-        chunk = item % chunks
-        token = cutlass.Int32(rows[r, 1])
-        if token >= 0:
-            words = cute.make_rmem_tensor((1, 4), cutlass.Uint32)
-            cute.autovec_copy(cute.local_tile(handover, (1, 4), (r, chunk)), words)
-            row_address = out_address + cutlass.Int64(token) * row_bytes
-            col = cutlass.Int64(col0 + 8 * chunk)
-            red_add_bf16x8_bits(row_address + col * 2, [words[0, i] for i in range(4)])
+            values = cute.make_rmem_tensor((1, width), stage.element_type)
+            cute.autovec_copy(cute.local_tile(stage, (1, width), (r, chunk)), values)
+            if cutlass.const_expr(rounded):
+                red_add_bf16x8_bits(row_address + col * 2, [values[0, i] for i in range(4)])
+            else:
+                weight = rows[r, 0]
+                red_add_bf16x8(row_address + col * 2, [values[0, i] * weight for i in range(8)])
 
 
 @cute.jit

@@ -189,24 +189,15 @@ class Nvfp4RsGemmSm90(WeightRowsGemm):
             sT: cute.struct.Align[
                 cute.struct.MemRange[cutlass.Float16, cute.cosize(t_layout)], 1024
             ]
-            sE: self._epilogue_stage_field()
+            if self.drains:  # the hand-over and its rows' info in the fp32 stage's place
+                sH: cute.struct.Align[
+                    cute.struct.MemRange[cutlass.BFloat16, self.tokens * HANDOVER_PITCH], 128
+                ]
+                sInfo: cute.struct.Align[cute.struct.MemRange[cutlass.Float32, self.tokens * 2], 16]
+            else:
+                sE: self._epilogue_stage_field()
 
-        @cute.struct
-        class DrainStorage:  # the drain build: the hand-over and its rows' info in sE's place
-            ring_barriers: cute.struct.MemRange[cutlass.Int64, self.stages * 2]
-            sWq: cute.struct.Align[
-                cute.struct.MemRange[cutlass.Uint8, WEIGHT_ROWS * BK // 2 * self.stages], 128
-            ]
-            sWs: cute.struct.Align[cute.struct.MemRange[cutlass.Int32, 128 * self.stages], 128]
-            sT: cute.struct.Align[
-                cute.struct.MemRange[cutlass.Float16, cute.cosize(t_layout)], 1024
-            ]
-            sH: cute.struct.Align[
-                cute.struct.MemRange[cutlass.BFloat16, self.tokens * HANDOVER_PITCH], 128
-            ]
-            sInfo: cute.struct.Align[cute.struct.MemRange[cutlass.Float32, self.tokens * 2], 16]
-
-        self.shared_storage = DrainStorage if self.drains else SharedStorage
+        self.shared_storage = SharedStorage
 
         kernel_call = self.kernel(
             w_tma, t_tma, t_layout, t_box_layout, tiled_mma, mC, epilogue_tensors, mAlpha, mGroup,
@@ -473,9 +464,9 @@ class Nvfp4RsGemmSm90(WeightRowsGemm):
                     if valid > self.tokens:
                         valid = self.tokens
                     full.arrive_and_wait()
-                    epilogues.finalize_handed_over(
+                    epilogues.finalize_rows(
                         sH32, sInfo, valid, n_block * WEIGHT_ROWS, mC.iterator.toint(),
-                        cutlass.Int64(n * 2), first_thread, DRAIN_THREADS,
+                        cutlass.Int64(n * 2), first_thread, DRAIN_THREADS, rounded=True,
                     )  # fmt: skip
                     empty.arrive()
 

@@ -288,7 +288,7 @@ DRAIN = "drain"
 # bench_finalize_variant's builds of the 256-token RS finalize: (variant, zeroed output)
 FINALIZE_BUILDS = (
     ("", False), ("", True), ("no_unrouted", False), ("no_adds", False), (DRAIN, False),
-    (DRAIN, True),
+    (DRAIN, True), ("drain_no_adds", False),
 )  # fmt: skip
 
 
@@ -299,7 +299,8 @@ def bench_finalize_variant(
     zeroed before it (fused_moe's, no fill, no wait; the zeroing itself not timed), or of
     another build of the 256-token RS kernel: DRAIN (the kernel's result), or a diagnostic one,
     "no_unrouted" (the routed tokens' rows zeroed, the others not), "no_adds" (no atomics),
-    whose outputs are wrong by design. Where the finalize's time over the plain GEMM goes."""
+    "drain_no_adds" (the drain's hand-overs, no atomics), whose outputs are wrong by design.
+    Where the finalize's time over the plain GEMM goes."""
     from stagebot.kernels.cute.timing import time_us
 
     args = {key: value for key, value in call.items() if key != "deterministic"}

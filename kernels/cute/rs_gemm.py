@@ -74,9 +74,11 @@ class Nvfp4RsGemmSm90(WeightRowsGemm):
 
     # Diagnostic builds for timing only (their results are wrong): "no_dequant" feeds the packed
     # words to the WGMMAs unconverted; the 256-token finalize's "no_unrouted" zeroes the routed
-    # tokens' rows only (phase A) and "no_adds" stages its rows but adds nothing. (The finalize
-    # without any fill is no diagnostic: it is the kernel for a zeroed output, zeroed_output.)
-    VARIANTS = ("", "no_dequant", "no_unrouted", "no_adds", "drain")
+    # tokens' rows only (phase A) and "no_adds" stages its rows but adds nothing;
+    # "drain_no_adds" is the drain build whose warps 9-11 take each hand-over and add nothing.
+    # (The finalize without any fill is no diagnostic: it is the kernel for a zeroed output,
+    # zeroed_output.) "drain" is no diagnostic either: the drain build, the kernel's result.
+    VARIANTS = ("", "no_dequant", "no_unrouted", "no_adds", "drain", "drain_no_adds")
 
     def __init__(self, tactic: Tactic, *args, **kwargs):
         super().__init__(tactic, *args, **kwargs)
@@ -92,7 +94,11 @@ class Nvfp4RsGemmSm90(WeightRowsGemm):
         )
         # The 256-token finalize's "drain" build: the consumers hand each item over in bf16 and
         # go on to the next item's K loop while warps 9-11 add it into the output.
-        self.drains = self.variant == "drain" and self.epilogue == "finalize" and self.tokens > 128
+        self.drains = (
+            self.variant in ("drain", "drain_no_adds")
+            and self.epilogue == "finalize"
+            and self.tokens > 128
+        )
         if self.producer_warpgroup:
             self.threads_per_cta = self.num_consumers + 128
             # setmaxnreg.inc waits until the registers given back cover it: budgets above the
@@ -464,10 +470,11 @@ class Nvfp4RsGemmSm90(WeightRowsGemm):
                     if valid > self.tokens:
                         valid = self.tokens
                     full.arrive_and_wait()
-                    epilogues.finalize_rows(
-                        sH32, sInfo, valid, n_block * WEIGHT_ROWS, mC.iterator.toint(),
-                        cutlass.Int64(n * 2), first_thread, DRAIN_THREADS, rounded=True,
-                    )  # fmt: skip
+                    if cutlass.const_expr(self.variant == "drain"):
+                        epilogues.finalize_rows(
+                            sH32, sInfo, valid, n_block * WEIGHT_ROWS, mC.iterator.toint(),
+                            cutlass.Int64(n * 2), first_thread, DRAIN_THREADS, rounded=True,
+                        )  # fmt: skip
                     empty.arrive()
 
     def _stage_out(self, h, acc, tCcC, sE, barrier, row0, out):

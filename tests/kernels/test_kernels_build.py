@@ -170,15 +170,18 @@ def test_the_drain_build_hands_each_item_over_through_two_matched_barriers():
     """The 256-token RS finalize's drain build: the consumers wait on EMPTY (id 2) and arrive
     on FULL (id 3), warps 9-11 the other way round, each barrier counting all 352 threads; the
     drain adds the consumers' bf16 bits (no conversion before its atomics). The kernel has
-    neither barrier."""
+    neither barrier; the drain_no_adds diagnostic has both and adds nothing."""
     from stagebot.kernels.cute.gpu_check import DRAIN, RS256
 
     drain, kernel = _finalize_ptx(RS256, DRAIN), _finalize_ptx(RS256)
+    idle = _finalize_ptx(RS256, "drain_no_adds")
     handover = {f"bar.{op} {i}, 352" for op in ("sync", "arrive") for i in (2, 3)}
     assert {line for line in handover if line in drain} == handover
+    assert {line for line in handover if line in idle} == handover
     assert not any(f"bar.{op} {i}," in kernel for op in ("sync", "arrive") for i in (2, 3))
     bits_add = re.compile(r"red\.global\.add\.noftz\.v4\.bf16x2 \[%rd\d+\], \{%r\d+,")
     assert bits_add.search(drain) and not bits_add.search(kernel)
+    assert ADDS not in idle
 
 
 def test_the_wgmma_finalize_for_a_zeroed_output_neither_fills_nor_waits():

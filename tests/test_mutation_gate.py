@@ -135,6 +135,22 @@ def test_a_fingerprint_moves_with_the_helpers_and_conftest_files_its_tests_load(
         before = gate.fingerprint(target, [])
 
 
+def test_a_fingerprint_moves_with_the_projects_pytest_options_only(
+    gate, tmp_path, monkeypatch
+) -> None:
+    """``addopts`` can deselect a module's tests without touching a test file: the record
+    follows pyproject.toml's pytest options, and only them (not a dependency's pin)."""
+    project = '[project]\ndependencies = ["a"]\n\n[tool.pytest.ini_options]\naddopts = "-ra"\n'
+    write_tree(tmp_path, {"m.py": "X = 1\n", "tests/test_m.py": "", "pyproject.toml": project})
+    monkeypatch.setattr(gate, "ROOT", tmp_path)
+    target = gate.Target("m.py", ("tests/test_m.py",), True)
+    before = gate.fingerprint(target, [])
+    (tmp_path / "pyproject.toml").write_text(project.replace('["a"]', '["a", "b"]'))
+    assert gate.fingerprint(target, []) == before
+    (tmp_path / "pyproject.toml").write_text(project.replace('"-ra"', '"-ra -k not_m"'))
+    assert gate.fingerprint(target, []) != before
+
+
 def _tiny_repository(root: Path) -> None:
     """A git repository with one module, ``m.py``, and a test that checks only one of its two
     functions: every mutant of ``negated`` survives, ``truth``'s is killed."""

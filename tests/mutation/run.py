@@ -9,13 +9,13 @@ a bug the tests do not notice (a survivor) is a promise nothing pins.
 modules.toml (beside this file) maps each module to the fast tests that pin it, run in order
 with ``-x`` (the first failure kills the mutant); ``gate = true`` marks the security- and
 soundness-critical modules CI runs. The gate runs each gated module whose fingerprint (its
-source, its tests' sources and arguments, the pytest command, cosmic-ray's version, its entries
-in equivalent.toml) differs from the one clean.json recorded at its last clean run, one module
-after another, each module's mutants spread over ``--workers`` copies of the tree (a cosmic-ray
-HTTP worker in each, fed by cosmic-ray's http distributor); it fails when a mutant survives that
-equivalent.toml does not list with its reason (docs/mutation.md: how to read a survivor). A
-mutant the tests stop by the per-mutant timeout counts as killed (a hang is noticed), and is
-counted apart.
+source, its tests' sources and arguments, the pytest command and the project's pytest options,
+cosmic-ray's version, its entries in equivalent.toml) differs from the one clean.json recorded
+at its last clean run, one module after another, each module's mutants spread over
+``--workers`` copies of the tree (a cosmic-ray HTTP worker in each, fed by cosmic-ray's http
+distributor); it fails when a mutant survives that equivalent.toml does not list with its
+reason (docs/mutation.md: how to read a survivor). A mutant the tests stop by the per-mutant
+timeout counts as killed (a hang is noticed), and is counted apart.
 
 Tool: cosmic-ray. It mutates a module's file on disk, runs a test command, and restores the file,
 so it works with this project's ``package-dir`` mapping (``stagebot.bot`` is the folder ``bot/``);
@@ -131,7 +131,8 @@ def equivalents() -> list[dict]:
 def fingerprint(target: Target, explained: list[dict]) -> str:
     """What a run of ``target`` stands for: the module's source, its tests' sources (with the
     helpers and conftest files they load) and pytest arguments, how each mutant runs (the pytest
-    command and profile, cosmic-ray's version) and the entries of equivalent.toml for it. Change
+    command and profile, the project's pytest options, cosmic-ray's version) and the entries of
+    equivalent.toml for it. Change
     any of it and the module runs again. A session's results depend on all but the entries
     (``explained=[]``): new explanations re-sort its survivors without running a mutant again."""
     from importlib.metadata import version
@@ -141,9 +142,20 @@ def fingerprint(target: Target, explained: list[dict]) -> str:
     for name in sources:
         digest.update(f"{name}\0".encode() + (ROOT / name).read_bytes() + b"\0")
     own = [e for e in explained if e["module"] in _sources(target)]
-    how = [PYTEST[1:], version("cosmic-ray"), target.tests, own]
+    how = [PYTEST[1:], _pytest_options(), version("cosmic-ray"), target.tests, own]
     digest.update(json.dumps(how, sort_keys=True).encode())
     return digest.hexdigest()
+
+
+def _pytest_options() -> dict:
+    """pyproject.toml's [tool.pytest.ini_options]: every mutant's pytest runs with them
+    (``addopts`` and the plugin it loads, ``pythonpath``, the markers), so a change there can
+    stop tests from running while their files stay the same."""
+    path = ROOT / "pyproject.toml"
+    if not path.is_file():
+        return {}
+    project = tomllib.loads(path.read_text())
+    return project.get("tool", {}).get("pytest", {}).get("ini_options", {})
 
 
 def _sources(target: Target) -> list[str]:

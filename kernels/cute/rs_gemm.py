@@ -74,10 +74,10 @@ class Nvfp4RsGemmSm90(WeightRowsGemm):
 
     # Diagnostic builds for timing only (their results are wrong): "no_dequant" feeds the packed
     # words to the WGMMAs unconverted; the 256-token finalize's "no_unrouted" zeroes the routed
-    # tokens' rows only (phase A) and "no_adds" stages its rows but adds nothing;
-    # "drain_no_adds" is the drain build whose warps 9-11 take each hand-over and add nothing.
-    # (The finalize without any fill is no diagnostic: it is the kernel for a zeroed output,
-    # zeroed_output.) "drain" is no diagnostic either: the drain build, the kernel's result.
+    # tokens' rows only (phase A), "no_adds" stages its rows but adds nothing, and
+    # "drain_no_adds" hands each item over to warps 9-11, which add nothing. "drain" (the
+    # epilogue beside the next item's K loop) and the finalize without any fill (zeroed_output)
+    # give the kernel's result.
     VARIANTS = ("", "no_dequant", "no_unrouted", "no_adds", "drain", "drain_no_adds")
 
     def __init__(self, tactic: Tactic, *args, **kwargs):

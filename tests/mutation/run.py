@@ -132,9 +132,9 @@ def fingerprint(target: Target, explained: list[dict]) -> str:
     """What a run of ``target`` stands for: the module's source, its tests' sources (with the
     helpers and conftest files they load) and pytest arguments, how each mutant runs (the pytest
     command and profile, the project's pytest options, cosmic-ray's version) and the entries of
-    equivalent.toml for it. Change
-    any of it and the module runs again. A session's results depend on all but the entries
-    (``explained=[]``): new explanations re-sort its survivors without running a mutant again."""
+    equivalent.toml for it. Change any of it and the module runs again. A session's results
+    depend on all but the entries (``explained=[]``): new explanations re-sort its survivors
+    without running a mutant again."""
     from importlib.metadata import version
 
     digest = hashlib.sha256()

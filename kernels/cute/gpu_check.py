@@ -380,14 +380,17 @@ def main(argv: list[str] | None = None) -> int:
         ("finalize_ep", 700, 64, 8, 8, 512, 256),
         ("finalize_all_local", 300, 16, 16, 8, 256, 512),
     ]
-    finalize_checks = (check_finalize, finalize_control, check_finalize_aside)
-    finalize_checks += (finalize_aside_control,)
+    finalize_checks = (
+        check_finalize, finalize_control, check_finalize_aside, finalize_aside_control,
+    )  # fmt: skip
+    finalize_calls = {
+        name: finalize_problem(*shape, seed=500 + i)
+        for i, (name, *shape) in enumerate(finalize_cases)
+        if chosen(name)
+    }
     # every tactic's kernel, then the drain build (last: its failure mode would be a hang)
     for variant, tactics in (("", TACTICS), (DRAIN, [RS256])):
-        for i, (name, *shape) in enumerate(finalize_cases):
-            if not chosen(name):
-                continue
-            call = finalize_problem(*shape, seed=500 + i)
+        for name, call in finalize_calls.items():
             operands = [call[key] for key in ("a", "b", "a_sf", "b_sf")]
             for tactic in tactics:
                 if launch.problem_support(tactic, *operands, 128, "grouped_gemm_finalize")[0]:
